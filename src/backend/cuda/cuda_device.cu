@@ -1,0 +1,59 @@
+#include "backend/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace nt {
+
+std::optional<CudaDeviceInfo> probe_cuda_device(int index, std::string* why) {
+  CudaDeviceInfo info;
+  cudaDriverGetVersion(&info.driver_version);
+  cudaRuntimeGetVersion(&info.runtime_version);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaErrorInsufficientDriver) {
+    *why = fmt::format("the NVIDIA driver supports CUDA {}.{} but this build needs {}.{}; update the driver",
+                       info.driver_version / 1000, info.driver_version % 1000 / 10, info.runtime_version / 1000,
+                       info.runtime_version % 1000 / 10);
+    return std::nullopt;
+  }
+  if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+    *why = "no CUDA GPU found";
+    return std::nullopt;
+  }
+  if (err != cudaSuccess) {
+    *why = fmt::format("CUDA is unavailable: {} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
+    return std::nullopt;
+  }
+  if (index < 0 || index >= count) {
+    *why = fmt::format("GPU {} requested but only {} present", index, count);
+    return std::nullopt;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    *why = fmt::format("cannot query GPU {}", index);
+    return std::nullopt;
+  }
+  info.index = index;
+  info.name = prop.name;
+  info.sm_major = prop.major;
+  info.sm_minor = prop.minor;
+  info.multiprocessors = prop.multiProcessorCount;
+  info.total_memory = prop.totalGlobalMem;
+  info.l2_bytes = uint64_t(prop.l2CacheSize);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(index) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.free_memory = free_bytes;
+  }
+  return info;
+}
+
+CudaDeviceInfo require_cuda_device(int index) {
+  std::string why;
+  if (auto info = probe_cuda_device(index, &why)) return *info;
+  fail("{}", why);
+}
+
+}  // namespace nt

@@ -1,0 +1,28 @@
+// Finding and describing the GPU, with clear messages when there is none
+// or the driver is too old for this build.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nt {
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int multiprocessors = 0;
+  uint64_t total_memory = 0;
+  uint64_t free_memory = 0;
+  uint64_t l2_bytes = 0;
+  int driver_version = 0, runtime_version = 0;
+};
+
+// The device, or nullopt with `why` set (no GPU, no driver, driver too old).
+std::optional<CudaDeviceInfo> probe_cuda_device(int index, std::string* why);
+
+// Like probe_cuda_device but throws nt::Error with the reason.
+CudaDeviceInfo require_cuda_device(int index);
+
+}  // namespace nt

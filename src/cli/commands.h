@@ -1,0 +1,11 @@
+// Each subcommand of the `ntransformer` binary registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nt::cli {
+
+void add_inspect_command(CLI::App& app);
+void add_convert_llama2c_command(CLI::App& app);
+
+}  // namespace nt::cli

@@ -1,0 +1,24 @@
+// ntransformer: one binary, one subcommand per job.
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ntransformer: Llama-architecture GGUF inference, streamed through VRAM, RAM and NVMe"};
+  app.require_subcommand(1);
+  nt::cli::add_inspect_command(app);
+  nt::cli::add_convert_llama2c_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const nt::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "error: out of host memory\n");
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,53 @@
+// Streams a GGUF file to disk in constant memory: declare metadata and the
+// tensor directory, then feed each tensor's bytes in order, in any chunking.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+
+namespace nt {
+
+class GgufWriter {
+ public:
+  explicit GgufWriter(std::string path, uint32_t version = 3);
+  ~GgufWriter();
+  GgufWriter(const GgufWriter&) = delete;
+  GgufWriter& operator=(const GgufWriter&) = delete;
+
+  // Declaration phase. "general.alignment" in the metadata sets the alignment.
+  void add_metadata(std::string key, GgufValue value);
+  void add_tensor(std::string name, TensorType type, std::vector<int64_t> shape);
+  const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
+
+  // Data phase: tensors are filled in declaration order. The first call writes the header.
+  void write_tensor_data(std::span<const uint8_t> bytes);
+  // Flushes, checks every tensor was filled, and closes. Throws on I/O errors.
+  void finish();
+
+  uint64_t bytes_written() const { return written_; }
+  uint64_t total_bytes() const;  // the final file size, known once the directory is complete
+
+ private:
+  void write_header();
+  void put(const void* data, size_t n);
+  void pad_to(uint64_t boundary);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  GgufHeader header_;
+  bool header_written_ = false;
+  size_t current_tensor_ = 0;
+  uint64_t current_filled_ = 0;
+  uint64_t written_ = 0;
+};
+
+// Writes `header` and the tensor bytes of `source` into `path` (a byte-exact copy when
+// the source was written with the same layout rules).
+void write_gguf_copy(const GgufFile& source, const std::string& path);
+
+}  // namespace nt
