@@ -1,0 +1,17 @@
+// RoPE frequencies per rotated pair, with every scaling scheme folded in, so
+// backends only compute angle = position * inv_freq[i] and rotate the adjacent
+// pair (2i, 2i+1) of each head (GGUF's Llama convention).
+#pragma once
+
+#include <vector>
+
+#include "model/llama_config.h"
+
+namespace nt {
+
+// rope_dim / 2 inverse frequencies. `freq_factors` (Llama 3.1's rope_freqs
+// tensor, rope_dim / 2 values) divides them when given; otherwise the
+// rope.scaling.* keys apply.
+std::vector<float> rope_inv_freqs(const LlamaConfig& config, const float* freq_factors);
+
+}  // namespace nt
