@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -124,7 +125,8 @@ void GgufWriter::add_tensor(std::string name, TensorType type, std::vector<int64
 uint64_t GgufWriter::total_bytes() const {
   GgufHeader laid_out = header_;
   const uint64_t data_bytes = assign_offsets(laid_out);
-  return align_up(encode_header(laid_out).size(), header_.alignment) + data_bytes;
+  const uint64_t data_end = align_up(encode_header(laid_out).size(), header_.alignment) + data_bytes;
+  return trailing_padding_ ? align_up(data_end, header_.alignment) : data_end;
 }
 
 void GgufWriter::write_header() {
@@ -160,6 +162,7 @@ void GgufWriter::finish() {
   if (current_tensor_ != header_.tensors.size()) {
     fail("{}: tensor '{}' was declared but its data was not written", path_, header_.tensors[current_tensor_].name);
   }
+  if (trailing_padding_) pad_to(align_up(written_, header_.alignment));
   if (std::fflush(file_) != 0 || std::ferror(file_)) fail("error writing '{}': {}", path_, std::strerror(errno));
   if (std::fclose(file_) != 0) fail("error closing '{}': {}", path_, std::strerror(errno));
   file_ = nullptr;
@@ -178,6 +181,9 @@ void GgufWriter::pad_to(uint64_t boundary) {
 void write_gguf_copy(const GgufFile& source, const std::string& path) {
   const auto& h = source.header();
   GgufWriter w(path, h.version);
+  uint64_t data_end = 0;
+  for (const auto& t : h.tensors) data_end = std::max(data_end, h.data_offset + t.offset + t.n_bytes);
+  w.set_trailing_padding(source.file_size() > data_end);
   for (const auto& kv : h.metadata) w.add_metadata(kv.key, kv.value);
   for (const auto& t : h.tensors) w.add_tensor(t.name, t.type, t.shape);
   for (const auto& t : h.tensors) w.write_tensor_data(source.bytes(t));

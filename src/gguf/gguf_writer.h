@@ -23,6 +23,9 @@ class GgufWriter {
   void add_metadata(std::string key, GgufValue value);
   void add_tensor(std::string name, TensorType type, std::vector<int64_t> shape);
   const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
+  // Pad the file after the last tensor to the alignment, as llama.cpp and gguf-py
+  // do (default). Off only to reproduce files written without it.
+  void set_trailing_padding(bool pad) { trailing_padding_ = pad; }
 
   // Data phase: tensors are filled in declaration order. The first call writes the header.
   void write_tensor_data(std::span<const uint8_t> bytes);
@@ -41,6 +44,7 @@ class GgufWriter {
   std::FILE* file_ = nullptr;
   GgufHeader header_;
   bool header_written_ = false;
+  bool trailing_padding_ = true;
   size_t current_tensor_ = 0;
   uint64_t current_filled_ = 0;
   uint64_t written_ = 0;

@@ -19,6 +19,8 @@ struct WeightRef {
   int64_t rows = 0, cols = 0;
 
   size_t row_stride() const { return row_bytes(type, cols); }
+  // Norm vectors are validated as F32 at load.
+  const float* f32() const { return reinterpret_cast<const float*>(data); }
   uint64_t bytes() const { return info ? info->n_bytes : 0; }
 };
 
