@@ -1,0 +1,113 @@
+#include "sampling/candidates.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace nt {
+namespace {
+
+// Highest logit first; equal logits by id, so the order is the same on every
+// standard library even though partial_sort is not stable.
+// (A lambda, not a function, so the sorts inline it.)
+constexpr auto ranks_higher = [](const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+};
+
+}  // namespace
+
+void Candidates::assign(std::span<const float> logits) {
+  items_.resize(logits.size());
+  float top = -INFINITY;
+  bool poisoned = false;  // NaN or +inf: either would poison the softmax; -inf is a legitimate "never"
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    poisoned |= !(x < INFINITY);
+    top = std::max(top, x);
+    items_[i] = {x, int32_t(i)};
+  }
+  if (poisoned) {
+    const auto bad = std::find_if(logits.begin(), logits.end(), [](float x) { return !(x < INFINITY); });
+    fail("sampler: the logit of token {} is {}", bad - logits.begin(), *bad);
+  }
+  if (top == -INFINITY) fail("sampler: every one of the {} logits is -inf", logits.size());
+  top_logit_ = top;
+  sorted_ = 0;
+}
+
+void Candidates::sort_prefix(size_t n) {
+  n = std::min(n, items_.size());
+  if (n <= sorted_) return;
+  // Everything past sorted_ ranks below the sorted prefix, so sorting the head
+  // of the rest extends it. A small head is cheapest as a heap (one compare
+  // per rejected entry); a large one by selecting it first, then sorting it.
+  const auto first = items_.begin() + sorted_, last = items_.begin() + n;
+  if (n - sorted_ <= 256) {
+    std::partial_sort(first, last, items_.end(), ranks_higher);
+  } else {
+    std::nth_element(first, last - 1, items_.end(), ranks_higher);
+    std::sort(first, last, ranks_higher);
+  }
+  sorted_ = n;
+}
+
+void Candidates::keep_top_k(int64_t k) {
+  if (k <= 0 || size_t(k) >= items_.size()) return;
+  sort_prefix(size_t(k));
+  items_.resize(size_t(k));
+}
+
+void Candidates::keep_top_p(float p) {
+  if (p >= 1.0f || items_.size() <= 1) return;
+  const double top = top_logit_;
+  double total = 0.0;
+  for (const auto& c : items_) total += std::exp(double(c.logit) - top);
+
+  // Grow the sorted prefix geometrically: the nucleus is usually small.
+  const double target = double(p) * total;
+  double mass = 0.0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (i == sorted_) sort_prefix(std::max<size_t>(2 * sorted_, 64));
+    mass += std::exp(double(items_[i].logit) - top);
+    if (mass >= target) {
+      items_.resize(i + 1);
+      sorted_ = std::min(sorted_, items_.size());
+      return;
+    }
+  }
+}
+
+void Candidates::keep_min_p(float min_p) {
+  if (min_p <= 0.0f || items_.empty()) return;
+  // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p): no softmax needed.
+  const double threshold = double(top_logit_) + std::log(double(min_p));
+  const auto kept_end = std::remove_if(items_.begin(), items_.end(),
+                                       [&](const Candidate& c) { return double(c.logit) < threshold; });
+  items_.erase(kept_end, items_.end());
+  // remove_if keeps the order, and any dropped prefix entry drags the whole tail with it.
+  sorted_ = std::min(sorted_, items_.size());
+}
+
+int32_t Candidates::draw(float temperature, double u) const {
+  if (items_.empty()) fail("sampler: no candidate token left to draw");
+  if (!(temperature > 0.0f)) fail("sampler: temperature {} must be positive to draw", temperature);
+  const double top = top_logit_;
+  const auto weight = [&](const Candidate& c) { return std::exp((double(c.logit) - top) / temperature); };
+
+  double total = 0.0;
+  for (const auto& c : items_) total += weight(c);
+  const double target = u * total;
+  double mass = 0.0;
+  int32_t last_possible = items_.front().id;
+  for (const auto& c : items_) {
+    const double w = weight(c);
+    if (w <= 0.0) continue;
+    mass += w;
+    last_possible = c.id;
+    if (mass > target) return c.id;
+  }
+  return last_possible;  // rounding left target at the very end of the mass
+}
+
+}  // namespace nt

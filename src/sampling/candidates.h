@@ -1,0 +1,48 @@
+// The tokens still in the running while a sampler chain narrows the vocabulary.
+// Each filter keeps a subset; the list stays sorted by logit (highest first)
+// only as far as some filter needed it, so top-k over a 128K vocabulary costs a
+// partial sort of k entries, never a full sort.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace nt {
+
+struct Candidate {
+  float logit;
+  int32_t id;
+};
+
+class Candidates {
+ public:
+  // Every token of the vocabulary, in id order.
+  void assign(std::span<const float> logits);
+
+  // The k highest logits (ties broken by the sort); k <= 0 or >= size keeps all.
+  void keep_top_k(int64_t k);
+
+  // The smallest highest-first prefix whose softmax mass reaches p; p >= 1 keeps all.
+  void keep_top_p(float p);
+
+  // Tokens whose probability is at least min_p times the top one's; min_p <= 0 keeps all.
+  void keep_min_p(float min_p);
+
+  // Draws one id from softmax(logit / temperature) over the candidates, u in [0, 1).
+  int32_t draw(float temperature, double u) const;
+
+  std::span<const Candidate> view() const { return items_; }
+  size_t size() const { return items_.size(); }
+
+ private:
+  // Makes items_[0, n) the n highest logits, in descending order.
+  void sort_prefix(size_t n);
+
+  std::vector<Candidate> items_;
+  float top_logit_ = 0.0f;  // no filter ever drops the top candidate, so this holds throughout
+  size_t sorted_ = 0;  // items_[0, sorted_) are the top sorted_, descending
+};
+
+}  // namespace nt

@@ -1,0 +1,73 @@
+#include "sampling/sampler.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace nt {
+
+void apply_penalties(std::span<float> logits, const TokenCounts& counts, const SamplingParams& params) {
+  for (const auto& [token, count] : counts) {
+    if (count <= 0) continue;
+    if (token < 0 || size_t(token) >= logits.size()) fail("sampler: penalised token {} is outside the vocabulary", token);
+    float& logit = logits[size_t(token)];
+    logit = logit > 0.0f ? logit / params.repeat_penalty : logit * params.repeat_penalty;
+    logit -= float(count) * params.frequency_penalty + params.presence_penalty;
+  }
+}
+
+double uniform_from_bits(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(const SamplingParams& params, int64_t vocab_size)
+    : params_(params), vocab_size_(vocab_size), rng_(params.seed) {
+  if (vocab_size <= 0) fail("sampler: vocabulary size {} must be positive", vocab_size);
+  if (!std::isfinite(params.temperature)) fail("sampler: temperature {} must be finite", params.temperature);
+  if (!(params.top_p >= 0.0f && params.top_p <= 1.0f)) fail("sampler: top_p {} must lie in [0, 1]", params.top_p);
+  if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) fail("sampler: min_p {} must lie in [0, 1]", params.min_p);
+  if (!(params.repeat_penalty > 0.0f && std::isfinite(params.repeat_penalty)))
+    fail("sampler: repeat_penalty {} must be positive", params.repeat_penalty);
+  if (!std::isfinite(params.frequency_penalty) || !std::isfinite(params.presence_penalty))
+    fail("sampler: frequency_penalty {} and presence_penalty {} must be finite", params.frequency_penalty,
+         params.presence_penalty);
+}
+
+bool Sampler::has_penalties() const {
+  return params_.repeat_last_n != 0 &&
+         (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f);
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+  if (int64_t(logits.size()) != vocab_size_)
+    fail("sampler: got {} logits for a vocabulary of {}", logits.size(), vocab_size_);
+  if (has_penalties()) apply_penalties(logits, recent_counts_, params_);
+
+  candidates_.assign(logits);
+  if (params_.temperature <= 0.0f) {
+    candidates_.keep_top_k(1);
+    return candidates_.view()[0].id;
+  }
+  candidates_.keep_top_k(params_.top_k);
+  candidates_.keep_top_p(params_.top_p);
+  candidates_.keep_min_p(params_.min_p);
+  return candidates_.draw(params_.temperature, uniform_from_bits(rng_()));
+}
+
+void Sampler::accept(int32_t token) {
+  if (token < 0 || token >= vocab_size_) fail("sampler: accepted token {} is outside the vocabulary of {}", token, vocab_size_);
+  if (params_.repeat_last_n == 0) return;
+  recent_.push_back(token);
+  ++recent_counts_[token];
+  if (params_.repeat_last_n > 0 && recent_.size() > size_t(params_.repeat_last_n)) {
+    const int32_t oldest = recent_.front();
+    recent_.pop_front();
+    if (--recent_counts_[oldest] == 0) recent_counts_.erase(oldest);
+  }
+}
+
+void Sampler::reset() {
+  recent_.clear();
+  recent_counts_.clear();
+  rng_.seed(params_.seed);
+}
+
+}  // namespace nt

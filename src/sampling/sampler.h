@@ -1,0 +1,71 @@
+// Picks the next token from a row of logits.
+//
+// The chain follows llama.cpp's default (common_params_sampling):
+//   penalties -> top-k -> top-p -> min-p -> temperature -> seeded draw.
+// Top-p and min-p therefore see temperature-1 probabilities renormalised over
+// what the earlier filters kept; temperature only reshapes the final draw.
+// temperature <= 0 means greedy: penalties, then the highest logit.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <unordered_map>
+
+#include "sampling/candidates.h"
+
+namespace nt {
+
+// Defaults are llama-cli's.
+struct SamplingParams {
+  float temperature = 0.8f;        // <= 0: greedy
+  int32_t top_k = 40;              // <= 0: whole vocabulary
+  float top_p = 0.95f;             // 1: off
+  float min_p = 0.05f;             // 0: off
+  float repeat_penalty = 1.0f;     // 1: off
+  int32_t repeat_last_n = 64;      // penalty window; 0: off, < 0: everything since reset()
+  float frequency_penalty = 0.0f;  // 0: off
+  float presence_penalty = 0.0f;   // 0: off
+  uint64_t seed = 0;               // same seed, same logits -> same tokens, on any platform
+};
+
+// How often each token occurs in the penalty window.
+using TokenCounts = std::unordered_map<int32_t, int32_t>;
+
+// For each token seen count > 0 times: the repetition penalty divides a
+// positive logit and multiplies a negative one (so it always lowers it), then
+// logit -= count * frequency_penalty + presence_penalty.
+void apply_penalties(std::span<float> logits, const TokenCounts& counts, const SamplingParams& params);
+
+// 53 random bits as a double in [0, 1): the same on every platform, unlike
+// std::uniform_real_distribution whose algorithm the standard leaves open.
+double uniform_from_bits(uint64_t bits);
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int64_t vocab_size);
+
+  // Chooses a token; logits (vocab_size entries) are penalised in place.
+  int32_t sample(std::span<float> logits);
+
+  // Records a token of the running text (prompt or generated) for the penalties.
+  void accept(int32_t token);
+
+  // Forgets the history and restarts the random sequence from the seed.
+  void reset();
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  bool has_penalties() const;
+
+  SamplingParams params_;
+  int64_t vocab_size_;
+  std::deque<int32_t> recent_;  // the penalty window, oldest first
+  TokenCounts recent_counts_;
+  Candidates candidates_;
+  std::mt19937_64 rng_;  // the standard fixes mt19937_64's output sequence exactly
+};
+
+}  // namespace nt

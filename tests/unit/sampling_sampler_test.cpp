@@ -1,0 +1,277 @@
+// The Sampler end to end: greedy, determinism, the penalty window, and the
+// empirical distribution of draws against float64 probabilities derived here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "sampling/sampler.h"
+
+namespace nt {
+namespace {
+
+std::mt19937_64 fresh_rng(uint64_t& seed) {
+  seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  return std::mt19937_64(seed);
+}
+
+std::vector<float> random_logits(std::mt19937_64& rng, size_t n, float spread) {
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> logits(n);
+  for (auto& x : logits) x = normal(rng);
+  return logits;
+}
+
+SamplingParams unfiltered(float temperature, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = seed;
+  return p;
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Sampler::sample penalises in place; each call gets its own copy.
+int32_t sample_copy(Sampler& s, std::vector<float> logits) { return s.sample(logits); }
+
+TEST(Sampler, GreedyIsArgmax) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  for (float temperature : {0.0f, -1.0f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    Sampler sampler(params, 128256);
+    for (int i = 0; i < 5; ++i) {
+      auto logits = random_logits(rng, 128256, 5.0f);
+      EXPECT_EQ(sample_copy(sampler, logits), argmax(logits));
+    }
+  }
+}
+
+TEST(Sampler, GreedyBreaksTiesTowardTheLowestId) {
+  std::vector<float> logits = {0.0f, 3.0f, 1.0f, 3.0f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  Sampler sampler(params, 4);
+  EXPECT_EQ(sample_copy(sampler, logits), 1);
+}
+
+TEST(Sampler, TopKOfOneAlwaysPicksTheArgmax) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  SamplingParams params = unfiltered(2.0f, rng());
+  params.top_k = 1;
+  Sampler sampler(params, 1000);
+  for (int i = 0; i < 200; ++i) {
+    auto logits = random_logits(rng, 1000, 0.5f);
+    EXPECT_EQ(sample_copy(sampler, logits), argmax(logits));
+  }
+}
+
+// Pearson chi-square of `counts` against `probs`; cells expecting fewer than
+// 5 draws are pooled. Returns the statistic and its degrees of freedom.
+std::pair<double, int> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
+  double stat = 0.0, pooled_expected = 0.0;
+  int64_t pooled_observed = 0;
+  int cells = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const double expected = probs[i] * double(n);
+    if (expected < 5.0) {
+      pooled_expected += expected;
+      pooled_observed += counts[i];
+      continue;
+    }
+    stat += (counts[i] - expected) * (counts[i] - expected) / expected;
+    ++cells;
+  }
+  if (pooled_expected > 0.0) {
+    stat += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  return {stat, cells - 1};
+}
+
+// Upper quantile of chi-square(df) with tail ~1e-9 (Wilson-Hilferty, z = 6):
+// a correct sampler fails this about once in a billion runs.
+double chi_square_bound(int df) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + 6.0 * std::sqrt(a), 3.0);
+}
+
+std::vector<int64_t> draw_counts(Sampler& sampler, const std::vector<float>& logits, int64_t n) {
+  std::vector<int64_t> counts(logits.size(), 0);
+  for (int64_t i = 0; i < n; ++i) ++counts[size_t(sample_copy(sampler, logits))];
+  return counts;
+}
+
+TEST(Sampler, DrawsFollowSoftmaxOverTemperature) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  std::uniform_real_distribution<float> uniform(0.5f, 2.0f);
+  const float temperature = uniform(rng);
+  const auto logits = random_logits(rng, 16, 1.0f);
+  Sampler sampler(unfiltered(temperature, rng()), int64_t(logits.size()));
+
+  std::vector<double> probs(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) probs[i] = std::exp(double(logits[i]) / temperature);
+  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+  for (auto& p : probs) p /= total;
+
+  const int64_t n = 200000;
+  const auto [stat, df] = chi_square(draw_counts(sampler, logits, n), probs, n);
+  EXPECT_LT(stat, chi_square_bound(df)) << "temperature " << temperature << ", df " << df;
+}
+
+// The whole default chain written out in float64: top-k, then top-p and min-p
+// on the renormalised temperature-1 probabilities, then softmax(logit / T).
+std::vector<double> chain_probabilities(const std::vector<float>& logits, const SamplingParams& p) {
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ids.resize(std::min(ids.size(), size_t(p.top_k)));
+
+  const double top = logits[ids[0]];
+  double total = 0.0;
+  for (int32_t id : ids) total += std::exp(logits[id] - top);
+  double mass = 0.0;
+  size_t nucleus = 0;
+  while (nucleus < ids.size() && mass < double(p.top_p)) mass += std::exp(logits[ids[nucleus++]] - top) / total;
+  ids.resize(nucleus);
+  std::erase_if(ids, [&](int32_t id) { return std::exp(logits[id] - top) < double(p.min_p); });
+
+  std::vector<double> probs(logits.size(), 0.0);
+  double tempered_total = 0.0;
+  for (int32_t id : ids) tempered_total += probs[id] = std::exp((logits[id] - top) / p.temperature);
+  for (auto& x : probs) x /= tempered_total;
+  return probs;
+}
+
+TEST(Sampler, DrawsFollowTheFilteredChain) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  SamplingParams params;  // llama-cli defaults: top_k 40, top_p 0.95, min_p 0.05, T 0.8
+  params.seed = rng();
+  const auto logits = random_logits(rng, 2000, 2.5f);
+  Sampler sampler(params, int64_t(logits.size()));
+  const auto probs = chain_probabilities(logits, params);
+
+  const int64_t n = 200000;
+  const auto counts = draw_counts(sampler, logits, n);
+  for (size_t id = 0; id < probs.size(); ++id) {
+    if (probs[id] == 0.0) {
+      EXPECT_EQ(counts[id], 0) << "token " << id << " should have been filtered out";
+    }
+  }
+  const auto [stat, df] = chi_square(counts, probs, n);
+  EXPECT_LT(stat, chi_square_bound(df)) << "df " << df;
+}
+
+TEST(Sampler, SameSeedSameSequence) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  const auto params = unfiltered(1.0f, rng());
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 64; ++i) rows.push_back(random_logits(rng, 500, 1.0f));
+
+  const auto run = [&](Sampler& s) {
+    std::vector<int32_t> out;
+    for (const auto& row : rows) out.push_back(sample_copy(s, row));
+    return out;
+  };
+  Sampler a(params, 500), b(params, 500);
+  const auto first = run(a);
+  EXPECT_EQ(run(b), first);
+  a.reset();
+  EXPECT_EQ(run(a), first) << "reset() restarts the random sequence";
+  auto other_params = params;
+  other_params.seed = params.seed + 1;
+  Sampler c(other_params, 500);
+  EXPECT_NE(run(c), first);
+}
+
+TEST(Sampler, UniformFromBitsSpansZeroToJustBelowOne) {
+  EXPECT_EQ(uniform_from_bits(0), 0.0);
+  EXPECT_EQ(uniform_from_bits(~uint64_t(0)), 1.0 - 0x1.0p-53);
+  EXPECT_EQ(uniform_from_bits(uint64_t(1) << 63), 0.5);
+}
+
+TEST(Sampler, PenaltiesCoverOnlyTheLastNAcceptedTokens) {
+  // Token 3 leads token 5 by a margin a penalty of 2 reverses.
+  std::vector<float> logits(8, 0.0f);
+  logits[3] = 5.0f;
+  logits[5] = 4.0f;
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.repeat_penalty = 2.0f;
+  params.repeat_last_n = 4;
+  Sampler sampler(params, 8);
+
+  EXPECT_EQ(sample_copy(sampler, logits), 3);
+  sampler.accept(3);
+  EXPECT_EQ(sample_copy(sampler, logits), 5);
+  for (int32_t t : {0, 1, 2}) sampler.accept(t);
+  EXPECT_EQ(sample_copy(sampler, logits), 5) << "token 3 is still among the last 4";
+  sampler.accept(6);
+  EXPECT_EQ(sample_copy(sampler, logits), 3) << "token 3 left the window";
+  sampler.accept(3);
+  sampler.reset();
+  EXPECT_EQ(sample_copy(sampler, logits), 3) << "reset() forgets the history";
+}
+
+TEST(Sampler, PenalisesTheCallersLogitsInPlace) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.frequency_penalty = 0.5f;
+  params.presence_penalty = 0.25f;
+  Sampler sampler(params, 4);
+  sampler.accept(2);
+  sampler.accept(2);
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
+  sampler.sample(logits);
+  EXPECT_FLOAT_EQ(logits[2], 1.0f - 2 * 0.5f - 0.25f);
+  EXPECT_EQ(logits[0], 1.0f);
+}
+
+TEST(Sampler, RejectsBadInput) {
+  SamplingParams params;
+  Sampler sampler(params, 10);
+  std::vector<float> short_row(9, 0.0f);
+  EXPECT_THROW(sampler.sample(short_row), Error);
+  std::vector<float> with_nan(10, 0.0f);
+  with_nan[4] = NAN;
+  EXPECT_THROW(sampler.sample(with_nan), Error);
+  std::vector<float> all_masked(10, -INFINITY);
+  EXPECT_THROW(sampler.sample(all_masked), Error);
+  EXPECT_THROW(sampler.accept(10), Error);
+  EXPECT_THROW(sampler.accept(-1), Error);
+  params.top_p = 1.5f;
+  EXPECT_THROW(Sampler(params, 10), Error);
+}
+
+TEST(Sampler, MaskedTokensAreNeverDrawn) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  auto logits = random_logits(rng, 50, 1.0f);
+  for (size_t i = 0; i < logits.size(); i += 2) logits[i] = -INFINITY;
+  Sampler sampler(unfiltered(1.0f, rng()), 50);
+  for (int i = 0; i < 2000; ++i) EXPECT_EQ(sample_copy(sampler, logits) % 2, 1);
+}
+
+}  // namespace
+}  // namespace nt
