@@ -7,5 +7,8 @@ namespace nt::cli {
 
 void add_inspect_command(CLI::App& app);
 void add_convert_llama2c_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
 
 }  // namespace nt::cli

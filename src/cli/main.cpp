@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   nt::cli::add_inspect_command(app);
   nt::cli::add_convert_llama2c_command(app);
+  nt::cli::add_quantize_command(app);
+  nt::cli::add_make_model_command(app);
+  nt::cli::add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

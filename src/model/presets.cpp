@@ -3,15 +3,6 @@
 namespace nt {
 namespace {
 
-constexpr const char* kChatMlTemplate =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
-    "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-constexpr const char* kLlama3Template =
-    "{{- bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-    "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt "
-    "%}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
-
 LlamaConfig llama(int64_t layers, int64_t dim, int64_t ffn, int64_t heads, int64_t kv_heads, int64_t vocab,
                   int64_t context, float theta, bool tied) {
   LlamaConfig c;
@@ -45,16 +36,16 @@ LlamaConfig with_llama31_rope(LlamaConfig c, float factor) {
 std::vector<ModelPreset> presets() {
   return {
       // Small enough for unit tests; widths are multiples of 256 so every K-quant applies.
-      {"tiny", llama(4, 256, 768, 8, 4, 4096, 2048, 10000.0f, true), "smollm", kChatMlTemplate},
-      {"smollm2-135m", llama(30, 576, 1536, 9, 3, 49152, 8192, 100000.0f, true), "smollm", kChatMlTemplate},
+      {"tiny", llama(4, 256, 768, 8, 4, 4096, 2048, 10000.0f, true), SyntheticVocabStyle::SmolLM2},
+      {"smollm2-135m", llama(30, 576, 1536, 9, 3, 49152, 8192, 100000.0f, true), SyntheticVocabStyle::SmolLM2},
       {"llama3-1b", with_llama31_rope(llama(16, 2048, 8192, 32, 8, 128256, 131072, 500000.0f, true), 32.0f),
-       "llama-bpe", kLlama3Template},
+       SyntheticVocabStyle::Llama3},
       {"llama3-8b", with_llama31_rope(llama(32, 4096, 14336, 32, 8, 128256, 131072, 500000.0f, false), 8.0f),
-       "llama-bpe", kLlama3Template},
+       SyntheticVocabStyle::Llama3},
       {"llama3-70b", with_llama31_rope(llama(80, 8192, 28672, 64, 8, 128256, 131072, 500000.0f, false), 8.0f),
-       "llama-bpe", kLlama3Template},
+       SyntheticVocabStyle::Llama3},
       {"llama3-405b", with_llama31_rope(llama(126, 16384, 53248, 128, 8, 128256, 131072, 500000.0f, false), 8.0f),
-       "llama-bpe", kLlama3Template},
+       SyntheticVocabStyle::Llama3},
   };
 }
 

@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "model/llama_config.h"
+#include "tokenizer/synthetic_vocab.h"
 
 namespace nt {
 
 struct ModelPreset {
   std::string name;      // "llama3-8b"
   LlamaConfig config;    // architecture "llama"
-  std::string tokenizer_pre;  // "llama-bpe" or "smollm"
-  std::string chat_template;  // the architecture's template text
+  SyntheticVocabStyle vocab;  // specials, pre-tokenizer and chat template of the family
 };
 
 std::optional<ModelPreset> find_model_preset(std::string_view name);

@@ -15,23 +15,26 @@ using S = QuantScheme;
 using T = TensorType;
 
 constexpr std::array kSchemes = {
-    QuantSchemeInfo{S::F32, "F32", T::F32, 0},
-    QuantSchemeInfo{S::F16, "F16", T::F16, 1},
-    QuantSchemeInfo{S::BF16, "BF16", T::BF16, 32},
-    QuantSchemeInfo{S::Q4_0, "Q4_0", T::Q4_0, 2},
-    QuantSchemeInfo{S::Q4_1, "Q4_1", T::Q4_1, 3},
-    QuantSchemeInfo{S::Q5_0, "Q5_0", T::Q5_0, 8},
-    QuantSchemeInfo{S::Q5_1, "Q5_1", T::Q5_1, 9},
-    QuantSchemeInfo{S::Q8_0, "Q8_0", T::Q8_0, 7},
-    QuantSchemeInfo{S::Q2_K, "Q2_K", T::Q2_K, 10},
-    QuantSchemeInfo{S::Q3_K_S, "Q3_K_S", T::Q3_K, 11},
-    QuantSchemeInfo{S::Q3_K_M, "Q3_K_M", T::Q3_K, 12},
-    QuantSchemeInfo{S::Q3_K_L, "Q3_K_L", T::Q3_K, 13},
-    QuantSchemeInfo{S::Q4_K_S, "Q4_K_S", T::Q4_K, 14},
-    QuantSchemeInfo{S::Q4_K_M, "Q4_K_M", T::Q4_K, 15},
-    QuantSchemeInfo{S::Q5_K_S, "Q5_K_S", T::Q5_K, 16},
-    QuantSchemeInfo{S::Q5_K_M, "Q5_K_M", T::Q5_K, 17},
-    QuantSchemeInfo{S::Q6_K, "Q6_K", T::Q6_K, 18},
+    QuantSchemeInfo{S::F32, "F32", T::F32, false, 0},
+    QuantSchemeInfo{S::F16, "F16", T::F16, false, 1},
+    QuantSchemeInfo{S::BF16, "BF16", T::BF16, false, 32},
+    QuantSchemeInfo{S::Q4_0, "Q4_0", T::Q4_0, true, 2},
+    QuantSchemeInfo{S::Q4_1, "Q4_1", T::Q4_1, true, 3},
+    QuantSchemeInfo{S::Q5_0, "Q5_0", T::Q5_0, true, 8},
+    QuantSchemeInfo{S::Q5_1, "Q5_1", T::Q5_1, true, 9},
+    QuantSchemeInfo{S::Q8_0, "Q8_0", T::Q8_0, true, 7},
+    QuantSchemeInfo{S::Q2_K, "Q2_K", T::Q2_K, false, 10},
+    QuantSchemeInfo{S::Q3_K, "Q3_K", T::Q3_K, false, 12},
+    QuantSchemeInfo{S::Q4_K, "Q4_K", T::Q4_K, false, 15},
+    QuantSchemeInfo{S::Q5_K, "Q5_K", T::Q5_K, false, 17},
+    QuantSchemeInfo{S::Q3_K_S, "Q3_K_S", T::Q3_K, true, 11},
+    QuantSchemeInfo{S::Q3_K_M, "Q3_K_M", T::Q3_K, true, 12},
+    QuantSchemeInfo{S::Q3_K_L, "Q3_K_L", T::Q3_K, true, 13},
+    QuantSchemeInfo{S::Q4_K_S, "Q4_K_S", T::Q4_K, true, 14},
+    QuantSchemeInfo{S::Q4_K_M, "Q4_K_M", T::Q4_K, true, 15},
+    QuantSchemeInfo{S::Q5_K_S, "Q5_K_S", T::Q5_K, true, 16},
+    QuantSchemeInfo{S::Q5_K_M, "Q5_K_M", T::Q5_K, true, 17},
+    QuantSchemeInfo{S::Q6_K, "Q6_K", T::Q6_K, false, 18},
 };
 
 // "blk.12.ffn_down.weight" -> layer 12, role "ffn_down"; "output.weight" -> role "output".
@@ -80,7 +83,6 @@ bool is_70b_shape(const TensorPlacementInfo& t) { return t.n_layers == 80 && t.n
 TensorType attn_v_type(S scheme, TensorType base, int64_t layer, const TensorPlacementInfo& t) {
   TensorType type = base;
   switch (scheme) {
-    case S::Q2_K: type = t.n_gqa >= 4 ? T::Q4_K : T::Q3_K; break;
     case S::Q3_K_M: type = layer < 2 ? T::Q5_K : T::Q4_K; break;
     case S::Q3_K_L: type = T::Q5_K; break;
     case S::Q4_K_S: if (layer < 4) type = T::Q5_K; break;
@@ -94,7 +96,6 @@ TensorType attn_v_type(S scheme, TensorType base, int64_t layer, const TensorPla
 
 TensorType ffn_down_type(S scheme, TensorType base, int64_t layer, int64_t n_layers) {
   switch (scheme) {
-    case S::Q2_K: return T::Q3_K;
     case S::Q3_K_M: return layer < n_layers / 16 ? T::Q5_K : T::Q4_K;
     case S::Q3_K_L: return T::Q5_K;
     case S::Q4_K_S: return layer < n_layers / 8 ? T::Q5_K : base;
@@ -106,7 +107,6 @@ TensorType ffn_down_type(S scheme, TensorType base, int64_t layer, int64_t n_lay
 
 TensorType attn_output_type(S scheme, TensorType base) {
   switch (scheme) {
-    case S::Q2_K: return T::Q3_K;
     case S::Q3_K_M: return T::Q4_K;
     case S::Q3_K_L: return T::Q5_K;
     default: return base;
@@ -142,9 +142,6 @@ const QuantSchemeInfo& quant_scheme_info(QuantScheme scheme) {
 std::optional<QuantScheme> quant_scheme_from_name(std::string_view name) {
   std::string upper(name);
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-  if (upper == "Q3_K") return S::Q3_K_M;
-  if (upper == "Q4_K") return S::Q4_K_M;
-  if (upper == "Q5_K") return S::Q5_K_M;
   for (const auto& info : kSchemes) {
     if (info.name == upper) return info.scheme;
   }
@@ -153,7 +150,8 @@ std::optional<QuantScheme> quant_scheme_from_name(std::string_view name) {
 
 TensorType choose_tensor_type(QuantScheme scheme, const TensorPlacementInfo& t) {
   if (!is_matrix(t.shape) || t.name.ends_with("_norm.weight")) return T::F32;
-  const TensorType base = quant_scheme_info(scheme).base_type;
+  const auto& info = quant_scheme_info(scheme);
+  const TensorType base = info.base_type;
   if (base == T::F32 || base == T::F16 || base == T::BF16) return base;
 
   const int64_t width = t.shape[0];
@@ -163,7 +161,9 @@ TensorType choose_tensor_type(QuantScheme scheme, const TensorPlacementInfo& t) 
   }
 
   TensorType type = base;
-  if (role.role == "output" || (role.role == "token_embd" && !t.has_output)) {
+  if (!info.mix) {
+    // Single-type schemes: nothing but the row-width fallback.
+  } else if (role.role == "output" || (role.role == "token_embd" && !t.has_output)) {
     type = output_type(base, width);
   } else if (role.layer && role.role == "attn_v") {
     type = attn_v_type(scheme, base, *role.layer, t);

@@ -87,11 +87,14 @@ TEST(QuantMix, Llama3_8B_OtherSchemes) {
   EXPECT_EQ(pick(QuantScheme::Q3_K_M, m, blk(2, "ffn_down"), {14336, 4096}), TensorType::Q4_K);
   EXPECT_EQ(pick(QuantScheme::Q3_K_M, m, blk(2, "attn_output"), {4096, 4096}), TensorType::Q4_K);
   EXPECT_EQ(pick(QuantScheme::Q3_K_M, m, blk(2, "attn_q"), {4096, 4096}), TensorType::Q3_K);
-  // Q2_K: attn_v depends on grouped-query attention.
-  EXPECT_EQ(pick(QuantScheme::Q2_K, m, blk(7, "attn_v"), {4096, 1024}), TensorType::Q4_K);
-  EXPECT_EQ(pick(QuantScheme::Q2_K, Model{32, 1, true}, blk(7, "attn_v"), {4096, 4096}), TensorType::Q3_K);
-  EXPECT_EQ(pick(QuantScheme::Q2_K, m, blk(7, "ffn_down"), {14336, 4096}), TensorType::Q3_K);
-  EXPECT_EQ(pick(QuantScheme::Q2_K, m, blk(7, "ffn_up"), {4096, 14336}), TensorType::Q2_K);
+  // Single-type K schemes: every matrix, output and embeddings included, is the base type.
+  for (auto [scheme, type] : {std::pair{QuantScheme::Q2_K, TensorType::Q2_K}, std::pair{QuantScheme::Q4_K, TensorType::Q4_K},
+                              std::pair{QuantScheme::Q6_K, TensorType::Q6_K}}) {
+    EXPECT_EQ(pick(scheme, m, blk(7, "attn_v"), {4096, 1024}), type);
+    EXPECT_EQ(pick(scheme, m, blk(7, "ffn_down"), {14336, 4096}), type);
+    EXPECT_EQ(pick(scheme, m, "output.weight", {4096, 128256}), type);
+    EXPECT_EQ(pick(scheme, m, "token_embd.weight", {4096, 128256}), type);
+  }
 }
 
 TEST(QuantMix, Llama70BShapeGetsWiderAttnV) {
@@ -157,9 +160,9 @@ TEST(QuantMix, RejectsLayerOutsideModel) {
 
 TEST(QuantMix, SchemeNames) {
   EXPECT_EQ(quant_scheme_from_name("q4_k_m"), QuantScheme::Q4_K_M);
-  EXPECT_EQ(quant_scheme_from_name("Q4_K"), QuantScheme::Q4_K_M);
-  EXPECT_EQ(quant_scheme_from_name("q5_k"), QuantScheme::Q5_K_M);
-  EXPECT_EQ(quant_scheme_from_name("Q3_K"), QuantScheme::Q3_K_M);
+  EXPECT_EQ(quant_scheme_from_name("Q4_K"), QuantScheme::Q4_K);
+  EXPECT_EQ(quant_scheme_from_name("q5_k"), QuantScheme::Q5_K);
+  EXPECT_EQ(quant_scheme_from_name("Q3_K"), QuantScheme::Q3_K);
   EXPECT_EQ(quant_scheme_from_name("q8_0"), QuantScheme::Q8_0);
   EXPECT_EQ(quant_scheme_from_name("bf16"), QuantScheme::BF16);
   EXPECT_EQ(quant_scheme_from_name("iq4_nl"), std::nullopt);

@@ -13,6 +13,10 @@ std::optional<CudaDeviceInfo> probe_cuda_device(int index, std::string* why) {
   cudaRuntimeGetVersion(&info.runtime_version);
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaErrorInsufficientDriver && info.driver_version == 0) {
+    *why = "the NVIDIA driver is not installed";
+    return std::nullopt;
+  }
   if (err == cudaErrorInsufficientDriver) {
     *why = fmt::format("the NVIDIA driver supports CUDA {}.{} but this build needs {}.{}; update the driver",
                        info.driver_version / 1000, info.driver_version % 1000 / 10, info.runtime_version / 1000,

@@ -1,0 +1,78 @@
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+
+namespace nt::cpu {
+
+namespace {
+
+void check(const KvView& k, const KvView& v, const AttentionShape& s) {
+  for (const KvView* c : {&k, &v}) {
+    if (c->type != TensorType::F16 && c->type != TensorType::F32) {
+      fail("attention: KV cache type {} is not F16 or F32", tensor_type_name(c->type));
+    }
+  }
+  if (s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) {
+    fail("attention: {} query heads do not share {} KV heads evenly", s.n_heads, s.n_kv_heads);
+  }
+}
+
+float dot_row(const Kernels& kn, const KvView& c, int64_t offset, const float* x, int n) {
+  if (c.type == TensorType::F16) return kn.dot_f16(static_cast<const uint16_t*>(c.data) + offset, x, n);
+  return kn.dot_f32(static_cast<const float*>(c.data) + offset, x, n);
+}
+
+void axpy_row(const Kernels& kn, float a, const KvView& c, int64_t offset, float* y, int n) {
+  if (c.type == TensorType::F16) {
+    kn.axpy_f16(a, static_cast<const uint16_t*>(c.data) + offset, y, n);
+  } else {
+    kn.axpy_f32(a, static_cast<const float*>(c.data) + offset, y, n);
+  }
+}
+
+// One head of one query over positions [0, n_ctx).
+void attend_head(const float* q, const KvView& k, const KvView& v, int64_t n_ctx, int kv_head,
+                 const AttentionShape& s, float* out, const Kernels& kn) {
+  static thread_local std::vector<float> scores;
+  if (scores.size() < size_t(n_ctx)) scores.resize(n_ctx);
+  const int hd = s.head_dim;
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    scores[j] = s.scale * dot_row(kn, k, j * k.pos_stride + kv_head * k.head_stride, q, hd);
+    max = std::max(max, scores[j]);
+  }
+  const float inv_sum = 1.0f / kn.exp_sum(scores.data(), n_ctx, max);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    axpy_row(kn, scores[j] * inv_sum, v, j * v.pos_stride + kv_head * v.head_stride, out, hd);
+  }
+}
+
+}  // namespace
+
+void attention(const float* q, const KvView& k, const KvView& v, int64_t n_ctx, const AttentionShape& s, float* out,
+               ThreadPool& pool, const Kernels& kn) {
+  attention_prefill(q, k, v, n_ctx - 1, 1, s, out, pool, kn);
+}
+
+void attention_prefill(const float* q, const KvView& k, const KvView& v, int64_t n_past, int n_tokens,
+                       const AttentionShape& s, float* out, ThreadPool& pool, const Kernels& kn) {
+  check(k, v, s);
+  const int group = s.n_heads / s.n_kv_heads;
+  const int64_t width = int64_t(s.n_heads) * s.head_dim;
+  const int64_t tasks = int64_t(n_tokens) * s.n_heads;
+  // Strided so that every thread gets early (short) and late (long) queries.
+  pool.run([&](int thread, int n_threads) {
+    for (int64_t i = thread; i < tasks; i += n_threads) {
+      const int64_t t = i / s.n_heads;
+      const int h = int(i % s.n_heads);
+      const int64_t offset = t * width + int64_t(h) * s.head_dim;
+      attend_head(q + offset, k, v, n_past + t + 1, h / group, s, out + offset, kn);
+    }
+  });
+}
+
+}  // namespace nt::cpu

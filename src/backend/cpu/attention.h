@@ -1,0 +1,41 @@
+// Scaled dot-product attention of f32 queries against an F32 or F16 KV cache
+// with grouped-query heads (n_heads / n_kv_heads query heads per KV head).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "quant/tensor_type.h"
+
+namespace nt::cpu {
+
+// One of the K or V caches. Element (pos, kv_head, i) lives at
+// pos * pos_stride + kv_head * head_stride + i.
+struct KvView {
+  const void* data = nullptr;
+  TensorType type = TensorType::F16;  // F16 or F32
+  int64_t pos_stride = 0;
+  int64_t head_stride = 0;
+};
+
+struct AttentionShape {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0;  // usually 1 / sqrt(head_dim)
+};
+
+// One query (n_heads * head_dim values) against cache positions [0, n_ctx):
+// out[h] = sum_j softmax_j(scale * q[h] . k[j]) v[j]. The cache must already
+// hold the current token.
+void attention(const float* q, const KvView& k, const KvView& v, int64_t n_ctx, const AttentionShape& shape,
+               float* out, ThreadPool& pool, const Kernels& kernels = cpu::kernels());
+
+// n_tokens queries (row t at position n_past + t, each n_heads * head_dim
+// values) with causal masking: query t sees positions [0, n_past + t].
+void attention_prefill(const float* q, const KvView& k, const KvView& v, int64_t n_past, int n_tokens,
+                       const AttentionShape& shape, float* out, ThreadPool& pool,
+                       const Kernels& kernels = cpu::kernels());
+
+}  // namespace nt::cpu

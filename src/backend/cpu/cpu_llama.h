@@ -1,0 +1,21 @@
+// The Llama forward pass on the CPU: the correctness reference for every other
+// backend, and fast enough to be the default everywhere.
+#pragma once
+
+#include <memory>
+
+#include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+
+namespace nt {
+
+struct CpuRunnerOptions {
+  int64_t context = 0;     // KV cache length; 0 = the model's trained context (capped at 4096)
+  int threads = 0;         // 0 = physical cores
+  bool kv_f32 = false;     // F16 KV cache by default
+  int64_t max_batch = 256; // prompt tokens per matrix-matrix pass (bounds scratch memory)
+};
+
+std::unique_ptr<ModelRunner> make_cpu_runner(std::shared_ptr<const GgufFile> file, const CpuRunnerOptions& options);
+
+}  // namespace nt

@@ -1,0 +1,110 @@
+// Table of the per-ISA CPU kernels. Each ISA fills one table in its own
+// translation unit (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp)
+// and the rest of the backend calls through the table picked at startup.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/cpu_features.h"
+#include "quant/blocks.h"
+#include "quant/tensor_type.h"
+
+namespace nt::cpu {
+
+// The activation format a weight type's dot product consumes.
+enum class ActFormat {
+  F32,   // F32, F16, BF16 weights
+  Q8_0,  // Q4_0, Q5_0, Q8_0: BlockQ8_0
+  Q8_1,  // Q4_1, Q5_1: BlockQ8_1 (its sum feeds the weights' min term)
+  Q8_K,  // K-quants: BlockQ8_K
+};
+
+// Throws nt::Error for types that are not weight formats.
+ActFormat act_format(TensorType weight_type);
+// Bytes of one activation row of n elements in `format`.
+size_t act_row_bytes(ActFormat format, int64_t n);
+
+// dot(weight row, activation row) over n elements; `act` is in act_format(weight type).
+using VecDotFn = float (*)(const void* weight_row, const void* act, int64_t n);
+
+// --- Prefill GEMM operands -------------------------------------------------
+// Every quantized weight type is unpacked, a panel of kGemmRows rows at a
+// time, into one integer form: per 32-element chunk 32 small integers q
+// (uint8, or int8 when `signed_q`), a scale per 16-element half-chunk and an
+// offset c per 16-element group, so that w = scale * q + c.
+// Activations are int8 with a float scale per 32 elements and, per 16-group,
+// gsum = scale * sum(q), stored token-interleaved in groups of
+// kGemmTokenGroup tokens so that one 32-byte load holds 4 consecutive
+// elements of 8 tokens. Then
+//   dot(w, x) = sum_halves scale_w * scale_x * idot(q_w, q_x) + sum_groups c * gsum.
+constexpr int kGemmRows = 4;
+constexpr int kGemmTokenGroup = 8;
+
+struct GemmPanel {
+  uint8_t* q;          // [n/32][kGemmRows][32]
+  float* scale;        // [n/32][kGemmRows][2]
+  float* offset;       // [kGemmRows][n/16]
+  bool signed_q;       // q holds int8 (Q8_0 without vpdpbusd)
+  bool uniform_scale;  // both halves of every chunk share a scale
+};
+
+// One token group of an activation matrix (tokens past the end are zero).
+struct GemmActs {
+  const int8_t* q;     // [n/4][kGemmTokenGroup][4]
+  const float* scale;  // [n/32][kGemmTokenGroup]
+  const float* gsum;   // [n/16][kGemmTokenGroup]
+};
+
+// Y[t * y_stride + r] = dot(panel row r, token t) for r < rows and t < tokens,
+// where token t is lane t % 8 of groups[t / 8].
+using GemmTileFn = void (*)(const GemmPanel& panel, const GemmActs* groups, int64_t n, int rows, int tokens,
+                            float* y, int64_t y_stride);
+
+struct Kernels {
+  Isa isa;
+
+  // Activation quantizers; n is a whole number of blocks.
+  void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  void (*quantize_q8_1)(const float* x, BlockQ8_1* y, int64_t n);
+  void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);
+
+  // Indexed by the GGUF type id; null for non-weight types.
+  std::array<VecDotFn, 31> vec_dot;
+
+  // Prefill GEMM: quantize one activation row (n a multiple of 32) into
+  // q[n], scale[n/32], gsum[n/16] (the caller interleaves them), then
+  // multiply tiles.
+  void (*gemm_quantize)(const float* x, int64_t n, int8_t* q, float* scale, float* gsum);
+  GemmTileFn gemm_tile;
+  bool gemm_unsigned_q8;  // prefers Q8_0 weights biased to uint8 (vpdpbusd)
+  // Same contract as gemm_unpack_panel (below), vectorised.
+  void (*gemm_unpack)(TensorType type, const uint8_t* first_row, size_t row_stride, int rows, int64_t n,
+                      bool unsigned_q8, GemmPanel& panel);
+
+  // Float helpers for the ops and attention.
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  float (*dot_f16)(const uint16_t* a, const float* b, int64_t n);
+  void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);   // y += alpha * x
+  void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);
+  float (*exp_sum)(float* x, int64_t n, float shift);  // x = exp(x - shift); returns the sum
+  void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
+};
+
+// The table for `isa` (which must be supported) and for active_isa().
+const Kernels& kernels_for(Isa isa);
+const Kernels& kernels();
+
+// Per-ISA tables, each defined in its own translation unit.
+const Kernels& scalar_kernels();
+const Kernels& avx2_kernels();
+const Kernels& avx512_kernels();
+
+// Unpacks rows [row0, row0 + rows) (rows <= kGemmRows; missing rows become
+// zero) of a quantized weight matrix into `panel`: the scalar reference of
+// Kernels::gemm_unpack.
+void gemm_unpack_panel(TensorType type, const uint8_t* first_row, size_t row_stride, int rows,
+                       int64_t n, bool unsigned_q8, GemmPanel& panel);
+
+}  // namespace nt::cpu

@@ -1,0 +1,158 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace nt::cpu {
+
+namespace {
+
+// Token counts from which the blocked GEMM beats one fused dot per row and
+// token (its weight unpacking only pays off when shared by several tokens).
+constexpr int kGemmMinTokens = 4;
+// Tokens whose quantized activations stay in L2 while a panel sweeps them
+// (a multiple of kGemmTokenGroup).
+constexpr int kGemmTokenBlock = 128;
+
+template <typename T>
+T* scratch(std::vector<T>& buffer, size_t count) {
+  if (buffer.size() < count) buffer.resize(count);
+  return buffer.data();
+}
+
+void check(const WeightView& w) {
+  const TensorTypeInfo& info = tensor_type_info(w.type);
+  if (!info.weight_format) fail("matmul {}: unsupported weight type {}", w.name, info.name);
+  if (w.cols <= 0 || w.rows <= 0 || w.cols % info.block_elems != 0) {
+    fail("matmul {}: {} x {} does not fit {} blocks of {}", w.name, w.rows, w.cols, info.name, info.block_elems);
+  }
+  if (act_format(w.type) != ActFormat::F32 && w.cols % 32 != 0) {
+    fail("matmul {}: cols {} is not a multiple of 32", w.name, w.cols);
+  }
+}
+
+void quantize_act(const Kernels& k, ActFormat format, const float* x, void* out, int64_t n) {
+  switch (format) {
+    case ActFormat::F32: std::copy(x, x + n, static_cast<float*>(out)); break;
+    case ActFormat::Q8_0: k.quantize_q8_0(x, static_cast<BlockQ8_0*>(out), n); break;
+    case ActFormat::Q8_1: k.quantize_q8_1(x, static_cast<BlockQ8_1*>(out), n); break;
+    case ActFormat::Q8_K: k.quantize_q8_k(x, static_cast<BlockQ8_K*>(out), n); break;
+  }
+}
+
+// One fused dot product per (row, token): each row is read once and used for
+// every token while it is in L1.
+void matmul_dots(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
+  const ActFormat format = act_format(w.type);
+  const VecDotFn dot = k.vec_dot[size_t(w.type)];
+  const void* act = x;
+  if (format != ActFormat::F32) {
+    static thread_local std::vector<uint8_t> buffer;
+    const size_t bytes = act_row_bytes(format, w.cols);
+    uint8_t* q = scratch(buffer, bytes * n_tokens);
+    for (int t = 0; t < n_tokens; ++t) quantize_act(k, format, x + t * w.cols, q + t * bytes, w.cols);
+    act = q;
+  }
+  const size_t act_bytes = act_row_bytes(format, w.cols);
+  pool.parallel_for(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* row = w.row(r);
+          for (int t = 0; t < n_tokens; ++t) {
+            y[t * w.rows + r] = dot(row, static_cast<const uint8_t*>(act) + t * act_bytes, w.cols);
+          }
+        }
+      },
+      16);
+}
+
+// Quantizes tokens [t0, t0 + 8) (zeros past n_tokens) into one interleaved group.
+void quantize_token_group(const Kernels& k, const float* x, int64_t n, int t0, int n_tokens, int8_t* q, float* scale,
+                          float* gsum) {
+  constexpr int G = kGemmTokenGroup;
+  static thread_local std::vector<int8_t> row_q;
+  static thread_local std::vector<float> row_scale, row_gsum;
+  int8_t* rq = scratch(row_q, n);
+  float* rs = scratch(row_scale, n / 32);
+  float* rg = scratch(row_gsum, n / 16);
+  for (int lane = 0; lane < G; ++lane) {
+    if (t0 + lane < n_tokens) {
+      k.gemm_quantize(x + (t0 + lane) * n, n, rq, rs, rg);
+    } else {
+      std::fill(rq, rq + n, int8_t(0));
+      std::fill(rs, rs + n / 32, 0.0f);
+      std::fill(rg, rg + n / 16, 0.0f);
+    }
+    for (int64_t i = 0; i < n / 4; ++i) std::copy(rq + 4 * i, rq + 4 * i + 4, q + (i * G + lane) * 4);
+    for (int64_t c = 0; c < n / 32; ++c) scale[c * G + lane] = rs[c];
+    for (int64_t g = 0; g < n / 16; ++g) gsum[g * G + lane] = rg[g];
+  }
+}
+
+void matmul_gemm(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
+  constexpr int G = kGemmTokenGroup;
+  const int64_t n = w.cols, chunks = n / 32, groups = n / 16;
+  const int n_groups = (n_tokens + G - 1) / G;
+  static thread_local std::vector<int8_t> act_q;
+  static thread_local std::vector<float> act_scale, act_gsum;
+  static thread_local std::vector<GemmActs> act_groups;
+  int8_t* q = scratch(act_q, size_t(n_groups) * G * n);
+  float* scale = scratch(act_scale, size_t(n_groups) * G * chunks);
+  float* gsum = scratch(act_gsum, size_t(n_groups) * G * groups);
+  // Workers see their own thread_locals: hand them plain pointers.
+  GemmActs* acts = scratch(act_groups, n_groups);
+  for (int g = 0; g < n_groups; ++g) acts[g] = {q + g * G * n, scale + g * G * chunks, gsum + g * G * groups};
+  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      quantize_token_group(k, x, n, int(g * G), n_tokens, q + g * G * n, scale + g * G * chunks, gsum + g * G * groups);
+    }
+  });
+
+  const int64_t panels = (w.rows + kGemmRows - 1) / kGemmRows;
+  pool.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    static thread_local std::vector<uint8_t> panel_q;
+    static thread_local std::vector<float> panel_scale, panel_offset;
+    GemmPanel panel{scratch(panel_q, size_t(chunks) * kGemmRows * 32), scratch(panel_scale, size_t(chunks) * kGemmRows * 2),
+                    scratch(panel_offset, size_t(kGemmRows) * groups), false, true};
+    for (int tb = 0; tb < n_tokens; tb += kGemmTokenBlock) {
+      const int tokens = std::min(kGemmTokenBlock, n_tokens - tb);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t r0 = p * kGemmRows;
+        const int rows = int(std::min<int64_t>(kGemmRows, w.rows - r0));
+        k.gemm_unpack(w.type, w.row(r0), w.row_stride, rows, n, k.gemm_unsigned_q8, panel);
+        k.gemm_tile(panel, acts + tb / G, n, rows, tokens, y + tb * w.rows + r0, w.rows);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+WeightView WeightView::dense(const void* data, TensorType type, int64_t rows, int64_t cols, std::string_view name) {
+  return WeightView{data, type, rows, cols, row_bytes(type, cols), name};
+}
+
+void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool) {
+  matmul(w, x, y, n_tokens, pool, kernels());
+}
+
+void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
+  check(w);
+  if (n_tokens <= 0) return;
+  if (n_tokens >= kGemmMinTokens && act_format(w.type) != ActFormat::F32) {
+    matmul_gemm(w, x, y, n_tokens, pool, k);
+  } else {
+    matmul_dots(w, x, y, n_tokens, pool, k);
+  }
+}
+
+void embedding_row(const WeightView& w, int64_t row, float* out) {
+  if (row < 0 || row >= w.rows) fail("embedding {}: row {} out of range [0, {})", w.name, row, w.rows);
+  dequantize_row(w.type, w.row(row), out, w.cols);
+}
+
+}  // namespace nt::cpu

@@ -1,0 +1,51 @@
+#include "backend/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace nt::cpu {
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps, const Kernels& k) {
+  const float mean_square = k.dot_f32(x, x, n) / float(n);
+  const float inv_rms = 1.0f / std::sqrt(mean_square + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv_rms * weight[i];
+}
+
+void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* freq) {
+  const int pairs = head_dim / 2;
+  // Angles in double: pos * freq reaches thousands of radians at long contexts.
+  static thread_local std::vector<float> cos_sin;
+  cos_sin.resize(2 * size_t(pairs));
+  for (int i = 0; i < pairs; ++i) {
+    const double angle = double(pos) * double(freq[i]);
+    cos_sin[2 * i] = float(std::cos(angle));
+    cos_sin[2 * i + 1] = float(std::sin(angle));
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + int64_t(h) * head_dim;
+    for (int i = 0; i < pairs; ++i) {
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * c - b * s;
+      v[2 * i + 1] = a * s + b * c;
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, const Kernels& k) {
+  k.silu_mul(gate, up, out, n);
+}
+
+void softmax(float* x, int64_t n, const Kernels& k) {
+  if (n <= 0) return;
+  const float max = *std::max_element(x, x + n);
+  const float inv_sum = 1.0f / k.exp_sum(x, n, max);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv_sum;
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace nt::cpu

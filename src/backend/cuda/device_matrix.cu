@@ -1,0 +1,170 @@
+#include "backend/cuda/device_matrix.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+
+namespace nt {
+namespace {
+
+using Seg = WeightLayout::Segment;
+
+// Byte offsets inside each file block are those of quant/blocks.h.
+WeightLayout native(int block_elems, int block_bytes) {
+  WeightLayout l;
+  l.block_elems = block_elems;
+  l.block_bytes = block_bytes;
+  l.n_planes = 1;
+  l.plane_bytes[0] = block_bytes;
+  return l;
+}
+
+WeightLayout planes(int block_elems, int block_bytes, std::array<int, 3> plane_bytes, int n_planes,
+                    std::array<Seg, 3> segments, int n_segments) {
+  WeightLayout l;
+  l.block_elems = block_elems;
+  l.block_bytes = block_bytes;
+  l.n_planes = n_planes;
+  for (int p = 0; p < 3; ++p) l.plane_bytes[p] = plane_bytes[p];
+  l.n_segments = n_segments;
+  for (int s = 0; s < 3; ++s) l.segments[s] = segments[s];
+  return l;
+}
+
+const WeightLayout kF32 = native(1, 4);
+const WeightLayout kF16 = native(1, 2);
+const WeightLayout kBF16 = native(1, 2);
+// Q4_0 {d, qs[16]} -> qs | d
+const WeightLayout kQ4_0 = planes(32, 18, {16, 2, 0}, 2, {Seg{2, 16, 0, 0}, Seg{0, 2, 1, 0}}, 2);
+// Q4_1 {d, m, qs[16]} -> qs | (d, m)
+const WeightLayout kQ4_1 = planes(32, 20, {16, 4, 0}, 2, {Seg{4, 16, 0, 0}, Seg{0, 4, 1, 0}}, 2);
+// Q5_0 {d, qh[4], qs[16]} -> qs | qh | d
+const WeightLayout kQ5_0 =
+    planes(32, 22, {16, 4, 2}, 3, {Seg{6, 16, 0, 0}, Seg{2, 4, 1, 0}, Seg{0, 2, 2, 0}}, 3);
+// Q5_1 {d, m, qh[4], qs[16]} -> qs | qh | (d, m)
+const WeightLayout kQ5_1 =
+    planes(32, 24, {16, 4, 4}, 3, {Seg{8, 16, 0, 0}, Seg{4, 4, 1, 0}, Seg{0, 4, 2, 0}}, 3);
+// Q8_0 {d, qs[32]} -> qs | d
+const WeightLayout kQ8_0 = planes(32, 34, {32, 2, 0}, 2, {Seg{2, 32, 0, 0}, Seg{0, 2, 1, 0}}, 2);
+// Q2_K {scales[16], qs[64], d, dmin} -> (scales, qs) | (d, dmin)
+const WeightLayout kQ2_K = planes(256, 84, {80, 4, 0}, 2, {Seg{0, 80, 0, 0}, Seg{80, 4, 1, 0}}, 2);
+// Q3_K {hmask[32], qs[64], scales[12], d} -> (hmask, qs) | (scales, d, 2 pad bytes)
+const WeightLayout kQ3_K = planes(256, 110, {96, 16, 0}, 2, {Seg{0, 96, 0, 0}, Seg{96, 14, 1, 0}}, 2);
+const WeightLayout kQ4_K = native(256, 144);
+const WeightLayout kQ5_K = native(256, 176);
+// Q6_K {ql[128], qh[64], scales[16], d} -> (ql, qh) | scales | d
+const WeightLayout kQ6_K =
+    planes(256, 210, {192, 16, 2}, 3, {Seg{0, 192, 0, 0}, Seg{192, 16, 1, 0}, Seg{208, 2, 2, 0}}, 3);
+
+struct RepackArgs {
+  WeightLayout layout;
+  const uint8_t* src;
+  uint8_t* plane[3];  // already offset to the first block being written
+  int64_t n_blocks;
+};
+
+// PRECOND: src holds n_blocks whole file blocks. One thread per block; bytes
+// moved: n_blocks * block_bytes read and written. Runs once per upload.
+__global__ void repack_blocks_kernel(RepackArgs a) {
+  const int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= a.n_blocks) return;
+  const uint8_t* src = a.src + b * a.layout.block_bytes;
+  for (int p = 0; p < a.layout.n_planes; ++p) {  // zero first: Q3_K's record has padding
+    uint8_t* dst = a.plane[p] + b * a.layout.plane_bytes[p];
+    for (int i = 0; i < a.layout.plane_bytes[p]; ++i) dst[i] = 0;
+  }
+  for (int s = 0; s < a.layout.n_segments; ++s) {
+    const Seg seg = a.layout.segments[s];
+    uint8_t* dst = a.plane[seg.plane] + b * a.layout.plane_bytes[seg.plane] + seg.dst;
+    for (int i = 0; i < seg.len; ++i) dst[i] = src[seg.src + i];
+  }
+}
+
+}  // namespace
+
+const WeightLayout& weight_layout(TensorType type) {
+  switch (type) {
+    case TensorType::F32: return kF32;
+    case TensorType::F16: return kF16;
+    case TensorType::BF16: return kBF16;
+    case TensorType::Q4_0: return kQ4_0;
+    case TensorType::Q4_1: return kQ4_1;
+    case TensorType::Q5_0: return kQ5_0;
+    case TensorType::Q5_1: return kQ5_1;
+    case TensorType::Q8_0: return kQ8_0;
+    case TensorType::Q2_K: return kQ2_K;
+    case TensorType::Q3_K: return kQ3_K;
+    case TensorType::Q4_K: return kQ4_K;
+    case TensorType::Q5_K: return kQ5_K;
+    case TensorType::Q6_K: return kQ6_K;
+    default: fail("the CUDA backend has no kernels for weight type {}", tensor_type_name(type));
+  }
+}
+
+int64_t DeviceMatrix::blocks_per_row() const { return cols / weight_layout(type).block_elems; }
+
+uint64_t device_matrix_bytes(TensorType type, int64_t rows, int64_t cols) {
+  const WeightLayout& l = weight_layout(type);
+  if (cols % 32 != 0 || cols % l.block_elems != 0) {
+    fail("the CUDA backend needs rows of a multiple of {} elements for {}, got {}", l.block_elems > 32 ? l.block_elems : 32,
+         tensor_type_name(type), cols);
+  }
+  const uint64_t blocks = uint64_t(rows) * uint64_t(cols / l.block_elems);
+  uint64_t total = 0;
+  for (int p = 0; p < l.n_planes; ++p) total += align_device(blocks * uint64_t(l.plane_bytes[p]));
+  return total;
+}
+
+DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, void* memory) {
+  const WeightLayout& l = weight_layout(type);
+  DeviceMatrix m;
+  m.type = type;
+  m.rows = rows;
+  m.cols = cols;
+  device_matrix_bytes(type, rows, cols);  // validates cols
+  const uint64_t blocks = uint64_t(rows) * uint64_t(cols / l.block_elems);
+  auto* at = static_cast<uint8_t*>(memory);
+  for (int p = 0; p < l.n_planes; ++p) {
+    m.plane[p] = at;
+    at += align_device(blocks * uint64_t(l.plane_bytes[p]));
+  }
+  return m;
+}
+
+void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* host_rows,
+                        void* staging, uint64_t staging_bytes) {
+  const WeightLayout& l = weight_layout(m.type);
+  const int64_t blocks_per_row = m.blocks_per_row();
+  const uint64_t row_bytes = uint64_t(blocks_per_row) * uint64_t(l.block_bytes);
+  if (first_row < 0 || n_rows < 0 || first_row + n_rows > m.rows) {
+    fail("upload of rows [{}, {}) outside a matrix of {} rows", first_row, first_row + n_rows, m.rows);
+  }
+  const auto* src = static_cast<const uint8_t*>(host_rows);
+  if (l.n_segments == 0) {  // file layout kept: copy straight into the plane
+    NT_CUDA_CHECK(cudaMemcpy(m.plane[0] + uint64_t(first_row) * row_bytes, src, uint64_t(n_rows) * row_bytes,
+                             cudaMemcpyHostToDevice));
+    return;
+  }
+  if (staging_bytes < row_bytes) fail("upload staging buffer of {} bytes is smaller than one row ({})", staging_bytes, row_bytes);
+  const int64_t rows_per_chunk = int64_t(staging_bytes / row_bytes);
+  for (int64_t r = 0; r < n_rows; r += rows_per_chunk) {
+    const int64_t chunk_rows = std::min(rows_per_chunk, n_rows - r);
+    NT_CUDA_CHECK(cudaMemcpy(staging, src + uint64_t(r) * row_bytes, uint64_t(chunk_rows) * row_bytes, cudaMemcpyHostToDevice));
+    RepackArgs a;
+    a.layout = l;
+    a.src = static_cast<const uint8_t*>(staging);
+    const int64_t first_block = (first_row + r) * blocks_per_row;
+    for (int p = 0; p < 3; ++p) a.plane[p] = m.plane[p] ? m.plane[p] + first_block * l.plane_bytes[p] : nullptr;
+    a.n_blocks = chunk_rows * blocks_per_row;
+    const int threads = 256;
+    repack_blocks_kernel<<<unsigned((a.n_blocks + threads - 1) / threads), threads>>>(a);
+    NT_CUDA_CHECK_LAUNCH();
+  }
+  NT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace nt

@@ -1,0 +1,50 @@
+// Weight matrices resident on the GPU. Each file block is split into up to
+// three "planes" so that every plane's per-block record is aligned for vector
+// loads: an 18-byte Q4_0 block becomes 16 bytes in the quant plane and 2 in
+// the scale plane. Plane p of a matrix holds rows*blocks_per_row records of
+// plane_bytes[p] each, row after row. Formats whose blocks are already a
+// multiple of 16 bytes (F32, F16, BF16, Q4_K, Q5_K) keep the file layout.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/tensor_type.h"
+
+namespace nt {
+
+struct WeightLayout {
+  struct Segment {
+    int src, len, plane, dst;  // copy len bytes from block offset src to plane record offset dst
+  };
+  int block_elems = 1, block_bytes = 1;  // the file format
+  int n_planes = 1;
+  int plane_bytes[3] = {};
+  int n_segments = 0;
+  Segment segments[3] = {};
+};
+
+// Throws nt::Error for formats the CUDA backend cannot run.
+const WeightLayout& weight_layout(TensorType type);
+
+struct DeviceMatrix {
+  TensorType type = TensorType::F32;
+  int64_t rows = 0, cols = 0;
+  uint8_t* plane[3] = {};
+
+  int64_t blocks_per_row() const;
+};
+
+// Device bytes a rows x cols matrix of `type` occupies (planes 256-byte aligned).
+// Throws if cols is not a multiple of 32 or of the format's block.
+uint64_t device_matrix_bytes(TensorType type, int64_t rows, int64_t cols);
+
+// Lays the planes out at `memory`, which must hold device_matrix_bytes.
+DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, void* memory);
+
+// Copies rows [first_row, first_row + n_rows) from file-format host memory,
+// re-laying each block into the planes on the GPU through `staging`
+// (a device buffer of staging_bytes, at least one file row). Synchronous.
+void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* host_rows,
+                        void* staging, uint64_t staging_bytes);
+
+}  // namespace nt

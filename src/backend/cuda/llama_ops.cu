@@ -1,0 +1,143 @@
+#include "backend/cuda/llama_ops.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+
+namespace nt {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+// PRECOND: dim % 32 == 0. One block per row. Bytes moved: the row read twice
+// (the second time from L1/L2), weight once, 4 (f32) + 1.25 (q8) per element written.
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) ss += xr[i] * xr[i];
+  const float inv = rsqrtf(cuda::block_sum(ss, scratch) / float(dim) + eps);
+  const int lane = threadIdx.x & 31;
+  for (int64_t block = threadIdx.x / 32; block < dim / 32; block += kNormThreads / 32) {
+    const int64_t i = block * 32 + lane;
+    const float v = xr[i] * inv * weight[i];
+    if (out) out[row * dim + i] = v;
+    if (q8) cuda::quantize_q8_warp(v, q8 + row * dim + block * 32, q8_scales + row * (dim / 32) + block);
+  }
+}
+
+// PRECOND: head_dim even; rope_pairs <= head_dim / 2; positions < context.
+// One thread per (token, head slot, pair); head slots are q heads, k heads,
+// then v heads (copied). Bytes moved: qkv read once, q rewritten, k and v
+// written to the cache as f16.
+__global__ void rope_kv_kernel(RopeKvParams p) {
+  const int pairs = p.head_dim / 2;
+  const int slots = p.n_heads + 2 * p.n_kv_heads;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.n_tokens * slots * pairs) return;
+  const int pair = int(i % pairs);
+  const int slot = int(i / pairs % slots);
+  const int64_t t = i / (int64_t(pairs) * slots);
+  const int64_t position = int64_t(*p.pos) + t;
+  float* v = p.qkv + t * p.qkv_stride + int64_t(slot) * p.head_dim + 2 * pair;
+  float x0 = v[0], x1 = v[1];
+  const bool is_v = slot >= p.n_heads + p.n_kv_heads;
+  if (!is_v && pair < p.rope_pairs) {
+    float s, c;
+    sincosf(float(position) * p.inv_freq[pair], &s, &c);
+    const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
+    x0 = r0;
+    x1 = r1;
+  }
+  if (slot < p.n_heads) {
+    v[0] = x0;
+    v[1] = x1;
+    return;
+  }
+  const int kv_head = is_v ? slot - p.n_heads - p.n_kv_heads : slot - p.n_heads;
+  uint16_t* cache = (is_v ? p.v_cache : p.k_cache) + (int64_t(kv_head) * p.context + position) * p.head_dim + 2 * pair;
+  *reinterpret_cast<uint32_t*>(cache) = uint32_t(cuda::float_to_half(x0)) | uint32_t(cuda::float_to_half(x1)) << 16;
+}
+
+// PRECOND: none. Bytes moved: 8 read + 4 written per element.
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* h) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) h[i] = cuda::silu(gate[i]) * up[i];
+}
+
+// PRECOND: n >= 1. One block per row; bytes moved: the row once.
+__global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
+  __shared__ float best_value[32];
+  __shared__ int64_t best_index[32];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float value = -INFINITY;
+  int64_t index = n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    if (xr[i] > value) {  // strided walk: the first hit per thread is its smallest index
+      value = xr[i];
+      index = i;
+    }
+  }
+  auto better = [](float v, int64_t i, float w, int64_t j) { return v > w || (v == w && i < j); };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, o);
+    const int64_t j = __shfl_xor_sync(0xffffffffu, index, o);
+    if (better(v, j, value, index)) {
+      value = v;
+      index = j;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_value[warp] = value;
+    best_index[warp] = index;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w) {
+      if (better(best_value[w], best_index[w], value, index)) {
+        value = best_value[w];
+        index = best_index[w];
+      }
+    }
+    out[blockIdx.x] = int32_t(index < n ? index : 0);  // all -inf or NaN: token 0
+  }
+}
+
+unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
+              float2* q8_scales, cudaStream_t stream) {
+  if (dim % 32 != 0) fail("rms_norm needs a multiple of 32 elements per row, got {}", dim);
+  if (n_rows == 0) return;
+  rms_norm_kernel<<<unsigned(n_rows), kNormThreads, 0, stream>>>(x, weight, dim, eps, out, q8, q8_scales);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
+  if (p.head_dim % 2 != 0 || p.rope_pairs > p.head_dim / 2) {
+    fail("rope: head_dim {} must be even and hold {} rotated pairs", p.head_dim, p.rope_pairs);
+  }
+  const int64_t n = p.n_tokens * (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
+  if (n == 0) return;
+  rope_kv_kernel<<<grid_for(n, 256), 256, 0, stream>>>(p);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n, h);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream) {
+  if (n <= 0) fail("argmax over an empty row");
+  if (n_rows == 0) return;
+  argmax_kernel<<<unsigned(n_rows), 1024, 0, stream>>>(x, n, out);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nt

@@ -1,0 +1,39 @@
+// The element-wise and per-token steps of a Llama layer on the GPU. Positions
+// are read from device memory (`pos`: the position of token 0) so a captured
+// decode graph stays valid from token to token.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nt {
+
+// out[t] = x[t] / rms(x[t]) * weight, for n_rows rows of dim (a multiple of 32).
+// Writes the f32 result when out is set and its q8 form when q8 is set.
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
+              float2* q8_scales, cudaStream_t stream);
+
+struct RopeKvParams {
+  float* qkv = nullptr;          // token t: q[n_heads*head_dim], k[n_kv_heads*head_dim], v[...] at qkv + t*qkv_stride
+  int64_t qkv_stride = 0;
+  int64_t n_tokens = 0;
+  const int32_t* pos = nullptr;  // device: position of token 0
+  const float* inv_freq = nullptr;  // device: rope_pairs inverse frequencies
+  int rope_pairs = 0;            // pairs (2i, 2i+1) rotated per head, i < rope_pairs
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  uint16_t* k_cache = nullptr;   // this layer: [n_kv_heads][context][head_dim] f16
+  uint16_t* v_cache = nullptr;
+  int64_t context = 0;
+};
+
+// Rotates q (in place) and k, and stores k and v at their positions in the cache.
+void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream);
+
+// h[i] = silu(gate[i]) * up[i] for i < n.
+void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
+
+// out[r] = index of the largest of x[r][0..n) (the first on ties).
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream);
+
+}  // namespace nt

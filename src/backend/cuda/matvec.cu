@@ -1,0 +1,49 @@
+#include "backend/cuda/matvec.h"
+
+#include "backend/cuda/matvec_kernel.cuh"
+
+namespace nt {
+namespace {
+
+// PRECOND: n_blocks = columns * cols / 32. One warp per 32-element block;
+// bytes moved: 4 read + 1 written per element, 8 per block.
+__global__ void quantize_q8_kernel(const float* x, int8_t* q8, float2* scales, int64_t n_blocks) {
+  const int64_t block = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (block >= n_blocks) return;
+  cuda::quantize_q8_warp(x[block * 32 + (threadIdx.x & 31)], q8 + block * 32, scales + block);
+}
+
+}  // namespace
+
+bool matvec_wants_q8(TensorType type) {
+  return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
+}
+
+void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
+  if (p.w_up.rows && (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols)) {
+    fail("gated matvec needs matrices of one type and shape: {} {}x{} vs {} {}x{}", tensor_type_name(p.w.type), p.w.rows,
+         p.w.cols, tensor_type_name(p.w_up.type), p.w_up.rows, p.w_up.cols);
+  }
+  if (matvec_wants_q8(p.w.type) ? !p.x.q8 || !p.x.q8_scales : !p.x.f32) {
+    fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
+         matvec_wants_q8(p.w.type) ? "q8" : "f32");
+  }
+  if (p.w.rows == 0) return;
+  if (cuda::launch_matvec_float(p, columns, stream) || cuda::launch_matvec_legacy(p, columns, stream) ||
+      cuda::launch_matvec_kquant(p, columns, stream)) {
+    return;
+  }
+  weight_layout(p.w.type);  // throws naming the unsupported type
+}
+
+void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,
+                          cudaStream_t stream) {
+  if (cols % 32 != 0) fail("q8 activations need a multiple of 32 elements per row, got {}", cols);
+  const int64_t n_blocks = columns * cols / 32;
+  if (n_blocks == 0) return;
+  const int threads = 256;
+  quantize_q8_kernel<<<unsigned((n_blocks * 32 + threads - 1) / threads), threads, 0, stream>>>(x, q8, q8_scales, n_blocks);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nt

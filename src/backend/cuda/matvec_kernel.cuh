@@ -1,0 +1,108 @@
+// The mat-vec kernel template and its launcher, instantiated per format
+// group in matvec_*.cu so that the instantiations compile in parallel.
+#pragma once
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/matvec.h"
+#include "backend/cuda/weight_formats.cuh"
+
+namespace nt::cuda {
+
+constexpr int kMatvecWarps = 4;
+
+template <class F>
+__device__ __forceinline__ float dot_column(const typename F::Regs& r, const MatvecParams& p, int column, int unit) {
+  const int64_t cols = p.w.cols;
+  if constexpr (F::kQ8) {
+    return F::dot(r, p.x.q8 + column * cols + int64_t(unit) * F::kUnitElems,
+                  p.x.q8_scales + column * (cols / 32) + int64_t(unit) * F::kUnitElems / 32);
+  } else {
+    return F::dot(r, p.x.f32 + column * cols + int64_t(unit) * F::kUnitElems);
+  }
+}
+
+// PRECOND: cols % F::kUnitElems == 0; activations 16-byte aligned with row
+// stride cols; kGated: w_up has w's type and shape.
+// One warp per output row; each lane walks units lane, lane+32, ... and keeps
+// kUnroll units of loads in flight. Bytes moved: the weights once (twice for
+// kGated), activations from L1/L2, columns * rows * 4 written.
+template <class F, int kColumns, bool kGated>
+__global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
+  if (row >= p.w.rows) return;
+  const int units = int(p.w.cols / F::kUnitElems);
+  float acc[kColumns], acc_up[kColumns];
+#pragma unroll
+  for (int c = 0; c < kColumns; ++c) acc[c] = acc_up[c] = 0.0f;
+
+  for (int base = lane; base < units; base += 32 * F::kUnroll) {
+    typename F::Regs r[F::kUnroll], r_up[kGated ? F::kUnroll : 1];
+#pragma unroll
+    for (int k = 0; k < F::kUnroll; ++k) {
+      const int u = base + 32 * k;
+      if (u < units) {
+        r[k] = F::load(p.w, row, u);
+        if constexpr (kGated) r_up[k] = F::load(p.w_up, row, u);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < F::kUnroll; ++k) {
+      const int u = base + 32 * k;
+      if (u < units) {
+#pragma unroll
+        for (int c = 0; c < kColumns; ++c) {
+          acc[c] += dot_column<F>(r[k], p, c, u);
+          if constexpr (kGated) acc_up[c] += dot_column<F>(r_up[k], p, c, u);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kColumns; ++c) {
+    acc[c] = warp_sum(acc[c]);
+    if constexpr (kGated) acc_up[c] = warp_sum(acc_up[c]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) {
+      float v = kGated ? silu(acc[c]) * acc_up[c] : acc[c];
+      if (p.residual) v += p.residual[c * p.y_stride + row];
+      p.y[c * p.y_stride + row] = v;
+    }
+  }
+}
+
+template <class F, int kColumns>
+void launch_matvec_columns(const MatvecParams& p, cudaStream_t stream) {
+  const unsigned blocks = unsigned((p.w.rows + kMatvecWarps - 1) / kMatvecWarps);
+  if (p.w_up.rows) {
+    matvec_kernel<F, kColumns, true><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
+  } else {
+    matvec_kernel<F, kColumns, false><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
+  }
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+template <class F>
+void launch_matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
+  switch (columns) {
+    case 1: launch_matvec_columns<F, 1>(p, stream); break;
+    case 2: launch_matvec_columns<F, 2>(p, stream); break;
+    case 3: launch_matvec_columns<F, 3>(p, stream); break;
+    case 4: launch_matvec_columns<F, 4>(p, stream); break;
+    case 5: launch_matvec_columns<F, 5>(p, stream); break;
+    case 6: launch_matvec_columns<F, 6>(p, stream); break;
+    case 7: launch_matvec_columns<F, 7>(p, stream); break;
+    case 8: launch_matvec_columns<F, 8>(p, stream); break;
+    default: fail("matvec takes 1 to {} columns, got {}", kMatvecMaxColumns, columns);
+  }
+}
+
+// Per-group entry points (matvec_float.cu, matvec_legacy.cu, matvec_kquant.cu);
+// each returns false for types outside its group.
+bool launch_matvec_float(const MatvecParams& p, int columns, cudaStream_t stream);
+bool launch_matvec_legacy(const MatvecParams& p, int columns, cudaStream_t stream);
+bool launch_matvec_kquant(const MatvecParams& p, int columns, cudaStream_t stream);
+
+}  // namespace nt::cuda

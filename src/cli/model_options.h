@@ -1,0 +1,35 @@
+// Options shared by the commands that load a model: model path, context,
+// threads, device, and the sampling flags (named as the common CLI tools name them).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+#include "sampling/sampler.h"
+
+namespace nt::cli {
+
+struct ModelOptions {
+  std::string model;       // -m; empty = the default model
+  int64_t context = 0;     // -c; 0 = min(trained context, 4096)
+  int threads = 0;         // -t; 0 = physical cores
+  std::string device = "auto";
+  bool kv_f32 = false;
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& options);
+void add_sampling_options(CLI::App& cmd, SamplingParams& params);
+
+struct LoadedModel {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+// Opens the model and builds the runner on the chosen device; logs where it went.
+LoadedModel load_model(const ModelOptions& options);
+
+}  // namespace nt::cli

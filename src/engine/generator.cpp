@@ -1,0 +1,101 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "sampling/stop_strings.h"
+#include "tokenizer/token_stream_decoder.h"
+
+namespace nt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::string_view stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::TokenLimit: return "token limit";
+    case StopReason::StopToken: return "end of text";
+    case StopReason::StopString: return "stop string";
+    case StopReason::ContextFull: return "context full";
+  }
+  return "?";
+}
+
+double GenerationStats::prefill_tokens_per_second() const {
+  const int64_t evaluated = prompt_tokens - reused_tokens;
+  return prefill_seconds > 0 ? double(evaluated) / prefill_seconds : 0.0;
+}
+
+double GenerationStats::decode_tokens_per_second() const {
+  return decode_seconds > 0 ? double(decode_passes) / decode_seconds : 0.0;
+}
+
+Generator::Generator(ModelRunner& runner, const Tokenizer& tokenizer)
+    : runner_(runner), tokenizer_(tokenizer), logits_(size_t(runner.config().vocab_size)) {}
+
+GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerationOptions& options,
+                                    const std::function<void(std::string_view)>& on_text) {
+  if (prompt.empty()) fail("empty prompt: nothing to condition generation on");
+  if (int64_t(prompt.size()) > runner_.context_size()) {
+    fail("the prompt has {} tokens but the context holds {} (raise -c, up to the model's {})", prompt.size(),
+         runner_.context_size(), runner_.config().context_length);
+  }
+  GenerationStats stats;
+  stats.prompt_tokens = int64_t(prompt.size());
+
+  // Reuse the cached prefix; at least the last prompt token is evaluated for its logits.
+  const auto [mismatch, unused] = std::mismatch(context_.begin(), context_.end(), prompt.begin(), prompt.end());
+  const int64_t reuse = std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1);
+  stats.reused_tokens = reuse;
+  const auto prefill_start = std::chrono::steady_clock::now();
+  runner_.forward(prompt.subspan(size_t(reuse)), reuse, logits_.data(), false);
+  stats.prefill_seconds = seconds_since(prefill_start);
+  context_.assign(prompt.begin(), prompt.end());
+
+  sampler.reset();
+  for (const auto t : prompt) sampler.accept(t);
+  TokenStreamDecoder decoder(tokenizer_);
+  StopStringMatcher stops(options.stop_strings);
+  generated_.clear();
+
+  stats.stop = StopReason::TokenLimit;
+  while (stats.generated_tokens < options.max_tokens) {
+    const int32_t token = sampler.sample(logits_);
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
+      stats.stop = StopReason::StopToken;
+      break;
+    }
+    sampler.accept(token);
+    generated_.push_back(token);
+    ++stats.generated_tokens;
+    const auto step = stops.feed(decoder.push(token));
+    if (!step.released.empty()) on_text(step.released);
+    if (step.stopped) {
+      stats.stop = StopReason::StopString;
+      break;
+    }
+    if (stats.generated_tokens == options.max_tokens) break;
+    if (int64_t(context_.size()) >= runner_.context_size()) {
+      stats.stop = StopReason::ContextFull;
+      break;
+    }
+    const auto decode_start = std::chrono::steady_clock::now();
+    runner_.forward({&token, 1}, int64_t(context_.size()), logits_.data(), false);
+    stats.decode_seconds += seconds_since(decode_start);
+    ++stats.decode_passes;
+    context_.push_back(token);
+  }
+  // The last sampled token is not in the KV cache yet; the next prompt re-evaluates it.
+  if (stats.stop != StopReason::StopString) {
+    const auto rest = stops.feed(decoder.flush()).released + stops.flush();
+    if (!rest.empty()) on_text(rest);
+  }
+  return stats;
+}
+
+}  // namespace nt

@@ -1,0 +1,91 @@
+#include "model/quantize_model.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "quant/quant.h"
+
+namespace nt {
+namespace {
+
+// Converts rows [0, rows) of `src` into `dst_type`, in parallel over rows.
+void convert_rows(const uint8_t* src, TensorType src_type, uint8_t* dst, TensorType dst_type, int64_t rows,
+                  int64_t cols, int threads) {
+  const size_t src_stride = row_bytes(src_type, cols), dst_stride = row_bytes(dst_type, cols);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r; (r = next.fetch_add(1)) < rows;) {
+      dequantize_row(src_type, src + size_t(r) * src_stride, row.data(), cols);
+      quantize_row(dst_type, row.data(), dst + size_t(r) * dst_stride, cols);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+void quantize_model(const std::string& in_path, const std::string& out_path, QuantScheme scheme, int threads) {
+  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const auto in = GgufFile::open(in_path);
+  const auto& h = in->header();
+  const int64_t n_layers = h.get_int("llama.block_count", 0);
+  const int64_t n_heads = h.get_int("llama.attention.head_count", 1);
+  const int64_t n_gqa = n_heads / std::max<int64_t>(1, h.get_int("llama.attention.head_count_kv", n_heads));
+  const bool has_output = h.find_tensor("output.weight") != nullptr;
+
+  GgufWriter out(out_path, h.version);
+  for (const auto& kv : h.metadata) {
+    if (kv.key == "general.file_type") continue;
+    out.add_metadata(kv.key, kv.value);
+  }
+  out.add_metadata("general.file_type", GgufValue::of_u32(quant_scheme_info(scheme).file_type));
+
+  std::vector<TensorType> types;
+  for (const auto& t : h.tensors) {
+    TensorType type = choose_tensor_type(scheme, {t.name, t.shape, n_layers, n_gqa, has_output});
+    if (!can_quantize(type) || !can_quantize(t.type) || t.type == type) type = t.type;  // copy as is
+    types.push_back(type);
+    out.add_tensor(t.name, type, t.shape);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    const auto& t = h.tensors[i];
+    const auto src = in->bytes(t);
+    if (types[i] == t.type) {
+      out.write_tensor_data(src);
+    } else {
+      // Chunks of rows keep memory constant however large the tensor.
+      const int64_t cols = t.row_length(), rows = t.n_rows();
+      const size_t src_stride = row_bytes(t.type, cols), dst_stride = row_bytes(types[i], cols);
+      const int64_t chunk = std::max<int64_t>(1, int64_t((size_t(64) << 20) / std::max(src_stride, dst_stride)));
+      for (int64_t r = 0; r < rows; r += chunk) {
+        const int64_t n = std::min(chunk, rows - r);
+        buffer.resize(size_t(n) * dst_stride);
+        convert_rows(src.data() + size_t(r) * src_stride, t.type, buffer.data(), types[i], n, cols, threads);
+        out.write_tensor_data(buffer);
+      }
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print(stderr, "\r[{:>4}/{}] {:<32} {:>5} -> {:<5}  {:.1f} s", i + 1, h.tensors.size(), t.name,
+               tensor_type_name(t.type), tensor_type_name(types[i]), secs);
+  }
+  out.finish();
+  fmt::print(stderr, "\nwrote {} ({:.2f} GB, was {:.2f} GB)\n", out_path, double(out.bytes_written()) / 1e9,
+             double(in->file_size()) / 1e9);
+}
+
+}  // namespace nt

@@ -1,0 +1,211 @@
+#include "model/synthetic_model.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "core/error.h"
+#include "gguf/gguf_writer.h"
+#include "model/tensor_names.h"
+#include "model/rope.h"
+#include "quant/quant.h"
+#include "quant/quant_mix.h"
+#include "tokenizer/synthetic_vocab.h"
+#include "tokenizer/vocab_writer.h"
+
+namespace nt {
+namespace {
+
+// splitmix64: a fast, well-mixed generator; seeds are derived per tensor and row.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+  float gaussian() {
+    const double u1 = std::max(uniform(), 1e-300), u2 = uniform();
+    return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.141592653589793 * u2));
+  }
+};
+
+// Distinct quantized rows a matrix is tiled from: quantizing every row of a
+// 70B model would take many minutes, tiling a pool writes at disk speed.
+struct RowPool {
+  std::vector<uint8_t> bytes;
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+};
+
+RowPool make_pool(TensorType type, int64_t cols, float stddev, int64_t rows, uint64_t seed) {
+  RowPool pool;
+  pool.row_bytes = row_bytes(type, cols);
+  pool.rows = rows;
+  pool.bytes.resize(pool.row_bytes * size_t(rows));
+  const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = t; r < rows; r += n_threads) {
+        Rng rng{seed * 0x100000001b3ull + uint64_t(r)};
+        for (auto& x : row) x = stddev * rng.gaussian();
+        quantize_row(type, row.data(), pool.bytes.data() + size_t(r) * pool.row_bytes, cols);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return pool;
+}
+
+struct PlannedTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // GGUF order
+  TensorType type;
+  float stddev;       // matrices: weight scale; vectors: spread around `center`
+  float center = 0.0f;
+  const std::vector<float>* values = nullptr;  // fixed contents (rope_freqs)
+};
+
+std::vector<float> llama31_rope_factors(const LlamaConfig& c) {
+  LlamaConfig unscaled = c;
+  unscaled.rope_scaling = {};
+  unscaled.has_rope_freqs_tensor = false;
+  LlamaConfig scaled = c;
+  scaled.has_rope_freqs_tensor = false;
+  const auto base = rope_inv_freqs(unscaled, nullptr);
+  const auto target = rope_inv_freqs(scaled, nullptr);
+  std::vector<float> factors(base.size());
+  for (size_t i = 0; i < base.size(); ++i) factors[i] = base[i] / target[i];
+  return factors;
+}
+
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total) : label_(std::move(label)), total_(total), start_(clock::now()) {}
+  void update(uint64_t done, bool final = false) {
+    const auto now = clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    fmt::print(stderr, "\r{}: {:.2f} / {:.2f} GB ({:.0f}%, {:.2f} GB/s)", label_, double(done) / 1e9,
+               double(total_) / 1e9, total_ ? 100.0 * double(done) / double(total_) : 100.0,
+               secs > 0 ? double(done) / 1e9 / secs : 0.0);
+    if (final) fmt::print(stderr, "\n");
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::string label_;
+  uint64_t total_;
+  clock::time_point start_, last_{};
+};
+
+}  // namespace
+
+void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path) {
+  const auto& c = preset.config;
+  const float in_std = 1.0f / std::sqrt(float(c.dim));
+  // Output projections add into the residual stream once per layer: shrink them
+  // so its norm stays O(1) through every layer.
+  const float residual_std = in_std / std::sqrt(2.0f * float(c.n_layers));
+  const float down_std = 1.0f / std::sqrt(float(c.ffn_dim)) / std::sqrt(2.0f * float(c.n_layers));
+  const auto rope_factors = c.has_rope_freqs_tensor ? llama31_rope_factors(c) : std::vector<float>{};
+
+  std::vector<PlannedTensor> plan;
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols, float stddev) {
+    const std::vector<int64_t> shape{cols, rows};
+    const TensorPlacementInfo info{name, shape, c.n_layers, c.n_heads / c.n_kv_heads, !c.tied_embeddings};
+    const TensorType type = choose_tensor_type(scheme, info);
+    plan.push_back({std::move(name), shape, type, stddev});
+  };
+  auto norm = [&](std::string name) { plan.push_back({std::move(name), {c.dim}, TensorType::F32, 0.1f, 1.0f}); };
+
+  matrix("token_embd.weight", c.vocab_size, c.dim, 1.0f);
+  if (c.has_rope_freqs_tensor) {
+    plan.push_back({"rope_freqs.weight", {c.rope_dim / 2}, TensorType::F32, 0.0f, 0.0f, &rope_factors});
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    norm(layer_tensor_name(l, "attn_norm"));
+    matrix(layer_tensor_name(l, "attn_q"), c.q_dim(), c.dim, in_std);
+    matrix(layer_tensor_name(l, "attn_k"), c.kv_dim(), c.dim, in_std);
+    matrix(layer_tensor_name(l, "attn_v"), c.kv_dim(), c.dim, in_std);
+    matrix(layer_tensor_name(l, "attn_output"), c.dim, c.q_dim(), residual_std);
+    norm(layer_tensor_name(l, "ffn_norm"));
+    matrix(layer_tensor_name(l, "ffn_gate"), c.ffn_dim, c.dim, in_std);
+    matrix(layer_tensor_name(l, "ffn_up"), c.ffn_dim, c.dim, in_std);
+    matrix(layer_tensor_name(l, "ffn_down"), c.dim, c.ffn_dim, down_std);
+  }
+  norm("output_norm.weight");
+  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, in_std);
+
+  GgufWriter w(path);
+  const std::string p = "llama.";
+  w.add_metadata("general.architecture", GgufValue::of_string("llama"));
+  w.add_metadata("general.name", GgufValue::of_string(fmt::format("{} (random weights, seed {})", preset.name, seed)));
+  w.add_metadata("general.file_type", GgufValue::of_u32(quant_scheme_info(scheme).file_type));
+  w.add_metadata(p + "context_length", GgufValue::of_u32(uint32_t(c.context_length)));
+  w.add_metadata(p + "embedding_length", GgufValue::of_u32(uint32_t(c.dim)));
+  w.add_metadata(p + "block_count", GgufValue::of_u32(uint32_t(c.n_layers)));
+  w.add_metadata(p + "feed_forward_length", GgufValue::of_u32(uint32_t(c.ffn_dim)));
+  w.add_metadata(p + "attention.head_count", GgufValue::of_u32(uint32_t(c.n_heads)));
+  w.add_metadata(p + "attention.head_count_kv", GgufValue::of_u32(uint32_t(c.n_kv_heads)));
+  w.add_metadata(p + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(c.rms_eps));
+  w.add_metadata(p + "rope.dimension_count", GgufValue::of_u32(uint32_t(c.rope_dim)));
+  w.add_metadata(p + "rope.freq_base", GgufValue::of_f32(c.rope_theta));
+  w.add_metadata(p + "vocab_size", GgufValue::of_u32(uint32_t(c.vocab_size)));
+  add_vocab_metadata(w, make_synthetic_bpe_vocab(int32_t(c.vocab_size), preset.vocab));
+  for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
+
+  Progress progress(fmt::format("writing {} {}", preset.name, quant_scheme_info(scheme).name), w.total_bytes());
+  std::map<std::tuple<TensorType, int64_t, float>, RowPool> pools;
+  std::vector<uint8_t> chunk;
+  uint64_t tensor_index = 0;
+  for (const auto& t : plan) {
+    ++tensor_index;
+    if (t.shape.size() == 1) {
+      std::vector<float> v(static_cast<size_t>(t.shape[0]));
+      if (t.values) {
+        v = *t.values;
+      } else {
+        Rng rng{seed ^ (tensor_index * 0x2545f4914f6cdd1dull)};
+        for (auto& x : v) x = t.center + t.stddev * float(rng.uniform() * 2.0 - 1.0);
+      }
+      w.write_tensor_data({reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
+      continue;
+    }
+    const int64_t cols = t.shape[0], rows = t.shape[1];
+    auto key = std::make_tuple(t.type, cols, t.stddev);
+    auto it = pools.find(key);
+    if (it == pools.end()) {
+      it = pools.emplace(key, make_pool(t.type, cols, t.stddev, std::min<int64_t>(rows, 512), seed + pools.size())).first;
+    }
+    const RowPool& pool = it->second;
+    // Rotate through the pool from a per-tensor offset so layers differ.
+    Rng pick{seed ^ (tensor_index * 0x9e3779b97f4a7c15ull)};
+    const int64_t offset = int64_t(pick.next() % uint64_t(pool.rows));
+    const size_t rows_per_chunk = std::max<size_t>(1, (size_t(64) << 20) / pool.row_bytes);
+    for (int64_t r = 0; r < rows;) {
+      const int64_t n = std::min<int64_t>(rows - r, int64_t(rows_per_chunk));
+      chunk.resize(size_t(n) * pool.row_bytes);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t src = (r + i + offset) % pool.rows;
+        std::copy_n(pool.bytes.data() + size_t(src) * pool.row_bytes, pool.row_bytes, chunk.data() + size_t(i) * pool.row_bytes);
+      }
+      w.write_tensor_data(chunk);
+      r += n;
+      progress.update(w.bytes_written());
+    }
+  }
+  w.finish();
+  progress.update(w.bytes_written(), true);
+}
+
+}  // namespace nt

@@ -1,0 +1,17 @@
+// Random-weight models with the exact tensor names, shapes and metadata of a
+// real architecture (benchmark and test inputs), streamed to disk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/presets.h"
+#include "quant/quant_mix.h"
+
+namespace nt {
+
+// Writes `preset` quantized with `scheme` to `path`, printing progress to stderr.
+// Weights are drawn so activations stay O(1) through every layer.
+void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path);
+
+}  // namespace nt

@@ -1,0 +1,242 @@
+#include "tokenizer/chat_template.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace nt {
+namespace {
+
+constexpr std::string_view kImStart = "<|im_start|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kStartHeader = "<|start_header_id|>";
+constexpr std::string_view kEndHeader = "<|end_header_id|>";
+constexpr std::string_view kEotId = "<|eot_id|>";
+
+struct NamedFormat {
+  std::string_view name;
+  ChatFormat format;
+};
+constexpr NamedFormat kFormats[] = {
+    {"chatml", ChatFormat::ChatML},
+    {"llama3", ChatFormat::Llama3},
+    {"llama2", ChatFormat::Llama2},
+    {"plain", ChatFormat::Plain},
+};
+
+// Python's str.isspace(), which Jinja's `trim` filter and str.strip() use.
+bool is_python_space(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::string_view strip(std::string_view s) {
+  // Forward scan of code points; remember where the last non-space one ended.
+  size_t begin = 0, end = 0;
+  bool seen_text = false;
+  for (size_t pos = 0; pos < s.size();) {
+    utf8::Sequence seq = utf8::check_sequence(s, pos);
+    size_t n = seq.status == utf8::SequenceStatus::Valid ? seq.length : 1;
+    char32_t cp = seq.status == utf8::SequenceStatus::Valid ? utf8::decode_at(s, pos, n) : 0xFFFD;
+    if (!is_python_space(cp)) {
+      if (!seen_text) begin = pos;
+      seen_text = true;
+      end = pos + n;
+    }
+    pos += n;
+  }
+  return seen_text ? s.substr(begin, end - begin) : std::string_view();
+}
+
+// A ChatML template that writes a fixed system turn when the conversation has none, e.g.
+// '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, ...<|im_end|>\n'.
+// Returns that literal prompt, or "" when the template has no such fixed text.
+std::string find_default_system_prompt(std::string_view tmpl) {
+  const std::string opener = std::string(kImStart) + "system";
+  for (size_t at = tmpl.find(opener); at != std::string_view::npos; at = tmpl.find(opener, at + 1)) {
+    size_t pos = at + opener.size();
+    if (tmpl.compare(pos, 1, "\n") == 0) {
+      pos += 1;
+    } else if (tmpl.compare(pos, 2, "\\n") == 0) {  // the newline written as an escape in the Jinja string
+      pos += 2;
+    } else {
+      continue;
+    }
+    size_t end = tmpl.find(kImEnd, pos);
+    if (end == std::string_view::npos) continue;
+    std::string_view body = tmpl.substr(pos, end - pos);
+    // Only plain literal text counts; quotes, braces or '+' mean it is built from variables.
+    if (body.empty() || body.find_first_of("'\"{}+") != std::string_view::npos) continue;
+    std::string text;
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\' && i + 1 < body.size() && body[i + 1] == 'n') {
+        text += '\n';
+        ++i;
+      } else {
+        text += body[i];
+      }
+    }
+    return text;
+  }
+  return {};
+}
+
+std::string capitalized(std::string_view role) {
+  std::string s(role);
+  if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = char(s[0] - 'a' + 'A');
+  return s;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::detect(std::string_view template_text, SpecialTexts specials) {
+  if (template_text.find(kImStart) != std::string_view::npos) return named("chatml", template_text, specials);
+  if (template_text.find(kStartHeader) != std::string_view::npos) return named("llama3", template_text, specials);
+  if (template_text.find("[INST]") != std::string_view::npos) return named("llama2", template_text, specials);
+  ChatTemplate t = named("plain", template_text, std::move(specials));
+  t.warning_ = template_text.empty()
+                   ? "the model has no chat template (tokenizer.chat_template); using the plain format"
+                   : "unrecognised chat template (tokenizer.chat_template); using the plain format";
+  return t;
+}
+
+ChatTemplate ChatTemplate::named(std::string_view name, std::string_view template_text, SpecialTexts specials) {
+  for (const NamedFormat& f : kFormats) {
+    if (f.name != name) continue;
+    ChatTemplate t(f.format, std::move(specials));
+    if (f.format == ChatFormat::ChatML) t.default_system_ = find_default_system_prompt(template_text);
+    return t;
+  }
+  std::string valid;
+  for (const NamedFormat& f : kFormats) valid += fmt::format("{}'{}'", valid.empty() ? "" : ", ", f.name);
+  fail("unknown chat template '{}' (valid names: {})", name, valid);
+}
+
+ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name) {
+  const Vocabulary& v = tokenizer.vocab();
+  SpecialTexts specials{v.bos() == kNoToken ? "" : v.text(v.bos()), v.eos() == kNoToken ? "" : v.text(v.eos())};
+  if (!override_name.empty()) return named(override_name, v.chat_template(), std::move(specials));
+  return detect(v.chat_template(), std::move(specials));
+}
+
+std::vector<std::string_view> ChatTemplate::names() {
+  std::vector<std::string_view> out;
+  for (const NamedFormat& f : kFormats) out.push_back(f.name);
+  return out;
+}
+
+std::string_view ChatTemplate::name() const {
+  for (const NamedFormat& f : kFormats) {
+    if (f.format == format_) return f.name;
+  }
+  return "plain";
+}
+
+std::string ChatTemplate::end_of_turn() const {
+  switch (format_) {
+    case ChatFormat::ChatML: return std::string(kImEnd);
+    case ChatFormat::Llama3: return std::string(kEotId);
+    case ChatFormat::Llama2: return specials_.eos;
+    case ChatFormat::Plain: return {};
+  }
+  return {};
+}
+
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  switch (format_) {
+    case ChatFormat::ChatML: return apply_chatml(messages, add_generation_prompt);
+    case ChatFormat::Llama3: return apply_llama3(messages, add_generation_prompt);
+    case ChatFormat::Llama2: return apply_llama2(messages);
+    case ChatFormat::Plain: return apply_plain(messages, add_generation_prompt);
+  }
+  return {};
+}
+
+std::string ChatTemplate::apply_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  auto turn = [&](std::string_view role, std::string_view content) {
+    out += fmt::format("{}{}\n{}{}\n", kImStart, role, content, kImEnd);
+  };
+  if (!messages.empty() && messages[0].role != "system" && !default_system_.empty()) turn("system", default_system_);
+  for (const ChatMessage& m : messages) turn(m.role, m.content);
+  if (add_generation_prompt) out += fmt::format("{}assistant\n", kImStart);
+  return out;
+}
+
+// Meta's Llama 3 template: BOS once, then each turn with its content trimmed.
+std::string ChatTemplate::apply_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i == 0) out += specials_.bos;
+    out +=
+        fmt::format("{}{}{}\n\n{}{}", kStartHeader, messages[i].role, kEndHeader, strip(messages[i].content), kEotId);
+  }
+  if (add_generation_prompt) out += fmt::format("{}assistant{}\n\n", kStartHeader, kEndHeader);
+  return out;
+}
+
+// Meta's Llama 2 template: a leading system message is folded into the first user turn;
+// user and assistant turns must alternate. The prompt always ends ready for a reply,
+// so add_generation_prompt changes nothing.
+std::string ChatTemplate::apply_llama2(std::span<const ChatMessage> messages) const {
+  std::span<const ChatMessage> turns = messages;
+  const ChatMessage* system = nullptr;
+  if (!messages.empty() && messages[0].role == "system") {
+    system = &messages[0];
+    turns = messages.subspan(1);
+  }
+  std::string out;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatMessage& m = turns[i];
+    if ((m.role == "user") != (i % 2 == 0)) {
+      fail(
+          "llama2 chat template: conversation roles must alternate user/assistant/user/assistant/... "
+          "(turn {} is '{}')",
+          i + 1, m.role);
+    }
+    std::string content = m.content;
+    if (i == 0 && system) content = fmt::format("<<SYS>>\n{}\n<</SYS>>\n\n{}", system->content, m.content);
+    if (m.role == "user") {
+      out += fmt::format("{}[INST] {} [/INST]", specials_.bos, strip(content));
+    } else if (m.role == "assistant") {
+      out += fmt::format(" {} {}", strip(content), specials_.eos);
+    }
+  }
+  return out;
+}
+
+std::string ChatTemplate::apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  for (const ChatMessage& m : messages) out += fmt::format("{}: {}\n", capitalized(m.role), m.content);
+  if (add_generation_prompt) out += "Assistant:";
+  return out;
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                 std::span<const ChatMessage> messages, bool add_generation_prompt) {
+  std::vector<int32_t> ids =
+      tokenizer.encode(chat.apply(messages, add_generation_prompt), /*add_special=*/false, /*parse_special=*/true);
+  const Vocabulary& v = tokenizer.vocab();
+  if (v.add_bos() && (ids.empty() || ids.front() != v.bos())) ids.insert(ids.begin(), v.bos());
+  return ids;
+}
+
+std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat) {
+  const Vocabulary& v = tokenizer.vocab();
+  std::vector<int32_t> ids;
+  for (int32_t id : {v.eos(), v.eot(), v.eom()}) {
+    if (id != kNoToken) ids.push_back(id);
+  }
+  if (std::string eot = chat.end_of_turn(); !eot.empty()) {
+    if (int32_t id = v.find(eot); id != kNoToken) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace nt

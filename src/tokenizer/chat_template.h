@@ -1,0 +1,80 @@
+// Chat prompt formatting. GGUF files carry a Jinja template (`tokenizer.chat_template`);
+// rather than run Jinja we recognise the common families and render them natively,
+// reproducing the output of their reference templates exactly:
+//   chatml  "<|im_start|>role\ncontent<|im_end|>\n"   (SmolLM2, Qwen, ...)
+//   llama3  "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>"
+//   llama2  "<s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] reply </s>"
+//   plain   "User: content\n" lines, the fallback for anything unrecognised.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nt {
+
+class Tokenizer;
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatFormat { ChatML, Llama3, Llama2, Plain };
+
+class ChatTemplate {
+ public:
+  // Text of the special tokens a template writes itself (Llama 2/3 start with BOS).
+  struct SpecialTexts {
+    std::string bos, eos;
+  };
+
+  // Recognises `template_text` (the Jinja source). Unrecognised or empty text selects
+  // the plain format and sets warning().
+  static ChatTemplate detect(std::string_view template_text, SpecialTexts specials);
+  // Selects a format by name ("chatml", "llama3", "llama2", "plain"); any other name is
+  // an error listing the valid ones. `template_text` still supplies details such as
+  // ChatML's default system prompt.
+  static ChatTemplate named(std::string_view name, std::string_view template_text, SpecialTexts specials);
+  // The tokenizer's own template, or the named override when `override_name` is not empty.
+  static ChatTemplate for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name = {});
+
+  static std::vector<std::string_view> names();
+
+  ChatFormat format() const { return format_; }
+  std::string_view name() const;
+  const std::string& warning() const { return warning_; }
+  // ChatML only: the system prompt inserted when the conversation does not start with one.
+  const std::string& default_system_prompt() const { return default_system_; }
+  // The token text that ends a turn ("<|im_end|>", "<|eot_id|>", EOS for llama2, "" for plain).
+  std::string end_of_turn() const;
+
+  // Renders the conversation; add_generation_prompt appends the opening of an assistant turn.
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+ private:
+  ChatTemplate(ChatFormat format, SpecialTexts specials) : format_(format), specials_(std::move(specials)) {}
+
+  std::string apply_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string apply_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string apply_llama2(std::span<const ChatMessage> messages) const;
+  std::string apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  ChatFormat format_;
+  SpecialTexts specials_;
+  std::string default_system_;
+  std::string warning_;
+};
+
+// Renders and tokenizes a prompt: special-token text in the rendering becomes those
+// tokens, and BOS is added when the vocabulary wants one and the template did not write it.
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                 std::span<const ChatMessage> messages, bool add_generation_prompt);
+
+// Ids that end generation: EOS, EOT and EOM from the metadata, plus the template's
+// end-of-turn token. Sorted, without duplicates.
+std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat);
+
+}  // namespace nt

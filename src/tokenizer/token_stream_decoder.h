@@ -1,0 +1,32 @@
+// Incremental detokenization for streaming output: feed token ids one at a time and
+// get back only complete UTF-8 characters. A character whose bytes are spread over
+// several tokens (an emoji as byte-fallback or byte-level pieces) is held back until
+// its last byte arrives; malformed bytes come out as U+FFFD.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace nt {
+
+class TokenStreamDecoder {
+ public:
+  // The tokenizer must outlive the decoder. skip_special as in Tokenizer::decode.
+  explicit TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special = true);
+
+  // Text that became complete with this token (often empty, or several characters).
+  std::string push(int32_t id);
+  // Everything still held back, with an unfinished character as U+FFFD; then reset.
+  std::string flush();
+  void reset();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_;
+  bool at_start_ = true;  // the next token is the first piece of the text
+  std::string pending_;   // bytes of an unfinished character
+};
+
+}  // namespace nt

@@ -1,0 +1,180 @@
+// CPU ops and attention against direct float64 formulas, on every ISA.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <complex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/ops.h"
+#include "core/half.h"
+
+namespace nt::cpu {
+namespace {
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+class CpuOpsTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  const Kernels& k() const { return kernels_for(GetParam()); }
+  std::vector<float> normal(int64_t n, float sigma = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng_);
+    return v;
+  }
+  uint64_t seed_ = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  std::mt19937_64 rng_{seed_};
+};
+
+INSTANTIATE_TEST_SUITE_P(Isas, CpuOpsTest, ::testing::ValuesIn(available_isas()),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
+
+TEST_P(CpuOpsTest, RmsNorm) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int64_t n = 579;
+  const auto x = normal(n, 3.0f), w = normal(n);
+  std::vector<float> y(n);
+  rmsnorm(x.data(), w.data(), y.data(), n, 1e-5f, k());
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], x[i] * inv * w[i], 1e-5 * std::fabs(x[i] * inv * w[i]) + 1e-6);
+}
+
+TEST_P(CpuOpsTest, SwigluAndSoftmax) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int64_t n = 1541;
+  auto g = normal(n, 4.0f), u = normal(n);
+  g[0] = -100.0f;  // exp overflow territory for silu
+  g[1] = 95.0f;
+  std::vector<float> y(n);
+  swiglu(g.data(), u.data(), y.data(), n, k());
+  for (int64_t i = 0; i < n; ++i) {
+    const double expect = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+    ASSERT_NEAR(y[i], expect, 2e-6 * std::fabs(expect) + 1e-30) << "g " << g[i];
+  }
+  auto x = normal(n, 10.0f);
+  x[5] = -1e30f;
+  const auto orig = x;
+  softmax(x.data(), n, k());
+  double max = -INFINITY, sum = 0;
+  for (float v : orig) max = std::max(max, double(v));
+  for (float v : orig) sum += std::exp(double(v) - max);
+  // The float sum over n terms carries ~sqrt(n) ulps of relative error.
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x[i], std::exp(double(orig[i]) - max) / sum, 1e-5 * x[i] + 1e-12);
+}
+
+TEST(CpuOps, RopeRotatesAdjacentPairsLikeComplexNumbers) {
+  std::mt19937_64 rng(uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count()));
+  std::normal_distribution<float> dist;
+  const int heads = 3, hd = 64;
+  std::vector<float> freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) freq[i] = float(std::pow(10000.0, -2.0 * i / hd)) * (i % 3 == 0 ? 0.25f : 1.0f);
+  for (int64_t pos : {0, 1, 17, 4000, 100000}) {
+    std::vector<float> x(heads * hd);
+    for (auto& v : x) v = dist(rng);
+    const auto orig = x;
+    rope(x.data(), heads, hd, pos, freq.data());
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < hd / 2; ++i) {
+        const std::complex<double> z(orig[h * hd + 2 * i], orig[h * hd + 2 * i + 1]);
+        const std::complex<double> r = z * std::polar(1.0, double(pos) * double(freq[i]));
+        ASSERT_NEAR(x[h * hd + 2 * i], r.real(), 1e-5) << "pos " << pos << " pair " << i;
+        ASSERT_NEAR(x[h * hd + 2 * i + 1], r.imag(), 1e-5) << "pos " << pos << " pair " << i;
+      }
+    }
+  }
+}
+
+// A KV cache filled with random values, in either layout the strides allow.
+struct Cache {
+  std::vector<float> values;  // as the kernels see them (fp16-rounded for F16)
+  std::vector<uint16_t> half;
+  KvView view;
+};
+
+Cache make_cache(TensorType type, int64_t n_pos, int kv_heads, int hd, bool head_major, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist;
+  Cache c;
+  c.values.resize(n_pos * kv_heads * hd);
+  for (auto& v : c.values) v = type == TensorType::F16 ? fp16_to_fp32(fp32_to_fp16(dist(rng))) : dist(rng);
+  c.view.type = type;
+  c.view.pos_stride = head_major ? hd : int64_t(kv_heads) * hd;
+  c.view.head_stride = head_major ? n_pos * hd : hd;
+  if (type == TensorType::F16) {
+    c.half.resize(c.values.size());
+    for (size_t i = 0; i < c.values.size(); ++i) c.half[i] = fp32_to_fp16(c.values[i]);
+    c.view.data = c.half.data();
+  } else {
+    c.view.data = c.values.data();
+  }
+  return c;
+}
+
+double cache_at(const Cache& c, int64_t pos, int head, int i) {
+  return c.values[pos * c.view.pos_stride + head * c.view.head_stride + i];
+}
+
+// Naive float64 attention of query row q (position `pos`, sees [0, pos]).
+std::vector<double> naive_attention(const float* q, const Cache& k, const Cache& v, int64_t pos,
+                                    const AttentionShape& s) {
+  std::vector<double> out(s.n_heads * s.head_dim, 0.0);
+  const int group = s.n_heads / s.n_kv_heads;
+  for (int h = 0; h < s.n_heads; ++h) {
+    std::vector<double> scores(pos + 1);
+    double max = -INFINITY, sum = 0;
+    for (int64_t j = 0; j <= pos; ++j) {
+      double d = 0;
+      for (int i = 0; i < s.head_dim; ++i) d += double(q[h * s.head_dim + i]) * cache_at(k, j, h / group, i);
+      scores[j] = d * s.scale;
+      max = std::max(max, scores[j]);
+    }
+    for (auto& x : scores) sum += (x = std::exp(x - max));
+    for (int64_t j = 0; j <= pos; ++j) {
+      for (int i = 0; i < s.head_dim; ++i) out[h * s.head_dim + i] += scores[j] / sum * cache_at(v, j, h / group, i);
+    }
+  }
+  return out;
+}
+
+TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ThreadPool pool(2);
+  const AttentionShape shape{9, 3, 64, 0.125f};
+  for (TensorType type : {TensorType::F16, TensorType::F32}) {
+    for (bool head_major : {false, true}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + (head_major ? " head-major" : " pos-major"));
+      const int64_t n_past = 37;
+      const int n_tokens = 11;
+      const Cache kc = make_cache(type, n_past + n_tokens, shape.n_kv_heads, shape.head_dim, head_major, rng_);
+      const Cache vc = make_cache(type, n_past + n_tokens, shape.n_kv_heads, shape.head_dim, head_major, rng_);
+      const int64_t width = shape.n_heads * shape.head_dim;
+      const auto q = normal(width * n_tokens, 1.5f);
+
+      std::vector<float> out(width * n_tokens);
+      attention_prefill(q.data(), kc.view, vc.view, n_past, n_tokens, shape, out.data(), pool, k());
+      for (int t = 0; t < n_tokens; ++t) {
+        const auto ref = naive_attention(q.data() + t * width, kc, vc, n_past + t, shape);
+        for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(out[t * width + i], ref[i], 2e-5) << "token " << t << " i " << i;
+      }
+
+      // Decode: the last query alone.
+      std::vector<float> one(width);
+      attention(q.data() + (n_tokens - 1) * width, kc.view, vc.view, n_past + n_tokens, shape, one.data(), pool, k());
+      const auto ref = naive_attention(q.data() + (n_tokens - 1) * width, kc, vc, n_past + n_tokens - 1, shape);
+      for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(one[i], ref[i], 2e-5) << "i " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nt::cpu
