@@ -10,5 +10,8 @@ void add_convert_llama2c_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace nt::cli

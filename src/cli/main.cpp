@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   nt::cli::add_quantize_command(app);
   nt::cli::add_make_model_command(app);
   nt::cli::add_run_command(app);
+  nt::cli::add_chat_command(app);
+  nt::cli::add_perplexity_command(app);
+  nt::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -97,45 +97,6 @@ VocabSpec read_vocab_spec(const GgufHeader& h, std::string_view source) {
   return spec;
 }
 
-std::vector<GgufKV> vocab_spec_metadata(const VocabSpec& spec) {
-  std::vector<GgufKV> kvs;
-  auto add = [&](std::string_view key, GgufValue value) { kvs.push_back({std::string(key), std::move(value)}); };
-  auto array_of = [](GgufValueType type, const auto& items, auto make) {
-    std::vector<GgufValue> values;
-    values.reserve(items.size());
-    for (const auto& item : items) values.push_back(make(item));
-    return GgufValue::of_array(type, std::move(values));
-  };
-  add("tokenizer.ggml.model", GgufValue::of_string(spec.model));
-  if (!spec.pre.empty()) add("tokenizer.ggml.pre", GgufValue::of_string(spec.pre));
-  add(kTokensKey,
-      array_of(GgufValueType::STRING, spec.tokens, [](const std::string& t) { return GgufValue::of_string(t); }));
-  if (!spec.scores.empty()) add(kScoresKey, array_of(GgufValueType::F32, spec.scores, GgufValue::of_f32));
-  if (!spec.token_types.empty()) add(kTypesKey, array_of(GgufValueType::I32, spec.token_types, GgufValue::of_i32));
-  if (!spec.merges.empty()) {
-    add(kMergesKey,
-        array_of(GgufValueType::STRING, spec.merges, [](const std::string& m) { return GgufValue::of_string(m); }));
-  }
-  const std::pair<std::string_view, const std::optional<int32_t>*> ids[] = {
-      {"tokenizer.ggml.bos_token_id", &spec.bos_id},     {"tokenizer.ggml.eos_token_id", &spec.eos_id},
-      {"tokenizer.ggml.eot_token_id", &spec.eot_id},     {"tokenizer.ggml.eom_token_id", &spec.eom_id},
-      {"tokenizer.ggml.padding_token_id", &spec.pad_id}, {"tokenizer.ggml.unknown_token_id", &spec.unk_id},
-  };
-  for (const auto& [key, id] : ids) {
-    if (*id) add(key, GgufValue::of_u32(uint32_t(**id)));
-  }
-  const std::pair<std::string_view, const std::optional<bool>*> flags[] = {
-      {"tokenizer.ggml.add_bos_token", &spec.add_bos},
-      {"tokenizer.ggml.add_eos_token", &spec.add_eos},
-      {"tokenizer.ggml.add_space_prefix", &spec.add_space_prefix},
-  };
-  for (const auto& [key, flag] : flags) {
-    if (*flag) add(key, GgufValue::of_bool(**flag));
-  }
-  if (!spec.chat_template.empty()) add("tokenizer.chat_template", GgufValue::of_string(spec.chat_template));
-  return kvs;
-}
-
 Vocabulary::Vocabulary(VocabSpec spec, std::string_view source) : spec_(std::move(spec)) {
   if (spec_.model == "llama") {
     model_ = VocabModel::SentencePiece;

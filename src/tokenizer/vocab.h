@@ -12,7 +12,6 @@
 namespace nt {
 
 struct GgufHeader;
-struct GgufKV;
 
 // GGUF's `tokenizer.ggml.token_type` values.
 enum class TokenKind : int32_t {
@@ -51,10 +50,6 @@ struct VocabSpec {
 
 // Reads every `tokenizer.*` key; `source` names the file in errors.
 VocabSpec read_vocab_spec(const GgufHeader& header, std::string_view source);
-
-// The inverse: the `tokenizer.*` metadata entries that hold `spec` (absent fields are
-// left out), ready for GgufWriter::add_metadata.
-std::vector<GgufKV> vocab_spec_metadata(const VocabSpec& spec);
 
 class Vocabulary {
  public:

@@ -9,7 +9,7 @@ namespace nt {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kKeyTile = 32;                    // one key per lane in the softmax step
+constexpr int kKeyTile = kKvTile;               // one key per lane in the softmax step
 constexpr int kMaxAcc = 16;                     // output accumulators per thread
 constexpr int kMaxRowElems = kThreads * kMaxAcc; // query rows * head_dim per block
 
@@ -35,6 +35,17 @@ size_t shared_bytes(const Geometry& g, int head_dim) {
                           3 * size_t(g.rows));
 }
 
+constexpr int kDecodeWarps = 4;
+constexpr int kMaxGroup = 8;  // query heads per KV head the decode kernel handles
+
+// Start and end of the key range of `split` when n_keys keys are visible:
+// equal shares rounded up to whole tiles.
+__device__ __forceinline__ void split_range(int64_t n_keys, int n_splits, int split, int64_t& begin, int64_t& end) {
+  const int64_t chunk = ((n_keys + n_splits - 1) / n_splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+  begin = std::min<int64_t>(n_keys, int64_t(split) * chunk);
+  end = std::min<int64_t>(n_keys, begin + chunk);
+}
+
 // PRECOND: rows * head_dim <= kMaxRowElems; keys 0..pos+n_tokens-1 are in the cache.
 // Grid (kv head, query tile, split). Bytes moved: each K/V row of the block's
 // key range once (f16), its queries once, outputs (or partials) once.
@@ -54,11 +65,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
   const int64_t t0 = int64_t(tile) * g.tile_tokens;
   const int tile_tokens = int(std::min<int64_t>(g.tile_tokens, p.n_tokens - t0));
   const int rows = tile_tokens * g.group;
-  const int64_t n_keys = pos0 + t0 + tile_tokens;  // keys visible to the tile's last token
-  const int64_t chunk = (n_keys + p.n_splits - 1) / p.n_splits;
-  const int64_t chunk_rounded = (chunk + kKeyTile - 1) / kKeyTile * kKeyTile;
-  const int64_t k_begin = std::min<int64_t>(n_keys, int64_t(split) * chunk_rounded);
-  const int64_t k_end = std::min<int64_t>(n_keys, k_begin + chunk_rounded);
+  int64_t k_begin, k_end;  // of the keys visible to the tile's last token
+  split_range(pos0 + t0 + tile_tokens, p.n_splits, split, k_begin, k_end);
   const float scale = rsqrtf(float(hd));
 
   for (int i = tid; i < g.rows * hd; i += kThreads) {
@@ -75,18 +83,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
 #pragma unroll
   for (int i = 0; i < kMaxAcc; ++i) acc[i] = 0.0f;
 
-  const uint16_t* k_head = p.k_cache + int64_t(kv_head) * p.context * hd;
-  const uint16_t* v_head = p.v_cache + int64_t(kv_head) * p.context * hd;
-  auto load_tile = [&](const uint16_t* head_base, int64_t key0, int n) {
+  // Tiles start at multiples of kKeyTile, so each is one contiguous run of
+  // kKeyTile * hd halves in both caches (K chunk-major, V row-major).
+  auto load_tile = [&](bool is_k, int64_t key0, int n) {
+    const uint16_t* src = (is_k ? p.k_cache + k_cache_index(kv_head, key0, 0, p.context, hd)
+                                : p.v_cache + v_cache_index(kv_head, key0, 0, p.context, hd));
     for (int i = tid; i < kKeyTile * hd; i += kThreads) {
-      const int k = i / hd, d = i % hd;
-      kv_s[k * (hd + 1) + d] = k < n ? cuda::half_to_float(head_base[(key0 + k) * hd + d]) : 0.0f;
+      const int k = is_k ? (i % (kKeyTile * 8)) / 8 : i / hd;
+      const int d = is_k ? (i / (kKeyTile * 8)) * 8 + i % 8 : i % hd;
+      kv_s[k * (hd + 1) + d] = k < n ? cuda::half_to_float(src[i]) : 0.0f;
     }
   };
 
   for (int64_t key0 = k_begin; key0 < k_end; key0 += kKeyTile) {
     const int n = int(std::min<int64_t>(kKeyTile, k_end - key0));
-    load_tile(k_head, key0, n);
+    load_tile(true, key0, n);
     __syncthreads();
     // Scores: lane = key, warps over rows.
     for (int r = warp; r < g.rows; r += kThreads / 32) {
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
       }
     }
     __syncthreads();
-    load_tile(v_head, key0, n);
+    load_tile(false, key0, n);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kMaxAcc; ++i) {
@@ -150,6 +161,167 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
   }
 }
 
+// Decode (one query token): block = (KV head, split), each warp walks every
+// kDecodeWarps-th tile of the split's keys. Scores: lane j scores key j of the
+// tile against the group's query heads (16-byte K chunks, contiguous across
+// the warp); values: lane owns kDimsPerLane dims of V. The warps' softmax
+// states merge through shared memory at the end.
+// PRECOND: head_dim == 32 * kDimsPerLane; group <= kMaxGroup; n_tokens == 1.
+// Bytes moved: the split's K and V rows once (f16), queries once, outputs once.
+template <int kDimsPerLane>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(AttentionParams p) {
+  constexpr int hd = 32 * kDimsPerLane, kChunks = hd / 8;
+  extern __shared__ float smem[];
+  const int group = p.n_heads / p.n_kv_heads;
+  float* q_s = smem;                                      // [group][hd], pre-scaled
+  float* p_s = q_s + group * hd;                          // [warp][key][kMaxGroup] probabilities
+  float* acc_s = p_s + kDecodeWarps * kKeyTile * kMaxGroup;  // [warp][group][hd]
+  float* ml_s = acc_s + kDecodeWarps * group * hd;         // [warp][group][2]: m, l
+
+  const int kv_head = blockIdx.x, split = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t k_begin, k_end;
+  split_range(int64_t(*p.pos) + 1, p.n_splits, split, k_begin, k_end);
+  const float scale = rsqrtf(float(hd));
+  for (int i = threadIdx.x; i < group * hd; i += kDecodeWarps * 32) {
+    q_s[i] = p.q[int64_t(kv_head) * group * hd + i] * scale;
+  }
+  __syncthreads();
+
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kDimsPerLane; ++e) acc[g][e] = 0.0f;
+  }
+  float* probs = p_s + warp * kKeyTile * kMaxGroup;
+  for (int64_t key0 = k_begin + int64_t(warp) * kKeyTile; key0 < k_end; key0 += kDecodeWarps * kKeyTile) {
+    const int n = int(std::min<int64_t>(kKeyTile, k_end - key0));
+    // Scores of key key0 + lane.
+    const uint16_t* kt = p.k_cache + k_cache_index(kv_head, key0, 0, p.context, hd) + lane * 8;
+    uint4 kc[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) kc[c] = __ldg(reinterpret_cast<const uint4*>(kt + c * kKeyTile * 8));
+    float s[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      float kf[8];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&reinterpret_cast<const uint32_t*>(&kc[c])[w]));
+        kf[2 * w] = f.x;
+        kf[2 * w + 1] = f.y;
+      }
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < group) {
+          const float4 qa = *reinterpret_cast<const float4*>(q_s + g * hd + 8 * c);
+          const float4 qb = *reinterpret_cast<const float4*>(q_s + g * hd + 8 * c + 4);
+          s[g] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                  qb.z * kf[6] + qb.w * kf[7];
+        }
+      }
+    }
+    // Online softmax per query head over this tile.
+    const bool valid = lane < n;
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        const float sv = valid ? s[g] : -INFINITY;
+        const float m_new = fmaxf(m[g], cuda::warp_max(sv));
+        const float prob = valid ? __expf(sv - m_new) : 0.0f;
+        const float alpha = m[g] == -INFINITY ? 0.0f : __expf(m[g] - m_new);
+        l[g] = l[g] * alpha + cuda::warp_sum(prob);
+        m[g] = m_new;
+#pragma unroll
+        for (int e = 0; e < kDimsPerLane; ++e) acc[g][e] *= alpha;
+        probs[lane * kMaxGroup + g] = prob;
+      }
+    }
+    __syncwarp();
+    // Values: lane's dims of each visible key, weighted per head.
+    const uint16_t* vt = p.v_cache + v_cache_index(kv_head, key0, lane * kDimsPerLane, p.context, hd);
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      float v[kDimsPerLane];
+      if constexpr (kDimsPerLane == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vt + j * hd));
+        v[0] = f.x;
+        v[1] = f.y;
+      } else {
+        const uint2 raw = *reinterpret_cast<const uint2*>(vt + j * hd);
+#pragma unroll
+        for (int e = 0; e < kDimsPerLane; e += 4) {
+          const uint2 r = kDimsPerLane == 4 ? raw : *reinterpret_cast<const uint2*>(vt + j * hd + e);
+          const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
+          const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+          v[e] = f0.x;
+          v[e + 1] = f0.y;
+          v[e + 2] = f1.x;
+          v[e + 3] = f1.y;
+        }
+      }
+      const float4 pa = *reinterpret_cast<const float4*>(probs + j * kMaxGroup);
+      const float4 pb = *reinterpret_cast<const float4*>(probs + j * kMaxGroup + 4);
+      const float pj[kMaxGroup] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < group) {
+#pragma unroll
+          for (int e = 0; e < kDimsPerLane; ++e) acc[g][e] += pj[g] * v[e];
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+  // Merge the warps' states.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < group) {
+#pragma unroll
+      for (int e = 0; e < kDimsPerLane; ++e) acc_s[(warp * group + g) * hd + lane * kDimsPerLane + e] = acc[g][e];
+      if (lane == 0) {
+        ml_s[(warp * group + g) * 2] = m[g];
+        ml_s[(warp * group + g) * 2 + 1] = l[g];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * hd; i += kDecodeWarps * 32) {
+    const int g = i / hd, d = i % hd;
+    float mx = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, ml_s[(w * group + g) * 2]);
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float mw = ml_s[(w * group + g) * 2];
+      const float weight = mw == -INFINITY ? 0.0f : __expf(mw - mx);
+      num += weight * acc_s[(w * group + g) * hd + d];
+      den += weight * ml_s[(w * group + g) * 2 + 1];
+    }
+    const int head = kv_head * group + g;
+    if (p.n_splits == 1) {
+      p.out[int64_t(head) * hd + d] = num / den;
+    } else {
+      float* part = p.partials + (int64_t(split) * p.n_heads + head) * (hd + 2);
+      part[d] = num;
+      if (d == 0) {
+        part[hd] = mx;
+        part[hd + 1] = den;
+      }
+    }
+  }
+}
+
+size_t decode_shared_bytes(int group, int head_dim) {
+  return sizeof(float) * (size_t(group) * head_dim + size_t(kDecodeWarps) * kKeyTile * kMaxGroup +
+                          size_t(kDecodeWarps) * group * head_dim + size_t(kDecodeWarps) * group * 2);
+}
+
 // PRECOND: every split wrote its partial (an empty split has l = 0).
 // One block per (token, head); bytes moved: the partials once, the output once.
 __global__ void combine_splits_kernel(AttentionParams p) {
@@ -175,12 +347,23 @@ __global__ void combine_splits_kernel(AttentionParams p) {
   }
 }
 
+void launch_generic(const AttentionParams& p, const Geometry& g, cudaStream_t stream) {
+  const size_t smem = shared_bytes(g, p.head_dim);
+  if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
+    NT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  attention_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(g.n_tiles), unsigned(p.n_splits)), kThreads, smem, stream>>>(p, g);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors) {
   const Geometry g = geometry(n_tokens, n_heads, n_kv_heads, head_dim);
   const int64_t blocks = int64_t(n_kv_heads) * g.n_tiles;
-  const int64_t wanted = (2 * int64_t(multiprocessors) + blocks - 1) / blocks;
+  // Decode blocks are light (4 warps): aim for 4 per multiprocessor.
+  const int64_t target = (n_tokens == 1 ? 4 : 2) * int64_t(multiprocessors);
+  const int64_t wanted = (target + blocks - 1) / blocks;
   const int64_t useful = (max_keys + 4 * kKeyTile - 1) / (4 * kKeyTile);  // at least 4 tiles per split
   return int(std::clamp<int64_t>(std::min(wanted, useful), 1, 256));
 }
@@ -198,12 +381,27 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
          p.head_dim, kMaxRowElems);
   }
   if (p.n_splits > 1 && !p.partials) fail("attention: {} splits need a partials buffer", p.n_splits);
-  const size_t smem = shared_bytes(g, p.head_dim);
-  if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
-    NT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
+    fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
   }
-  attention_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(g.n_tiles), unsigned(p.n_splits)), kThreads, smem, stream>>>(p, g);
-  NT_CUDA_CHECK_LAUNCH();
+  const int dims_per_lane = p.head_dim / 32;
+  if (p.n_tokens == 1 && g.group <= kMaxGroup && p.head_dim % 32 == 0 &&
+      (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {
+    const size_t smem = decode_shared_bytes(g.group, p.head_dim);
+    const dim3 grid(unsigned(p.n_kv_heads), unsigned(p.n_splits));
+    auto launch = [&](auto kernel) {
+      if (smem > 48 * 1024) {
+        NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      }
+      kernel<<<grid, kDecodeWarps * 32, smem, stream>>>(p);
+    };
+    if (dims_per_lane == 2) launch(attention_decode_kernel<2>);
+    if (dims_per_lane == 4) launch(attention_decode_kernel<4>);
+    if (dims_per_lane == 8) launch(attention_decode_kernel<8>);
+    NT_CUDA_CHECK_LAUNCH();
+  } else {
+    launch_generic(p, g, stream);
+  }
   if (p.n_splits > 1) {
     combine_splits_kernel<<<unsigned(p.n_tokens * p.n_heads), 128, 0, stream>>>(p);
     NT_CUDA_CHECK_LAUNCH();

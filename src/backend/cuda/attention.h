@@ -1,6 +1,6 @@
 // Causal attention over the f16 KV cache, for decode (one token) and prefill
-// (many): flash-style online softmax over tiles of keys, any context length.
-// The key range is split over several blocks when the query tiles alone
+// (many): flash-style online softmax over tiles of 32 keys, any context
+// length. The key range is split over several blocks when the queries alone
 // would not fill the GPU; a second kernel merges the splits.
 #pragma once
 
@@ -10,12 +10,26 @@
 
 namespace nt {
 
+// The K cache is laid out for decode, where lane j of a warp scores key j of
+// a 32-key tile: per KV head, per tile, per 8-element chunk of the head, the
+// 32 keys' chunks side by side, so a warp's 16-byte loads are contiguous.
+// Needs head_dim % 8 == 0 and context % 32 == 0. V is [context][head_dim].
+constexpr int kKvTile = 32;
+
+__host__ __device__ inline int64_t k_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {
+  return kv_head * context * head_dim + ((pos / kKvTile) * (head_dim / 8) + d / 8) * (kKvTile * 8) + (pos % kKvTile) * 8 + d % 8;
+}
+
+__host__ __device__ inline int64_t v_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {
+  return (kv_head * context + pos) * head_dim + d;
+}
+
 struct AttentionParams {
   const float* q = nullptr;          // token t, head h at q + t*q_stride + h*head_dim (RoPE applied)
   int64_t q_stride = 0;
-  const uint16_t* k_cache = nullptr; // this layer: [n_kv_heads][context][head_dim] f16
+  const uint16_t* k_cache = nullptr; // this layer, f16, see k_cache_index / v_cache_index
   const uint16_t* v_cache = nullptr;
-  int64_t context = 0;
+  int64_t context = 0;               // a multiple of kKvTile
   float* out = nullptr;              // token t, head h at out + t*out_stride + h*head_dim
   int64_t out_stride = 0;
   const int32_t* pos = nullptr;      // device: position of token 0; token t sees keys 0..pos+t

@@ -123,6 +123,7 @@ class CudaLlamaRunner final : public ModelRunner {
 
   LlamaConfig config_;
   int64_t context_;
+  int64_t cache_context_;  // context_ rounded up to whole KV tiles
   CudaRunnerOptions options_;
   CudaDeviceInfo device_;
   uint64_t weight_bytes_per_token_ = 0;
@@ -150,10 +151,16 @@ class CudaLlamaRunner final : public ModelRunner {
 };
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
-    : context_(context), options_(options), device_(require_cuda_device(options.device)) {
+    : context_(context),
+      cache_context_((context + kKvTile - 1) / kKvTile * kKvTile),
+      options_(options),
+      device_(require_cuda_device(options.device)) {
   config_ = read_llama_config(file.header(), file.path());
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
+  if (config_.head_dim % 8 != 0) {
+    fail("{}: head dimension {} is not a multiple of 8, which the CUDA KV cache layout needs", file.path(), config_.head_dim);
+  }
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -167,8 +174,8 @@ CudaLlamaRunner::~CudaLlamaRunner() {
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.2f} GiB resident, context {}, {})", device_.name, device_.multiprocessors,
-                     double(resident_bytes_) / double(1ull << 30), context_,
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {})", device_.name, device_.multiprocessors,
+                     double(resident_bytes_) / double(1ull << 20), context_,
                      options_.decode_graph ? "decode graph" : "no graph");
 }
 
@@ -237,7 +244,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   add_vector(&inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
 
   // Everything else the runner allocates, to check the total before uploading.
-  const uint64_t kv_bytes = 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * uint64_t(context_) * 2;
+  const uint64_t kv_bytes = 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * uint64_t(cache_context_) * 2;
   const uint64_t gemm_bytes = std::min(kGemmScratchMaxBytes, largest_matrix_elems * 2);
   const uint64_t activation_bytes =
       layout_activations(c, options_.max_batch, context_, device_.multiprocessors).total;
@@ -270,6 +277,8 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   if (c.tied_embeddings) output_ = token_embd_;
   k_cache_ = DeviceBuffer(kv_bytes / 2, "the K cache");
   v_cache_ = DeviceBuffer(kv_bytes / 2, "the V cache");
+  NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
+  NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
   gemm_.emplace(gemm_bytes);
   resident_bytes_ = plan.size() + kv_bytes;
 }
@@ -327,7 +336,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   const LlamaConfig& c = config_;
   const bool use_gemm = n >= options_.gemm_min_tokens;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const int64_t cache_layer = c.n_kv_heads * context_ * c.head_dim;
+  const int64_t cache_layer = c.n_kv_heads * cache_context_ * c.head_dim;
 
   // Token embeddings into the residual stream x.
   gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
@@ -351,7 +360,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     rope.head_dim = int(c.head_dim);
     rope.k_cache = k_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
     rope.v_cache = v_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
-    rope.context = context_;
+    rope.context = cache_context_;
     rope_and_store_kv(rope, stream_);
 
     AttentionParams att;
@@ -359,7 +368,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     att.q_stride = qkv_width;
     att.k_cache = rope.k_cache;
     att.v_cache = rope.v_cache;
-    att.context = context_;
+    att.context = cache_context_;
     att.out = att_;
     att.out_stride = c.q_dim();
     att.pos = pos_dev_;

@@ -23,15 +23,16 @@ WeightLayout native(int block_elems, int block_bytes) {
   return l;
 }
 
-WeightLayout planes(int block_elems, int block_bytes, std::array<int, 3> plane_bytes, int n_planes,
-                    std::array<Seg, 3> segments, int n_segments) {
+WeightLayout planes(int block_elems, int block_bytes, std::array<int, 4> plane_bytes, std::array<Seg, 4> segments) {
   WeightLayout l;
   l.block_elems = block_elems;
   l.block_bytes = block_bytes;
-  l.n_planes = n_planes;
-  for (int p = 0; p < 3; ++p) l.plane_bytes[p] = plane_bytes[p];
-  l.n_segments = n_segments;
-  for (int s = 0; s < 3; ++s) l.segments[s] = segments[s];
+  for (int p = 0; p < 4; ++p) {
+    l.plane_bytes[p] = plane_bytes[p];
+    if (plane_bytes[p]) l.n_planes = p + 1;
+    l.segments[p] = segments[p];
+    if (segments[p].len) l.n_segments = p + 1;
+  }
   return l;
 }
 
@@ -39,31 +40,31 @@ const WeightLayout kF32 = native(1, 4);
 const WeightLayout kF16 = native(1, 2);
 const WeightLayout kBF16 = native(1, 2);
 // Q4_0 {d, qs[16]} -> qs | d
-const WeightLayout kQ4_0 = planes(32, 18, {16, 2, 0}, 2, {Seg{2, 16, 0, 0}, Seg{0, 2, 1, 0}}, 2);
+const WeightLayout kQ4_0 = planes(32, 18, {16, 2}, {Seg{2, 16, 0, 0}, Seg{0, 2, 1, 0}});
 // Q4_1 {d, m, qs[16]} -> qs | (d, m)
-const WeightLayout kQ4_1 = planes(32, 20, {16, 4, 0}, 2, {Seg{4, 16, 0, 0}, Seg{0, 4, 1, 0}}, 2);
+const WeightLayout kQ4_1 = planes(32, 20, {16, 4}, {Seg{4, 16, 0, 0}, Seg{0, 4, 1, 0}});
 // Q5_0 {d, qh[4], qs[16]} -> qs | qh | d
-const WeightLayout kQ5_0 =
-    planes(32, 22, {16, 4, 2}, 3, {Seg{6, 16, 0, 0}, Seg{2, 4, 1, 0}, Seg{0, 2, 2, 0}}, 3);
+const WeightLayout kQ5_0 = planes(32, 22, {16, 4, 2}, {Seg{6, 16, 0, 0}, Seg{2, 4, 1, 0}, Seg{0, 2, 2, 0}});
 // Q5_1 {d, m, qh[4], qs[16]} -> qs | qh | (d, m)
-const WeightLayout kQ5_1 =
-    planes(32, 24, {16, 4, 4}, 3, {Seg{8, 16, 0, 0}, Seg{4, 4, 1, 0}, Seg{0, 4, 2, 0}}, 3);
+const WeightLayout kQ5_1 = planes(32, 24, {16, 4, 4}, {Seg{8, 16, 0, 0}, Seg{4, 4, 1, 0}, Seg{0, 4, 2, 0}});
 // Q8_0 {d, qs[32]} -> qs | d
-const WeightLayout kQ8_0 = planes(32, 34, {32, 2, 0}, 2, {Seg{2, 32, 0, 0}, Seg{0, 2, 1, 0}}, 2);
-// Q2_K {scales[16], qs[64], d, dmin} -> (scales, qs) | (d, dmin)
-const WeightLayout kQ2_K = planes(256, 84, {80, 4, 0}, 2, {Seg{0, 80, 0, 0}, Seg{80, 4, 1, 0}}, 2);
-// Q3_K {hmask[32], qs[64], scales[12], d} -> (hmask, qs) | (scales, d, 2 pad bytes)
-const WeightLayout kQ3_K = planes(256, 110, {96, 16, 0}, 2, {Seg{0, 96, 0, 0}, Seg{96, 14, 1, 0}}, 2);
-const WeightLayout kQ4_K = native(256, 144);
-const WeightLayout kQ5_K = native(256, 176);
-// Q6_K {ql[128], qh[64], scales[16], d} -> (ql, qh) | scales | d
+const WeightLayout kQ8_0 = planes(32, 34, {32, 2}, {Seg{2, 32, 0, 0}, Seg{0, 2, 1, 0}});
+// Q2_K {scales[16], qs[64], d, dmin} -> qs | scales | (d, dmin)
+const WeightLayout kQ2_K = planes(256, 84, {64, 16, 4}, {Seg{16, 64, 0, 0}, Seg{0, 16, 1, 0}, Seg{80, 4, 2, 0}});
+// Q3_K {hmask[32], qs[64], scales[12], d} -> qs | hmask | (scales, d, 2 zero bytes)
+const WeightLayout kQ3_K = planes(256, 110, {64, 32, 16}, {Seg{32, 64, 0, 0}, Seg{0, 32, 1, 0}, Seg{96, 14, 2, 0}});
+// Q4_K {d, dmin, scales[12], qs[128]} -> qs | (d, dmin, scales)
+const WeightLayout kQ4_K = planes(256, 144, {128, 16}, {Seg{16, 128, 0, 0}, Seg{0, 16, 1, 0}});
+// Q5_K {d, dmin, scales[12], qh[32], qs[128]} -> qs | qh | (d, dmin, scales)
+const WeightLayout kQ5_K = planes(256, 176, {128, 32, 16}, {Seg{48, 128, 0, 0}, Seg{16, 32, 1, 0}, Seg{0, 16, 2, 0}});
+// Q6_K {ql[128], qh[64], scales[16], d} -> ql | qh | scales | d
 const WeightLayout kQ6_K =
-    planes(256, 210, {192, 16, 2}, 3, {Seg{0, 192, 0, 0}, Seg{192, 16, 1, 0}, Seg{208, 2, 2, 0}}, 3);
+    planes(256, 210, {128, 64, 16, 2}, {Seg{0, 128, 0, 0}, Seg{128, 64, 1, 0}, Seg{192, 16, 2, 0}, Seg{208, 2, 3, 0}});
 
 struct RepackArgs {
   WeightLayout layout;
   const uint8_t* src;
-  uint8_t* plane[3];  // already offset to the first block being written
+  uint8_t* plane[4];  // already offset to the first block being written
   int64_t n_blocks;
 };
 
@@ -158,7 +159,7 @@ void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows
     a.layout = l;
     a.src = static_cast<const uint8_t*>(staging);
     const int64_t first_block = (first_row + r) * blocks_per_row;
-    for (int p = 0; p < 3; ++p) a.plane[p] = m.plane[p] ? m.plane[p] + first_block * l.plane_bytes[p] : nullptr;
+    for (int p = 0; p < 4; ++p) a.plane[p] = m.plane[p] ? m.plane[p] + first_block * l.plane_bytes[p] : nullptr;
     a.n_blocks = chunk_rows * blocks_per_row;
     const int threads = 256;
     repack_blocks_kernel<<<unsigned((a.n_blocks + threads - 1) / threads), threads>>>(a);

@@ -1,9 +1,10 @@
 // Weight matrices resident on the GPU. Each file block is split into up to
-// three "planes" so that every plane's per-block record is aligned for vector
-// loads: an 18-byte Q4_0 block becomes 16 bytes in the quant plane and 2 in
-// the scale plane. Plane p of a matrix holds rows*blocks_per_row records of
-// plane_bytes[p] each, row after row. Formats whose blocks are already a
-// multiple of 16 bytes (F32, F16, BF16, Q4_K, Q5_K) keep the file layout.
+// four "planes" so that the codes of consecutive blocks are contiguous and
+// 16-byte aligned: a warp's lanes then read consecutive 16-byte chunks (full
+// sectors) and the scales come from small planes of their own. An 18-byte
+// Q4_0 block becomes 16 bytes in the code plane and 2 in the scale plane.
+// Plane p of a matrix holds rows*blocks_per_row records of plane_bytes[p]
+// each, row after row. F32, F16 and BF16 keep the file layout.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,9 @@ struct WeightLayout {
   };
   int block_elems = 1, block_bytes = 1;  // the file format
   int n_planes = 1;
-  int plane_bytes[3] = {};
+  int plane_bytes[4] = {};
   int n_segments = 0;
-  Segment segments[3] = {};
+  Segment segments[4] = {};
 };
 
 // Throws nt::Error for formats the CUDA backend cannot run.
@@ -29,7 +30,7 @@ const WeightLayout& weight_layout(TensorType type);
 struct DeviceMatrix {
   TensorType type = TensorType::F32;
   int64_t rows = 0, cols = 0;
-  uint8_t* plane[3] = {};
+  uint8_t* plane[4] = {};
 
   int64_t blocks_per_row() const;
 };

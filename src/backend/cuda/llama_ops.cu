@@ -1,5 +1,6 @@
 #include "backend/cuda/llama_ops.h"
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// PRECOND: head_dim even; rope_pairs <= head_dim / 2; positions < context.
+// PRECOND: head_dim % 8 == 0; rope_pairs <= head_dim / 2; positions < context.
 // One thread per (token, head slot, pair); head slots are q heads, k heads,
 // then v heads (copied). Bytes moved: qkv read once, q rewritten, k and v
 // written to the cache as f16.
@@ -56,7 +57,8 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
     return;
   }
   const int kv_head = is_v ? slot - p.n_heads - p.n_kv_heads : slot - p.n_heads;
-  uint16_t* cache = (is_v ? p.v_cache : p.k_cache) + (int64_t(kv_head) * p.context + position) * p.head_dim + 2 * pair;
+  uint16_t* cache = is_v ? p.v_cache + v_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim)
+                         : p.k_cache + k_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim);
   *reinterpret_cast<uint32_t*>(cache) = uint32_t(cuda::float_to_half(x0)) | uint32_t(cuda::float_to_half(x1)) << 16;
 }
 
@@ -118,8 +120,9 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, 
 }
 
 void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
-  if (p.head_dim % 2 != 0 || p.rope_pairs > p.head_dim / 2) {
-    fail("rope: head_dim {} must be even and hold {} rotated pairs", p.head_dim, p.rope_pairs);
+  if (p.head_dim % 8 != 0 || p.rope_pairs > p.head_dim / 2 || p.context % kKvTile != 0) {
+    fail("rope: head_dim {} must be a multiple of 8 holding {} rotated pairs, context {} a multiple of {}", p.head_dim,
+         p.rope_pairs, p.context, kKvTile);
   }
   const int64_t n = p.n_tokens * (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
   if (n == 0) return;

@@ -22,9 +22,9 @@ struct RopeKvParams {
   const float* inv_freq = nullptr;  // device: rope_pairs inverse frequencies
   int rope_pairs = 0;            // pairs (2i, 2i+1) rotated per head, i < rope_pairs
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  uint16_t* k_cache = nullptr;   // this layer: [n_kv_heads][context][head_dim] f16
+  uint16_t* k_cache = nullptr;   // this layer, f16, laid out as attention.h says
   uint16_t* v_cache = nullptr;
-  int64_t context = 0;
+  int64_t context = 0;           // a multiple of kKvTile
 };
 
 // Rotates q (in place) and k, and stores k and v at their positions in the cache.

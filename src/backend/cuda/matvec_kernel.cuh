@@ -14,15 +14,14 @@ template <class F>
 __device__ __forceinline__ float dot_column(const typename F::Regs& r, const MatvecParams& p, int column, int unit) {
   const int64_t cols = p.w.cols;
   if constexpr (F::kQ8) {
-    return F::dot(r, p.x.q8 + column * cols + int64_t(unit) * F::kUnitElems,
-                  p.x.q8_scales + column * (cols / 32) + int64_t(unit) * F::kUnitElems / 32);
+    return F::dot(r, p.x.q8 + column * cols, p.x.q8_scales + column * (cols / 32), unit);
   } else {
-    return F::dot(r, p.x.f32 + column * cols + int64_t(unit) * F::kUnitElems);
+    return F::dot(r, p.x.f32 + column * cols, unit);
   }
 }
 
-// PRECOND: cols % F::kUnitElems == 0; activations 16-byte aligned with row
-// stride cols; kGated: w_up has w's type and shape.
+// PRECOND: cols % F::kUnitElems == 0 (and a whole number of blocks);
+// activations 16-byte aligned with row stride cols; kGated: w_up has w's type and shape.
 // One warp per output row; each lane walks units lane, lane+32, ... and keeps
 // kUnroll units of loads in flight. Bytes moved: the weights once (twice for
 // kGated), activations from L1/L2, columns * rows * 4 written.
@@ -32,14 +31,15 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
   const int64_t row = int64_t(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
   if (row >= p.w.rows) return;
   const int units = int(p.w.cols / F::kUnitElems);
+  constexpr int kUnroll = kGated ? (F::kUnroll + 1) / 2 : F::kUnroll;  // gated units load twice the bytes
   float acc[kColumns], acc_up[kColumns];
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) acc[c] = acc_up[c] = 0.0f;
 
-  for (int base = lane; base < units; base += 32 * F::kUnroll) {
-    typename F::Regs r[F::kUnroll], r_up[kGated ? F::kUnroll : 1];
+  for (int base = lane; base < units; base += 32 * kUnroll) {
+    typename F::Regs r[kUnroll], r_up[kGated ? kUnroll : 1];
 #pragma unroll
-    for (int k = 0; k < F::kUnroll; ++k) {
+    for (int k = 0; k < kUnroll; ++k) {
       const int u = base + 32 * k;
       if (u < units) {
         r[k] = F::load(p.w, row, u);
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
       }
     }
 #pragma unroll
-    for (int k = 0; k < F::kUnroll; ++k) {
+    for (int k = 0; k < kUnroll; ++k) {
       const int u = base + 32 * k;
       if (u < units) {
 #pragma unroll

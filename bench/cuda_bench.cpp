@@ -1,0 +1,395 @@
+// CUDA kernel and model benchmarks: achieved bandwidth of the decode mat-vec
+// per weight format against a device-to-device copy measured in the same run,
+// column scaling, the mat-vec/GEMM crossover, decode attention, and tokens/s
+// of an 8B-shaped Q4_K_M model written on the fly. Prints tables.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_matrix.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/matvec.h"
+#include "core/half.h"
+#include "gguf/gguf_writer.h"
+#include "model/tensor_names.h"
+#include "quant/tensor_type.h"
+
+namespace nt {
+namespace cuda {
+void matvec_variant(int unroll, const MatvecParams& p, cudaStream_t stream);  // cuda_matvec_variants.cu
+}
+namespace {
+
+// Median milliseconds of `reps` runs of f after `warmup` runs, timed with events.
+double time_ms(const std::function<void(int)>& f, int warmup = 3, int reps = 20) {
+  for (int i = 0; i < warmup; ++i) f(i);
+  cudaEvent_t start, stop;
+  NT_CUDA_CHECK(cudaEventCreate(&start));
+  NT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    NT_CUDA_CHECK(cudaEventRecord(start));
+    f(i);
+    NT_CUDA_CHECK(cudaEventRecord(stop));
+    NT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// `n_rows` rows of valid blocks: random codes, small random fp16 scales.
+std::vector<uint8_t> random_rows(TensorType type, int64_t n_rows, int64_t cols, std::mt19937& rng) {
+  const size_t rb = row_bytes(type, cols);
+  std::vector<uint8_t> bytes(rb * size_t(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : bytes) b = uint8_t(byte(rng));
+  const auto& info = tensor_type_info(type);
+  std::vector<int> halves;
+  switch (type) {
+    case TensorType::F32: {
+      std::uniform_real_distribution<float> v(-1, 1);
+      auto* f = reinterpret_cast<float*>(bytes.data());
+      for (size_t i = 0; i < bytes.size() / 4; ++i) f[i] = v(rng);
+      return bytes;
+    }
+    case TensorType::F16: case TensorType::BF16: {
+      std::uniform_real_distribution<float> v(-1, 1);
+      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < bytes.size() / 2; ++i) h[i] = type == TensorType::F16 ? fp32_to_fp16(v(rng)) : fp32_to_bf16(v(rng));
+      return bytes;
+    }
+    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: halves = {0}; break;
+    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: halves = {0, 2}; break;
+    case TensorType::Q2_K: halves = {80, 82}; break;
+    case TensorType::Q3_K: halves = {108}; break;
+    case TensorType::Q6_K: halves = {208}; break;
+    default: fail("no benchmark data for {}", tensor_type_name(type));
+  }
+  std::uniform_real_distribution<float> scale(0.0005f, 0.002f);
+  for (size_t b = 0; b < bytes.size() / size_t(info.block_bytes); ++b) {
+    for (int o : halves) {
+      const uint16_t h = fp32_to_fp16(scale(rng));
+      std::memcpy(bytes.data() + b * size_t(info.block_bytes) + size_t(o), &h, 2);
+    }
+  }
+  return bytes;
+}
+
+struct Matrices {
+  DeviceBuffer memory;
+  std::vector<DeviceMatrix> copies;  // several, so repeated runs stream from HBM, not L2
+  uint64_t file_bytes = 0;
+};
+
+Matrices make_matrices(TensorType type, int64_t rows, int64_t cols, uint64_t min_total, std::mt19937& rng) {
+  Matrices m;
+  const uint64_t one = device_matrix_bytes(type, rows, cols);
+  const int n = int(std::max<uint64_t>(2, (min_total + one - 1) / one));
+  m.memory = DeviceBuffer(one * uint64_t(n), "benchmark weights");
+  const int64_t pattern_rows = 64;
+  const auto pattern = random_rows(type, pattern_rows, cols, rng);
+  DeviceBuffer staging(std::max<uint64_t>(pattern.size(), 1 << 20), "staging");
+  for (int c = 0; c < n; ++c) {
+    DeviceMatrix d = place_device_matrix(type, rows, cols, m.memory.as<uint8_t>() + one * uint64_t(c));
+    for (int64_t r = 0; r < rows; r += pattern_rows) {
+      upload_matrix_rows(d, r, std::min(pattern_rows, rows - r), pattern.data(), staging.get(), staging.size());
+    }
+    m.copies.push_back(d);
+  }
+  m.file_bytes = row_bytes(type, cols) * uint64_t(rows);
+  return m;
+}
+
+double copy_bandwidth() {
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer a(bytes, "copy source"), b(bytes, "copy destination");
+  NT_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  const double ms = time_ms([&](int) { NT_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice)); });
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+struct Activation {
+  DeviceBuffer f32, q8, scales, f16;
+};
+
+Activation make_activation(int64_t columns, int64_t cols) {
+  Activation a;
+  std::vector<float> x(size_t(columns * cols));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> v(-1, 1);
+  for (auto& e : x) e = v(rng);
+  a.f32 = DeviceBuffer(x.size() * 4, "x");
+  NT_CUDA_CHECK(cudaMemcpy(a.f32.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  a.q8 = DeviceBuffer(x.size(), "x q8");
+  a.scales = DeviceBuffer(x.size() / 32 * 8, "x scales");
+  a.f16 = DeviceBuffer(x.size() * 2, "x f16");
+  quantize_activations(a.f32.as<float>(), columns, cols, a.q8.as<int8_t>(), a.scales.as<float2>(), nullptr);
+  convert_f32_to_f16(a.f32.as<float>(), int64_t(x.size()), a.f16.as<uint16_t>(), nullptr);
+  return a;
+}
+
+double matvec_ms(const Matrices& m, const Activation& a, DeviceBuffer& y, int columns) {
+  return time_ms([&](int i) {
+    MatvecParams p;
+    p.w = m.copies[size_t(i) % m.copies.size()];
+    p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
+    p.y = y.as<float>();
+    p.y_stride = p.w.rows;
+    matvec(p, columns, nullptr);
+  });
+}
+
+void print_matvec_row(TensorType t, int64_t rows, int64_t cols, double ms, uint64_t bytes, double copy_gbs) {
+  const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+  fmt::print("{:<6} {:>6}x{:<6} {:>10.1f} {:>9.0f} {:>7.1f}%\n", tensor_type_name(t), rows, cols, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+}
+
+void bench_matvec(double copy_gbs, std::mt19937& rng) {
+  fmt::print("\n== decode mat-vec, 1 column (GB/s = file bytes of the weights / time; copy ceiling {:.0f} GB/s)\n", copy_gbs);
+  fmt::print("{:<6} {:>13} {:>10} {:>9} {:>8}\n", "type", "rows x cols", "time us", "GB/s", "% copy");
+  const std::vector<TensorType> all = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
+                                       TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                                       TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  const std::vector<TensorType> main_types = {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::Q4_0, TensorType::F16};
+  struct Shape {
+    int64_t rows, cols;
+    bool all_types;
+  };
+  // 8B decode shapes (wq/wo, wk/wv, gate/up, down, output), then 70B-sized ones.
+  for (const Shape s : {Shape{4096, 4096, false}, Shape{1024, 4096, false}, Shape{14336, 4096, false},
+                        Shape{4096, 14336, false}, Shape{128256, 4096, false}, Shape{8192, 8192, true},
+                        Shape{28672, 8192, true}, Shape{8192, 28672, false}}) {
+    const Activation a = make_activation(8, s.cols);
+    DeviceBuffer y(size_t(8 * s.rows) * 4, "y");
+    for (TensorType t : s.all_types ? all : main_types) {
+      const Matrices m = make_matrices(t, s.rows, s.cols, 1ull << 30, rng);
+      print_matvec_row(t, s.rows, s.cols, matvec_ms(m, a, y, 1), m.file_bytes, copy_gbs);
+    }
+  }
+  fmt::print("\n== mat-vec unroll sweep (units of loads in flight per lane), time us\n");
+  fmt::print("{:<6} {:>13} {:>8} {:>8} {:>8} {:>8}\n", "type", "rows x cols", "1", "2", "4", "8");
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {28672, 8192}}) {
+    const Activation a = make_activation(1, cols);
+    DeviceBuffer y(size_t(rows) * 4, "y");
+    for (TensorType t : main_types) {
+      const Matrices m = make_matrices(t, rows, cols, 1ull << 30, rng);
+      std::string line = fmt::format("{:<6} {:>6}x{:<6}", tensor_type_name(t), rows, cols);
+      for (int unroll : {1, 2, 4, 8}) {
+        const double ms = time_ms([&](int i) {
+          MatvecParams p;
+          p.w = m.copies[size_t(i) % m.copies.size()];
+          p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
+          p.y = y.as<float>();
+          p.y_stride = rows;
+          cuda::matvec_variant(unroll, p, nullptr);
+        });
+        line += fmt::format(" {:>8.1f}", ms * 1e3);
+      }
+      fmt::print("{}\n", line);
+    }
+  }
+  fmt::print("\n== mat-vec columns (8192x8192): time us per call, and weight GB/s\n");
+  fmt::print("{:<6} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "type", "1", "2", "4", "8", "GB/s@8");
+  const Activation a = make_activation(8, 8192);
+  DeviceBuffer y(size_t(8 * 8192) * 4, "y");
+  for (TensorType t : main_types) {
+    const Matrices m = make_matrices(t, 8192, 8192, 1ull << 30, rng);
+    double ms8 = 0;
+    std::string line = fmt::format("{:<6}", tensor_type_name(t));
+    for (int c : {1, 2, 4, 8}) {
+      const double ms = matvec_ms(m, a, y, c);
+      line += fmt::format(" {:>8.1f}", ms * 1e3);
+      ms8 = ms;
+    }
+    fmt::print("{} {:>8.0f}\n", line, double(m.file_bytes) / (ms8 * 1e-3) / 1e9);
+  }
+}
+
+void bench_gemm(std::mt19937& rng) {
+  fmt::print("\n== prefill of T tokens through one 8192x8192 matrix: chunked mat-vec (8 columns) vs dequantize + cuBLAS GEMM, us\n");
+  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10}\n", "type", "T", "matvec", "gemm", "TFLOP/s");
+  const int64_t n = 8192;
+  Gemm gemm(256ull << 20);
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q8_0, TensorType::F16}) {
+    const Matrices m = make_matrices(t, n, n, 1ull << 30, rng);
+    for (int64_t tokens : {16, 32, 64, 128, 512}) {
+      const Activation a = make_activation(tokens, n);
+      DeviceBuffer y(size_t(tokens * n) * 4, "y");
+      const double mv = time_ms([&](int i) {
+        for (int64_t c = 0; c < tokens; c += 8) {
+          MatvecParams p;
+          p.w = m.copies[size_t(i) % m.copies.size()];
+          p.x = {a.f32.as<float>() + c * n, a.q8.as<int8_t>() + c * n, a.scales.as<float2>() + c * n / 32};
+          p.y = y.as<float>() + c * n;
+          p.y_stride = n;
+          matvec(p, 8, nullptr);
+        }
+      });
+      const double gm = time_ms([&](int i) {
+        gemm.run(m.copies[size_t(i) % m.copies.size()], a.f16.as<uint16_t>(), tokens, y.as<float>(), n, false, nullptr);
+      });
+      fmt::print("{:<6} {:>6} {:>12.1f} {:>12.1f} {:>10.1f}\n", tensor_type_name(t), tokens, mv * 1e3, gm * 1e3,
+                 2.0 * double(n) * double(n) * double(tokens) / (gm * 1e-3) / 1e12);
+    }
+  }
+}
+
+void bench_attention(double copy_gbs, int sms) {
+  fmt::print("\n== decode attention, 32 heads / 8 KV heads / head_dim 128 (one layer of an 8B model)\n");
+  fmt::print("{:>8} {:>7} {:>10} {:>9} {:>8}\n", "context", "splits", "time us", "GB/s", "% copy");
+  for (int64_t context : {512, 4096, 32768, 131072}) {
+    const int heads = 32, kv_heads = 8, hd = 128;
+    const size_t cache = size_t(kv_heads) * size_t(context) * hd;
+    DeviceBuffer k(cache * 2, "k"), v(cache * 2, "v"), q(size_t(heads * hd) * 4, "q"), out(size_t(heads * hd) * 4, "out");
+    NT_CUDA_CHECK(cudaMemset(k.get(), 0x21, cache * 2));
+    NT_CUDA_CHECK(cudaMemset(v.get(), 0x22, cache * 2));
+    NT_CUDA_CHECK(cudaMemset(q.get(), 0, size_t(heads * hd) * 4));
+    std::vector<int32_t> pos = {int32_t(context - 1)};
+    DeviceBuffer dpos(4, "pos");
+    NT_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), 4, cudaMemcpyHostToDevice));
+    const int splits = attention_splits(1, heads, kv_heads, hd, context, sms);
+    DeviceBuffer partials(std::max<size_t>(4, attention_partials_floats(1, heads, hd, splits) * 4), "partials");
+    AttentionParams p;
+    p.q = q.as<float>();
+    p.q_stride = heads * hd;
+    p.k_cache = k.as<uint16_t>();
+    p.v_cache = v.as<uint16_t>();
+    p.context = context;
+    p.out = out.as<float>();
+    p.out_stride = heads * hd;
+    p.pos = dpos.as<int32_t>();
+    p.n_tokens = 1;
+    p.n_heads = heads;
+    p.n_kv_heads = kv_heads;
+    p.head_dim = hd;
+    p.n_splits = splits;
+    p.partials = partials.as<float>();
+    const double ms = time_ms([&](int) { attention(p, nullptr); });
+    const double gbs = 2.0 * double(cache) * 2 / (ms * 1e-3) / 1e9;
+    fmt::print("{:>8} {:>7} {:>10.1f} {:>9.0f} {:>7.1f}%\n", context, splits, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+  }
+}
+
+// Llama-3-8B shapes with Q4_K_M-like formats (Q6_K for attn_v, ffn_down and output).
+std::string write_8b_model(const std::string& path, std::mt19937& rng) {
+  const int64_t dim = 4096, ffn = 14336, layers = 32, heads = 32, kv = 8, vocab = 128256;
+  GgufWriter w(path);
+  w.add_metadata("general.architecture", GgufValue::of_string("llama"));
+  w.add_metadata("llama.block_count", GgufValue::of_u32(layers));
+  w.add_metadata("llama.embedding_length", GgufValue::of_u32(dim));
+  w.add_metadata("llama.feed_forward_length", GgufValue::of_u32(ffn));
+  w.add_metadata("llama.attention.head_count", GgufValue::of_u32(heads));
+  w.add_metadata("llama.attention.head_count_kv", GgufValue::of_u32(kv));
+  w.add_metadata("llama.context_length", GgufValue::of_u32(8192));
+  w.add_metadata("llama.rope.freq_base", GgufValue::of_f32(500000.0f));
+  struct T {
+    std::string name;
+    TensorType type;
+    int64_t rows, cols;
+  };
+  std::vector<T> ts = {{"token_embd.weight", TensorType::Q4_K, vocab, dim},
+                       {"output_norm.weight", TensorType::F32, 1, dim},
+                       {"output.weight", TensorType::Q6_K, vocab, dim}};
+  for (int64_t l = 0; l < layers; ++l) {
+    auto n = [&](const char* p) { return layer_tensor_name(l, p); };
+    ts.push_back({n("attn_norm"), TensorType::F32, 1, dim});
+    ts.push_back({n("attn_q"), TensorType::Q4_K, dim, dim});
+    ts.push_back({n("attn_k"), TensorType::Q4_K, kv * 128, dim});
+    ts.push_back({n("attn_v"), TensorType::Q6_K, kv * 128, dim});
+    ts.push_back({n("attn_output"), TensorType::Q4_K, dim, dim});
+    ts.push_back({n("ffn_norm"), TensorType::F32, 1, dim});
+    ts.push_back({n("ffn_gate"), TensorType::Q4_K, ffn, dim});
+    ts.push_back({n("ffn_up"), TensorType::Q4_K, ffn, dim});
+    ts.push_back({n("ffn_down"), TensorType::Q6_K, dim, ffn});
+  }
+  for (const T& t : ts) w.add_tensor(t.name, t.type, t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows});
+  for (const T& t : ts) {
+    if (t.type == TensorType::F32) {
+      std::vector<float> ones(size_t(t.cols), 1.0f);
+      w.write_tensor_data({reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * 4});
+      continue;
+    }
+    const auto pattern = random_rows(t.type, 64, t.cols, rng);
+    for (int64_t r = 0; r < t.rows; r += 64) w.write_tensor_data({pattern.data(), pattern.size()});
+  }
+  w.finish();
+  return path;
+}
+
+void bench_model(const std::string& dir, std::mt19937& rng) {
+  const std::string path = dir + "/nt_bench_8b_q4_k_m.gguf";
+  auto t0 = std::chrono::steady_clock::now();
+  write_8b_model(path, rng);
+  auto t1 = std::chrono::steady_clock::now();
+  const auto file = GgufFile::open(path);
+  auto runner = make_cuda_runner(*file, 4096);
+  auto t2 = std::chrono::steady_clock::now();
+  fmt::print("\n== 8B-shaped Q4_K_M model (random weights): written in {:.1f} s, loaded in {:.1f} s\n   {}\n",
+             std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+             runner->description());
+  const int64_t vocab = runner->config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<int32_t> prompt(512);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % size_t(vocab));
+  for (int64_t n : {512, 64, 16}) {
+    runner->forward(std::span(prompt).first(size_t(n)), 0, logits.data(), false);  // warm-up
+    const auto s = std::chrono::steady_clock::now();
+    const int reps = 3;
+    for (int r = 0; r < reps; ++r) runner->forward(std::span(prompt).first(size_t(n)), 0, logits.data(), false);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count() / reps;
+    fmt::print("   prefill {:>4} tokens: {:8.2f} ms, {:8.0f} tokens/s\n", n, sec * 1e3, double(n) / sec);
+  }
+  for (int64_t context_pos : {512, 3900}) {
+    int32_t token = 1;
+    runner->forward(std::span(&token, 1), context_pos, logits.data(), false);  // graph capture
+    const int steps = 100;
+    const auto s = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) runner->forward(std::span(&token, 1), context_pos + 1 + i % 50, logits.data(), false);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count() / steps;
+    fmt::print("   decode at position ~{}: {:6.3f} ms/token, {:7.1f} tokens/s, {:6.0f} GB/s of weights\n", context_pos,
+               sec * 1e3, 1.0 / sec, double(runner->weight_bytes_per_token()) / sec / 1e9);
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace nt
+
+int main(int argc, char** argv) {
+  using namespace nt;
+  try {
+    const CudaDeviceInfo d = require_cuda_device(0);
+    fmt::print("{}: sm_{}{}, {} SMs, {:.1f} GiB, L2 {:.0f} MiB\n", d.name, d.sm_major, d.sm_minor, d.multiprocessors,
+               double(d.total_memory) / double(1ull << 30), double(d.l2_bytes) / double(1 << 20));
+    std::mt19937 rng(1234);
+    const double copy_gbs = copy_bandwidth();
+    fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n", copy_gbs);
+    const std::string what = argc > 1 ? argv[1] : "all";
+    if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
+    if (what == "all" || what == "gemm") bench_gemm(rng);
+    if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors);
+    if (what == "all" || what == "model") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
+  } catch (const Error& e) {
+    fmt::print(stderr, "cuda_bench: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+// `ntransformer bench -m MODEL [-t N] [-p 128] [-n 64] [-r 3]`: prefill and
+// decode speed, and the weight bandwidth decode achieves.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+
+namespace nt::cli {
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  int64_t n_prompt = 128;
+  int64_t n_gen = 64;
+  std::vector<int64_t> depths = {0};  // decode starts after this many cached tokens
+  int repetitions = 3;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Token ids spread over the vocabulary: real-looking work without a tokenizer.
+std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+  return ids;
+}
+
+void bench(const BenchOptions& o) {
+  ModelOptions mo = o.model;
+  const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  if (mo.context == 0) mo.context = std::max(o.n_prompt, max_depth + o.n_gen) + 1;
+  auto loaded = load_model(mo);
+  auto& runner = *loaded.runner;
+  const int64_t vocab = runner.config().vocab_size;
+  const auto prompt = bench_tokens(std::max(o.n_prompt, max_depth), vocab);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+
+  // Warm-up: first-touch of weights and scratch stays out of the numbers.
+  runner.forward({prompt.data(), size_t(std::min<int64_t>(o.n_prompt, 8))}, 0, logits.data(), false);
+
+  const double bytes = double(runner.weight_bytes_per_token());
+  fmt::print("| model | backend | test | tok/s | ms/token | weight GB/s |\n|---|---|---|---|---|---|\n");
+  const auto name = loaded.file->header().get_string("general.name", std::string("?"));
+  if (o.n_prompt > 0) {
+    std::vector<double> times;
+    for (int r = 0; r < o.repetitions; ++r) {
+      const auto t0 = clock::now();
+      runner.forward({prompt.data(), size_t(o.n_prompt)}, 0, logits.data(), false);
+      times.push_back(seconds(t0));
+    }
+    const double t = median(times);
+    // Prefill reads the weights once for the whole prompt: its GB/s is not a roofline figure.
+    fmt::print("| {} | {} | pp{} | {:.1f} | {:.3f} | - |\n", name, runner.description(), o.n_prompt,
+               double(o.n_prompt) / t, 1e3 * t / double(o.n_prompt));
+  }
+  for (const int64_t depth : o.depths) {
+    if (o.n_gen <= 0) break;
+    if (depth > 0) runner.forward({prompt.data(), size_t(depth)}, 0, logits.data(), false);
+    std::vector<double> times;
+    for (int r = 0; r < o.repetitions; ++r) {
+      const auto t0 = clock::now();
+      for (int64_t i = 0; i < o.n_gen; ++i) {
+        const int32_t token = prompt[size_t(i % int64_t(prompt.size()))];
+        runner.forward({&token, 1}, depth + i, logits.data(), false);
+      }
+      times.push_back(seconds(t0) / double(o.n_gen));
+    }
+    const double t = median(times);
+    fmt::print("| {} | {} | tg{} @ {} | {:.1f} | {:.3f} | {:.1f} |\n", name, runner.description(), o.n_gen, depth,
+               1.0 / t, 1e3 * t, bytes / t / 1e9);
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (median of repetitions)");
+  static BenchOptions o;
+  add_model_options(*cmd, o.model);
+  cmd->add_option("-p,--n-prompt", o.n_prompt, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o.n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
+  cmd->add_option("-d,--depth", o.depths, "Cached tokens before decode (repeatable)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o.repetitions, "Repetitions (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([] { bench(o); });
+}
+
+}  // namespace nt::cli
