@@ -31,6 +31,19 @@ from tokenizer_oracles import (
 TEXT_NAMES = sorted(FIXED_TEXTS)
 EMOJI_TEXTS = [FIXED_TEXTS["emoji"], FIXED_TEXTS["emoji_zwj"], "🦀🦀 crab", "a\U0001F600b"]
 
+# ~100 KB runs that become a few huge pre-tokenizer pieces (or one SentencePiece sequence):
+# the merge loops must stay fast and exact on them.
+LONG_RUNS = {
+    "spaces": " " * 100000,
+    "spaces_then_word": " " * 100000 + "x",
+    "newlines_and_spaces": "\n \n  " * 20000,
+    "digits": "1234567890" * 10000,
+    "punctuation": "!@#$%^&*()" * 10000,
+    "letters": "abc" * 33333,
+    "cjk": "你好世界" * 8000,
+    "emoji": "😀" * 25000,
+}
+
 
 def long_text(n_bytes):
     """About n_bytes of text: the fixed texts once, then fresh random text (few repeats, so
@@ -145,6 +158,14 @@ def test_smollm2_100kb_speed_and_match(smollm2):
     reply = tool.request(op="time_encode", text=text, repeat=3)
     print(f"SmolLM2: {len(text.encode())} bytes -> {reply['n_tokens']} tokens in {reply['seconds']:.4f} s")
     assert reply["seconds"] < 1.0
+    assert tool.encode(text) == hf_encode(hf, text, parse_special=False)
+
+
+@pytest.mark.parametrize("name", sorted(LONG_RUNS))
+def test_smollm2_long_runs(smollm2, name):
+    tool, hf = smollm2
+    text = LONG_RUNS[name]
+    assert tool.request(op="time_encode", text=text)["seconds"] < 1.0
     assert tool.encode(text) == hf_encode(hf, text, parse_special=False)
 
 
@@ -265,6 +286,14 @@ def test_spm_100kb_speed_and_match(spm):
     assert tool.encode(text) == sp.encode(text)
 
 
+@pytest.mark.parametrize("name", sorted(LONG_RUNS))
+def test_spm_long_runs(spm, name):
+    tool, sp, _, _ = spm
+    text = LONG_RUNS[name]
+    assert tool.request(op="time_encode", text=text)["seconds"] < 1.0
+    assert tool.encode(text) == sp.encode(text)
+
+
 @pytest.mark.parametrize("text", EMOJI_TEXTS)
 def test_spm_stream_emoji_byte_fallback(spm, text):
     tool, _, _, _ = spm
@@ -377,6 +406,14 @@ def test_llama3_100kb_speed(llama3):
     reply = tool.request(op="time_encode", text=text, repeat=3)
     print(f"llama3 synthetic: {len(text.encode())} bytes -> {reply['n_tokens']} tokens in {reply['seconds']:.4f} s")
     assert reply["seconds"] < 1.0
+    assert tool.encode(text) == hf_encode(hf, text, parse_special=False)
+
+
+@pytest.mark.parametrize("name", sorted(LONG_RUNS))
+def test_llama3_long_runs(llama3, name):
+    tool, hf, _ = llama3
+    text = LONG_RUNS[name]
+    assert tool.request(op="time_encode", text=text)["seconds"] < 1.0
     assert tool.encode(text) == hf_encode(hf, text, parse_special=False)
 
 

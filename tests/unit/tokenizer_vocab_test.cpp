@@ -10,6 +10,7 @@
 #include "gguf/gguf_writer.h"
 #include "tokenizer/synthetic_vocab.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_writer.h"
 
 namespace nt {
 namespace {
@@ -154,7 +155,7 @@ TEST(Vocabulary, UnknownPreTokenizerWarnsAndUsesGpt2Rules) {
   EXPECT_EQ(tok.rules(), "gpt2");
 }
 
-// vocab_spec_metadata is what the make-model tool writes; a file written with it must read
+// add_vocab_metadata is what the make-model tool writes; a file written with it must read
 // back to the same spec and the same tokenizer.
 TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
   for (auto style : {SyntheticVocabStyle::SmolLM2, SyntheticVocabStyle::Llama3}) {
@@ -164,7 +165,7 @@ TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
     {
       GgufWriter w(path);
       w.add_metadata("general.architecture", GgufValue::of_string("llama"));
-      for (GgufKV& kv : vocab_spec_metadata(spec)) w.add_metadata(kv.key, std::move(kv.value));
+      add_vocab_metadata(w, spec);
       w.finish();
     }
     auto file = GgufFile::open(path);
