@@ -34,16 +34,18 @@ void add_make_model_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("make-model", "Write a random-weight model of a real architecture");
   static std::string preset, type = "q4_k_m", out;
   static uint64_t seed = 1;
+  static bool dry_run = false;
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   cmd->add_option("--preset", preset, presets)->required();
   cmd->add_option("--type", type, "Quant scheme, as for quantize")->capture_default_str();
   cmd->add_option("--out", out, "Output GGUF")->required();
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
+  cmd->add_flag("--dry-run", dry_run, "Print the tensor directory and file size without writing");
   cmd->callback([] {
     const auto p = find_model_preset(preset);
     if (!p) fail("unknown --preset '{}'", preset);
-    write_synthetic_model(*p, parse_scheme(type), seed, out);
+    write_synthetic_model(*p, parse_scheme(type), seed, out, dry_run);
   });
 }
 

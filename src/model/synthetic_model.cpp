@@ -110,7 +110,8 @@ class Progress {
 
 }  // namespace
 
-void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path) {
+void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path,
+                           bool dry_run) {
   const auto& c = preset.config;
   const float in_std = 1.0f / std::sqrt(float(c.dim));
   // Output projections add into the residual stream once per layer: shrink them
@@ -146,7 +147,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   norm("output_norm.weight");
   if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, in_std);
 
-  GgufWriter w(path);
+  GgufWriter w(dry_run ? "/dev/null" : path);
   const std::string p = "llama.";
   w.add_metadata("general.architecture", GgufValue::of_string("llama"));
   w.add_metadata("general.name", GgufValue::of_string(fmt::format("{} (random weights, seed {})", preset.name, seed)));
@@ -163,6 +164,14 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   w.add_metadata(p + "vocab_size", GgufValue::of_u32(uint32_t(c.vocab_size)));
   add_vocab_metadata(w, make_synthetic_bpe_vocab(int32_t(c.vocab_size), preset.vocab));
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
+  if (dry_run) {
+    for (const auto& t : w.tensors()) {
+      fmt::print("{:<32} {:<5} {:>22} {:>14}\n", t.name, tensor_type_name(t.type),
+                 t.shape.size() == 1 ? fmt::format("{}", t.shape[0]) : fmt::format("{} x {}", t.shape[0], t.shape[1]), t.n_bytes);
+    }
+    fmt::print("file size {} bytes ({:.2f} GB)\n", w.total_bytes(), double(w.total_bytes()) / 1e9);
+    return;
+  }
 
   Progress progress(fmt::format("writing {} {}", preset.name, quant_scheme_info(scheme).name), w.total_bytes());
   std::map<std::tuple<TensorType, int64_t, float>, RowPool> pools;

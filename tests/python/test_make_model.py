@@ -1,0 +1,95 @@
+"""make-model: every preset at every type has the published architecture's exact
+tensor shapes (numbers from the models' own config.json files), and the small
+presets are written, read back by gguf-py, and hold finite, well-scaled weights."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import gguf
+
+BIN = Path(os.environ.get("NT_BUILD_DIR", "build")) / "src" / "ntransformer"
+
+# Published hyperparameters: layers, hidden, intermediate, heads, kv heads, vocab, tied embeddings.
+ARCHITECTURES = {
+    "smollm2-135m": (30, 576, 1536, 9, 3, 49152, True),
+    "llama3-1b": (16, 2048, 8192, 32, 8, 128256, True),
+    "llama3-8b": (32, 4096, 14336, 32, 8, 128256, False),
+    "llama3-70b": (80, 8192, 28672, 64, 8, 128256, False),
+    "llama3-405b": (126, 16384, 53248, 128, 8, 128256, False),
+    "tiny": (4, 256, 768, 8, 4, 4096, True),
+}
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+         "q4_k_m", "q5_k_m"]
+
+
+def expected_shapes(preset):
+    layers, dim, ffn, heads, kv_heads, vocab, tied = ARCHITECTURES[preset]
+    head_dim = dim // heads
+    shapes = {"token_embd.weight": (dim, vocab), "output_norm.weight": (dim,)}
+    if not tied:
+        shapes["output.weight"] = (dim, vocab)
+    for i in range(layers):
+        shapes.update({
+            f"blk.{i}.attn_norm.weight": (dim,), f"blk.{i}.ffn_norm.weight": (dim,),
+            f"blk.{i}.attn_q.weight": (dim, heads * head_dim), f"blk.{i}.attn_k.weight": (dim, kv_heads * head_dim),
+            f"blk.{i}.attn_v.weight": (dim, kv_heads * head_dim), f"blk.{i}.attn_output.weight": (heads * head_dim, dim),
+            f"blk.{i}.ffn_gate.weight": (dim, ffn), f"blk.{i}.ffn_up.weight": (dim, ffn),
+            f"blk.{i}.ffn_down.weight": (ffn, dim)})
+    if preset.startswith("llama3"):
+        shapes["rope_freqs.weight"] = (head_dim // 2,)
+    return shapes
+
+
+def parse_directory(text):
+    shapes, types = {}, {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\S+\.weight)\s+(\w+)\s+([\d x]+?)\s+(\d+)$", line)
+        if m:
+            shapes[m.group(1)] = tuple(int(d) for d in m.group(3).split(" x "))
+            types[m.group(1)] = m.group(2)
+    return shapes, types
+
+
+@pytest.mark.parametrize("preset", list(ARCHITECTURES))
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_preset_and_type_has_exact_shapes(preset, qtype):
+    out = subprocess.run([BIN, "make-model", "--preset", preset, "--type", qtype, "--out", "unused", "--dry-run"],
+                         check=True, capture_output=True, text=True).stdout
+    shapes, types = parse_directory(out)
+    assert shapes == expected_shapes(preset)
+    norms = [n for n in types if n.endswith("_norm.weight")]
+    assert all(types[n] == "F32" for n in norms)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_tiny_written_and_read_by_gguf_py(tmp_path, qtype):
+    path = tmp_path / f"tiny-{qtype}.gguf"
+    subprocess.run([BIN, "make-model", "--preset", "tiny", "--type", qtype, "--out", path, "--seed", "7"],
+                   check=True, capture_output=True)
+    inspect = subprocess.run([BIN, "inspect", path], check=True, capture_output=True, text=True).stdout
+    shapes, _ = parse_directory(inspect)
+    assert shapes == expected_shapes("tiny")
+    reader = gguf.GGUFReader(str(path))
+    by_name = {t.name: t for t in reader.tensors}
+    assert {n: tuple(int(d) for d in t.shape) for n, t in by_name.items()} == expected_shapes("tiny")
+    q = gguf.quants.dequantize(by_name["blk.1.attn_q.weight"].data, by_name["blk.1.attn_q.weight"].tensor_type)
+    assert np.isfinite(q).all()
+    # Drawn with std 1/sqrt(dim); quantization changes that by a few percent at most (Q2_K: more).
+    assert abs(q.std() * np.sqrt(256) - 1.0) < 0.25
+
+
+def test_smollm2_preset_writes_and_generates(tmp_path):
+    path = tmp_path / "smollm2.gguf"
+    subprocess.run([BIN, "make-model", "--preset", "smollm2-135m", "--type", "q4_k_m", "--out", path],
+                   check=True, capture_output=True)
+    shapes, types = parse_directory(subprocess.run([BIN, "inspect", path], check=True, capture_output=True, text=True).stdout)
+    assert shapes == expected_shapes("smollm2-135m")
+    # 576 is not a multiple of 256: the K-quant falls back to the legacy type of about the same size.
+    assert types["blk.0.attn_q.weight"] == "Q5_0"
+    run = subprocess.run([BIN, "run", "-m", path, "-p", "hello", "-n", "8", "--temp", "0", "--raw"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "decode:" in run.stderr
