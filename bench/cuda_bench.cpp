@@ -1,7 +1,8 @@
 // CUDA kernel and model benchmarks: achieved bandwidth of the decode mat-vec
 // per weight format against a device-to-device copy measured in the same run,
-// column scaling, the mat-vec/GEMM crossover, decode attention, and tokens/s
-// of an 8B-shaped Q4_K_M model written on the fly. Prints tables.
+// an unroll sweep, column scaling, the mat-vec/GEMM crossover, decode
+// attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
+// Usage: cuda_bench [all|matvec|gemm|attention|model|profile] [dir for the model file]
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -223,6 +225,17 @@ void bench_matvec(double copy_gbs, std::mt19937& rng) {
   }
 }
 
+// Two 8B decode mat-vecs, launched a few times each: a target for ncu.
+void bench_profile_target(std::mt19937& rng) {
+  for (auto [type, rows, cols] : {std::tuple{TensorType::Q4_K, int64_t(4096), int64_t(4096)},
+                                  std::tuple{TensorType::Q6_K, int64_t(4096), int64_t(14336)}}) {
+    const Matrices m = make_matrices(type, rows, cols, 256ull << 20, rng);
+    const Activation a = make_activation(1, cols);
+    DeviceBuffer y(size_t(rows) * 4, "y");
+    fmt::print("{} {}x{}: {:.1f} us\n", tensor_type_name(type), rows, cols, matvec_ms(m, a, y, 1) * 1e3);
+  }
+}
+
 void bench_gemm(std::mt19937& rng) {
   fmt::print("\n== prefill of T tokens through one 8192x8192 matrix: chunked mat-vec (8 columns) vs dequantize + cuBLAS GEMM, us\n");
   fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10}\n", "type", "T", "matvec", "gemm", "TFLOP/s");
@@ -387,6 +400,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "gemm") bench_gemm(rng);
     if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors);
     if (what == "all" || what == "model") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
+    if (what == "profile") bench_profile_target(rng);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;

@@ -15,7 +15,7 @@ struct Shape {
 };
 
 double run_attention(const Shape& s) {
-  const int64_t context = s.pos + s.tokens + 40;
+  const int64_t context = (s.pos + s.tokens + 40 + kKvTile - 1) / kKvTile * kKvTile;
   const int64_t q_stride = int64_t(s.n_heads) * s.head_dim + 24, out_stride = int64_t(s.n_heads) * s.head_dim + 8;
   const auto q = test::random_floats(size_t(s.tokens * q_stride), -2.0f, 2.0f);
   // Positions past the last visible key hold large values: any leak through
@@ -27,8 +27,8 @@ double run_attention(const Shape& s) {
       for (int d = 0; d < s.head_dim; ++d) {
         const size_t i = size_t((h * context + t) * s.head_dim + d);
         const bool hidden = t >= s.pos + s.tokens;
-        k[i] = fp32_to_fp16(hidden ? 30.0f : kv[i]);
-        v[i] = fp32_to_fp16(hidden ? 1000.0f : kv[k.size() + i]);
+        k[size_t(k_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 30.0f : kv[i]);
+        v[size_t(v_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 1000.0f : kv[k.size() + i]);
       }
     }
   }
@@ -67,7 +67,7 @@ double run_attention(const Shape& s) {
         double dot = 0.0;
         for (int d = 0; d < s.head_dim; ++d) {
           dot += double(q[size_t(t * q_stride + h * s.head_dim + d)]) *
-                 fp16_to_fp32(k[size_t((kvh * context + j) * s.head_dim + d)]);
+                 fp16_to_fp32(k[size_t(k_cache_index(kvh, j, d, context, s.head_dim))]);
         }
         w[size_t(j)] = dot / std::sqrt(double(s.head_dim));
         m = std::max(m, w[size_t(j)]);
@@ -75,7 +75,7 @@ double run_attention(const Shape& s) {
       for (double& x : w) sum += (x = std::exp(x - m));
       for (int d = 0; d < s.head_dim; ++d) {
         double o = 0.0;
-        for (int64_t j = 0; j <= last; ++j) o += w[size_t(j)] * fp16_to_fp32(v[size_t((kvh * context + j) * s.head_dim + d)]);
+        for (int64_t j = 0; j <= last; ++j) o += w[size_t(j)] * fp16_to_fp32(v[size_t(v_cache_index(kvh, j, d, context, s.head_dim))]);
         ref.push_back(o / sum);
         got.push_back(got_all[size_t(t * out_stride + h * s.head_dim + d)]);
       }
@@ -90,6 +90,9 @@ TEST(Attention, MatchesReference) {
            Shape{1, 100, 32, 8, 128, 1},  // decode, GQA 4
            Shape{1, 1000, 32, 8, 128, 7}, // decode, split key range
            Shape{1, 300, 64, 8, 128, 33}, // 70B-like group of 8, more splits than useful
+           Shape{1, 77, 9, 3, 64, 1},     // SmolLM2 decode: 2 dims per lane, group 3
+           Shape{1, 500, 8, 1, 256, 5},   // head_dim 256, group 8: decode's largest shared memory
+           Shape{1, 40, 8, 4, 8, 2},      // head_dim 8: decode through the generic kernel
            Shape{37, 0, 8, 2, 64, 1},     // prefill from empty
            Shape{70, 50, 16, 2, 128, 1},  // prefill after a prefix, group 8: 4 tokens per tile
            Shape{20, 200, 9, 3, 64, 3},   // SmolLM2 heads, split prefill

@@ -114,11 +114,12 @@ void check_all_paths(const std::string& path, const CudaRunnerOptions& options) 
     runner->forward(std::span(tokens).subspan(size_t(t), 1), t, logits.data(), false);
     expect_row(logits.data(), t, "decode");
   }
-  // 20 tokens (chunked mat-vec), then 5 (gated mat-vec), last logits only.
-  runner->forward(std::span(tokens).subspan(73, 20), 73, logits.data(), true);
-  for (int64_t t = 73; t < 93; ++t) expect_row(logits.data() + (t - 73) * vocab, t, "20-token chunk");
-  runner->forward(std::span(tokens).subspan(93, 5), 93, logits.data(), false);
-  expect_row(logits.data(), 97, "5-token chunk");
+  // 12 tokens (chunked mat-vec below the default GEMM threshold), then 5
+  // (gated mat-vec) with the last logits only.
+  runner->forward(std::span(tokens).subspan(73, 12), 73, logits.data(), true);
+  for (int64_t t = 73; t < 85; ++t) expect_row(logits.data() + (t - 73) * vocab, t, "12-token chunk");
+  runner->forward(std::span(tokens).subspan(85, 5), 85, logits.data(), false);
+  expect_row(logits.data(), 89, "5-token chunk");
 
   // Rewind: overwrite positions 10.. with other tokens.
   auto rewound = std::vector<int32_t>(tokens.begin(), tokens.begin() + 10);
@@ -181,7 +182,7 @@ TEST(CudaRunner, RefusesContextsThatDoNotFit) {
     make_cuda_runner(*file, int64_t(1) << 34);
     FAIL() << "expected an out-of-memory error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GiB free"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GiB are free"), std::string::npos) << e.what();
   }
 }
 

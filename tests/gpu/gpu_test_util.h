@@ -155,8 +155,6 @@ inline double relative_error(const std::vector<float>& a, const std::vector<doub
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
 inline const std::vector<TensorType>& all_weight_types() {
   static const std::vector<TensorType> types = {
       TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,

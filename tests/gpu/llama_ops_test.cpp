@@ -2,6 +2,7 @@
 // against float64 CPU versions.
 #include <gtest/gtest.h>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/llama_ops.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"
@@ -81,9 +82,8 @@ TEST(RopeAndStoreKv, RotatesAdjacentPairsAndFillsTheCache) {
     }
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
       for (int64_t d = 0; d < c.head_dim; ++d) {
-        const size_t at = size_t((h * context + pos + t) * c.head_dim + d);
-        got_k.push_back(fp16_to_fp32(k_out[at]));
-        got_v.push_back(fp16_to_fp32(v_out[at]));
+        got_k.push_back(fp16_to_fp32(k_out[size_t(k_cache_index(h, pos + t, d, context, c.head_dim))]));
+        got_v.push_back(fp16_to_fp32(v_out[size_t(v_cache_index(h, pos + t, d, context, c.head_dim))]));
         want_k.push_back(rotated(t, (c.n_heads + h) * c.head_dim, d));
         want_v.push_back(qkv[size_t(t * stride + (c.n_heads + c.n_kv_heads + h) * c.head_dim + d)]);
       }

@@ -1,9 +1,11 @@
 #include "backend/cuda/attention.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace nt {
 namespace {
@@ -51,6 +53,8 @@ __device__ __forceinline__ void split_range(int64_t n_keys, int n_splits, int sp
 // key range once (f16), its queries once, outputs (or partials) once.
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, Geometry g) {
   extern __shared__ float smem[];
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int hd = p.head_dim;
   float* q_s = smem;                             // [rows][hd], pre-scaled
   float* kv_s = q_s + g.rows * hd;               // [kKeyTile][hd + 1]: K, then V
@@ -166,12 +170,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
 // tile against the group's query heads (16-byte K chunks, contiguous across
 // the warp); values: lane owns kDimsPerLane dims of V. The warps' softmax
 // states merge through shared memory at the end.
-// PRECOND: head_dim == 32 * kDimsPerLane; group <= kMaxGroup; n_tokens == 1.
+// PRECOND: head_dim == 32 * kDimsPerLane; group <= kGroupCap <= kMaxGroup; n_tokens == 1.
 // Bytes moved: the split's K and V rows once (f16), queries once, outputs once.
-template <int kDimsPerLane>
+template <int kDimsPerLane, int kGroupCap>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(AttentionParams p) {
   constexpr int hd = 32 * kDimsPerLane, kChunks = hd / 8;
+  // V rows of a whole tile fit in registers up to 4 dims per lane.
+  constexpr bool kPrefetchV = kDimsPerLane <= 4;
+  using VRaw = std::conditional_t<kDimsPerLane == 2, uint32_t, uint2>;
   extern __shared__ float smem[];
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int group = p.n_heads / p.n_kv_heads;
   float* q_s = smem;                                      // [group][hd], pre-scaled
   float* p_s = q_s + group * hd;                          // [warp][key][kMaxGroup] probabilities
@@ -188,9 +197,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   }
   __syncthreads();
 
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
+  float m[kGroupCap], l[kGroupCap], acc[kGroupCap][kDimsPerLane];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroupCap; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
@@ -199,14 +208,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   float* probs = p_s + warp * kKeyTile * kMaxGroup;
   for (int64_t key0 = k_begin + int64_t(warp) * kKeyTile; key0 < k_end; key0 += kDecodeWarps * kKeyTile) {
     const int n = int(std::min<int64_t>(kKeyTile, k_end - key0));
-    // Scores of key key0 + lane.
+    // Scores of key key0 + lane. The tile's V rows are loaded together with
+    // its K chunks, so one memory round trip serves the whole tile.
     const uint16_t* kt = p.k_cache + k_cache_index(kv_head, key0, 0, p.context, hd) + lane * 8;
+    const uint16_t* vt = p.v_cache + v_cache_index(kv_head, key0, lane * kDimsPerLane, p.context, hd);
     uint4 kc[kChunks];
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) kc[c] = __ldg(reinterpret_cast<const uint4*>(kt + c * kKeyTile * 8));
-    float s[kMaxGroup];
+    VRaw vraw[kPrefetchV ? kKeyTile : 1];
+    if constexpr (kPrefetchV) {
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+      for (int j = 0; j < kKeyTile; ++j) vraw[j] = j < n ? __ldg(reinterpret_cast<const VRaw*>(vt + j * hd)) : VRaw{};
+    }
+    float s[kGroupCap];
+#pragma unroll
+    for (int g = 0; g < kGroupCap; ++g) s[g] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       float kf[8];
@@ -217,7 +233,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
         kf[2 * w + 1] = f.y;
       }
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < kGroupCap; ++g) {
         if (g < group) {
           const float4 qa = *reinterpret_cast<const float4*>(q_s + g * hd + 8 * c);
           const float4 qb = *reinterpret_cast<const float4*>(q_s + g * hd + 8 * c + 4);
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     // Online softmax per query head over this tile.
     const bool valid = lane < n;
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
+    for (int g = 0; g < kGroupCap; ++g) {
       if (g < group) {
         const float sv = valid ? s[g] : -INFINITY;
         const float m_new = fmaxf(m[g], cuda::warp_max(sv));
@@ -244,36 +260,41 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     }
     __syncwarp();
     // Values: lane's dims of each visible key, weighted per head.
-    const uint16_t* vt = p.v_cache + v_cache_index(kv_head, key0, lane * kDimsPerLane, p.context, hd);
-#pragma unroll 4
-    for (int j = 0; j < n; ++j) {
-      float v[kDimsPerLane];
-      if constexpr (kDimsPerLane == 2) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vt + j * hd));
-        v[0] = f.x;
-        v[1] = f.y;
-      } else {
-        const uint2 raw = *reinterpret_cast<const uint2*>(vt + j * hd);
-#pragma unroll
-        for (int e = 0; e < kDimsPerLane; e += 4) {
-          const uint2 r = kDimsPerLane == 4 ? raw : *reinterpret_cast<const uint2*>(vt + j * hd + e);
-          const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
-          const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
-          v[e] = f0.x;
-          v[e + 1] = f0.y;
-          v[e + 2] = f1.x;
-          v[e + 3] = f1.y;
-        }
-      }
+    auto accumulate = [&](int j, const float* v) {
       const float4 pa = *reinterpret_cast<const float4*>(probs + j * kMaxGroup);
-      const float4 pb = *reinterpret_cast<const float4*>(probs + j * kMaxGroup + 4);
+      const float4 pb = kGroupCap > 4 ? *reinterpret_cast<const float4*>(probs + j * kMaxGroup + 4) : pa;
       const float pj[kMaxGroup] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < kGroupCap; ++g) {
         if (g < group) {
 #pragma unroll
           for (int e = 0; e < kDimsPerLane; ++e) acc[g][e] += pj[g] * v[e];
         }
+      }
+    };
+    if constexpr (kPrefetchV) {
+#pragma unroll
+      for (int j = 0; j < kKeyTile; ++j) {  // rows past n are zeros with zero probability
+        float v[kDimsPerLane];
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(&vraw[j]);
+#pragma unroll
+        for (int w = 0; w < kDimsPerLane / 2; ++w) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[w]));
+          v[2 * w] = f.x;
+          v[2 * w + 1] = f.y;
+        }
+        accumulate(j, v);
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        float v[kDimsPerLane];
+#pragma unroll
+        for (int w = 0; w < kDimsPerLane / 2; ++w) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vt + j * hd + 2 * w));
+          v[2 * w] = f.x;
+          v[2 * w + 1] = f.y;
+        }
+        accumulate(j, v);
       }
     }
     __syncwarp();
@@ -281,7 +302,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
 
   // Merge the warps' states.
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroupCap; ++g) {
     if (g < group) {
 #pragma unroll
       for (int e = 0; e < kDimsPerLane; ++e) acc_s[(warp * group + g) * hd + lane * kDimsPerLane + e] = acc[g][e];
@@ -325,6 +346,8 @@ size_t decode_shared_bytes(int group, int head_dim) {
 // PRECOND: every split wrote its partial (an empty split has l = 0).
 // One block per (token, head); bytes moved: the partials once, the output once.
 __global__ void combine_splits_kernel(AttentionParams p) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t t = blockIdx.x / p.n_heads;
   const int head = int(blockIdx.x % p.n_heads);
   const int hd = p.head_dim;
@@ -352,7 +375,8 @@ void launch_generic(const AttentionParams& p, const Geometry& g, cudaStream_t st
   if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
     NT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  attention_kernel<<<dim3(unsigned(p.n_kv_heads), unsigned(g.n_tiles), unsigned(p.n_splits)), kThreads, smem, stream>>>(p, g);
+  cuda::launch_kernel(attention_kernel, dim3(unsigned(p.n_kv_heads), unsigned(g.n_tiles), unsigned(p.n_splits)), dim3(kThreads),
+                      smem, stream, p, g);
   NT_CUDA_CHECK_LAUNCH();
 }
 
@@ -393,17 +417,25 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
       if (smem > 48 * 1024) {
         NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       }
-      kernel<<<grid, kDecodeWarps * 32, smem, stream>>>(p);
+      cuda::launch_kernel(kernel, grid, dim3(kDecodeWarps * 32), smem, stream, p);
     };
-    if (dims_per_lane == 2) launch(attention_decode_kernel<2>);
-    if (dims_per_lane == 4) launch(attention_decode_kernel<4>);
-    if (dims_per_lane == 8) launch(attention_decode_kernel<8>);
+    // Register arrays are sized for the group rounded up to a power of two.
+    auto launch_dims = [&](auto dims) {
+      constexpr int kDims = decltype(dims)::value;
+      if (g.group <= 1) launch(attention_decode_kernel<kDims, 1>);
+      else if (g.group <= 2) launch(attention_decode_kernel<kDims, 2>);
+      else if (g.group <= 4) launch(attention_decode_kernel<kDims, 4>);
+      else launch(attention_decode_kernel<kDims, 8>);
+    };
+    if (dims_per_lane == 2) launch_dims(std::integral_constant<int, 2>{});
+    if (dims_per_lane == 4) launch_dims(std::integral_constant<int, 4>{});
+    if (dims_per_lane == 8) launch_dims(std::integral_constant<int, 8>{});
     NT_CUDA_CHECK_LAUNCH();
   } else {
     launch_generic(p, g, stream);
   }
   if (p.n_splits > 1) {
-    combine_splits_kernel<<<unsigned(p.n_tokens * p.n_heads), 128, 0, stream>>>(p);
+    cuda::launch_kernel(combine_splits_kernel, dim3(unsigned(p.n_tokens * p.n_heads)), dim3(128), 0, stream, p);
     NT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/error.h"
 
 namespace nt {
@@ -61,3 +64,18 @@ CudaDeviceInfo require_cuda_device(int index) {
 }
 
 }  // namespace nt
+
+namespace nt::cuda {
+
+bool programmatic_launch_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("NT_CUDA_PDL");
+    if (!env || std::string_view(env) != "1") return false;
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  }();
+  return enabled;
+}
+
+}  // namespace nt::cuda

@@ -12,8 +12,8 @@ namespace nt {
 
 struct CudaRunnerOptions {
   int device = 0;
-  int64_t max_batch = 256;       // tokens per prefill chunk (bounds activation memory)
-  int64_t gemm_min_tokens = 64;  // chunks at least this long use the dequantize + GEMM path
+  int64_t max_batch = 512;       // tokens per prefill chunk (bounds activation memory)
+  int64_t gemm_min_tokens = 16;  // chunks at least this long use the dequantize + GEMM path
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph
 };
 

@@ -1,6 +1,7 @@
 #include "backend/cuda/dequantize.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/weight_formats.cuh"
 
 namespace nt {
@@ -10,6 +11,8 @@ namespace {
 // rows once in their format, 64 bytes of f16 written per chunk.
 template <class F>
 __global__ void dequantize_f16_kernel(DeviceMatrix m, int64_t first_row, int64_t n_chunks, uint16_t* out) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_chunks) return;
   const int64_t chunks_per_row = m.cols / 32;
@@ -31,6 +34,8 @@ __global__ void dequantize_f16_kernel(DeviceMatrix m, int64_t first_row, int64_t
 // bytes moved: n_ids rows in their format, 4 bytes per element written.
 template <class F>
 __global__ void gather_f32_kernel(DeviceMatrix m, const int32_t* ids, int64_t n_chunks, float* out) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_chunks) return;
   const int64_t chunks_per_row = m.cols / 32;
@@ -50,7 +55,7 @@ void dequantize_rows_f16(const DeviceMatrix& m, int64_t first_row, int64_t n_row
   if (n_chunks == 0) return;
   cuda::dispatch_format(m.type, [&](auto format) {
     using F = decltype(format);
-    dequantize_f16_kernel<F><<<grid_for(n_chunks, 128), 128, 0, stream>>>(m, first_row, n_chunks, out);
+    cuda::launch_kernel(dequantize_f16_kernel<F>, dim3(grid_for(n_chunks, 128)), dim3(128), 0, stream, m, first_row, n_chunks, out);
   });
   NT_CUDA_CHECK_LAUNCH();
 }
@@ -60,7 +65,7 @@ void gather_rows_f32(const DeviceMatrix& m, const int32_t* ids, int64_t n_ids, f
   if (n_chunks == 0) return;
   cuda::dispatch_format(m.type, [&](auto format) {
     using F = decltype(format);
-    gather_f32_kernel<F><<<grid_for(n_chunks, 128), 128, 0, stream>>>(m, ids, n_chunks, out);
+    cuda::launch_kernel(gather_f32_kernel<F>, dim3(grid_for(n_chunks, 128)), dim3(128), 0, stream, m, ids, n_chunks, out);
   });
   NT_CUDA_CHECK_LAUNCH();
 }

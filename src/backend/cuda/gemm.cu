@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequantize.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/launch.cuh"
 
 #define NT_CUBLAS_CHECK(expr)                                                                    \
   do {                                                                                           \
@@ -21,6 +22,8 @@ namespace {
 
 // PRECOND: none. Bytes moved: 4 read + 2 written per element.
 __global__ void convert_f16_kernel(const float* x, int64_t n, uint16_t* out) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = cuda::float_to_half(x[i]);
 }
@@ -64,7 +67,7 @@ void Gemm::run(const DeviceMatrix& w, const uint16_t* x_f16, int64_t n_tokens, f
 
 void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
   if (n == 0) return;
-  convert_f16_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(x, n, out);
+  cuda::launch_kernel(convert_f16_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, x, n, out);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,17 +3,20 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace nt {
 namespace {
 
-constexpr int kNormThreads = 256;
+constexpr int kNormThreads = 1024;  // one block per row: decode has a single row
 
 // PRECOND: dim % 32 == 0. One block per row. Bytes moved: the row read twice
 // (the second time from L1/L2), weight once, 4 (f32) + 1.25 (q8) per element written.
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales) {
   __shared__ float scratch[32];
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
   float ss = 0.0f;
@@ -33,6 +36,8 @@ __global__ void __launch_bounds__(kNormThreads)
 // then v heads (copied). Bytes moved: qkv read once, q rewritten, k and v
 // written to the cache as f16.
 __global__ void rope_kv_kernel(RopeKvParams p) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int pairs = p.head_dim / 2;
   const int slots = p.n_heads + 2 * p.n_kv_heads;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -64,6 +69,8 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
 
 // PRECOND: none. Bytes moved: 8 read + 4 written per element.
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* h) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) h[i] = cuda::silu(gate[i]) * up[i];
 }
@@ -72,6 +79,8 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 __global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
   __shared__ float best_value[32];
   __shared__ int64_t best_index[32];
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const float* xr = x + int64_t(blockIdx.x) * n;
   float value = -INFINITY;
   int64_t index = n;
@@ -115,7 +124,8 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, 
               float2* q8_scales, cudaStream_t stream) {
   if (dim % 32 != 0) fail("rms_norm needs a multiple of 32 elements per row, got {}", dim);
   if (n_rows == 0) return;
-  rms_norm_kernel<<<unsigned(n_rows), kNormThreads, 0, stream>>>(x, weight, dim, eps, out, q8, q8_scales);
+  cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows)), dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8,
+                      q8_scales);
   NT_CUDA_CHECK_LAUNCH();
 }
 
@@ -126,20 +136,20 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
   }
   const int64_t n = p.n_tokens * (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
   if (n == 0) return;
-  rope_kv_kernel<<<grid_for(n, 256), 256, 0, stream>>>(p);
+  cuda::launch_kernel(rope_kv_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n, h);
+  cuda::launch_kernel(swiglu_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
   NT_CUDA_CHECK_LAUNCH();
 }
 
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream) {
   if (n <= 0) fail("argmax over an empty row");
   if (n_rows == 0) return;
-  argmax_kernel<<<unsigned(n_rows), 1024, 0, stream>>>(x, n, out);
+  cuda::launch_kernel(argmax_kernel, dim3(unsigned(n_rows)), dim3(1024), 0, stream, x, n, out);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,8 @@ namespace {
 // PRECOND: n_blocks = columns * cols / 32. One warp per 32-element block;
 // bytes moved: 4 read + 1 written per element, 8 per block.
 __global__ void quantize_q8_kernel(const float* x, int8_t* q8, float2* scales, int64_t n_blocks) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
   const int64_t block = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (block >= n_blocks) return;
   cuda::quantize_q8_warp(x[block * 32 + (threadIdx.x & 31)], q8 + block * 32, scales + block);
@@ -42,7 +44,8 @@ void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t*
   const int64_t n_blocks = columns * cols / 32;
   if (n_blocks == 0) return;
   const int threads = 256;
-  quantize_q8_kernel<<<unsigned((n_blocks * 32 + threads - 1) / threads), threads, 0, stream>>>(x, q8, q8_scales, n_blocks);
+  cuda::launch_kernel(quantize_q8_kernel, dim3(unsigned((n_blocks * 32 + threads - 1) / threads)), dim3(threads), 0, stream, x,
+                      q8, q8_scales, n_blocks);
   NT_CUDA_CHECK_LAUNCH();
 }
 

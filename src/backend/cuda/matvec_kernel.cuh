@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/weight_formats.cuh"
 
@@ -23,10 +24,12 @@ __device__ __forceinline__ float dot_column(const typename F::Regs& r, const Mat
 // PRECOND: cols % F::kUnitElems == 0 (and a whole number of blocks);
 // activations 16-byte aligned with row stride cols; kGated: w_up has w's type and shape.
 // One warp per output row; each lane walks units lane, lane+32, ... and keeps
-// kUnroll units of loads in flight. Bytes moved: the weights once (twice for
-// kGated), activations from L1/L2, columns * rows * 4 written.
+// kUnroll units of loads in flight. The first weights are loaded before
+// waiting for the previous kernel (launch.cuh). Bytes moved: the weights once
+// (twice for kGated), activations from L1/L2, columns * rows * 4 written.
 template <class F, int kColumns, bool kGated>
 __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecParams p) {
+  allow_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
   if (row >= p.w.rows) return;
@@ -36,8 +39,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) acc[c] = acc_up[c] = 0.0f;
 
-  for (int base = lane; base < units; base += 32 * kUnroll) {
-    typename F::Regs r[kUnroll], r_up[kGated ? kUnroll : 1];
+  typename F::Regs r[kUnroll], r_up[kGated ? kUnroll : 1];
+  auto load_units = [&](int base) {
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       const int u = base + 32 * k;
@@ -46,6 +49,11 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
         if constexpr (kGated) r_up[k] = F::load(p.w_up, row, u);
       }
     }
+  };
+  load_units(lane);  // weights are never written: prefetch before the wait
+  wait_for_inputs();
+  for (int base = lane; base < units; base += 32 * kUnroll) {
+    if (base != lane) load_units(base);
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       const int u = base + 32 * k;
@@ -77,9 +85,9 @@ template <class F, int kColumns>
 void launch_matvec_columns(const MatvecParams& p, cudaStream_t stream) {
   const unsigned blocks = unsigned((p.w.rows + kMatvecWarps - 1) / kMatvecWarps);
   if (p.w_up.rows) {
-    matvec_kernel<F, kColumns, true><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
+    launch_kernel(matvec_kernel<F, kColumns, true>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
   } else {
-    matvec_kernel<F, kColumns, false><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
+    launch_kernel(matvec_kernel<F, kColumns, false>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
   }
   NT_CUDA_CHECK_LAUNCH();
 }

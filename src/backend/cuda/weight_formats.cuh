@@ -4,7 +4,9 @@
 //   kUnitElems  elements one lane decodes per step of a mat-vec row; a unit is
 //               one 16-byte chunk of the code plane (more for F32/F16 rows), so
 //               consecutive lanes read consecutive chunks: whole sectors
-//   kUnroll     steps whose loads a lane issues before using any (bytes in flight)
+//   kUnroll     steps whose loads a lane issues before using any; the values are
+//               the fastest of 1/2/4/8 in cuda_bench's sweep on an H200 (fewer
+//               registers and more resident warps beat deeper unrolling)
 //   kQ8         true: dot() takes q8 activations (int8 + per-32 (d, d*sum q)) and
 //               uses dp4a; false: dot() takes float activations
 //   Regs        the raw bytes of one unit, loaded by load(), used by dot(unit),
@@ -39,7 +41,7 @@ __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b);
 // ---------------------------------------------------------------- float formats
 
 struct FormatF32 {
-  static constexpr int kUnitElems = 4, kUnroll = 4;
+  static constexpr int kUnitElems = 4, kUnroll = 2;
   static constexpr bool kQ8 = false;
   struct Regs { uint4 w; };
   static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
@@ -59,7 +61,7 @@ struct FormatF32 {
 
 template <bool kBf16>
 struct FormatHalf {
-  static constexpr int kUnitElems = 8, kUnroll = 4;
+  static constexpr int kUnitElems = 8, kUnroll = 2;
   static constexpr bool kQ8 = false;
   struct Regs { uint4 w; };
   static __device__ float2 pair(uint32_t w) {
@@ -93,7 +95,7 @@ using FormatBF16 = FormatHalf<true>;
 // (and Q5_0 subtracts 16). Byte i of qs holds element i (low nibble) and 16+i.
 template <bool kFifthBit, bool kMin>
 struct FormatLegacy4 {
-  static constexpr int kUnitElems = 32, kUnroll = 4;
+  static constexpr int kUnitElems = 32, kUnroll = 2;
   static constexpr bool kQ8 = true;
   // planes: qs[16] | (Q5: qh[4]) | d or (d, m)
   static constexpr int kScalePlane = kFifthBit ? 2 : 1;
@@ -166,7 +168,7 @@ using FormatQ5_1 = FormatLegacy4<true, true>;
 
 // Q8_0: x = q d. planes: qs[32] | d. A unit is half a block.
 struct FormatQ8_0 {
-  static constexpr int kUnitElems = 16, kUnroll = 4;
+  static constexpr int kUnitElems = 16, kUnroll = 2;
   static constexpr bool kQ8 = true;
   struct Regs { uint4 q; uint32_t d; };
   static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
@@ -219,7 +221,7 @@ __device__ __forceinline__ void k_scale_min(const uint4& header, int j, int& sca
 // low nibbles in sub-block 2c, high nibbles in 2c+1.
 template <bool kFifthBit>
 struct FormatQ45_K {
-  static constexpr int kUnitElems = 32, kUnroll = 4;
+  static constexpr int kUnitElems = 32, kUnroll = 1;
   static constexpr bool kQ8 = true;
   static constexpr int kHeaderPlane = kFifthBit ? 2 : 1;
   struct Regs { uint4 q, qh, header; };
@@ -285,7 +287,7 @@ using FormatQ5_K = FormatQ45_K<true>;
 // l in [16b, 16b + 16); low nibbles are group j = a, high nibbles j = a + 2;
 // the two high bits come from qh bytes 32c + l.
 struct FormatQ6_K {
-  static constexpr int kUnitElems = 32, kUnroll = 4;
+  static constexpr int kUnitElems = 32, kUnroll = 1;
   static constexpr bool kQ8 = true;
   struct Regs { uint4 ql, qh, scales; uint32_t d; };
   static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
