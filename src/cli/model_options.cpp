@@ -5,7 +5,7 @@
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
 #include "engine/default_model.h"
-#if defined(NT_HAVE_CUDA) && defined(NT_CUDA_RUNNER_READY)
+#ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
 #endif
@@ -37,15 +37,14 @@ LoadedModel load_model(const ModelOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   m.file = GgufFile::open(path);
   std::string device = o.device;
-#if defined(NT_HAVE_CUDA) && defined(NT_CUDA_RUNNER_READY)
+#ifdef NT_HAVE_CUDA
   if (device == "auto") {
     std::string why;
     device = probe_cuda_device(0, &why) ? "cuda" : "cpu";
   }
   if (device == "cuda") {
-    CudaRunnerOptions cuda;
-    cuda.context = o.context;
-    m.runner = make_cuda_runner(m.file, cuda);
+    const int64_t trained = m.file->header().get_int("llama.context_length", 4096);
+    m.runner = make_cuda_runner(*m.file, o.context > 0 ? o.context : std::min<int64_t>(trained, 4096));
   }
 #else
   if (device == "cuda") fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
