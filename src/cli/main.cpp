@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   nt::cli::add_chat_command(app);
   nt::cli::add_perplexity_command(app);
   nt::cli::add_bench_command(app);
+  nt::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Resident-model benchmarks on the GPU (docs/PERFORMANCE.md, CUDA table), in one
+# device call: measures the device-to-device copy ceiling, writes each synthetic
+# model with make-model on the local disk, runs `ntransformer bench` on it
+# (pp512; decode at 512 and 4096 cached tokens) and prints decode GB/s as a
+# fraction of the ceiling. Binaries come prebuilt (carried):
+#   bench/gpu_models.sh BUILD_DIR [MODELS...]   MODEL = preset:type, e.g. llama3-8b:q4_k_m
+set -uo pipefail
+build=${1:?build dir with src/ntransformer and bench/cuda_bench}
+shift
+models=("$@")
+((${#models[@]})) || models=(llama3-8b:q4_k_m llama3-8b:q8_0 llama3-70b:q4_k_m)
+out=${OUT:-out}
+work=${NT_BENCH_DIR:-/tmp/nt-bench}
+mkdir -p "$out" "$work"
+# The binaries link cuBLAS dynamically: find it in the CUDA or pip install.
+cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib/python3*/dist-packages/nvidia \
+  /opt/*/.venv/lib/python3*/site-packages/nvidia -name 'libcublas.so.13*' 2>/dev/null | head -1)
+[[ -n "$cublas" ]] || cublas=$(timeout 30 find / -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)
+[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+ceiling=$("$build/bench/cuda_bench" ceiling 2>&1 | sed -n 's/^device-to-device copy: \([0-9.]*\) GB.*/\1/p')
+echo "device-to-device copy ceiling: ${ceiling} GB/s" | tee "$out/ceiling.txt"
+nt="$build/src/ntransformer"
+for spec in "${models[@]}"; do
+  preset=${spec%%:*}; type=${spec##*:}; file="$work/$preset-$type.gguf"
+  start=$SECONDS
+  "$nt" make-model --preset "$preset" --type "$type" --out "$file" 2>>"$out/make-model.log" || { echo "make-model $spec failed"; continue; }
+  echo "wrote $file ($(stat -c %s "$file") bytes) in $((SECONDS - start)) s"
+  "$nt" bench -m "$file" --device cuda -p 512 -n 64 -d 512 -d 4096 -r 3 2>&1 | tee -a "$out/bench.md"
+  rm -f "$file"  # the disk holds one 70B file at a time
+done
+echo
+echo "decode GB/s as a fraction of the ${ceiling} GB/s copy ceiling:"
+awk -F'|' -v c="$ceiling" '/ tg/ { gsub(/ /, "", $7); printf "%s %s: %.0f%%\n", $2, $4, 100 * $7 / c }' "$out/bench.md"

@@ -1,0 +1,235 @@
+// `ntransformer plan -m MODEL [--vram-budget 24GiB] [--ram-budget 48GiB] ...`:
+// which layers would stay in VRAM, stream from pinned RAM, or stream from
+// storage; the bytes each token moves, and the time that takes at the link
+// speeds (measured where possible, else given or clearly labelled as assumed).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/default_model.h"
+#include "gguf/gguf_file.h"
+#include "model/llama_config.h"
+#include "storage/disk_bench.h"
+#include "storage/host_memory.h"
+#include "storage/io_reader.h"
+#include "storage/placement.h"
+#include "storage/size_parse.h"
+#if defined(NT_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_device.h"
+#endif
+
+namespace nt::cli {
+namespace {
+
+// PCIe 4.0 x16 moves about 25 GB/s of pinned H2D copies in practice (32 GB/s raw).
+constexpr double kNominalH2dGbps = 25.0;
+
+struct PlanOptions {
+  std::string model;
+  std::string vram_budget, ram_budget;
+  int64_t context = 0;
+  int64_t batch = 256;
+  int ring = 2;
+  std::string io = "auto";
+  double h2d_gbps = 0, disk_gbps = 0;
+  uint64_t bench_mib = 256;
+};
+
+struct Gpu {
+  std::string name;
+  uint64_t free_bytes = 0;
+};
+
+std::optional<Gpu> find_gpu(std::string* why) {
+#if defined(NT_HAVE_CUDA)
+  if (const auto d = probe_cuda_device(0, why)) return Gpu{d->name, d->free_memory};
+  return std::nullopt;
+#else
+  *why = "this build has no CUDA backend";
+  return std::nullopt;
+#endif
+}
+
+#if defined(NT_HAVE_CUDA)
+// Pinned host -> device copies of 256 MiB, best of a few: the link's speed.
+double measure_h2d_gbps() {
+  constexpr size_t kBytes = 256ull << 20;
+  void *host = nullptr, *device = nullptr;
+  if (cudaMallocHost(&host, kBytes) != cudaSuccess || cudaMalloc(&device, kBytes) != cudaSuccess) {
+    cudaFreeHost(host);
+    fail("cannot allocate {} MiB to measure the host-to-device speed; pass --h2d-gbps", kBytes >> 20);
+  }
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaMemcpy(device, host, kBytes, cudaMemcpyHostToDevice);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (e != cudaSuccess) fail("host-to-device copy failed: {}", cudaGetErrorString(e));
+    if (i > 0) best = std::max(best, double(kBytes) / s / 1e9);  // the first copy warms up the path
+  }
+  cudaFree(device);
+  cudaFreeHost(host);
+  return best;
+}
+#endif
+
+std::string layer_span(const PlacementPlan& p, Tier tier) {
+  const auto first = std::find(p.layer_tier.begin(), p.layer_tier.end(), tier);
+  if (first == p.layer_tier.end()) return "-";
+  const auto last = std::find(p.layer_tier.rbegin(), p.layer_tier.rend(), tier);
+  const auto a = first - p.layer_tier.begin(), b = p.layer_tier.rend() - last - 1;
+  return a == b ? fmt::format("{}", a) : fmt::format("{}-{}", a, b);
+}
+
+void plan(const PlanOptions& o) {
+  const std::string path = o.model.empty() ? default_model_path() : o.model;
+  const auto file = GgufFile::open(path);
+  const LlamaConfig config = read_llama_config(file->header(), path);
+  const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
+  const IoBackend io = parse_io_backend(o.io);
+
+  std::string no_gpu;
+  const auto gpu = find_gpu(&no_gpu);
+
+  ReaderOptions reader_options;
+  reader_options.backend = io;
+  reader_options.device_destinations = gpu.has_value();  // the streaming ring lives in VRAM
+  const OpenedReader opened = open_file_reader(path, reader_options);
+  const FileReader& reader = *opened.reader;
+
+  // Budgets.
+  uint64_t vram_budget = 0;
+  std::string vram_source;
+  if (!o.vram_budget.empty()) {
+    vram_budget = parse_size(o.vram_budget, "--vram-budget");
+    vram_source = "given";
+  } else if (gpu) {
+    vram_budget = gpu->free_bytes;
+    vram_source = "free on " + gpu->name;
+  } else {
+    fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
+  }
+  uint64_t ram_budget = 0;
+  std::string ram_source;
+  if (!o.ram_budget.empty()) {
+    ram_budget = parse_size(o.ram_budget, "--ram-budget");
+    ram_source = "given";
+  } else {
+    const RamBudget r = automatic_ram_budget(host_mem_available(), config, o.batch);
+    ram_budget = r.budget;
+    ram_source = fmt::format("MemAvailable {} - host buffers {} - 1/16 headroom {}", format_size(r.mem_available),
+                             format_size(r.host_buffers), format_size(r.headroom));
+  }
+
+  const ModelFootprint model = model_footprint(file->header(), config, reader.alignment(), path);
+  PlanRequest request;
+  request.vram_budget = vram_budget;
+  request.ram_budget = ram_budget;
+  request.reserve = estimate_vram_reserve(config, context, o.batch);
+  request.ring_slots = o.ring;
+  request.staging_slots = o.ring;
+  request.disk_to_device = reader.accepts_device_memory();
+  const PlacementPlan p = plan_placement(model, request);
+
+  uint64_t all_layers = 0;
+  for (const auto& l : model.layers) all_layers += l.resident_bytes;
+  fmt::print("model    {}\n", path);
+  fmt::print("         {} layers, {} in layers; head {}, token embedding {}{}\n", config.n_layers, format_size(all_layers),
+             format_size(model.output_head_bytes), format_size(model.token_embd_bytes),
+             model.tied_embeddings ? " (tied: the head)" : "");
+  fmt::print("context  {} tokens, batches up to {}\n", context, o.batch);
+  fmt::print("budgets  VRAM {} ({})\n         RAM  {} ({})\n", format_size(vram_budget), vram_source, format_size(ram_budget),
+             ram_source);
+  fmt::print("I/O      {}: {}\n", io_backend_name(reader.backend()), reader.description());
+  if (!opened.notes.empty()) fmt::print("         ({})\n", opened.notes);
+
+  const VramReserve& r = request.reserve;
+  auto row = [](const std::string& label, const std::string& value) { fmt::print("  {:<34} {:>12}\n", label, value); };
+  fmt::print("\nVRAM\n");
+  row(fmt::format("KV cache (F16, {} tokens)", context), format_size(r.kv_cache));
+  row(fmt::format("activations (batch {})", o.batch), format_size(r.activations));
+  row(fmt::format("logits (batch {})", o.batch), format_size(r.logits));
+  row("prefill GEMM scratch", format_size(r.gemm_scratch));
+  row("output head and norms", format_size(model.output_head_bytes + model.small_bytes));
+  row("token embedding", model.tied_embeddings  ? std::string("(the head)")
+                         : p.token_embd_in_vram ? format_size(model.token_embd_bytes)
+                                                : std::string("0 B (host: one row per token)"));
+  row(fmt::format("streaming ring ({} x {})", o.ring, format_size(p.vram_slot_bytes)), format_size(p.vram_ring));
+  row("resident layers", format_size(p.vram_layers));
+  row("total", format_size(p.vram_total()) + " of " + format_size(vram_budget));
+  fmt::print("RAM (pinned)\n");
+  row("layers", format_size(p.ram_layers));
+  row(fmt::format("storage staging ({} x {})", o.ring, format_size(p.ram_slot_bytes)), format_size(p.ram_staging));
+  row("total", format_size(p.ram_total()) + " of " + format_size(ram_budget));
+
+  fmt::print("\ntiers\n");
+  for (Tier t : {Tier::Vram, Tier::Ram, Tier::Disk}) {
+    fmt::print("  {:<5} layers {:<8} {:>3} layers {:>12}\n", tier_name(t), layer_span(p, t), p.count(t),
+               format_size(p.resident_bytes(model, t)));
+  }
+
+  // Link speeds: given, measured, or (H2D without a GPU) assumed and said so.
+  LinkSpeeds speeds{o.h2d_gbps, o.disk_gbps};
+  std::string h2d_source = "given", disk_source = "given";
+  if (speeds.h2d_gbps <= 0) {
+#if defined(NT_HAVE_CUDA)
+    if (gpu) {
+      speeds.h2d_gbps = measure_h2d_gbps();
+      h2d_source = "measured: 256 MiB pinned copies";
+    }
+#endif
+    if (speeds.h2d_gbps <= 0) {
+      speeds.h2d_gbps = kNominalH2dGbps;
+      h2d_source = "ASSUMED: PCIe 4.0 x16 nominal, no GPU to measure; pass --h2d-gbps";
+    }
+  }
+  if (speeds.disk_gbps <= 0) {
+    ReaderOptions bench_options = reader_options;
+    bench_options.device_destinations = false;  // the benchmark reads into host memory
+    if (io == IoBackend::CuFile) bench_options.backend = IoBackend::Auto;
+    const DiskBench b = measure_disk_read(path, o.bench_mib << 20, bench_options);
+    speeds.disk_gbps = b.gbps;
+    disk_source = fmt::format("measured: {} of the model file, {}{}", format_size(b.bytes), b.reader,
+                              b.direct ? "" : "; through the page cache, NOT the device's speed");
+  }
+  const StepTime t = predict_step_time(p, speeds);
+  fmt::print("\nper token (one decode step; a batch of B tokens moves the same bytes once)\n");
+  fmt::print("  streamed from RAM   {:>12}\n", format_size(p.streamed_from_ram));
+  fmt::print("  streamed from disk  {:>12}\n", format_size(p.streamed_from_disk));
+  fmt::print("  H2D link            {:>9.2f} GB/s ({})\n", speeds.h2d_gbps, h2d_source);
+  fmt::print("  disk read           {:>9.2f} GB/s ({})\n", speeds.disk_gbps, disk_source);
+  if (t.seconds() > 0) {
+    fmt::print("  predicted           {:>9.3f} s/token = {:.2f} tok/s (H2D {:.3f} s, disk {:.3f} s, overlapped; "
+               "transfer bound, compute of resident layers not included)\n",
+               t.seconds(), 1.0 / t.seconds(), t.h2d_seconds, t.disk_seconds);
+  } else {
+    fmt::print("  predicted           nothing streamed: every layer is resident, speed is compute bound\n");
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Show where each layer would live (VRAM, pinned RAM, storage) and the predicted speed");
+  static PlanOptions o;
+  cmd->add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
+  cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB (default: free VRAM; required without a GPU)");
+  cmd->add_option("--ram-budget", o.ram_budget, "Host RAM to pin, e.g. 48GiB (default: from MemAvailable)");
+  cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--io", o.io, "Storage reader: auto, uring, cufile or mmap")->capture_default_str()->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
+  cmd->add_option("--h2d-gbps", o.h2d_gbps, "Host-to-device GB/s (default: measured; without a GPU an assumed 25)")->check(CLI::PositiveNumber);
+  cmd->add_option("--disk-gbps", o.disk_gbps, "Storage read GB/s (default: measured on the model file)")->check(CLI::PositiveNumber);
+  cmd->add_option("--bench-mib", o.bench_mib, "MiB of the model file read to measure storage speed")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([] { plan(o); });
+}
+
+}  // namespace nt::cli
