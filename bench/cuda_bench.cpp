@@ -1,8 +1,9 @@
 // CUDA kernel and model benchmarks: achieved bandwidth of the decode mat-vec
 // per weight format against a device-to-device copy measured in the same run,
-// an unroll sweep, column scaling, the mat-vec/GEMM crossover, decode
+// a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, decode
 // attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|gemm|attention|model|profile] [dir for the model file]
+// Usage: cuda_bench [all|matvec|sweep|gemm|attention|model|decode|profile] [dir for the model file]
+// (decode = sweep + model)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@
 
 namespace nt {
 namespace cuda {
-void matvec_variant(int unroll, const MatvecParams& p, cudaStream_t stream);  // cuda_matvec_variants.cu
+void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream);  // cuda_matvec_variants.cu
 }
 namespace {
 
@@ -186,28 +187,6 @@ void bench_matvec(double copy_gbs, std::mt19937& rng) {
       print_matvec_row(t, s.rows, s.cols, matvec_ms(m, a, y, 1), m.file_bytes, copy_gbs);
     }
   }
-  fmt::print("\n== mat-vec unroll sweep (units of loads in flight per lane), time us\n");
-  fmt::print("{:<6} {:>13} {:>8} {:>8} {:>8} {:>8}\n", "type", "rows x cols", "1", "2", "4", "8");
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {28672, 8192}}) {
-    const Activation a = make_activation(1, cols);
-    DeviceBuffer y(size_t(rows) * 4, "y");
-    for (TensorType t : main_types) {
-      const Matrices m = make_matrices(t, rows, cols, 1ull << 30, rng);
-      std::string line = fmt::format("{:<6} {:>6}x{:<6}", tensor_type_name(t), rows, cols);
-      for (int unroll : {1, 2, 4, 8}) {
-        const double ms = time_ms([&](int i) {
-          MatvecParams p;
-          p.w = m.copies[size_t(i) % m.copies.size()];
-          p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
-          p.y = y.as<float>();
-          p.y_stride = rows;
-          cuda::matvec_variant(unroll, p, nullptr);
-        });
-        line += fmt::format(" {:>8.1f}", ms * 1e3);
-      }
-      fmt::print("{}\n", line);
-    }
-  }
   fmt::print("\n== mat-vec columns (8192x8192): time us per call, and weight GB/s\n");
   fmt::print("{:<6} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "type", "1", "2", "4", "8", "GB/s@8");
   const Activation a = make_activation(8, 8192);
@@ -222,6 +201,62 @@ void bench_matvec(double copy_gbs, std::mt19937& rng) {
       ms8 = ms;
     }
     fmt::print("{} {:>8.0f}\n", line, double(m.file_bytes) / (ms8 * 1e-3) / 1e9);
+  }
+}
+
+// Single-column mat-vec over rows-per-warp x warps-per-row x unroll variants
+// ("2r1w/u1"), GB/s of file
+// bytes (gated: both matrices); "auto" is what matvec() picks for the shape.
+void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
+  fmt::print("\n== decode mat-vec variants: GB/s for rows per warp, warps per row, unroll (copy ceiling {:.0f} GB/s)\n", copy_gbs);
+  struct Variant {
+    int rows, split, unroll;
+  };
+  const std::vector<Variant> variants = {{1, 1, 1}, {1, 1, 2}, {1, 2, 1}, {1, 2, 2}, {1, 4, 1}, {1, 4, 2},
+                                         {2, 1, 1}, {2, 2, 1}, {2, 4, 1}};
+  std::string head = fmt::format("{:<8} {:>13}", "type", "rows x cols");
+  for (const Variant v : variants) head += fmt::format(" {:>6}", fmt::format("{}r{}w/u{}", v.rows, v.split, v.unroll));
+  fmt::print("{} {:>6} {:>6}\n", head, "auto", "%copy");
+  struct Shape {
+    TensorType type;
+    int64_t rows, cols;
+    bool gated;
+  };
+  for (const Shape s : {Shape{TensorType::Q4_K, 4096, 4096, false}, Shape{TensorType::Q4_K, 1024, 4096, false},
+                        Shape{TensorType::Q4_K, 14336, 4096, false}, Shape{TensorType::Q4_K, 14336, 4096, true},
+                        Shape{TensorType::Q4_K, 28672, 8192, true}, Shape{TensorType::Q4_K, 8192, 8192, false},
+                        Shape{TensorType::Q6_K, 1024, 4096, false}, Shape{TensorType::Q6_K, 4096, 14336, false},
+                        Shape{TensorType::Q6_K, 8192, 28672, false}, Shape{TensorType::Q6_K, 128256, 4096, false},
+                        Shape{TensorType::Q8_0, 4096, 4096, false}, Shape{TensorType::Q8_0, 14336, 4096, true},
+                        Shape{TensorType::Q8_0, 4096, 14336, false}, Shape{TensorType::F16, 4096, 4096, false},
+                        Shape{TensorType::F16, 4096, 14336, false}}) {
+    const Matrices m = make_matrices(s.type, s.rows, s.cols, 1ull << 30, rng);
+    const Activation a = make_activation(1, s.cols);
+    DeviceBuffer y(size_t(s.rows) * 4, "y");
+    const double bytes = double(m.file_bytes) * (s.gated ? 2 : 1);
+    auto run = [&](int rows_per_warp, int split, int unroll) {
+      return time_ms([&](int i) {
+        MatvecParams p;
+        p.w = m.copies[size_t(i) % m.copies.size()];
+        if (s.gated) p.w_up = m.copies[size_t(i + 1) % m.copies.size()];
+        p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
+        p.y = y.as<float>();
+        p.y_stride = s.rows;
+        if (split) {
+          cuda::matvec_variant(rows_per_warp, split, unroll, p, nullptr);
+        } else {
+          matvec(p, 1, nullptr);
+        }
+      });
+    };
+    std::string line = fmt::format("{:<8} {:>6}x{:<6}", fmt::format("{}{}", tensor_type_name(s.type), s.gated ? "+g" : ""),
+                                   s.rows, s.cols);
+    for (const Variant v : variants) {
+      line += (s.gated && v.rows == 2) ? fmt::format(" {:>6}", "-")
+                                       : fmt::format(" {:>6.0f}", bytes / (run(v.rows, v.split, v.unroll) * 1e-3) / 1e9);
+    }
+    const double gbs = bytes / (run(0, 0, 0) * 1e-3) / 1e9;
+    fmt::print("{} {:>6.0f} {:>5.0f}%\n", line, gbs, 100 * gbs / copy_gbs);
   }
 }
 
@@ -397,9 +432,10 @@ int main(int argc, char** argv) {
     fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n", copy_gbs);
     const std::string what = argc > 1 ? argv[1] : "all";
     if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
+    if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng);
     if (what == "all" || what == "gemm") bench_gemm(rng);
     if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors);
-    if (what == "all" || what == "model") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
+    if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());

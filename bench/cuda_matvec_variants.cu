@@ -1,43 +1,71 @@
-// Mat-vec tuning sweep for cuda_bench: the production kernel with another
-// unroll depth (units of loads in flight per lane) for the main formats.
+// Mat-vec tuning sweep for cuda_bench: the production single-column kernel
+// with other warps-per-row splits, rows per warp and unroll depths (units of loads in flight
+// per thread) for the formats of Q4_K_M / Q8_0 / F16 models.
 #include "backend/cuda/matvec_kernel.cuh"
 
 namespace nt::cuda {
 namespace {
 
-template <class F, int kU>
-struct WithUnroll : F {
-  static constexpr int kUnroll = kU;
-};
-
-template <class F, int kU>
+template <class F, bool kGated, int kSplit, int kUnroll, bool kTwoRows = false>
 void launch(const MatvecParams& p, cudaStream_t stream) {
-  const unsigned blocks = unsigned((p.w.rows + kMatvecWarps - 1) / kMatvecWarps);
-  matvec_kernel<WithUnroll<F, kU>, 1, false><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
+  constexpr int rows_per_block = kMatvecWarps / kSplit * (kTwoRows ? 2 : 1);
+  const unsigned blocks = unsigned((p.w.rows + rows_per_block - 1) / rows_per_block);
+  matvec_kernel<F, 1, kGated, kSplit, kUnroll, kTwoRows><<<blocks, kMatvecWarps * 32, 0, stream>>>(p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
-template <class F>
+template <class F, bool kGated, int kSplit>
 void launch_unroll(int unroll, const MatvecParams& p, cudaStream_t stream) {
   switch (unroll) {
-    case 1: launch<F, 1>(p, stream); break;
-    case 2: launch<F, 2>(p, stream); break;
-    case 4: launch<F, 4>(p, stream); break;
-    case 8: launch<F, 8>(p, stream); break;
+    case 1: launch<F, kGated, kSplit, 1>(p, stream); break;
+    case 2: launch<F, kGated, kSplit, 2>(p, stream); break;
+    case 4: launch<F, kGated, kSplit, 4>(p, stream); break;
     default: fail("no variant with unroll {}", unroll);
+  }
+}
+
+template <class F, bool kGated>
+void launch_split(int split, int unroll, const MatvecParams& p, cudaStream_t stream) {
+  switch (split) {
+    case 1: launch_unroll<F, kGated, 1>(unroll, p, stream); break;
+    case 2: launch_unroll<F, kGated, 2>(unroll, p, stream); break;
+    case 4: launch_unroll<F, kGated, 4>(unroll, p, stream); break;
+    default: fail("no variant with {} warps per row", split);
+  }
+}
+
+// Two rows per warp (not gated), unroll 1.
+template <class F>
+void launch_two_rows(int split, const MatvecParams& p, cudaStream_t stream) {
+  switch (split) {
+    case 1: launch<F, false, 1, 1, true>(p, stream); break;
+    case 2: launch<F, false, 2, 1, true>(p, stream); break;
+    case 4: launch<F, false, 4, 1, true>(p, stream); break;
+    default: fail("no variant with {} warps per row", split);
+  }
+}
+
+template <class F>
+void launch_format(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream) {
+  if (rows_per_warp == 2) {
+    if (p.w_up.rows || unroll != 1) fail("two rows per warp only ungated with unroll 1");
+    launch_two_rows<F>(split, p, stream);
+  } else if (p.w_up.rows) {
+    launch_split<F, true>(split, unroll, p, stream);
+  } else {
+    launch_split<F, false>(split, unroll, p, stream);
   }
 }
 
 }  // namespace
 
-// One column, no gate: the decode case.
-void matvec_variant(int unroll, const MatvecParams& p, cudaStream_t stream) {
+// One column (the decode case); gated when p.w_up is set.
+void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream) {
   switch (p.w.type) {
-    case TensorType::Q4_K: launch_unroll<FormatQ4_K>(unroll, p, stream); break;
-    case TensorType::Q6_K: launch_unroll<FormatQ6_K>(unroll, p, stream); break;
-    case TensorType::Q8_0: launch_unroll<FormatQ8_0>(unroll, p, stream); break;
-    case TensorType::Q4_0: launch_unroll<FormatQ4_0>(unroll, p, stream); break;
-    case TensorType::F16: launch_unroll<FormatF16>(unroll, p, stream); break;
+    case TensorType::Q4_K: launch_format<FormatQ4_K>(rows_per_warp, split, unroll, p, stream); break;
+    case TensorType::Q6_K: launch_format<FormatQ6_K>(rows_per_warp, split, unroll, p, stream); break;
+    case TensorType::Q8_0: launch_format<FormatQ8_0>(rows_per_warp, split, unroll, p, stream); break;
+    case TensorType::F16: launch_format<FormatF16>(rows_per_warp, split, unroll, p, stream); break;
     default: fail("no variants for {}", tensor_type_name(p.w.type));
   }
 }

@@ -17,6 +17,29 @@ __global__ void quantize_q8_kernel(const float* x, int8_t* q8, float2* scales, i
 
 }  // namespace
 
+namespace cuda {
+
+// Long rows are split over warps (split-K) while each thread keeps >= 4 units:
+// more loads in flight per row without a reduction that outweighs the work.
+// From the H200 sweep (cuda_NOTES.md): Q6_K 4096 x 14336 +9%, 8192 x 28672
+// +37% with 2-4 warps; Q4_K rows of 128-256 units gain little or lose.
+int default_warps_per_row(int64_t units_per_row) {
+  constexpr int64_t kMinUnitsPerThread = 4;
+  int split = 1;
+  while (split < 4 && units_per_row >= 2 * split * 32 * kMinUnitsPerThread) split *= 2;
+  return split;
+}
+
+// Two rows per warp share the activation loads and decoding (+3-10% on the
+// H200 for Q6_K 4096 x 14336 and Q4_K 8192 x 8192, cuda_NOTES.md) but halve
+// the warps: pair rows only while >= 4096 warps remain.
+int default_rows_per_warp(int64_t rows, int warps_per_row) {
+  constexpr int64_t kMinWarps = 4096;
+  return rows / 2 * warps_per_row >= kMinWarps ? 2 : 1;
+}
+
+}  // namespace cuda
+
 bool matvec_wants_q8(TensorType type) {
   return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
 }
@@ -29,6 +52,12 @@ void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
   if (matvec_wants_q8(p.w.type) ? !p.x.q8 || !p.x.q8_scales : !p.x.f32) {
     fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
          matvec_wants_q8(p.w.type) ? "q8" : "f32");
+  }
+  if ((p.warps_per_row || p.rows_per_warp) && columns != 1) {
+    fail("matvec chooses warps per row and rows per warp only for one column, got {}", columns);
+  }
+  if (p.rows_per_warp < 0 || p.rows_per_warp > 2 || (p.rows_per_warp == 2 && p.w_up.rows)) {
+    fail("matvec takes 1 or 2 rows per warp, and 1 when gated; got {}", p.rows_per_warp);
   }
   if (p.w.rows == 0) return;
   if (cuda::launch_matvec_float(p, columns, stream) || cuda::launch_matvec_legacy(p, columns, stream) ||

@@ -26,12 +26,34 @@ struct MatvecParams {
   float* y = nullptr;                // column c, row r at y[c * y_stride + r]
   int64_t y_stride = 0;
   const float* residual = nullptr;   // added to y in the epilogue (may be y itself)
+  int warps_per_row = 0;             // single column only: 1, 2 or 4 forces a variant, 0 picks by shape
+  int rows_per_warp = 0;             // single column, not gated: 1 or 2 forces a variant, 0 picks by shape
+};
+
+constexpr int kMaxMatvecParts = 3;
+
+// Matrices over one input whose outputs lie side by side, as Q, K and V do.
+struct MatvecPart {
+  DeviceMatrix w;
+  int64_t y_offset = 0;  // where this part's first output goes in y
+};
+
+struct MatvecPartsParams {
+  MatvecPart part[kMaxMatvecParts];
+  int n_parts = 0;
+  Activations x;
+  float* y = nullptr;
 };
 
 // True when `type` takes q8 activations.
 bool matvec_wants_q8(TensorType type);
 
 void matvec(const MatvecParams& p, int columns, cudaStream_t stream);
+
+// One column through every part: a single launch when the parts use at most
+// two formats that are instantiated together (the K-quant mixes), else one
+// mat-vec per part. Every part must have the same number of columns.
+void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream);
 
 // Quantizes `columns` rows of `cols` floats (cols a multiple of 32) to q8.
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,

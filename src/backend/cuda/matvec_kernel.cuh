@@ -21,47 +21,64 @@ __device__ __forceinline__ float dot_column(const typename F::Regs& r, const Mat
   }
 }
 
+template <class F, bool kGated>
+constexpr int kDefaultUnroll = kGated ? (F::kUnroll + 1) / 2 : F::kUnroll;  // gated units load twice the bytes
+
 // PRECOND: cols % F::kUnitElems == 0 (and a whole number of blocks);
 // activations 16-byte aligned with row stride cols; kGated: w_up has w's type and shape.
-// One warp per output row; each lane walks units lane, lane+32, ... and keeps
-// kUnroll units of loads in flight. The first weights are loaded before
-// waiting for the previous kernel (launch.cuh). Bytes moved: the weights once
-// (twice for kGated), activations from L1/L2, columns * rows * 4 written.
-template <class F, int kColumns, bool kGated>
-__global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecParams p) {
-  allow_dependents();
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5);
-  if (row >= p.w.rows) return;
-  const int units = int(p.w.cols / F::kUnitElems);
-  constexpr int kUnroll = kGated ? (F::kUnroll + 1) / 2 : F::kUnroll;  // gated units load twice the bytes
+// kSplit (1, 2 or 4) warps share an output row: a block of kMatvecWarps warps
+// covers kMatvecWarps / kSplit rows, and the row's threads walk units t,
+// t + 32 kSplit, ... (t = thread index within the row), keeping kUnroll units
+// of loads in flight; split rows sum their warps through shared memory. More
+// warps per row put more loads in flight when a matrix has few rows. The first
+// weights are loaded before waiting for the previous kernel (launch.cuh).
+// Bytes moved: the weights once (twice for kGated), activations from L1/L2,
+// columns * rows * 4 written. kTwoRows (not gated): each warp computes rows
+// r and r + 1 like the gated pair, so both share the activation loads and
+// their decoding; a warp then holds twice the weight loads in flight.
+// This is the body of the mat-vec kernels for the rows of block `block`
+// (counted within p.w); every thread of the block calls it.
+template <class F, int kColumns, bool kGated, int kSplit, int kUnroll, bool kTwoRows = false>
+__device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t block) {
+  static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "a block holds 4 warps");
+  static_assert(!(kGated && kTwoRows), "a gated warp already reads two matrices");
+  constexpr bool kSecond = kGated || kTwoRows;  // a second weight stream: w_up or the next row
+  constexpr int kStride = 32 * kSplit;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = (block * (kMatvecWarps / kSplit) + warp / kSplit) * (kTwoRows ? 2 : 1);
+  const bool active = row < p.w.rows;
+  const int64_t next_row = kTwoRows && row + 1 < p.w.rows ? row + 1 : row;  // an odd last row reads its own twice
+  if (kSplit == 1 && !active) return;  // split rows keep every thread for the barrier
+  const int first = (warp % kSplit) * 32 + lane;
+  const int units = active ? int(p.w.cols / F::kUnitElems) : 0;
   float acc[kColumns], acc_up[kColumns];
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) acc[c] = acc_up[c] = 0.0f;
 
-  typename F::Regs r[kUnroll], r_up[kGated ? kUnroll : 1];
+  typename F::Regs r[kUnroll], r_up[kSecond ? kUnroll : 1];
   auto load_units = [&](int base) {
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
-      const int u = base + 32 * k;
+      const int u = base + kStride * k;
       if (u < units) {
         r[k] = F::load(p.w, row, u);
         if constexpr (kGated) r_up[k] = F::load(p.w_up, row, u);
+        if constexpr (kTwoRows) r_up[k] = F::load(p.w, next_row, u);
       }
     }
   };
-  load_units(lane);  // weights are never written: prefetch before the wait
+  load_units(first);  // weights are never written: prefetch before the wait
   wait_for_inputs();
-  for (int base = lane; base < units; base += 32 * kUnroll) {
-    if (base != lane) load_units(base);
+  for (int base = first; base < units; base += kStride * kUnroll) {
+    if (base != first) load_units(base);
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
-      const int u = base + 32 * k;
+      const int u = base + kStride * k;
       if (u < units) {
 #pragma unroll
         for (int c = 0; c < kColumns; ++c) {
           acc[c] += dot_column<F>(r[k], p, c, u);
-          if constexpr (kGated) acc_up[c] += dot_column<F>(r_up[k], p, c, u);
+          if constexpr (kSecond) acc_up[c] += dot_column<F>(r_up[k], p, c, u);
         }
       }
     }
@@ -69,7 +86,27 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) {
     acc[c] = warp_sum(acc[c]);
-    if constexpr (kGated) acc_up[c] = warp_sum(acc_up[c]);
+    if constexpr (kSecond) acc_up[c] = warp_sum(acc_up[c]);
+  }
+  if constexpr (kSplit > 1) {
+    __shared__ float partial[kMatvecWarps][2][kColumns];
+    if (lane == 0) {
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) {
+        partial[warp][0][c] = acc[c];
+        partial[warp][1][c] = acc_up[c];
+      }
+    }
+    __syncthreads();
+    if (!active || warp % kSplit != 0) return;
+#pragma unroll
+    for (int s = 1; s < kSplit; ++s) {
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) {
+        acc[c] += partial[warp + s][0][c];
+        acc_up[c] += partial[warp + s][1][c];
+      }
+    }
   }
   if (lane == 0) {
 #pragma unroll
@@ -77,25 +114,104 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
       float v = kGated ? silu(acc[c]) * acc_up[c] : acc[c];
       if (p.residual) v += p.residual[c * p.y_stride + row];
       p.y[c * p.y_stride + row] = v;
+      if (kTwoRows && next_row != row) {
+        float v2 = acc_up[c];
+        if (p.residual) v2 += p.residual[c * p.y_stride + next_row];
+        p.y[c * p.y_stride + next_row] = v2;
+      }
     }
   }
 }
 
+template <class F, int kColumns, bool kGated, int kSplit = 1, int kUnroll = kDefaultUnroll<F, kGated>, bool kTwoRows = false>
+__global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecParams p) {
+  allow_dependents();
+  matvec_block<F, kColumns, kGated, kSplit, kUnroll, kTwoRows>(p, blockIdx.x);
+}
+
+// Single-column mat-vec over up to kMaxMatvecParts matrices stacked by rows,
+// each of format FA or FB (Q, K and V of a mixed K-quant model): one launch
+// instead of one per matrix. PRECOND: each part's rows are a multiple of the
+// rows per block, so no block straddles two parts.
+template <class FA, class FB, int kSplit>
+__global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const MatvecPartsParams pp) {
+  allow_dependents();
+  constexpr int rows_per_block = kMatvecWarps / kSplit;
+  int64_t block = blockIdx.x;
+  int i = 0;
+  while (i + 1 < pp.n_parts && block * rows_per_block >= pp.part[i].w.rows) block -= pp.part[i++].w.rows / rows_per_block;
+  MatvecParams p;
+  p.w = pp.part[i].w;
+  p.x = pp.x;
+  p.y = pp.y + pp.part[i].y_offset;
+  p.y_stride = 0;
+  if (p.w.type == FA::kType) {
+    matvec_block<FA, 1, false, kSplit, kDefaultUnroll<FA, false>>(p, block);
+  } else {
+    matvec_block<FB, 1, false, kSplit, kDefaultUnroll<FB, false>>(p, block);
+  }
+}
+
+// Warps per row for a single-column mat-vec whose rows hold this many units
+// when the caller leaves MatvecParams::warps_per_row at 0.
+int default_warps_per_row(int64_t units_per_row);
+
+// Rows per warp (1 or 2) for a single-column, ungated mat-vec when the caller
+// leaves MatvecParams::rows_per_warp at 0.
+int default_rows_per_warp(int64_t rows, int warps_per_row);
+
+template <class F, int kColumns, bool kGated, int kSplit, bool kTwoRows = false>
+void launch_matvec_kernel(const MatvecParams& p, cudaStream_t stream) {
+  constexpr int rows_per_block = kMatvecWarps / kSplit * (kTwoRows ? 2 : 1);
+  const unsigned blocks = unsigned((p.w.rows + rows_per_block - 1) / rows_per_block);
+  constexpr int unroll = kDefaultUnroll<F, kGated || kTwoRows>;
+  launch_kernel(matvec_kernel<F, kColumns, kGated, kSplit, unroll, kTwoRows>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream,
+                p);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
 template <class F, int kColumns>
 void launch_matvec_columns(const MatvecParams& p, cudaStream_t stream) {
-  const unsigned blocks = unsigned((p.w.rows + kMatvecWarps - 1) / kMatvecWarps);
   if (p.w_up.rows) {
-    launch_kernel(matvec_kernel<F, kColumns, true>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
+    launch_matvec_kernel<F, kColumns, true, 1>(p, stream);
   } else {
-    launch_kernel(matvec_kernel<F, kColumns, false>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
+    launch_matvec_kernel<F, kColumns, false, 1>(p, stream);
   }
-  NT_CUDA_CHECK_LAUNCH();
+}
+
+template <class F, bool kGated, int kSplit>
+void launch_matvec_decode_split(const MatvecParams& p, int rows_per_warp, cudaStream_t stream) {
+  if (rows_per_warp == 2) {
+    if constexpr (!kGated) launch_matvec_kernel<F, 1, false, kSplit, true>(p, stream);
+  } else {
+    launch_matvec_kernel<F, 1, kGated, kSplit>(p, stream);
+  }
+}
+
+// Decode: one column, with the row split over 1, 2 or 4 warps and (not
+// gated) one or two rows per warp.
+template <class F, bool kGated>
+void launch_matvec_decode(const MatvecParams& p, cudaStream_t stream) {
+  const int split = p.warps_per_row ? p.warps_per_row : default_warps_per_row(p.w.cols / F::kUnitElems);
+  const int rows_per_warp = kGated ? 1 : p.rows_per_warp ? p.rows_per_warp : default_rows_per_warp(p.w.rows, split);
+  switch (split) {
+    case 1: launch_matvec_decode_split<F, kGated, 1>(p, rows_per_warp, stream); break;
+    case 2: launch_matvec_decode_split<F, kGated, 2>(p, rows_per_warp, stream); break;
+    case 4: launch_matvec_decode_split<F, kGated, 4>(p, rows_per_warp, stream); break;
+    default: fail("matvec splits a row over 1, 2 or 4 warps, not {}", p.warps_per_row);
+  }
 }
 
 template <class F>
 void launch_matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
   switch (columns) {
-    case 1: launch_matvec_columns<F, 1>(p, stream); break;
+    case 1:
+      if (p.w_up.rows) {
+        launch_matvec_decode<F, true>(p, stream);
+      } else {
+        launch_matvec_decode<F, false>(p, stream);
+      }
+      break;
     case 2: launch_matvec_columns<F, 2>(p, stream); break;
     case 3: launch_matvec_columns<F, 3>(p, stream); break;
     case 4: launch_matvec_columns<F, 4>(p, stream); break;

@@ -7,6 +7,7 @@
 //   kUnroll     steps whose loads a lane issues before using any; the values are
 //               the fastest of 1/2/4/8 in cuda_bench's sweep on an H200 (fewer
 //               registers and more resident warps beat deeper unrolling)
+//   kType       the tensor type (the formats a mixed launch can tell apart)
 //   kQ8         true: dot() takes q8 activations (int8 + per-32 (d, d*sum q)) and
 //               uses dp4a; false: dot() takes float activations
 //   Regs        the raw bytes of one unit, loaded by load(), used by dot(unit),
@@ -202,6 +203,27 @@ struct FormatQ8_0 {
 //  Q3_K hmask:   e = 32j' + l               -> byte l, bit j' (j' = 4c + j)
 // with l < 32. 16-element scale groups are s = e / 16.
 
+// Exact int -> float for |v| < 2^22: an integer add into the mantissa of
+// 1.5 * 2^23 and a float subtract run on the ALU and FMA pipes, where a
+// conversion instruction would queue on the 4x narrower conversion unit
+// (the decode loops convert several values per 16 bytes of weights).
+__device__ __forceinline__ float small_int_to_float(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+
+// The six-bit scales and mins of Q4_K/Q5_K sub-blocks 2c and 2c + 1 as byte
+// pairs (sub-block 2c in the low byte), from a header (d, dmin, scales[12])
+// held in a 16-byte vector: 16-bit lanes decode both sub-blocks at once.
+__device__ __forceinline__ void k_scale_min_pair(const uint4& header, int c, uint32_t& scales, uint32_t& mins) {
+  const int shift = 16 * (c & 1);
+  const uint32_t s0 = header.y >> shift, s4 = header.z >> shift, s8 = header.w >> shift;  // s(2c'), s(4+2c'), s(8+2c')
+  if (c < 2) {
+    scales = s0 & 0x3f3fu;
+    mins = s4 & 0x3f3fu;
+  } else {
+    scales = (s8 & 0x0f0fu) | ((s0 >> 2) & 0x3030u);
+    mins = ((s8 >> 4) & 0x0f0fu) | ((s4 >> 2) & 0x3030u);
+  }
+}
+
 // Q4_K/Q5_K six-bit scale and min of sub-block j from a header (d, dmin,
 // scales[12]) held in a 16-byte vector.
 __device__ __forceinline__ void k_scale_min(const uint4& header, int j, int& scale, int& min) {
@@ -221,6 +243,7 @@ __device__ __forceinline__ void k_scale_min(const uint4& header, int j, int& sca
 // low nibbles in sub-block 2c, high nibbles in 2c+1.
 template <bool kFifthBit>
 struct FormatQ45_K {
+  static constexpr TensorType kType = kFifthBit ? TensorType::Q5_K : TensorType::Q4_K;
   static constexpr int kUnitElems = 32, kUnroll = 1;
   static constexpr bool kQ8 = true;
   static constexpr int kHeaderPlane = kFifthBit ? 2 : 1;
@@ -251,15 +274,16 @@ struct FormatQ45_K {
       sum_lo = __dp4a(lo, xl_w[w], sum_lo);
       sum_hi = __dp4a(hi, xh_w[w], sum_hi);
     }
-    int sc0, mn0, sc1, mn1;
-    k_scale_min(r.header, 2 * c, sc0, mn0);
-    k_scale_min(r.header, 2 * c + 1, sc1, mn1);
-    const float d = half_to_float(uint16_t(r.header.x & 0xffff)), dmin = half_to_float(uint16_t(r.header.x >> 16));
-    const float2 x0 = __ldg(xds_row + (unit / 8) * 8 + 2 * c), x1 = __ldg(xds_row + (unit / 8) * 8 + 2 * c + 1);
-    float v = d * (float(sc0) * x0.x * float(sum_lo) + float(sc1) * x1.x * float(sum_hi));
-    // The min term needs the activation sum of whole sub-blocks (x.y); the
-    // h = 0 lane adds it for both halves, the row's lanes are summed anyway.
-    if (h == 0) v -= dmin * (float(mn0) * x0.y + float(mn1) * x1.y);
+    uint32_t scales, mins;
+    k_scale_min_pair(r.header, c, scales, mins);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&r.header.x));  // (d, dmin)
+    // (d, d * sum q) of the activation blocks under sub-blocks 2c and 2c + 1.
+    const float4 xs = __ldg(reinterpret_cast<const float4*>(xds_row + (unit / 8) * 8 + 2 * c));
+    float v = dm.x * (small_int_to_float(int(scales & 0xff)) * xs.x * small_int_to_float(sum_lo) +
+                      small_int_to_float(int(scales >> 8)) * xs.z * small_int_to_float(sum_hi));
+    // The min term needs the activation sum of a whole sub-block (x.y): the
+    // h = 0 unit adds sub-block 2c's, the h = 1 unit 2c + 1's.
+    v -= dm.y * small_int_to_float(int(h ? mins >> 8 : mins & 0xff)) * (h ? xs.w : xs.y);
     return v;
   }
   static __device__ void dequant32(const DeviceMatrix& m, int64_t row, int64_t chunk, float* out) {
@@ -287,6 +311,7 @@ using FormatQ5_K = FormatQ45_K<true>;
 // l in [16b, 16b + 16); low nibbles are group j = a, high nibbles j = a + 2;
 // the two high bits come from qh bytes 32c + l.
 struct FormatQ6_K {
+  static constexpr TensorType kType = TensorType::Q6_K;
   static constexpr int kUnitElems = 32, kUnroll = 1;
   static constexpr bool kQ8 = true;
   struct Regs { uint4 ql, qh, scales; uint32_t d; };
@@ -314,10 +339,13 @@ struct FormatQ6_K {
       sum_lo = __dp4a(int(__vsub4(lo, 0x20202020u)), xl_w[w], sum_lo);
       sum_hi = __dp4a(int(__vsub4(hi, 0x20202020u)), xh_w[w], sum_hi);
     }
-    const int s_lo = int(int8_t(byte_at(r.scales, 8 * c + 2 * a + b)));
-    const int s_hi = int(int8_t(byte_at(r.scales, 8 * c + 2 * a + 4 + b)));
+    // Scales 8c + k%4 (low nibbles) and 8c + 4 + k%4 (high): byte k%4 of words 2c and 2c + 1.
+    const uint32_t w_lo = c ? r.scales.z : r.scales.x, w_hi = c ? r.scales.w : r.scales.y;
+    const int byte_shift = 24 - 8 * (k & 3);
+    const int s_lo = int(w_lo << byte_shift) >> 24, s_hi = int(w_hi << byte_shift) >> 24;
     const float2 x_lo = __ldg(xds_row + (unit / 8) * 8 + 4 * c + a), x_hi = __ldg(xds_row + (unit / 8) * 8 + 4 * c + a + 2);
-    return half_to_float(uint16_t(r.d)) * (float(s_lo) * x_lo.x * float(sum_lo) + float(s_hi) * x_hi.x * float(sum_hi));
+    return half_to_float(uint16_t(r.d)) * (small_int_to_float(s_lo) * x_lo.x * small_int_to_float(sum_lo) +
+                                           small_int_to_float(s_hi) * x_hi.x * small_int_to_float(sum_hi));
   }
   static __device__ void dequant32(const DeviceMatrix& m, int64_t row, int64_t chunk, float* out) {
     const int64_t sb = row * (m.cols / 256) + chunk / 8;
@@ -339,6 +367,7 @@ struct FormatQ6_K {
 // qs bytes 16k..16k+15 = (c, b) = (k/2, k%2), lanes l in [16b, 16b + 16),
 // bits 2j for j = 0..3: 64 elements in four groups s = 8c + 2j + b.
 struct FormatQ2_K {
+  static constexpr TensorType kType = TensorType::Q2_K;
   static constexpr int kUnitElems = 64, kUnroll = 2;
   static constexpr bool kQ8 = true;
   struct Regs { uint4 q, scales; uint32_t dm; };
@@ -386,6 +415,7 @@ struct FormatQ2_K {
 // Q3_K: a clear hmask bit (byte l, bit 4c + j) means the code is 4 below its
 // two low bits; sixteen 6-bit scales (stored + 32) packed in 12 bytes.
 struct FormatQ3_K {
+  static constexpr TensorType kType = TensorType::Q3_K;
   static constexpr int kUnitElems = 64, kUnroll = 2;
   static constexpr bool kQ8 = true;
   struct Regs { uint4 q, hmask, meta; };

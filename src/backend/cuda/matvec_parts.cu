@@ -1,0 +1,80 @@
+// One launch for Q, K and V when their formats differ (the K-quant mixes keep
+// V, sometimes K, in a wider format): the three small mat-vecs fill the GPU
+// together and skip two launch gaps per layer.
+#include "backend/cuda/matvec_kernel.cuh"
+
+namespace nt {
+namespace cuda {
+namespace {
+
+template <class FA, class FB, int kSplit>
+void launch_parts_kernel(const MatvecPartsParams& p, int64_t rows, cudaStream_t stream) {
+  constexpr int rows_per_block = kMatvecWarps / kSplit;
+  const unsigned blocks = unsigned(rows / rows_per_block);
+  launch_kernel(matvec_parts_kernel<FA, FB, kSplit>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+template <class FA, class FB>
+void launch_parts(const MatvecPartsParams& p, int64_t rows, int split, cudaStream_t stream) {
+  switch (split) {
+    case 1: launch_parts_kernel<FA, FB, 1>(p, rows, stream); break;
+    case 2: launch_parts_kernel<FA, FB, 2>(p, rows, stream); break;
+    default: launch_parts_kernel<FA, FB, 4>(p, rows, stream); break;
+  }
+}
+
+// Launches the fused kernel for a format pair it is instantiated for
+// ({a, b} in either order, or a alone); false otherwise.
+bool launch_pair(TensorType a, TensorType b, const MatvecPartsParams& p, int64_t rows, int split, cudaStream_t stream) {
+  auto is = [&](TensorType x, TensorType y) { return (a == x && b == y) || (a == y && b == x); };
+  using T = TensorType;
+  if (is(T::Q4_K, T::Q6_K) || is(T::Q4_K, T::Q4_K) || is(T::Q6_K, T::Q6_K)) {
+    launch_parts<FormatQ4_K, FormatQ6_K>(p, rows, split, stream);
+  } else if (is(T::Q5_K, T::Q6_K) || is(T::Q5_K, T::Q5_K)) {
+    launch_parts<FormatQ5_K, FormatQ6_K>(p, rows, split, stream);
+  } else if (is(T::Q4_K, T::Q5_K)) {
+    launch_parts<FormatQ4_K, FormatQ5_K>(p, rows, split, stream);
+  } else if (is(T::Q3_K, T::Q4_K) || is(T::Q3_K, T::Q3_K)) {
+    launch_parts<FormatQ3_K, FormatQ4_K>(p, rows, split, stream);
+  } else if (is(T::Q3_K, T::Q5_K)) {
+    launch_parts<FormatQ3_K, FormatQ5_K>(p, rows, split, stream);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace cuda
+
+void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
+  if (p.n_parts < 1 || p.n_parts > kMaxMatvecParts) fail("matvec_parts takes 1 to {} parts, got {}", kMaxMatvecParts, p.n_parts);
+  const DeviceMatrix& first = p.part[0].w;
+  int64_t rows = 0;
+  TensorType other = first.type;
+  bool fusable = true;
+  for (int i = 0; i < p.n_parts; ++i) {
+    const DeviceMatrix& m = p.part[i].w;
+    if (m.cols != first.cols) fail("matvec_parts over one input needs equal columns: {} vs {}", m.cols, first.cols);
+    if (m.type != first.type) {
+      fusable = fusable && (other == first.type || other == m.type);
+      other = m.type;
+    }
+    rows += m.rows;
+  }
+  if (!p.x.q8 || !p.x.q8_scales) fusable = false;  // matvec() below names what is missing
+  const int split = cuda::default_warps_per_row(first.cols / 32);  // 32 elements a unit for Q4_K..Q6_K
+  for (int i = 0; i < p.n_parts; ++i) fusable = fusable && p.part[i].w.rows % (cuda::kMatvecWarps / split) == 0;
+  if (fusable && rows > 0 && cuda::launch_pair(first.type, other, p, rows, split, stream)) return;
+  for (int i = 0; i < p.n_parts; ++i) {
+    MatvecParams one;
+    one.w = p.part[i].w;
+    one.x = p.x;
+    one.y = p.y + p.part[i].y_offset;
+    one.y_stride = one.w.rows;
+    matvec(one, 1, stream);
+  }
+}
+
+}  // namespace nt
