@@ -41,13 +41,13 @@ void bench(const BenchOptions& o) {
   auto loaded = load_model(mo);
   auto& runner = *loaded.runner;
   const int64_t vocab = runner.config().vocab_size;
-  const auto prompt = bench_tokens(std::max(o.n_prompt, max_depth), vocab);
+  const auto prompt = bench_tokens(std::max({o.n_prompt, max_depth, int64_t(8)}), vocab);
   std::vector<float> logits(static_cast<size_t>(vocab));
   using clock = std::chrono::steady_clock;
   auto seconds = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
 
   // Warm-up: first-touch of weights and scratch stays out of the numbers.
-  runner.forward({prompt.data(), size_t(std::min<int64_t>(o.n_prompt, 8))}, 0, logits.data(), false);
+  runner.forward({prompt.data(), 8}, 0, logits.data(), false);
 
   const double bytes = double(runner.weight_bytes_per_token());
   fmt::print("| model | backend | test | tok/s | ms/token | weight GB/s |\n|---|---|---|---|---|---|\n");

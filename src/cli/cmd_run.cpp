@@ -52,7 +52,8 @@ void run(const RunOptions& o) {
     prompt = tokenizer.encode(o.prompt, true, false);
     gen.stop_tokens = {tokenizer.vocab().eos()};
     if (tokenizer.vocab().eot() >= 0) gen.stop_tokens.push_back(tokenizer.vocab().eot());
-    fmt::print("{}", o.prompt);
+    // Echo the prompt only once it is known to fit.
+    if (int64_t(prompt.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
   }
 
   Sampler sampler(o.sampling, loaded.runner->config().vocab_size);

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help exits 0; every usage error exits 1 like every other error.
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const nt::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

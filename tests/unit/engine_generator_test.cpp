@@ -1,0 +1,172 @@
+// The generation loop over a scripted ModelRunner: which positions it
+// evaluates (prefill once, one pass per accepted token, cached prefixes
+// reused), and each way it stops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "tokenizer/synthetic_vocab.h"
+
+namespace nt {
+namespace {
+
+constexpr int32_t kVocab = 600;
+
+// A model that predicts script[p] from position p (kFallback past the
+// script's end); records every forward call.
+class ScriptedRunner final : public ModelRunner {
+ public:
+  struct Call {
+    std::vector<int32_t> tokens;
+    int64_t pos;
+  };
+
+  ScriptedRunner(std::vector<int32_t> script, int64_t context) : script_(std::move(script)), context_(context) {
+    config_.vocab_size = kVocab;
+    config_.context_length = context;
+  }
+
+  const LlamaConfig& config() const override { return config_; }
+  int64_t context_size() const override { return context_; }
+  std::string description() const override { return "scripted"; }
+  uint64_t weight_bytes_per_token() const override { return 0; }
+
+  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
+    ASSERT_FALSE(all_logits);
+    ASSERT_LE(pos + int64_t(tokens.size()), context_);
+    calls.push_back({{tokens.begin(), tokens.end()}, pos});
+    const size_t last = size_t(pos) + tokens.size() - 1;
+    std::fill(logits, logits + kVocab, 0.0f);
+    logits[last < script_.size() ? script_[last] : kFallback] = 5.0f;
+  }
+
+  static constexpr int32_t kFallback = 300;
+  std::vector<Call> calls;
+
+ private:
+  std::vector<int32_t> script_;
+  int64_t context_;
+  LlamaConfig config_;
+};
+
+GenerationOptions options(int64_t max_tokens, std::vector<int32_t> stop_tokens = {},
+                          std::vector<std::string> stop_strings = {}) {
+  GenerationOptions o;
+  o.max_tokens = max_tokens;
+  o.stop_tokens = std::move(stop_tokens);
+  o.stop_strings = std::move(stop_strings);
+  return o;
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+class GeneratorTest : public ::testing::Test {
+ protected:
+  Tokenizer tokenizer{make_synthetic_bpe_vocab(kVocab, SyntheticVocabStyle::SmolLM2)};
+  Sampler sampler{greedy(), kVocab};
+  std::string text;
+
+  GenerationStats generate(Generator& g, const std::vector<int32_t>& prompt, const GenerationOptions& o) {
+    text.clear();
+    return g.generate(prompt, sampler, o, [&](std::string_view piece) { text += piece; });
+  }
+};
+
+TEST_F(GeneratorTest, PrefillsOnceThenDecodesOneTokenPerPass) {
+  ScriptedRunner runner({0, 30, 40, 50, 60}, 64);
+  Generator g(runner, tokenizer);
+  const auto stats = generate(g, {10, 20}, options(4));
+  EXPECT_EQ(g.generated(), (std::vector<int32_t>{30, 40, 50, 60}));
+  EXPECT_EQ(text, tokenizer.decode(g.generated()));
+  EXPECT_EQ(stats.stop, StopReason::TokenLimit);
+  EXPECT_EQ(stats.generated_tokens, 4);
+  // The last token is sampled but not evaluated.
+  ASSERT_EQ(runner.calls.size(), 4u);
+  EXPECT_EQ(runner.calls[0].tokens, (std::vector<int32_t>{10, 20}));
+  EXPECT_EQ(runner.calls[0].pos, 0);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(runner.calls[i].tokens, std::vector<int32_t>{g.generated()[i - 1]});
+    EXPECT_EQ(runner.calls[i].pos, int64_t(i + 1));
+  }
+  EXPECT_EQ(stats.decode_passes, 3);
+  EXPECT_EQ(g.context(), (std::vector<int32_t>{10, 20, 30, 40, 50}));
+}
+
+TEST_F(GeneratorTest, StopTokenEndsGenerationWithoutBeingEmitted) {
+  const int32_t eos = tokenizer.vocab().eos();
+  ScriptedRunner runner({0, 30, eos}, 64);
+  Generator g(runner, tokenizer);
+  const auto stats = generate(g, {10, 20}, options(10, {eos}));
+  EXPECT_EQ(g.generated(), std::vector<int32_t>{30});
+  EXPECT_EQ(stats.stop, StopReason::StopToken);
+}
+
+TEST_F(GeneratorTest, ReusesTheCachedPrefixOfTheNextPrompt) {
+  ScriptedRunner runner({}, 64);
+  Generator g(runner, tokenizer);
+  generate(g, {10, 20, 30}, options(2));  // context: 10 20 30 300
+  runner.calls.clear();
+  const auto stats = generate(g, {10, 20, 30, 300, 77, 78}, options(1));
+  EXPECT_EQ(stats.reused_tokens, 4);
+  ASSERT_EQ(runner.calls.size(), 1u);
+  EXPECT_EQ(runner.calls[0].tokens, (std::vector<int32_t>{77, 78}));
+  EXPECT_EQ(runner.calls[0].pos, 4);
+
+  // A prompt equal to the cache still re-evaluates its last token for logits;
+  // a diverging one restarts from the first difference.
+  runner.calls.clear();
+  generate(g, {10, 20, 30, 300, 77, 78}, options(1));
+  ASSERT_EQ(runner.calls.size(), 1u);
+  EXPECT_EQ(runner.calls[0].tokens, std::vector<int32_t>{78});
+  EXPECT_EQ(runner.calls[0].pos, 5);
+  runner.calls.clear();
+  generate(g, {10, 21, 30}, options(1));
+  ASSERT_EQ(runner.calls.size(), 1u);
+  EXPECT_EQ(runner.calls[0].tokens, (std::vector<int32_t>{21, 30}));
+  EXPECT_EQ(runner.calls[0].pos, 1);
+}
+
+TEST_F(GeneratorTest, StopsWhenTheContextIsFull) {
+  ScriptedRunner runner({}, 6);
+  Generator g(runner, tokenizer);
+  const auto stats = generate(g, {10, 20, 30, 40}, options(100));
+  EXPECT_EQ(stats.stop, StopReason::ContextFull);
+  // Tokens at positions 4 and 5 are evaluated; the one sampled from position 5 is emitted unevaluated.
+  EXPECT_EQ(stats.generated_tokens, 3);
+  EXPECT_EQ(runner.calls.back().pos, 5);
+}
+
+TEST_F(GeneratorTest, StopStringCutsTheTextAndEndsGeneration) {
+  const auto words = tokenizer.encode("hello world and more", false);
+  ASSERT_GE(words.size(), 3u);
+  ScriptedRunner runner(words, 64);  // the prompt's one token at position 0 predicts words[0], ...
+  Generator g(runner, tokenizer);
+  const auto stats = generate(g, {10}, options(50, {}, {" world"}));
+  EXPECT_EQ(stats.stop, StopReason::StopString);
+  EXPECT_EQ(text, "hello");
+}
+
+TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {
+  ScriptedRunner runner({}, 4);
+  Generator g(runner, tokenizer);
+  EXPECT_THROW(generate(g, {}, options(1)), Error);
+  try {
+    generate(g, {1, 2, 3, 4, 5}, options(1));
+    FAIL() << "no error for a prompt longer than the context";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("5 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds 4"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(runner.calls.empty());
+}
+
+}  // namespace
+}  // namespace nt
