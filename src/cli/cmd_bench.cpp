@@ -37,7 +37,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
 void bench(const BenchOptions& o) {
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
-  if (mo.context == 0) mo.context = std::max(o.n_prompt, max_depth + o.n_gen) + 1;
+  if (mo.context == 0) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
   auto loaded = load_model(mo);
   auto& runner = *loaded.runner;
   const int64_t vocab = runner.config().vocab_size;

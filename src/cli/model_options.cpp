@@ -5,6 +5,8 @@
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
 #include "engine/default_model.h"
+#include "storage/io_reader.h"
+#include "storage/size_parse.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
@@ -18,6 +20,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
+  cmd.add_option("--vram-budget", o.vram_budget, "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM)");
+  cmd.add_option("--ram-budget", o.ram_budget, "CUDA: host RAM to pin for streamed layers, e.g. 48GiB (default: from MemAvailable)");
+  cmd.add_option("--io", o.io, "CUDA: storage reader of streamed layers: auto, uring, cufile or mmap")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
+  cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
@@ -44,7 +52,12 @@ LoadedModel load_model(const ModelOptions& o) {
   }
   if (device == "cuda") {
     const int64_t trained = m.file->header().get_int("llama.context_length", 4096);
-    m.runner = make_cuda_runner(*m.file, o.context > 0 ? o.context : std::min<int64_t>(trained, 4096));
+    CudaRunnerOptions cuda;
+    if (!o.vram_budget.empty()) cuda.vram_budget = parse_size(o.vram_budget, "--vram-budget");
+    if (!o.ram_budget.empty()) cuda.ram_budget = parse_size(o.ram_budget, "--ram-budget");
+    cuda.io = parse_io_backend(o.io);
+    cuda.trace_path = o.trace;
+    m.runner = make_cuda_runner(*m.file, o.context > 0 ? o.context : std::min<int64_t>(trained, 4096), cuda);
   }
 #else
   if (device == "cuda") fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");

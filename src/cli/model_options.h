@@ -19,6 +19,10 @@ struct ModelOptions {
   int threads = 0;         // -t; 0 = physical cores
   std::string device = "auto";
   bool kv_f32 = false;
+  // CUDA tiered streaming (see plan_cuda_placement); empty = automatic.
+  std::string vram_budget, ram_budget;
+  std::string io = "auto";
+  std::string trace;  // Chrome-trace JSON of streamed layers' reads, copies and compute
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);

@@ -1,5 +1,7 @@
-// CudaLlamaRunner: a Llama forward pass with every weight resident on one GPU.
-// Decode steps replay a captured CUDA graph; the position and token live in
+// CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
+// budget are resident; the rest stream per pass through a LayerStreamer
+// (layer_stream.h) from pinned RAM or storage. Resident decode steps replay a
+// captured CUDA graph; the position and token live in
 // device memory, so the graph never needs updating. Prefill runs in chunks of
 // up to max_batch tokens: short chunks through the multi-column mat-vec, long
 // ones through dequantize + cuBLAS GEMM.
@@ -7,7 +9,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -19,10 +23,13 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
+#include "storage/host_memory.h"
+#include "storage/layer_reads.h"
 
 namespace nt {
 namespace {
@@ -95,6 +102,90 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   return a;
 }
 
+// The matrices of a layer as uploaded: groups of row-stacked parts (Q, K and V
+// fused when they share a format).
+std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw) {
+  std::vector<std::vector<const WeightRef*>> g;
+  if (lw.wq.type == lw.wk.type && lw.wq.type == lw.wv.type) {
+    g.push_back({&lw.wq, &lw.wk, &lw.wv});
+  } else {
+    g.push_back({&lw.wq});
+    g.push_back({&lw.wk});
+    g.push_back({&lw.wv});
+  }
+  for (const WeightRef* m : {&lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) g.push_back({m});
+  return g;
+}
+
+uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
+  int64_t rows = 0;
+  for (const WeightRef* p : parts) rows += p->rows;
+  return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
+}
+
+// Device memory besides the weights, shared by the planner and the allocation.
+struct RunnerBuffers {
+  uint64_t kv = 0, gemm = 0, activations = 0;
+};
+
+RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+                             int64_t max_batch, int multiprocessors) {
+  uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
+  if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
+  for (const LlamaLayerWeights& lw : w.layers) {
+    for (const auto& g : layer_matrix_groups(lw)) {
+      int64_t rows = 0;
+      for (const WeightRef* p : g) rows += p->rows;
+      largest = std::max(largest, uint64_t(rows) * uint64_t(g[0]->cols));
+    }
+  }
+  RunnerBuffers b;
+  b.kv = 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * uint64_t(cache_context) * 2;
+  b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
+  b.activations = layout_activations(c, max_batch, context, multiprocessors).total;
+  return b;
+}
+
+// The placement of layers in VRAM, pinned RAM and storage, in device-layout
+// bytes. Norm vectors, the token embedding and the head always stay resident.
+CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+                           const RunnerBuffers& buffers, const CudaRunnerOptions& o) {
+  if (reads.size() != w.layers.size()) fail("the file has tensors for {} layers but block_count says {}", reads.size(), w.layers.size());
+  CudaPlacement p;
+  uint64_t max_staging = 0;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    uint64_t bytes = 0;
+    for (const auto& g : layer_matrix_groups(w.layers[l])) bytes += group_device_bytes(g);
+    p.footprint.layers.push_back({bytes, reads[l].file_bytes, reads[l].staging_bytes});
+    max_staging = std::max(max_staging, reads[l].staging_bytes);
+  }
+  p.footprint.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
+  p.footprint.small_bytes = 2 * uint64_t(c.n_layers) * align_device(4 * uint64_t(c.dim)) + 2 * align_device(4 * uint64_t(c.dim)) +
+                            (c.tied_embeddings ? 0 : group_device_bytes({&w.token_embd}));
+  p.request.reserve.kv_cache = buffers.kv;
+  p.request.reserve.gemm_scratch = buffers.gemm;
+  // Activations, the upload staging and the landing buffer of streamed layers' H2D copies.
+  p.request.reserve.activations = buffers.activations + kUploadStagingBytes + max_staging;
+  if (o.vram_budget) {
+    p.request.vram_budget = *o.vram_budget;
+  } else {
+    size_t free_bytes = 0, total_bytes = 0;
+    NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    p.request.vram_budget = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
+  }
+  p.request.ram_budget = o.ram_budget ? *o.ram_budget : automatic_ram_budget(host_mem_available(), c, o.max_batch).budget;
+  p.request.ring_slots = o.ring_slots;
+  p.request.staging_slots = o.ring_slots;
+  p.plan = plan_placement(p.footprint, p.request);
+  return p;
+}
+
+OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o) {
+  ReaderOptions ro;
+  ro.backend = o.io;
+  return open_file_reader(path, ro);
+}
+
 struct LayerOnDevice {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
@@ -115,6 +206,7 @@ class CudaLlamaRunner final : public ModelRunner {
 
  private:
   void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
+  std::string tier_counts() const;
   void allocate_activations();
   // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t max_keys, bool all_logits);
@@ -131,6 +223,8 @@ class CudaLlamaRunner final : public ModelRunner {
   cudaStream_t stream_ = nullptr;
 
   DeviceBuffer weights_;
+  DeviceBuffer ring_;  // GPU slots of streamed layers
+  std::vector<Tier> layer_tier_;
   DeviceMatrix token_embd_, output_;
   const float* output_norm_ = nullptr;
   const float* inv_freq_ = nullptr;
@@ -148,6 +242,7 @@ class CudaLlamaRunner final : public ModelRunner {
   uint16_t* f16_ = nullptr;
   PinnedBuffer host_io_;  // tokens, position and one row of logits
   cudaGraphExec_t decode_graph_ = nullptr;
+  std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
@@ -169,23 +264,51 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
+  if (streamer_) {
+    if (stream_) cudaStreamSynchronize(stream_);
+    std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
+    streamer_.reset();
+  }
   if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+std::string CudaLlamaRunner::tier_counts() const {
+  const auto n = [&](Tier t) { return std::count(layer_tier_.begin(), layer_tier_.end(), t); };
+  return fmt::format("layers {} vram + {} ram + {} disk", n(Tier::Vram), n(Tier::Ram), n(Tier::Disk));
+}
+
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {})", device_.name, device_.multiprocessors,
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {}, {}{})", device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
-                     options_.decode_graph ? "decode graph" : "no graph");
+                     options_.decode_graph && !streamer_ ? "decode graph" : "no graph", tier_counts(),
+                     streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
 void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& w) {
   const LlamaConfig& c = config_;
-  ArenaPlan plan;
+  OpenedReader opened = open_layer_reader(file.path(), options_);
+  const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
+  const RunnerBuffers buffers =
+      runner_buffers(c, w, context_, cache_context_, options_.max_batch, device_.multiprocessors);
+  size_t free_bytes = 0, total_bytes = 0;
+  NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
+  CudaPlacement placement;
+  try {
+    placement = place_layers(c, w, reads, buffers, options_);
+  } catch (const Error& e) {
+    fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
+         file.path(), device_.name, e.what(), gib(free_bytes), gib(total_bytes));
+  }
+  layer_tier_ = placement.plan.layer_tier;
+
+  ArenaPlan plan;  // resident weights
   struct Pending {
     DeviceMatrix* target;
     uint64_t offset;
     std::vector<const WeightRef*> parts;  // stacked row-wise
+    int streamed = -1;                    // streamed index: offset is inside its GPU slot
   };
   std::vector<Pending> matrices;
   struct PendingVector {
@@ -195,78 +318,105 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     uint64_t bytes;
   };
   std::vector<PendingVector> vectors;
-  uint64_t largest_matrix_elems = 0;
+  std::vector<ArenaPlan> slot_plans;  // per streamed layer
 
-  auto add_matrix = [&](DeviceMatrix* target, std::vector<const WeightRef*> parts) {
+  auto add_matrix = [&](DeviceMatrix* target, std::vector<const WeightRef*> parts, int streamed) {
     int64_t rows = 0;
     for (const WeightRef* p : parts) rows += p->rows;
-    const TensorType type = parts[0]->type;
-    const uint64_t bytes = device_matrix_bytes(type, rows, parts[0]->cols);  // throws for unsupported formats
-    target->type = type;
+    target->type = parts[0]->type;
     target->rows = rows;
     target->cols = parts[0]->cols;
-    largest_matrix_elems = std::max(largest_matrix_elems, uint64_t(rows) * uint64_t(parts[0]->cols));
-    matrices.push_back({target, plan.reserve(bytes), std::move(parts)});
+    const uint64_t bytes = group_device_bytes(parts);
+    ArenaPlan& arena = streamed < 0 ? plan : slot_plans[size_t(streamed)];
+    matrices.push_back({target, arena.reserve(bytes), std::move(parts), streamed});
   };
   auto add_vector = [&](const float** target, const void* data, uint64_t bytes) {
     vectors.push_back({target, plan.reserve(bytes), data, bytes});
   };
 
+  std::vector<int64_t> streamed_layers;
   layers_.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[size_t(l)];
     LayerOnDevice& ld = layers_[size_t(l)];
+    int streamed = -1;
+    if (layer_tier_[size_t(l)] != Tier::Vram) {
+      streamed = int(streamed_layers.size());
+      streamed_layers.push_back(l);
+      slot_plans.emplace_back();
+    }
     add_vector(&ld.attn_norm, lw.attn_norm.data, lw.attn_norm.bytes());
     add_vector(&ld.ffn_norm, lw.ffn_norm.data, lw.ffn_norm.bytes());
-    if (lw.wq.type == lw.wk.type && lw.wq.type == lw.wv.type) {
-      ld.qkv.resize(1);
-      add_matrix(&ld.qkv[0].m, {&lw.wq, &lw.wk, &lw.wv});
-    } else {
-      ld.qkv.resize(3);
-      add_matrix(&ld.qkv[0].m, {&lw.wq});
-      add_matrix(&ld.qkv[1].m, {&lw.wk});
-      add_matrix(&ld.qkv[2].m, {&lw.wv});
+    const auto groups = layer_matrix_groups(lw);
+    const bool fused = groups.size() == 5;
+    ld.qkv.resize(fused ? 1 : 3);
+    for (size_t i = 0; i < ld.qkv.size(); ++i) add_matrix(&ld.qkv[i].m, groups[i], streamed);
+    if (!fused) {
       ld.qkv[1].out_offset = c.q_dim();
       ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
     }
-    add_matrix(&ld.wo, {&lw.wo});
-    add_matrix(&ld.gate, {&lw.w_gate});
-    add_matrix(&ld.up, {&lw.w_up});
-    add_matrix(&ld.down, {&lw.w_down});
+    DeviceMatrix* rest[] = {&ld.wo, &ld.gate, &ld.up, &ld.down};
+    for (size_t i = 0; i < 4; ++i) add_matrix(rest[i], groups[ld.qkv.size() + i], streamed);
     weight_bytes_per_token_ += lw.bytes();
   }
-  add_matrix(&token_embd_, {&w.token_embd});
-  if (!c.tied_embeddings) add_matrix(&output_, {&w.output});
+  add_matrix(&token_embd_, {&w.token_embd}, -1);
+  if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
   weight_bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
   add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
   const std::vector<float> inv_freq =
       rope_inv_freqs(c, c.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
   add_vector(&inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
 
-  // Everything else the runner allocates, to check the total before uploading.
-  const uint64_t kv_bytes = 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * uint64_t(cache_context_) * 2;
-  const uint64_t gemm_bytes = std::min(kGemmScratchMaxBytes, largest_matrix_elems * 2);
-  const uint64_t activation_bytes =
-      layout_activations(c, options_.max_batch, context_, device_.multiprocessors).total;
-  const uint64_t needed = plan.size() + kv_bytes + gemm_bytes + activation_bytes + kUploadStagingBytes;
-  size_t free_bytes = 0, total_bytes = 0;
-  NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // GPU slots of the streamed layers and their H2D landing buffer.
+  uint64_t slot_bytes = 0, landing_bytes = 0;
+  for (size_t j = 0; j < slot_plans.size(); ++j) {
+    slot_bytes = std::max(slot_bytes, slot_plans[j].size());
+    landing_bytes = std::max(landing_bytes, reads[size_t(streamed_layers[j])].staging_bytes);
+  }
+  const int slots = streamed_layers.empty() ? 0 : options_.ring_slots;
+  const uint64_t ring_bytes = uint64_t(slots) * slot_bytes;
+
+  // Everything the runner allocates, checked against free memory before uploading.
+  const uint64_t needed =
+      plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
   if (needed + kMemoryMarginBytes > free_bytes) {
-    fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, KV cache {:.2f} for {} tokens, scratch {:.2f}) "
-         "plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context or a smaller model",
-         file.path(), device_.name, double(needed) / (1ull << 30), double(plan.size()) / (1ull << 30),
-         double(kv_bytes) / (1ull << 30), context_, double(gemm_bytes + activation_bytes) / (1ull << 30),
-         double(kMemoryMarginBytes) / (1ull << 30), double(free_bytes) / (1ull << 30), double(total_bytes) / (1ull << 30));
+    fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
+         "scratch {:.2f}) plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
+         "model or a smaller --vram-budget",
+         file.path(), device_.name, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
+         gib(buffers.gemm + buffers.activations), gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
   }
 
   weights_ = DeviceBuffer(plan.size(), "the model weights");
+  if (ring_bytes) ring_ = DeviceBuffer(ring_bytes, "the streamed-layer ring");
   auto* base = weights_.as<uint8_t>();
   for (const PendingVector& v : vectors) {
     NT_CUDA_CHECK(cudaMemcpy(base + v.offset, v.data, v.bytes, cudaMemcpyHostToDevice));
     *v.target = reinterpret_cast<const float*>(base + v.offset);
   }
+  std::vector<StreamedLayer> streamed(streamed_layers.size());
+  std::map<const GgufTensorInfo*, uint64_t> staging_offset;
+  for (size_t j = 0; j < streamed.size(); ++j) {
+    const int64_t l = streamed_layers[j];
+    streamed[j].layer = l;
+    streamed[j].tier = layer_tier_[size_t(l)];
+    streamed[j].read = reads[size_t(l)];
+    for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
+  }
   DeviceBuffer staging(kUploadStagingBytes, "the weight upload staging buffer");
   for (const Pending& p : matrices) {
+    if (p.streamed >= 0) {
+      auto* slot = ring_.as<uint8_t>() + uint64_t(p.streamed % slots) * slot_bytes;
+      *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, slot + p.offset);
+      StreamedMatrix m{*p.target, {}};
+      int64_t row = 0;
+      for (const WeightRef* part : p.parts) {
+        m.parts.push_back({staging_offset.at(part->info), row, part->rows});
+        row += part->rows;
+      }
+      streamed[size_t(p.streamed)].matrices.push_back(std::move(m));
+      continue;
+    }
     *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, base + p.offset);
     int64_t row = 0;
     for (const WeightRef* part : p.parts) {
@@ -275,12 +425,20 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     }
   }
   if (c.tied_embeddings) output_ = token_embd_;
-  k_cache_ = DeviceBuffer(kv_bytes / 2, "the K cache");
-  v_cache_ = DeviceBuffer(kv_bytes / 2, "the V cache");
+  k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
+  v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
   NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
-  gemm_.emplace(gemm_bytes);
-  resident_bytes_ = plan.size() + kv_bytes;
+  gemm_.emplace(buffers.gemm);
+  resident_bytes_ = plan.size() + ring_bytes + landing_bytes + buffers.kv;
+  if (!streamed.empty()) {
+    LayerStreamOptions so;
+    so.device = device_.index;
+    so.gpu_slots = options_.ring_slots;
+    so.staging_slots = options_.ring_slots;
+    so.trace_path = options_.trace_path;
+    streamer_ = std::make_unique<LayerStreamer>(std::move(opened.reader), std::move(streamed), so);
+  }
 }
 
 void CudaLlamaRunner::allocate_activations() {
@@ -338,15 +496,27 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   const int64_t cache_layer = c.n_kv_heads * cache_context_ * c.head_dim;
 
+  // Streamed layers start arriving before anything computes.
+  if (streamer_) streamer_->begin_chunk(stream_);
   // Token embeddings into the residual stream x.
   gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& L = layers_[l];
+    const bool streamed = streamer_ && streamer_->streams(int64_t(l));
+    if (streamed) streamer_->before_layer(int64_t(l), stream_);
     // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
     rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
     if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
     const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
-    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
+    if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
+      MatvecPartsParams qkv;
+      for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+      qkv.x = {xn_, q8_, q8_scales_};
+      qkv.y = qkv_;
+      matvec_parts(qkv, stream_);
+    } else {
+      for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
+    }
 
     RopeKvParams rope;
     rope.qkv = qkv_;
@@ -398,6 +568,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
     }
     matmul(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm), n, x_, c.dim, true);
+    if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
 
   // Final norm and classifier, for every token or only the last.
@@ -443,7 +614,7 @@ void CudaLlamaRunner::forward(std::span<const int32_t> tokens, int64_t pos, floa
     host_tokens[options_.max_batch] = int32_t(pos + start);
     NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
     NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + options_.max_batch, 4, cudaMemcpyHostToDevice, stream_));
-    if (n == 1 && options_.decode_graph) {
+    if (n == 1 && options_.decode_graph && !streamer_) {  // host-driven streaming cannot be captured
       if (!decode_graph_) {
         cudaGraph_t graph = nullptr;
         NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -469,11 +640,25 @@ void CudaLlamaRunner::forward(std::span<const int32_t> tokens, int64_t pos, floa
       NT_CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     }
     NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (streamer_) streamer_->end_chunk();
     if (!all_logits && last_chunk) std::memcpy(logits, host_logits, size_t(vocab) * 4);
   }
 }
 
 }  // namespace
+
+CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
+  const LlamaConfig config = read_llama_config(file.header(), file.path());
+  const LlamaWeights weights = load_llama_weights(file, config);
+  const CudaDeviceInfo device = require_cuda_device(options.device);
+  NT_CUDA_CHECK(cudaSetDevice(device.index));
+  const OpenedReader opened = open_layer_reader(file.path(), options);
+  const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
+  const int64_t cache_context = (context + kKvTile - 1) / kKvTile * kKvTile;
+  return place_layers(config, weights, reads,
+                      runner_buffers(config, weights, context, cache_context, options.max_batch, device.multiprocessors),
+                      options);
+}
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
   return std::make_unique<CudaLlamaRunner>(file, context, options);

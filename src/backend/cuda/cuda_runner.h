@@ -4,9 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
+#include "storage/io_reader.h"
+#include "storage/placement.h"
 
 namespace nt {
 
@@ -14,11 +18,28 @@ struct CudaRunnerOptions {
   int device = 0;
   int64_t max_batch = 512;       // tokens per prefill chunk (bounds activation memory)
   int64_t gemm_min_tokens = 16;  // chunks at least this long use the dequantize + GEMM path
-  bool decode_graph = true;      // replay single-token steps from a captured CUDA graph
+  bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
+  // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
+  // those beyond the RAM budget from storage.
+  std::optional<uint64_t> vram_budget;  // default: free VRAM less the runner's margin
+  std::optional<uint64_t> ram_budget;   // default: automatic_ram_budget(MemAvailable)
+  IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
+  int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
+  std::string trace_path;               // Chrome-trace JSON of streaming, written when the runner is destroyed
 };
 
-// Uploads every weight of the Llama model in `file` to the GPU and allocates a
-// KV cache of `context` tokens. Throws nt::Error when there is no usable GPU,
+// Where the runner would put each layer, with the sizes it planned from (CUDA
+// device-layout bytes). Needs a GPU when no VRAM budget is given.
+struct CudaPlacement {
+  ModelFootprint footprint;
+  PlanRequest request;
+  PlacementPlan plan;
+};
+CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options = {});
+
+// Uploads the weights of the Llama model in `file` to the GPU (the layers that
+// fit; the rest stream per pass, see plan_cuda_placement) and allocates a KV
+// cache of `context` tokens. Throws nt::Error when there is no usable GPU,
 // when the model and cache do not fit (saying how much is needed and free), or
 // for weight formats the backend cannot run. `file` must outlive nothing: the
 // runner keeps no pointer into it.

@@ -85,6 +85,39 @@ __global__ void repack_blocks_kernel(RepackArgs a) {
   }
 }
 
+// For the per-pass re-lay of streamed layers: where each byte of a plane
+// record comes from in the file block (-1: padding, zero).
+struct PlaneSourceMap {
+  int16_t src[4][128];
+};
+
+PlaneSourceMap plane_source_map(const WeightLayout& l) {
+  PlaneSourceMap map;
+  for (auto& plane : map.src) {
+    for (int16_t& b : plane) b = -1;
+  }
+  for (int s = 0; s < l.n_segments; ++s) {
+    const Seg seg = l.segments[s];
+    for (int i = 0; i < seg.len; ++i) map.src[seg.plane][seg.dst + i] = int16_t(seg.src + i);
+  }
+  return map;
+}
+
+// One thread per destination byte of plane blockIdx.y, so consecutive threads
+// write consecutive bytes and read within a few neighbouring file blocks:
+// coalesced, unlike repack_blocks_kernel's thread-per-block byte loops, which
+// matters when the re-lay runs for every streamed layer of every pass.
+__global__ void relay_planes_kernel(RepackArgs a, PlaneSourceMap map) {
+  const int p = int(blockIdx.y);
+  const int pb = a.layout.plane_bytes[p];
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= a.layout.n_planes || i >= a.n_blocks * pb) return;
+  const int64_t b = i / pb;
+  const int r = int(i - b * pb);
+  const int src = map.src[p][r];
+  a.plane[p][i] = src >= 0 ? a.src[b * a.layout.block_bytes + src] : uint8_t(0);
+}
+
 }  // namespace
 
 const WeightLayout& weight_layout(TensorType type) {
@@ -166,6 +199,34 @@ void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows
     NT_CUDA_CHECK_LAUNCH();
   }
   NT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void relay_matrix_rows_async(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* device_rows,
+                             cudaStream_t stream) {
+  const WeightLayout& l = weight_layout(m.type);
+  const int64_t blocks_per_row = m.blocks_per_row();
+  const uint64_t row_bytes = uint64_t(blocks_per_row) * uint64_t(l.block_bytes);
+  if (first_row < 0 || n_rows < 0 || first_row + n_rows > m.rows) {
+    fail("re-lay of rows [{}, {}) outside a matrix of {} rows", first_row, first_row + n_rows, m.rows);
+  }
+  if (n_rows == 0) return;
+  if (l.n_segments == 0) {
+    NT_CUDA_CHECK(cudaMemcpyAsync(m.plane[0] + uint64_t(first_row) * row_bytes, device_rows, uint64_t(n_rows) * row_bytes,
+                                  cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  RepackArgs a;
+  a.layout = l;
+  a.src = static_cast<const uint8_t*>(device_rows);
+  const int64_t first_block = first_row * blocks_per_row;
+  for (int p = 0; p < 4; ++p) a.plane[p] = m.plane[p] ? m.plane[p] + first_block * l.plane_bytes[p] : nullptr;
+  a.n_blocks = n_rows * blocks_per_row;
+  int widest = 0;
+  for (int p = 0; p < l.n_planes; ++p) widest = std::max(widest, l.plane_bytes[p]);
+  const int threads = 256;
+  const dim3 grid(unsigned((a.n_blocks * widest + threads - 1) / threads), unsigned(l.n_planes));
+  relay_planes_kernel<<<grid, threads, 0, stream>>>(a, plane_source_map(l));
+  NT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace nt

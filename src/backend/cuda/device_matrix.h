@@ -7,6 +7,8 @@
 // each, row after row. F32, F16 and BF16 keep the file layout.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "quant/tensor_type.h"
@@ -47,5 +49,12 @@ DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, vo
 // (a device buffer of staging_bytes, at least one file row). Synchronous.
 void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* host_rows,
                         void* staging, uint64_t staging_bytes);
+
+// Re-lays rows [first_row, first_row + n_rows) from file-format bytes already
+// in device memory (`device_rows`) into the planes, ordered on `stream` and
+// without synchronizing: the streaming path, where the file bytes arrive by an
+// asynchronous H2D copy on the same stream.
+void relay_matrix_rows_async(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* device_rows,
+                             cudaStream_t stream);
 
 }  // namespace nt

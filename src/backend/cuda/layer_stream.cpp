@@ -1,0 +1,279 @@
+#include "backend/cuda/layer_stream.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cuda_check.h"
+#include "storage/size_parse.h"
+
+namespace nt {
+namespace {
+
+enum TraceThread { kReads = 1, kCopies = 2, kRelays = 3, kCompute = 4 };
+
+cudaEvent_t make_event(bool timed) {
+  cudaEvent_t e = nullptr;
+  NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
+  return e;
+}
+
+std::vector<cudaEvent_t> make_events(size_t n, bool timed) {
+  std::vector<cudaEvent_t> v(n);
+  for (auto& e : v) e = make_event(timed);
+  return v;
+}
+
+float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  NT_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return ms;
+}
+
+}  // namespace
+
+LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<StreamedLayer> layers,
+                             const LayerStreamOptions& options)
+    : reader_(std::move(reader)), layers_(std::move(layers)), options_(options) {
+  if (options_.gpu_slots < 2 || options_.staging_slots < 2) {
+    fail("layer streaming needs at least 2 GPU slots and 2 staging slots (got {} and {})", options_.gpu_slots,
+         options_.staging_slots);
+  }
+  const size_t n = layers_.size();
+  int64_t max_layer = -1;
+  uint64_t raw_bytes = 0, disk_slot_bytes = 0;
+  for (const StreamedLayer& l : layers_) {
+    max_layer = std::max(max_layer, l.layer);
+    raw_bytes = std::max(raw_bytes, l.read.staging_bytes);
+    if (l.tier == Tier::Disk) disk_slot_bytes = std::max(disk_slot_bytes, l.read.staging_bytes);
+  }
+  index_of_layer_.assign(size_t(max_layer + 1), -1);
+  disk_index_.assign(n, 0);
+  pinned_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    index_of_layer_[size_t(layers_[i].layer)] = int(i);
+    if (layers_[i].tier == Tier::Disk) {
+      disk_index_[i] = disk_layers_.size();
+      disk_layers_.push_back(i);
+    }
+  }
+
+  NT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  raw_ = DeviceBuffer(raw_bytes, "the streamed-layer H2D landing buffer");
+  slot_copied_ = make_events(size_t(options_.gpu_slots), false);
+  slot_free_ = make_events(size_t(options_.gpu_slots), false);
+  for (auto* v : {&copy_begin_, &h2d_end_, &copy_end_, &compute_begin_, &compute_end_}) *v = make_events(n, true);
+  read_begin_us_.assign(n, -1);
+  read_end_us_.assign(n, -1);
+  origin_ = make_event(true);
+  resident_begin_ = make_event(true);
+
+  // RAM tier: the file bytes of each layer, read once into pinned memory in
+  // the staging layout (the file layout, aligned for the reader).
+  std::vector<ReadTicket> tickets;
+  for (size_t i = 0; i < n; ++i) {
+    if (layers_[i].tier != Tier::Ram) continue;
+    pinned_[i] = PinnedBuffer(layers_[i].read.staging_bytes, "a pinned RAM-tier layer");
+    for (const LayerRead::Run& run : layers_[i].read.runs) {
+      tickets.push_back(reader_->read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset, {}}));
+    }
+  }
+  for (const ReadTicket& t : tickets) reader_->wait(t);
+
+  // Storage tier: a ring of pinned staging slots, the first reads in flight.
+  if (!disk_layers_.empty()) {
+    std::vector<MemoryRegion> regions;
+    for (int s = 0; s < options_.staging_slots; ++s) {
+      staging_.emplace_back(disk_slot_bytes, "a pinned storage staging slot");
+      regions.push_back({staging_.back().as<void>(), disk_slot_bytes});
+    }
+    reader_->register_memory(regions);
+    staging_copied_ = make_events(size_t(options_.staging_slots), false);
+    staging_used_ = std::make_unique<std::atomic<bool>[]>(size_t(options_.staging_slots));
+    read_begin_ns_ = std::make_unique<std::atomic<int64_t>[]>(size_t(options_.staging_slots));
+    for (int s = 0; s < options_.staging_slots; ++s) staging_used_[size_t(s)] = false;
+    origin_time_ = Clock::now();  // reads issued at load show before the first chunk's origin
+    for (int s = 0; s < options_.staging_slots; ++s) {
+      queue_read(next_read_, s);
+      next_read_ = (next_read_ + 1) % disk_layers_.size();
+    }
+  }
+}
+
+LayerStreamer::~LayerStreamer() {
+  for (const PendingRead& r : reads_) {
+    for (const ReadTicket& t : r.tickets) {
+      try {
+        reader_->wait(t);
+      } catch (const Error&) {  // the runner is going away; nothing reads this slot any more
+      }
+    }
+  }
+  if (copy_) cudaStreamSynchronize(copy_);
+  if (!options_.trace_path.empty()) {
+    try {
+      write_trace();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: %s\n", e.what());
+    }
+  }
+  for (auto* v : {&slot_copied_, &slot_free_, &staging_copied_, &copy_begin_, &h2d_end_, &copy_end_, &compute_begin_,
+                  &compute_end_}) {
+    for (cudaEvent_t e : *v) cudaEventDestroy(e);
+  }
+  if (origin_) cudaEventDestroy(origin_);
+  if (resident_begin_) cudaEventDestroy(resident_begin_);
+  if (copy_) cudaStreamDestroy(copy_);
+}
+
+void LayerStreamer::queue_read(size_t disk_index, int slot) {
+  const StreamedLayer& l = layers_[disk_layers_[disk_index]];
+  PendingRead pending{disk_index, slot, {}};
+  // Runs on the reader's thread before any byte lands in the slot: the H2D
+  // copy that last read this slot must have finished.
+  auto before_write = [this, slot] {
+    if (staging_used_[size_t(slot)]) {
+      NT_CUDA_CHECK(cudaSetDevice(options_.device));
+      NT_CUDA_CHECK(cudaEventSynchronize(staging_copied_[size_t(slot)]));
+    }
+    int64_t expected = 0;
+    read_begin_ns_[size_t(slot)].compare_exchange_strong(
+        expected, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+  };
+  read_begin_ns_[size_t(slot)] = 0;
+  for (const LayerRead::Run& run : l.read.runs) {
+    pending.tickets.push_back(reader_->read_async({run.file, staging_[size_t(slot)].as<uint8_t>() + run.staging_offset, before_write}));
+  }
+  reads_.push_back(std::move(pending));
+}
+
+void LayerStreamer::transfer(size_t index) {
+  const StreamedLayer& l = layers_[index];
+  const int slot = int(index % size_t(options_.gpu_slots));
+  const uint8_t* host = nullptr;
+  int staging_slot = -1;
+  if (l.tier == Tier::Ram) {
+    host = pinned_[index].as<uint8_t>();
+  } else {
+    if (reads_.empty() || reads_.front().disk_index != disk_index_[index]) {
+      fail("layer streaming out of order: layer {} was needed but the next storage read is for another layer "
+           "(an earlier forward pass was interrupted)",
+           l.layer);
+    }
+    PendingRead r = std::move(reads_.front());
+    reads_.pop_front();
+    for (const ReadTicket& t : r.tickets) reader_->wait(t);
+    staging_slot = r.slot;
+    const int64_t begin_ns = read_begin_ns_[size_t(staging_slot)];
+    const auto begin = Clock::time_point(std::chrono::nanoseconds(begin_ns));
+    read_begin_us_[index] = host_us(begin);
+    read_end_us_[index] = host_us(Clock::now());
+    stats_.disk_bytes += l.read.file_bytes;
+    host = staging_[size_t(staging_slot)].as<uint8_t>();
+  }
+  NT_CUDA_CHECK(cudaEventRecord(copy_begin_[index], copy_));
+  NT_CUDA_CHECK(cudaMemcpyAsync(raw_.get(), host, l.read.staging_bytes, cudaMemcpyHostToDevice, copy_));
+  NT_CUDA_CHECK(cudaEventRecord(h2d_end_[index], copy_));
+  if (staging_slot >= 0) {
+    NT_CUDA_CHECK(cudaEventRecord(staging_copied_[size_t(staging_slot)], copy_));
+    staging_used_[size_t(staging_slot)] = true;
+    queue_read(next_read_, staging_slot);
+    next_read_ = (next_read_ + 1) % disk_layers_.size();
+  }
+  NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, slot_free_[size_t(slot)], 0));
+  const auto* raw = raw_.as<uint8_t>();
+  for (const StreamedMatrix& m : l.matrices) {
+    for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(m.target, p.first_row, p.rows, raw + p.staging_offset, copy_);
+  }
+  NT_CUDA_CHECK(cudaEventRecord(copy_end_[index], copy_));
+  NT_CUDA_CHECK(cudaEventRecord(slot_copied_[size_t(slot)], copy_));
+  stats_.h2d_bytes += l.read.staging_bytes;
+}
+
+void LayerStreamer::begin_chunk(cudaStream_t compute) {
+  if (stats_.chunks == 0) {  // the time origin of the trace: host and device clocks together
+    NT_CUDA_CHECK(cudaEventRecord(origin_, compute));
+    NT_CUDA_CHECK(cudaEventSynchronize(origin_));
+    origin_time_ = Clock::now();
+  }
+  chunk_start_ = Clock::now();
+  std::fill(read_begin_us_.begin(), read_begin_us_.end(), -1.0);
+  for (size_t i = 0; i < layers_.size() && i < size_t(options_.gpu_slots); ++i) transfer(i);
+  NT_CUDA_CHECK(cudaEventRecord(resident_begin_, compute));
+}
+
+void LayerStreamer::before_layer(int64_t layer, cudaStream_t compute) {
+  const size_t index = size_t(index_of_layer_[size_t(layer)]);
+  NT_CUDA_CHECK(cudaStreamWaitEvent(compute, slot_copied_[index % size_t(options_.gpu_slots)], 0));
+  NT_CUDA_CHECK(cudaEventRecord(compute_begin_[index], compute));
+}
+
+void LayerStreamer::after_layer(int64_t layer, cudaStream_t compute) {
+  const size_t index = size_t(index_of_layer_[size_t(layer)]);
+  NT_CUDA_CHECK(cudaEventRecord(compute_end_[index], compute));
+  NT_CUDA_CHECK(cudaEventRecord(slot_free_[index % size_t(options_.gpu_slots)], compute));
+  if (index + size_t(options_.gpu_slots) < layers_.size()) transfer(index + size_t(options_.gpu_slots));
+}
+
+double LayerStreamer::host_us(Clock::time_point t) const {
+  return std::chrono::duration<double, std::micro>(t - origin_time_).count();
+}
+
+void LayerStreamer::add_trace(const std::string& name, int tid, double begin_us, double end_us) {
+  if (options_.trace_path.empty()) return;
+  nlohmann::json e = {{"name", name}, {"ph", "X"}, {"pid", 0}, {"tid", tid}, {"ts", begin_us}, {"dur", std::max(0.0, end_us - begin_us)}};
+  trace_.push_back(e.dump());
+}
+
+void LayerStreamer::end_chunk() {
+  ++stats_.chunks;
+  stats_.wall_seconds += std::chrono::duration<double>(Clock::now() - chunk_start_).count();
+  const uint64_t step = stats_.chunks;
+  auto at = [&](cudaEvent_t e) { return double(elapsed_ms(origin_, e)) * 1e3; };
+  if (!options_.trace_path.empty()) {
+    add_trace(fmt::format("step {}: embedding + resident layers", step), kCompute, at(resident_begin_),
+              layers_.empty() ? at(resident_begin_) : at(compute_begin_[0]));
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    stats_.h2d_seconds += elapsed_ms(copy_begin_[i], h2d_end_[i]) * 1e-3;
+    if (options_.trace_path.empty()) continue;
+    const std::string name = fmt::format("layer {} ({})", layers_[i].layer, tier_name(layers_[i].tier));
+    if (read_begin_us_[i] >= 0) add_trace("read " + name, kReads, read_begin_us_[i], read_end_us_[i]);
+    add_trace("H2D " + name, kCopies, at(copy_begin_[i]), at(h2d_end_[i]));
+    add_trace("re-lay " + name, kRelays, at(h2d_end_[i]), at(copy_end_[i]));
+    add_trace("compute " + name, kCompute, at(compute_begin_[i]), at(compute_end_[i]));
+  }
+}
+
+std::string LayerStreamer::summary() const {
+  const double chunks = double(std::max<uint64_t>(stats_.chunks, 1));
+  std::string s = fmt::format("streaming: {} passes, {} H2D per pass at {:.2f} GB/s while copying", stats_.chunks,
+                              format_size(uint64_t(double(stats_.h2d_bytes) / chunks)),
+                              stats_.h2d_seconds > 0 ? double(stats_.h2d_bytes) / stats_.h2d_seconds / 1e9 : 0.0);
+  if (stats_.disk_bytes) {
+    s += fmt::format(", storage {} per pass at {:.2f} GB/s over the passes' wall time ({})",
+                     format_size(uint64_t(double(stats_.disk_bytes) / chunks)),
+                     stats_.wall_seconds > 0 ? double(stats_.disk_bytes) / stats_.wall_seconds / 1e9 : 0.0,
+                     reader_->description());
+  }
+  return s;
+}
+
+void LayerStreamer::write_trace() const {
+  std::ofstream out(options_.trace_path);
+  if (!out) fail("cannot write the trace file {}", options_.trace_path);
+  out << "{\"traceEvents\":[\n";
+  const char* names[] = {"", "storage reads (host)", "H2D copies", "re-lay kernels", "compute"};
+  for (int tid = kReads; tid <= kCompute; ++tid) {
+    nlohmann::json m = {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", names[tid]}}}};
+    out << m.dump() << ",\n";
+  }
+  for (size_t i = 0; i < trace_.size(); ++i) out << trace_[i] << (i + 1 < trace_.size() ? ",\n" : "\n");
+  out << "]}\n";
+  if (!out) fail("failed writing the trace file {}", options_.trace_path);
+}
+
+}  // namespace nt

@@ -1,0 +1,134 @@
+// LayerStreamer: runs layers that do not fit in VRAM by moving their weights
+// onto the GPU for every pass, from pinned host RAM (read once at load) or
+// from storage (read per use into a ring of pinned staging slots).
+//
+// Per streamed layer j (in forward order), on a copy stream of its own:
+//   1. H2D copy of the layer's file-layout bytes into one raw device buffer
+//   2. wait "slot free": the compute of the layer that last used GPU slot j % K
+//   3. re-lay each matrix into its planar DeviceMatrix memory in slot j % K
+//   4. record "slot copied"; the compute stream waits on it before layer j.
+// A disk layer's staging slot is overwritten by the next read only after the
+// H2D copy that read it finished (the reader's before_write hook waits on that
+// copy's event). Transfers of the first K streamed layers are issued when a
+// chunk begins, before the resident layers compute, and transfer j + K is
+// issued once layer j's compute is queued, so copies overlap all compute.
+// Storage reads run ahead cyclically across chunks (every chunk reads the
+// disk layers in the same order), so they also overlap the resident layers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_matrix.h"
+#include "storage/io_reader.h"
+#include "storage/layer_reads.h"
+#include "storage/placement.h"
+
+namespace nt {
+
+// A matrix of a streamed layer: its planar memory in the layer's GPU slot and
+// the file-layout row ranges (stacked row-wise, e.g. Q, K, V) it is built from.
+struct StreamedMatrix {
+  struct Part {
+    uint64_t staging_offset;  // of the rows' first byte in the layer's staging layout
+    int64_t first_row, rows;
+  };
+  DeviceMatrix target;
+  std::vector<Part> parts;
+};
+
+struct StreamedLayer {
+  int64_t layer = 0;
+  Tier tier = Tier::Ram;  // Ram or Disk
+  LayerRead read;
+  std::vector<StreamedMatrix> matrices;  // targets placed in GPU slot (streamed index) % gpu_slots
+};
+
+struct LayerStreamOptions {
+  int device = 0;
+  int gpu_slots = 2;
+  int staging_slots = 2;
+  std::string trace_path;  // Chrome-trace JSON written when the streamer is destroyed; empty: none
+};
+
+// Totals since load, for the benchmarks.
+struct StreamStats {
+  uint64_t chunks = 0;
+  uint64_t h2d_bytes = 0;
+  double h2d_seconds = 0;  // sum of the H2D copies' device times (copy stream busy copying)
+  uint64_t disk_bytes = 0;
+  double wall_seconds = 0;  // sum of chunk wall times
+};
+
+class LayerStreamer {
+ public:
+  // Reads the RAM-tier layers into pinned memory now and starts the first
+  // storage reads. `layers` are the streamed layers in forward order.
+  LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<StreamedLayer> layers, const LayerStreamOptions& options);
+  ~LayerStreamer();
+  LayerStreamer(const LayerStreamer&) = delete;
+  LayerStreamer& operator=(const LayerStreamer&) = delete;
+
+  bool streams(int64_t layer) const { return layer >= 0 && size_t(layer) < index_of_layer_.size() && index_of_layer_[size_t(layer)] >= 0; }
+  // Call once per pass over all layers, before the first layer's work is queued on `compute`.
+  void begin_chunk(cudaStream_t compute);
+  void before_layer(int64_t layer, cudaStream_t compute);  // compute waits for its weights
+  void after_layer(int64_t layer, cudaStream_t compute);   // its slot is free once compute gets here
+  // After the compute stream was synchronized: collects timings.
+  void end_chunk();
+
+  const StreamStats& stats() const { return stats_; }
+  std::string summary() const;
+  const FileReader& reader() const { return *reader_; }
+
+ private:
+  struct PendingRead {
+    size_t disk_index;
+    int slot;
+    std::vector<ReadTicket> tickets;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void transfer(size_t index);
+  void queue_read(size_t disk_index, int slot);
+  double host_us(Clock::time_point t) const;
+  void add_trace(const std::string& name, int tid, double begin_us, double end_us);
+  void write_trace() const;
+
+  std::unique_ptr<FileReader> reader_;
+  std::vector<StreamedLayer> layers_;
+  LayerStreamOptions options_;
+  std::vector<int> index_of_layer_;   // layer -> streamed index, -1 when resident
+  std::vector<size_t> disk_index_;    // streamed index -> index among disk layers
+  std::vector<size_t> disk_layers_;   // disk index -> streamed index
+  std::vector<PinnedBuffer> pinned_;  // per streamed index; empty for disk layers
+
+  cudaStream_t copy_ = nullptr;
+  DeviceBuffer raw_;  // file-layout landing buffer of the H2D copies
+  std::vector<cudaEvent_t> slot_copied_, slot_free_;
+  // Pinned staging ring for storage reads.
+  std::vector<PinnedBuffer> staging_;
+  std::vector<cudaEvent_t> staging_copied_;
+  std::unique_ptr<std::atomic<bool>[]> staging_used_;
+  std::unique_ptr<std::atomic<int64_t>[]> read_begin_ns_;
+  std::deque<PendingRead> reads_;
+  size_t next_read_ = 0;  // disk index the next queued read fetches
+
+  // Timing: per streamed index, events of this chunk.
+  std::vector<cudaEvent_t> copy_begin_, h2d_end_, copy_end_, compute_begin_, compute_end_;
+  std::vector<double> read_begin_us_, read_end_us_;
+  cudaEvent_t origin_ = nullptr, resident_begin_ = nullptr;
+  Clock::time_point origin_time_, chunk_start_;
+  StreamStats stats_;
+  std::vector<std::string> trace_;  // JSON objects
+};
+
+}  // namespace nt

@@ -1,0 +1,214 @@
+// Tiered weight streaming: a CUDA runner whose layers stream from pinned RAM
+// and/or storage must compute what the all-resident runner computes (the same
+// kernels read the same re-laid weights, so logits agree to rounding noise and
+// greedy tokens are identical), for several splits of layers across the three
+// tiers, prefill chunks and decode steps; and budgets that cannot hold one
+// streamed layer fail with the planner's message.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+
+#include "backend/cuda/cuda_runner.h"
+#include "gguf/gguf_writer.h"
+#include "gpu_test_util.h"
+#include "model/tensor_names.h"
+#include "quant/quant.h"
+
+namespace nt {
+namespace {
+
+struct Spec {
+  int64_t dim = 256, ffn = 512, layers = 8, heads = 4, kv_heads = 2, vocab = 320;
+  TensorType wq = TensorType::Q4_K, wk = TensorType::Q4_K, wv = TensorType::Q6_K, wo = TensorType::Q5_K;
+  TensorType gate = TensorType::Q4_K, up = TensorType::Q4_K, down = TensorType::Q6_K;
+};
+
+std::string write_model(const Spec& s, const std::string& name) {
+  const std::string path = (std::filesystem::path(testing::TempDir()) / name).string();
+  GgufWriter w(path);
+  w.add_metadata("general.architecture", GgufValue::of_string("llama"));
+  w.add_metadata("llama.block_count", GgufValue::of_u32(uint32_t(s.layers)));
+  w.add_metadata("llama.embedding_length", GgufValue::of_u32(uint32_t(s.dim)));
+  w.add_metadata("llama.feed_forward_length", GgufValue::of_u32(uint32_t(s.ffn)));
+  w.add_metadata("llama.attention.head_count", GgufValue::of_u32(uint32_t(s.heads)));
+  w.add_metadata("llama.attention.head_count_kv", GgufValue::of_u32(uint32_t(s.kv_heads)));
+  w.add_metadata("llama.context_length", GgufValue::of_u32(2048));
+  w.add_metadata("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
+  w.add_metadata("llama.rope.freq_base", GgufValue::of_f32(10000.0f));
+  struct Tensor {
+    std::string name;
+    TensorType type;
+    int64_t rows, cols;
+    float lo, hi;
+  };
+  std::vector<Tensor> tensors;
+  const float a = 1.7f / std::sqrt(float(s.dim)), f = 1.7f / std::sqrt(float(s.ffn));
+  tensors.push_back({"token_embd.weight", TensorType::Q8_0, s.vocab, s.dim, -1.0f, 1.0f});
+  tensors.push_back({"output_norm.weight", TensorType::F32, 1, s.dim, 0.8f, 1.2f});
+  tensors.push_back({"output.weight", TensorType::Q8_0, s.vocab, s.dim, -a, a});
+  for (int64_t l = 0; l < s.layers; ++l) {
+    auto n = [&](const char* part) { return layer_tensor_name(l, part); };
+    tensors.push_back({n("attn_norm"), TensorType::F32, 1, s.dim, 0.8f, 1.2f});
+    tensors.push_back({n("attn_q"), s.wq, s.dim, s.dim, -a, a});
+    tensors.push_back({n("attn_k"), s.wk, s.kv_heads * (s.dim / s.heads), s.dim, -a, a});
+    tensors.push_back({n("attn_v"), s.wv, s.kv_heads * (s.dim / s.heads), s.dim, -a, a});
+    tensors.push_back({n("attn_output"), s.wo, s.dim, s.dim, -a, a});
+    tensors.push_back({n("ffn_norm"), TensorType::F32, 1, s.dim, 0.8f, 1.2f});
+    tensors.push_back({n("ffn_gate"), s.gate, s.ffn, s.dim, -a, a});
+    tensors.push_back({n("ffn_up"), s.up, s.ffn, s.dim, -a, a});
+    tensors.push_back({n("ffn_down"), s.down, s.dim, s.ffn, -f, f});
+  }
+  for (const Tensor& t : tensors) {
+    w.add_tensor(t.name, t.type, t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows});
+  }
+  for (const Tensor& t : tensors) {
+    const auto values = test::random_floats(size_t(t.rows * t.cols), t.lo, t.hi);
+    std::vector<uint8_t> bytes(row_bytes(t.type, t.cols) * size_t(t.rows));
+    quantize_row(t.type, values.data(), bytes.data(), t.rows * t.cols);
+    w.write_tensor_data(bytes);
+  }
+  w.finish();
+  return path;
+}
+
+constexpr int64_t kContext = 128;
+
+// Budgets that put exactly `vram` layers in VRAM and `ram` in pinned RAM (the
+// rest on storage), from the sizes the runner plans with. The planner pins
+// every streamed layer when that costs no more than the staging slots, and
+// keeps a layer resident when that costs no more than the ring, so a split
+// needs more streamed layers than ring slots, and more disk layers too.
+CudaRunnerOptions budgets_for(const GgufFile& file, int64_t vram, int64_t ram, CudaRunnerOptions o) {
+  CudaRunnerOptions huge = o;
+  huge.vram_budget = uint64_t(1) << 50;
+  huge.ram_budget = uint64_t(1) << 50;
+  const CudaPlacement all = plan_cuda_placement(file, kContext, huge);
+  const int64_t n = int64_t(all.footprint.layers.size());
+  uint64_t resident = 0, slot = 0, staging = 0;
+  for (const LayerFootprint& l : all.footprint.layers) {
+    resident = std::max(resident, l.resident_bytes);
+    slot = std::max({slot, l.resident_bytes, l.staging_bytes});
+    staging = std::max(staging, l.staging_bytes);
+  }
+  const uint64_t rings = uint64_t(o.ring_slots);
+  o.vram_budget = all.plan.vram_fixed + uint64_t(vram) * resident + (vram < n ? rings * slot : 0);
+  o.ram_budget = uint64_t(ram) * staging + (vram + ram < n ? rings * staging : 0);
+  const CudaPlacement p = plan_cuda_placement(file, kContext, o);
+  EXPECT_EQ(p.plan.count(Tier::Vram), vram);
+  EXPECT_EQ(p.plan.count(Tier::Ram), ram);
+  EXPECT_EQ(p.plan.count(Tier::Disk), n - vram - ram);
+  return o;
+}
+
+struct Run {
+  std::vector<float> prefill_logits;  // every row of the prompt chunks
+  std::vector<std::vector<float>> decode_logits;
+  std::vector<int32_t> tokens;  // greedy
+};
+
+Run run(const GgufFile& file, const CudaRunnerOptions& options, const std::vector<int32_t>& prompt, int64_t vocab,
+        const std::string& tiers = {}) {
+  auto runner = make_cuda_runner(file, kContext, options);
+  std::printf("  %s\n", runner->description().c_str());
+  EXPECT_NE(runner->description().find(tiers), std::string::npos) << "expected " << tiers;
+  Run r;
+  r.prefill_logits.assign(prompt.size() * size_t(vocab), NAN);
+  // A GEMM-sized chunk, then a mat-vec-sized one, each with every row's logits.
+  runner->forward(std::span(prompt).first(40), 0, r.prefill_logits.data(), true);
+  runner->forward(std::span(prompt).subspan(40), 40, r.prefill_logits.data() + 40 * vocab, true);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  int32_t token = prompt.back();
+  for (int64_t pos = int64_t(prompt.size()); pos < int64_t(prompt.size()) + 8; ++pos) {
+    if (pos > int64_t(prompt.size())) {
+      std::fill(logits.begin(), logits.end(), NAN);
+      runner->forward(std::span(&token, 1), pos - 1, logits.data(), false);
+      r.decode_logits.push_back(logits);
+    } else {
+      std::copy_n(r.prefill_logits.end() - vocab, vocab, logits.begin());
+    }
+    token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    r.tokens.push_back(token);
+  }
+  return r;
+}
+
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return worst / scale;
+}
+
+void expect_streaming_matches_resident(const Spec& spec, const std::string& name, const CudaRunnerOptions& base,
+                                       std::vector<std::array<int64_t, 2>> splits) {
+  const auto file = GgufFile::open(write_model(spec, name));
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
+  std::vector<int32_t> prompt(52);
+  for (auto& t : prompt) t = dist(test::rng());
+  const Run want = run(*file, base, prompt, spec.vocab);
+  for (const auto& [vram, ram] : splits) {
+    SCOPED_TRACE(testing::Message() << vram << " vram, " << ram << " ram, " << spec.layers - vram - ram << " disk layers");
+    const Run got = run(*file, budgets_for(*file, vram, ram, base), prompt, spec.vocab,
+                        fmt::format("layers {} vram + {} ram + {} disk", vram, ram, spec.layers - vram - ram));
+    EXPECT_LT(max_relative_difference(got.prefill_logits, want.prefill_logits), 1e-5);
+    ASSERT_EQ(got.decode_logits.size(), want.decode_logits.size());
+    for (size_t i = 0; i < got.decode_logits.size(); ++i) {
+      EXPECT_LT(max_relative_difference(got.decode_logits[i], want.decode_logits[i]), 1e-5) << "decode step " << i;
+    }
+    EXPECT_EQ(got.tokens, want.tokens);
+  }
+}
+
+TEST(LayerStreaming, MixedKQuantsMatchResidentAcrossTiers) {
+  // {vram, ram} of 8 layers: RAM only, storage only, all three tiers twice.
+  expect_streaming_matches_resident(Spec{}, "nt_stream_kquant.gguf", CudaRunnerOptions{},
+                                    {{2, 6}, {0, 0}, {1, 2}, {4, 1}, {5, 3}});
+}
+
+TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
+  Spec s;
+  s.wq = s.wk = s.wv = TensorType::Q8_0;  // fused QKV
+  s.up = TensorType::Q8_0;                // gate and up apart
+  s.down = TensorType::F16;               // file layout kept: a plain device copy
+  CudaRunnerOptions o;
+  o.max_batch = 16;  // several prefill chunks, each a pass over the streamed layers
+  o.ring_slots = 3;
+  expect_streaming_matches_resident(s, "nt_stream_fused.gguf", o, {{1, 1}, {0, 2}, {2, 6}});
+  o.ring_slots = 2;
+  o.io = IoBackend::Mmap;
+  expect_streaming_matches_resident(s, "nt_stream_mmap.gguf", o, {{1, 2}});
+}
+
+TEST(LayerStreaming, BudgetsTooSmallForOneLayerFailClearly) {
+  const auto file = GgufFile::open(write_model(Spec{}, "nt_stream_small.gguf"));
+  CudaRunnerOptions o;
+  o.vram_budget = uint64_t(1) << 50;
+  o.ram_budget = uint64_t(1) << 50;
+  const CudaPlacement all = plan_cuda_placement(*file, kContext, o);
+  o.vram_budget = all.plan.vram_fixed + 1;  // no room for the layer ring
+  try {
+    make_cuda_runner(*file, kContext, o);
+    FAIL() << "expected a VRAM budget error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("VRAM budget"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("too small"), std::string::npos) << e.what();
+  }
+  o.vram_budget = all.plan.vram_fixed + 6 * all.footprint.layers[0].resident_bytes;  // streams from storage
+  o.ram_budget = 0;  // no room for the staging slots
+  try {
+    make_cuda_runner(*file, kContext, o);
+    FAIL() << "expected a RAM budget error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RAM budget"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nt
