@@ -28,7 +28,7 @@ for spec in "${models[@]}"; do
   "$nt" make-model --preset "$preset" --type "$type" --out "$file" 2>>"$out/make-model.log" || { echo "make-model $spec failed"; continue; }
   echo "wrote $file ($(stat -c %s "$file") bytes) in $((SECONDS - start)) s"
   "$nt" bench -m "$file" --device cuda -p 512 -n 64 -d 512 -d 4096 -r 3 2>&1 | tee -a "$out/bench.md"
-  rm -f "$file"  # the disk holds one 70B file at a time
+  [[ -n "${NT_BENCH_KEEP:-}" ]] || rm -f "$file"  # the disk holds one 70B file at a time
 done
 echo
 echo "decode GB/s as a fraction of the ${ceiling} GB/s copy ceiling:"

@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
 fi
 
 # Oracles for the tests: gguf (quant formats), numpy (float64 reference), transformers/tokenizers (tokenizer ids).
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers" 2>/dev/null; then
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers, sentencepiece, jinja2" 2>/dev/null; then
   echo "setup: creating .venv with the test oracles"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
