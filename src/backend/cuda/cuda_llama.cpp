@@ -164,8 +164,8 @@ CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const st
                             (c.tied_embeddings ? 0 : group_device_bytes({&w.token_embd}));
   p.request.reserve.kv_cache = buffers.kv;
   p.request.reserve.gemm_scratch = buffers.gemm;
-  // Activations, the upload staging and the landing buffer of streamed layers' H2D copies.
-  p.request.reserve.activations = buffers.activations + kUploadStagingBytes + max_staging;
+  // Activations, the upload staging and the landing buffers of streamed layers' H2D copies.
+  p.request.reserve.activations = buffers.activations + kUploadStagingBytes + kLandingBuffers * max_staging;
   if (o.vram_budget) {
     p.request.vram_budget = *o.vram_budget;
   } else {
@@ -371,7 +371,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   uint64_t slot_bytes = 0, landing_bytes = 0;
   for (size_t j = 0; j < slot_plans.size(); ++j) {
     slot_bytes = std::max(slot_bytes, slot_plans[j].size());
-    landing_bytes = std::max(landing_bytes, reads[size_t(streamed_layers[j])].staging_bytes);
+    landing_bytes = std::max(landing_bytes, kLandingBuffers * reads[size_t(streamed_layers[j])].staging_bytes);
   }
   const int slots = streamed_layers.empty() ? 0 : options_.ring_slots;
   const uint64_t ring_bytes = uint64_t(slots) * slot_bytes;

@@ -62,7 +62,9 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   }
 
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  raw_ = DeviceBuffer(raw_bytes, "the streamed-layer H2D landing buffer");
+  NT_CUDA_CHECK(cudaStreamCreateWithFlags(&relay_, cudaStreamNonBlocking));
+  for (DeviceBuffer& raw : raw_) raw = DeviceBuffer(raw_bytes, "a streamed-layer H2D landing buffer");
+  landing_free_ = make_events(kLandingBuffers, false);
   slot_copied_ = make_events(size_t(options_.gpu_slots), false);
   slot_free_ = make_events(size_t(options_.gpu_slots), false);
   for (auto* v : {&copy_begin_, &h2d_end_, &copy_end_, &compute_begin_, &compute_end_}) *v = make_events(n, true);
@@ -113,6 +115,7 @@ LayerStreamer::~LayerStreamer() {
     }
   }
   if (copy_) cudaStreamSynchronize(copy_);
+  if (relay_) cudaStreamSynchronize(relay_);
   if (!options_.trace_path.empty()) {
     try {
       write_trace();
@@ -120,13 +123,14 @@ LayerStreamer::~LayerStreamer() {
       std::fprintf(stderr, "warning: %s\n", e.what());
     }
   }
-  for (auto* v : {&slot_copied_, &slot_free_, &staging_copied_, &copy_begin_, &h2d_end_, &copy_end_, &compute_begin_,
+  for (auto* v : {&slot_copied_, &slot_free_, &landing_free_, &staging_copied_, &copy_begin_, &h2d_end_, &copy_end_, &compute_begin_,
                   &compute_end_}) {
     for (cudaEvent_t e : *v) cudaEventDestroy(e);
   }
   if (origin_) cudaEventDestroy(origin_);
   if (resident_begin_) cudaEventDestroy(resident_begin_);
   if (copy_) cudaStreamDestroy(copy_);
+  if (relay_) cudaStreamDestroy(relay_);
 }
 
 void LayerStreamer::queue_read(size_t disk_index, int slot) {
@@ -174,8 +178,10 @@ void LayerStreamer::transfer(size_t index) {
     stats_.disk_bytes += l.read.file_bytes;
     host = staging_[size_t(staging_slot)].as<uint8_t>();
   }
+  const size_t landing = size_t(transfers_++ % kLandingBuffers);
+  NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, landing_free_[landing], 0));
   NT_CUDA_CHECK(cudaEventRecord(copy_begin_[index], copy_));
-  NT_CUDA_CHECK(cudaMemcpyAsync(raw_.get(), host, l.read.staging_bytes, cudaMemcpyHostToDevice, copy_));
+  NT_CUDA_CHECK(cudaMemcpyAsync(raw_[landing].get(), host, l.read.staging_bytes, cudaMemcpyHostToDevice, copy_));
   NT_CUDA_CHECK(cudaEventRecord(h2d_end_[index], copy_));
   if (staging_slot >= 0) {
     NT_CUDA_CHECK(cudaEventRecord(staging_copied_[size_t(staging_slot)], copy_));
@@ -183,13 +189,16 @@ void LayerStreamer::transfer(size_t index) {
     queue_read(next_read_, staging_slot);
     next_read_ = (next_read_ + 1) % disk_layers_.size();
   }
-  NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, slot_free_[size_t(slot)], 0));
-  const auto* raw = raw_.as<uint8_t>();
+  // Re-layout into the GPU slot once the bytes have landed and the slot's last reader is done.
+  NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, h2d_end_[index], 0));
+  NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, slot_free_[size_t(slot)], 0));
+  const auto* raw = raw_[landing].as<uint8_t>();
   for (const StreamedMatrix& m : l.matrices) {
-    for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(m.target, p.first_row, p.rows, raw + p.staging_offset, copy_);
+    for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(m.target, p.first_row, p.rows, raw + p.staging_offset, relay_);
   }
-  NT_CUDA_CHECK(cudaEventRecord(copy_end_[index], copy_));
-  NT_CUDA_CHECK(cudaEventRecord(slot_copied_[size_t(slot)], copy_));
+  NT_CUDA_CHECK(cudaEventRecord(landing_free_[landing], relay_));
+  NT_CUDA_CHECK(cudaEventRecord(copy_end_[index], relay_));
+  NT_CUDA_CHECK(cudaEventRecord(slot_copied_[size_t(slot)], relay_));
   stats_.h2d_bytes += l.read.staging_bytes;
 }
 

@@ -34,6 +34,9 @@
 
 namespace nt {
 
+// Device landing buffers for streamed layers' H2D copies (see LayerStreamer).
+constexpr int kLandingBuffers = 2;
+
 // A matrix of a streamed layer: its planar memory in the layer's GPU slot and
 // the file-layout row ranges (stacked row-wise, e.g. Q, K, V) it is built from.
 struct StreamedMatrix {
@@ -111,8 +114,12 @@ class LayerStreamer {
   std::vector<size_t> disk_layers_;   // disk index -> streamed index
   std::vector<PinnedBuffer> pinned_;  // per streamed index; empty for disk layers
 
-  cudaStream_t copy_ = nullptr;
-  DeviceBuffer raw_;  // file-layout landing buffer of the H2D copies
+  // H2D copies run on copy_, re-layouts on relay_; two landing buffers let the
+  // copy of one layer overlap the re-layout of the previous one.
+  cudaStream_t copy_ = nullptr, relay_ = nullptr;
+  DeviceBuffer raw_[kLandingBuffers];        // file-layout landing buffers of the H2D copies
+  std::vector<cudaEvent_t> landing_free_;    // per landing buffer: its last re-layout finished
+  uint64_t transfers_ = 0;                   // picks the landing buffer
   std::vector<cudaEvent_t> slot_copied_, slot_free_;
   // Pinned staging ring for storage reads.
   std::vector<PinnedBuffer> staging_;
