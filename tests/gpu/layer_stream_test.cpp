@@ -15,64 +15,19 @@
 #include "backend/cuda/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
+#include "test_models.h"
 #include "model/tensor_names.h"
 #include "quant/quant.h"
 
 namespace nt {
 namespace {
 
-struct Spec {
-  int64_t dim = 256, ffn = 512, layers = 8, heads = 4, kv_heads = 2, vocab = 320;
-  TensorType wq = TensorType::Q4_K, wk = TensorType::Q4_K, wv = TensorType::Q6_K, wo = TensorType::Q5_K;
-  TensorType gate = TensorType::Q4_K, up = TensorType::Q4_K, down = TensorType::Q6_K;
-};
-
-std::string write_model(const Spec& s, const std::string& name) {
-  const std::string path = (std::filesystem::path(testing::TempDir()) / name).string();
-  GgufWriter w(path);
-  w.add_metadata("general.architecture", GgufValue::of_string("llama"));
-  w.add_metadata("llama.block_count", GgufValue::of_u32(uint32_t(s.layers)));
-  w.add_metadata("llama.embedding_length", GgufValue::of_u32(uint32_t(s.dim)));
-  w.add_metadata("llama.feed_forward_length", GgufValue::of_u32(uint32_t(s.ffn)));
-  w.add_metadata("llama.attention.head_count", GgufValue::of_u32(uint32_t(s.heads)));
-  w.add_metadata("llama.attention.head_count_kv", GgufValue::of_u32(uint32_t(s.kv_heads)));
-  w.add_metadata("llama.context_length", GgufValue::of_u32(2048));
-  w.add_metadata("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
-  w.add_metadata("llama.rope.freq_base", GgufValue::of_f32(10000.0f));
-  struct Tensor {
-    std::string name;
-    TensorType type;
-    int64_t rows, cols;
-    float lo, hi;
-  };
-  std::vector<Tensor> tensors;
-  const float a = 1.7f / std::sqrt(float(s.dim)), f = 1.7f / std::sqrt(float(s.ffn));
-  tensors.push_back({"token_embd.weight", TensorType::Q8_0, s.vocab, s.dim, -1.0f, 1.0f});
-  tensors.push_back({"output_norm.weight", TensorType::F32, 1, s.dim, 0.8f, 1.2f});
-  tensors.push_back({"output.weight", TensorType::Q8_0, s.vocab, s.dim, -a, a});
-  for (int64_t l = 0; l < s.layers; ++l) {
-    auto n = [&](const char* part) { return layer_tensor_name(l, part); };
-    tensors.push_back({n("attn_norm"), TensorType::F32, 1, s.dim, 0.8f, 1.2f});
-    tensors.push_back({n("attn_q"), s.wq, s.dim, s.dim, -a, a});
-    tensors.push_back({n("attn_k"), s.wk, s.kv_heads * (s.dim / s.heads), s.dim, -a, a});
-    tensors.push_back({n("attn_v"), s.wv, s.kv_heads * (s.dim / s.heads), s.dim, -a, a});
-    tensors.push_back({n("attn_output"), s.wo, s.dim, s.dim, -a, a});
-    tensors.push_back({n("ffn_norm"), TensorType::F32, 1, s.dim, 0.8f, 1.2f});
-    tensors.push_back({n("ffn_gate"), s.gate, s.ffn, s.dim, -a, a});
-    tensors.push_back({n("ffn_up"), s.up, s.ffn, s.dim, -a, a});
-    tensors.push_back({n("ffn_down"), s.down, s.dim, s.ffn, -f, f});
-  }
-  for (const Tensor& t : tensors) {
-    w.add_tensor(t.name, t.type, t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows});
-  }
-  for (const Tensor& t : tensors) {
-    const auto values = test::random_floats(size_t(t.rows * t.cols), t.lo, t.hi);
-    std::vector<uint8_t> bytes(row_bytes(t.type, t.cols) * size_t(t.rows));
-    quantize_row(t.type, values.data(), bytes.data(), t.rows * t.cols);
-    w.write_tensor_data(bytes);
-  }
-  w.finish();
-  return path;
+// Eight layers, so budgets can split them over all three tiers with more
+// streamed layers than ring slots.
+ModelSpec streaming_spec() {
+  ModelSpec s;
+  s.layers = 8;
+  return s;
 }
 
 constexpr int64_t kContext = 128;
@@ -146,7 +101,7 @@ double max_relative_difference(const std::vector<float>& a, const std::vector<fl
   return worst / scale;
 }
 
-void expect_streaming_matches_resident(const Spec& spec, const std::string& name, const CudaRunnerOptions& base,
+void expect_streaming_matches_resident(const ModelSpec& spec, const std::string& name, const CudaRunnerOptions& base,
                                        std::vector<std::array<int64_t, 2>> splits) {
   const auto file = GgufFile::open(write_model(spec, name));
   std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
@@ -168,12 +123,12 @@ void expect_streaming_matches_resident(const Spec& spec, const std::string& name
 
 TEST(LayerStreaming, MixedKQuantsMatchResidentAcrossTiers) {
   // {vram, ram} of 8 layers: RAM only, storage only, all three tiers twice.
-  expect_streaming_matches_resident(Spec{}, "nt_stream_kquant.gguf", CudaRunnerOptions{},
+  expect_streaming_matches_resident(streaming_spec(), "nt_stream_kquant.gguf", CudaRunnerOptions{},
                                     {{2, 6}, {0, 0}, {1, 2}, {4, 1}, {5, 3}});
 }
 
 TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
-  Spec s;
+  ModelSpec s = streaming_spec();
   s.wq = s.wk = s.wv = TensorType::Q8_0;  // fused QKV
   s.up = TensorType::Q8_0;                // gate and up apart
   s.down = TensorType::F16;               // file layout kept: a plain device copy
@@ -187,7 +142,7 @@ TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
 }
 
 TEST(LayerStreaming, BudgetsTooSmallForOneLayerFailClearly) {
-  const auto file = GgufFile::open(write_model(Spec{}, "nt_stream_small.gguf"));
+  const auto file = GgufFile::open(write_model(streaming_spec(), "nt_stream_small.gguf"));
   CudaRunnerOptions o;
   o.vram_budget = uint64_t(1) << 50;
   o.ram_budget = uint64_t(1) << 50;
