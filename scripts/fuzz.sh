@@ -7,10 +7,11 @@ seconds=${1:-60}
 build="$root/build-fuzz"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DNT_FUZZ=ON -DNT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C "$build" gguf_fuzz ntransformer >/dev/null
+ninja -C "$build" gguf_fuzz >/dev/null
 corpus="$build/corpus"
 mkdir -p "$corpus"
-"$build/src/ntransformer" convert-llama2c "$root/../shared/models/stories260K.bin" "$root/../shared/models/tok512.bin" "$build/stories.gguf" >/dev/null
+# The seed comes from the main (g++) build, which scripts/setup.sh made.
+"$root/build/src/ntransformer" convert-llama2c "$root/../shared/models/stories260K.bin" "$root/../shared/models/tok512.bin" "$build/stories.gguf" >/dev/null
 # The header alone is the interesting part; keep the seed small so mutations hit it.
 head -c 16384 "$build/stories.gguf" > "$corpus/stories_header.gguf"
 "$build/tests/fuzz/gguf_fuzz" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 "$corpus" 2>&1 | tail -n 5
