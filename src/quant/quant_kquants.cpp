@@ -76,6 +76,23 @@ constexpr kquant::AffineGeometry kQ5Geometry{32, 31, 63};
 constexpr kquant::SymmetricGeometry kQ3Geometry{16, 4, 32};
 constexpr kquant::SymmetricGeometry kQ6Geometry{16, 32, 128};
 
+// The scaffolding every K-quant encoder shares: per super-block, weight the
+// errors, fit codes and scales with `fit_fn`, and pack them into a zeroed block.
+template <typename Block, typename Fit, typename FitFn, typename PackFn>
+void quantize_superblocks(const float* src, void* dst, int64_t n_blocks, const float* importance, FitFn fit_fn,
+                          PackFn pack) {
+  auto* out = static_cast<Block*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
+    float weight[kQK_K];
+    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
+    Fit fit;
+    fit_fn(src, weight, fit);
+    Block& blk = out[b];
+    std::memset(&blk, 0, sizeof blk);
+    pack(blk, fit);
+  }
+}
+
 }  // namespace
 
 void dequantize_q2_k(const void* src, float* dst, int64_t n_blocks) {
@@ -158,92 +175,72 @@ void dequantize_q8_k(const void* src, float* dst, int64_t n_blocks) {
 }
 
 void quantize_q2_k(const float* src, void* dst, int64_t n_blocks, const float* importance) {
-  auto* out = static_cast<BlockQ2_K*>(dst);
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
-    float weight[kQK_K];
-    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
-    kquant::AffineSuperBlock fit;
-    kquant::fit_affine_superblock(src, weight, kQ2Geometry, fit);
-    BlockQ2_K& blk = out[b];
-    std::memset(&blk, 0, sizeof blk);
-    for (int j = 0; j < 16; ++j) blk.scales[j] = uint8_t(fit.scale[j] | fit.min[j] << 4);
-    for (int e = 0; e < kQK_K; ++e) put_two_bits(blk.qs, e, fit.code[e]);
-    blk.d = fit.d;
-    blk.dmin = fit.dmin;
-  }
+  quantize_superblocks<BlockQ2_K, kquant::AffineSuperBlock>(
+      src, dst, n_blocks, importance,
+      [](const float* x, const float* w, kquant::AffineSuperBlock& fit) { kquant::fit_affine_superblock(x, w, kQ2Geometry, fit); },
+      [](BlockQ2_K& blk, const kquant::AffineSuperBlock& fit) {
+        for (int j = 0; j < 16; ++j) blk.scales[j] = uint8_t(fit.scale[j] | fit.min[j] << 4);
+        for (int e = 0; e < kQK_K; ++e) put_two_bits(blk.qs, e, fit.code[e]);
+        blk.d = fit.d;
+        blk.dmin = fit.dmin;
+      });
 }
 
 void quantize_q4_k(const float* src, void* dst, int64_t n_blocks, const float* importance) {
-  auto* out = static_cast<BlockQ4_K*>(dst);
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
-    float weight[kQK_K];
-    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
-    kquant::AffineSuperBlock fit;
-    kquant::fit_affine_superblock(src, weight, kQ4Geometry, fit);
-    BlockQ4_K& blk = out[b];
-    std::memset(&blk, 0, sizeof blk);
-    blk.d = fit.d;
-    blk.dmin = fit.dmin;
-    pack_scale_min(fit.scale, fit.min, blk.scales);
-    for (int e = 0; e < kQK_K; ++e) put_nibble_k(blk.qs, e, fit.code[e]);
-  }
+  quantize_superblocks<BlockQ4_K, kquant::AffineSuperBlock>(
+      src, dst, n_blocks, importance,
+      [](const float* x, const float* w, kquant::AffineSuperBlock& fit) { kquant::fit_affine_superblock(x, w, kQ4Geometry, fit); },
+      [](BlockQ4_K& blk, const kquant::AffineSuperBlock& fit) {
+        blk.d = fit.d;
+        blk.dmin = fit.dmin;
+        pack_scale_min(fit.scale, fit.min, blk.scales);
+        for (int e = 0; e < kQK_K; ++e) put_nibble_k(blk.qs, e, fit.code[e]);
+      });
 }
 
 void quantize_q5_k(const float* src, void* dst, int64_t n_blocks, const float* importance) {
-  auto* out = static_cast<BlockQ5_K*>(dst);
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
-    float weight[kQK_K];
-    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
-    kquant::AffineSuperBlock fit;
-    kquant::fit_affine_superblock(src, weight, kQ5Geometry, fit);
-    BlockQ5_K& blk = out[b];
-    std::memset(&blk, 0, sizeof blk);
-    blk.d = fit.d;
-    blk.dmin = fit.dmin;
-    pack_scale_min(fit.scale, fit.min, blk.scales);
-    for (int e = 0; e < kQK_K; ++e) {
-      put_nibble_k(blk.qs, e, fit.code[e]);
-      put_one_bit(blk.qh, e, fit.code[e] >> 4);
-    }
-  }
+  quantize_superblocks<BlockQ5_K, kquant::AffineSuperBlock>(
+      src, dst, n_blocks, importance,
+      [](const float* x, const float* w, kquant::AffineSuperBlock& fit) { kquant::fit_affine_superblock(x, w, kQ5Geometry, fit); },
+      [](BlockQ5_K& blk, const kquant::AffineSuperBlock& fit) {
+        blk.d = fit.d;
+        blk.dmin = fit.dmin;
+        pack_scale_min(fit.scale, fit.min, blk.scales);
+        for (int e = 0; e < kQK_K; ++e) {
+          put_nibble_k(blk.qs, e, fit.code[e]);
+          put_one_bit(blk.qh, e, fit.code[e] >> 4);
+        }
+      });
 }
 
 void quantize_q3_k(const float* src, void* dst, int64_t n_blocks, const float* importance) {
-  auto* out = static_cast<BlockQ3_K*>(dst);
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
-    float weight[kQK_K];
-    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
-    kquant::SymmetricSuperBlock fit;
-    kquant::fit_symmetric_superblock(src, weight, kQ3Geometry, fit);
-    BlockQ3_K& blk = out[b];
-    std::memset(&blk, 0, sizeof blk);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int u = fit.code[e] + 4;  // 0..7: two low bits, and the hmask bit set for u >= 4
-      put_two_bits(blk.qs, e, u & 3);
-      put_one_bit(blk.hmask, e, u >> 2);
-    }
-    pack_q3_scales(fit.scale, blk.scales);
-    blk.d = fit.d;
-  }
+  quantize_superblocks<BlockQ3_K, kquant::SymmetricSuperBlock>(
+      src, dst, n_blocks, importance,
+      [](const float* x, const float* w, kquant::SymmetricSuperBlock& fit) { kquant::fit_symmetric_superblock(x, w, kQ3Geometry, fit); },
+      [](BlockQ3_K& blk, const kquant::SymmetricSuperBlock& fit) {
+        for (int e = 0; e < kQK_K; ++e) {
+          const int u = fit.code[e] + 4;  // 0..7: two low bits, and the hmask bit set for u >= 4
+          put_two_bits(blk.qs, e, u & 3);
+          put_one_bit(blk.hmask, e, u >> 2);
+        }
+        pack_q3_scales(fit.scale, blk.scales);
+        blk.d = fit.d;
+      });
 }
 
 void quantize_q6_k(const float* src, void* dst, int64_t n_blocks, const float* importance) {
-  auto* out = static_cast<BlockQ6_K*>(dst);
-  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K) {
-    float weight[kQK_K];
-    kquant::error_weights(src, importance ? importance + b * kQK_K : nullptr, weight);
-    kquant::SymmetricSuperBlock fit;
-    kquant::fit_symmetric_superblock(src, weight, kQ6Geometry, fit);
-    BlockQ6_K& blk = out[b];
-    std::memset(&blk, 0, sizeof blk);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int u = fit.code[e] + 32;  // 0..63
-      put_nibble_q6(blk.ql, e, u & 0x0f);
-      put_two_bits(blk.qh, e, u >> 4);
-    }
-    std::copy(fit.scale, fit.scale + 16, blk.scales);
-    blk.d = fit.d;
-  }
+  quantize_superblocks<BlockQ6_K, kquant::SymmetricSuperBlock>(
+      src, dst, n_blocks, importance,
+      [](const float* x, const float* w, kquant::SymmetricSuperBlock& fit) { kquant::fit_symmetric_superblock(x, w, kQ6Geometry, fit); },
+      [](BlockQ6_K& blk, const kquant::SymmetricSuperBlock& fit) {
+        for (int e = 0; e < kQK_K; ++e) {
+          const int u = fit.code[e] + 32;  // 0..63
+          put_nibble_q6(blk.ql, e, u & 0x0f);
+          put_two_bits(blk.qh, e, u >> 4);
+        }
+        std::copy(fit.scale, fit.scale + 16, blk.scales);
+        blk.d = fit.d;
+      });
 }
 
 // Activation format: the largest-magnitude element maps to -128 exactly, the
