@@ -11,21 +11,13 @@
 
 #include "sampling/candidates.h"
 #include "sampling/sampler.h"
+#include "sampling_test_util.h"
 
 namespace nt {
 namespace {
 
-std::mt19937_64 fresh_rng(uint64_t& seed) {
-  seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  return std::mt19937_64(seed);
-}
-
-std::vector<float> random_logits(std::mt19937_64& rng, size_t n, float spread) {
-  std::normal_distribution<float> normal(0.0f, spread);
-  std::vector<float> logits(n);
-  for (auto& x : logits) x = normal(rng);
-  return logits;
-}
+using test::fresh_rng;
+using test::random_logits;
 
 // Token ids from the highest logit down (ties by id).
 std::vector<int32_t> ranked_ids(const std::vector<float>& logits) {
