@@ -122,8 +122,11 @@ void dequantize_q3_k(const void* src, float* dst, int64_t n_blocks) {
   }
 }
 
-void dequantize_q4_k(const void* src, float* dst, int64_t n_blocks) {
-  const auto* in = static_cast<const BlockQ4_K*>(src);
+// Q4_K and Q5_K share everything but the code width: 8 sub-blocks of 32 with
+// 6-bit scales and mins, x = d * scale * q - dmin * min.
+template <typename Block, typename CodeFn>
+void dequantize_affine_k(const void* src, float* dst, int64_t n_blocks, CodeFn code) {
+  const auto* in = static_cast<const Block*>(src);
   for (int64_t b = 0; b < n_blocks; ++b, dst += kQK_K) {
     const float d = fp16_to_fp32(in[b].d);
     const float dmin = fp16_to_fp32(in[b].dmin);
@@ -132,27 +135,19 @@ void dequantize_q4_k(const void* src, float* dst, int64_t n_blocks) {
       unpack_scale_min(in[b].scales, j, sc, mn);
       const float scale = d * float(sc);
       const float min = dmin * float(mn);
-      for (int e = 32 * j; e < 32 * j + 32; ++e) dst[e] = scale * float(nibble_k(in[b].qs, e)) - min;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) dst[e] = scale * float(code(in[b], e)) - min;
     }
   }
 }
 
+void dequantize_q4_k(const void* src, float* dst, int64_t n_blocks) {
+  dequantize_affine_k<BlockQ4_K>(src, dst, n_blocks, [](const BlockQ4_K& blk, int e) { return nibble_k(blk.qs, e); });
+}
+
 void dequantize_q5_k(const void* src, float* dst, int64_t n_blocks) {
-  const auto* in = static_cast<const BlockQ5_K*>(src);
-  for (int64_t b = 0; b < n_blocks; ++b, dst += kQK_K) {
-    const float d = fp16_to_fp32(in[b].d);
-    const float dmin = fp16_to_fp32(in[b].dmin);
-    for (int j = 0; j < 8; ++j) {
-      int sc, mn;
-      unpack_scale_min(in[b].scales, j, sc, mn);
-      const float scale = d * float(sc);
-      const float min = dmin * float(mn);
-      for (int e = 32 * j; e < 32 * j + 32; ++e) {
-        const int q = nibble_k(in[b].qs, e) | one_bit(in[b].qh, e) << 4;
-        dst[e] = scale * float(q) - min;
-      }
-    }
-  }
+  dequantize_affine_k<BlockQ5_K>(src, dst, n_blocks, [](const BlockQ5_K& blk, int e) {
+    return nibble_k(blk.qs, e) | one_bit(blk.qh, e) << 4;
+  });
 }
 
 void dequantize_q6_k(const void* src, float* dst, int64_t n_blocks) {
