@@ -1,8 +1,8 @@
 // CUDA kernel and model benchmarks: achieved bandwidth of the decode mat-vec
 // per weight format against a device-to-device copy measured in the same run,
-// a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, decode
-// attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|sweep|gemm|attention|model|decode|profile] [dir for the model file]
+// a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
+// GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
+// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile] [dir for the model file]
 // (decode = sweep + model)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/dequantize.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
@@ -300,40 +301,171 @@ void bench_gemm(std::mt19937& rng) {
   }
 }
 
-void bench_attention(double copy_gbs, int sms) {
-  fmt::print("\n== decode attention, 32 heads / 8 KV heads / head_dim 128 (one layer of an 8B model)\n");
-  fmt::print("{:>8} {:>7} {:>10} {:>9} {:>8}\n", "context", "splits", "time us", "GB/s", "% copy");
-  for (int64_t context : {512, 4096, 32768, 131072}) {
-    const int heads = 32, kv_heads = 8, hd = 128;
-    const size_t cache = size_t(kv_heads) * size_t(context) * hd;
-    DeviceBuffer k(cache * 2, "k"), v(cache * 2, "v"), q(size_t(heads * hd) * 4, "q"), out(size_t(heads * hd) * 4, "out");
-    NT_CUDA_CHECK(cudaMemset(k.get(), 0x21, cache * 2));
-    NT_CUDA_CHECK(cudaMemset(v.get(), 0x22, cache * 2));
-    NT_CUDA_CHECK(cudaMemset(q.get(), 0, size_t(heads * hd) * 4));
-    std::vector<int32_t> pos = {int32_t(context - 1)};
-    DeviceBuffer dpos(4, "pos");
-    NT_CUDA_CHECK(cudaMemcpy(dpos.get(), pos.data(), 4, cudaMemcpyHostToDevice));
-    const int splits = attention_splits(1, heads, kv_heads, hd, context, sms);
-    DeviceBuffer partials(std::max<size_t>(4, attention_partials_floats(1, heads, hd, splits) * 4), "partials");
-    AttentionParams p;
+// The GEMM path's decode of a weight row block (up to its 256 MiB f16 scratch)
+// to f16: GB/s of bytes read in the plane layout plus f16 bytes written.
+void bench_dequantize(double copy_gbs, std::mt19937& rng) {
+  fmt::print("\n== dequantize_rows_f16 of a 256 MiB GEMM row block (GB/s = plane bytes read + f16 written; copy ceiling {:.0f} GB/s)\n",
+             copy_gbs);
+  fmt::print("{:<6} {:>13} {:>6} {:>10} {:>9} {:>8}\n", "type", "rows x cols", "rows", "time us", "GB/s", "% copy");
+  const uint64_t scratch_bytes = 256ull << 20;
+  DeviceBuffer out(scratch_bytes, "f16 rows");
+  const std::vector<TensorType> all = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
+                                       TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                                       TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  const std::vector<TensorType> main_types = {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::Q4_0, TensorType::F16};
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{8192, 8192}, std::pair<int64_t, int64_t>{28672, 8192}}) {
+    const int64_t n_rows = std::min<int64_t>(rows, int64_t(scratch_bytes / uint64_t(cols * 2)));
+    for (TensorType t : rows == 8192 ? all : main_types) {
+      const Matrices m = make_matrices(t, rows, cols, 1ull << 30, rng);
+      const double ms = time_ms([&](int i) {
+        dequantize_rows_f16(m.copies[size_t(i) % m.copies.size()], 0, n_rows, out.as<uint16_t>(), nullptr);
+      });
+      const uint64_t bytes = device_matrix_bytes(t, n_rows, cols) + uint64_t(n_rows * cols) * 2;
+      const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+      fmt::print("{:<6} {:>6}x{:<6} {:>6} {:>10.1f} {:>9.0f} {:>7.1f}%\n", tensor_type_name(t), rows, cols, n_rows, ms * 1e3, gbs,
+                 100 * gbs / copy_gbs);
+    }
+  }
+  // The 70B prefill shapes: what the decode costs inside Gemm::run (F16 skips it).
+  const int64_t tokens = 512;
+  fmt::print("\n== prefill GEMM of {} tokens (Gemm::run, 256 MiB scratch): us; decode = dequantize_rows_f16 of all rows alone\n", tokens);
+  fmt::print("{:<6} {:>13} {:>10} {:>10}\n", "type", "rows x cols", "gemm", "decode");
+  Gemm gemm(scratch_bytes);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{8192, 8192}, std::pair<int64_t, int64_t>{28672, 8192},
+                                   std::pair<int64_t, int64_t>{8192, 28672}}) {
+    const Activation a = make_activation(tokens, cols);
+    DeviceBuffer y(size_t(tokens * rows) * 4, "y");
+    const int64_t block_rows = int64_t(scratch_bytes / uint64_t(cols * 2));
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::F16}) {
+      const Matrices m = make_matrices(t, rows, cols, 1ull << 30, rng);
+      const double gemm_ms = time_ms([&](int i) {
+        gemm.run(m.copies[size_t(i) % m.copies.size()], a.f16.as<uint16_t>(), tokens, y.as<float>(), rows, false, nullptr);
+      });
+      const double decode_ms = time_ms([&](int i) {
+        for (int64_t r = 0; r < rows; r += block_rows) {
+          dequantize_rows_f16(m.copies[size_t(i) % m.copies.size()], r, std::min(block_rows, rows - r), out.as<uint16_t>(), nullptr);
+        }
+      });
+      fmt::print("{:<6} {:>6}x{:<6} {:>10.1f} {:>10.1f}\n", tensor_type_name(t), rows, cols, gemm_ms * 1e3, decode_ms * 1e3);
+    }
+  }
+}
+
+// Microseconds per call of f(stream) with `calls` calls captured into one CUDA
+// graph and replayed, as the engine's decode runs: no host launch cost.
+double graph_us(const std::function<void(cudaStream_t)>& f, int calls = 20) {
+  cudaStream_t stream;
+  NT_CUDA_CHECK(cudaStreamCreate(&stream));  // blocking: orders with time_ms's events on the default stream
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  NT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < calls; ++i) f(stream);
+  NT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  NT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = time_ms([&](int) { NT_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  NT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NT_CUDA_CHECK(cudaGraphDestroy(graph));
+  NT_CUDA_CHECK(cudaStreamDestroy(stream));
+  return ms * 1e3 / calls;
+}
+
+// One layer's attention inputs: f16 caches of `context` keys (random small
+// values), queries, outputs, partials for up to max_splits splits.
+struct AttentionSetup {
+  DeviceBuffer k, v, q, out, pos, partials;
+  AttentionParams p;
+  AttentionSetup(int64_t tokens, int64_t context, int heads, int kv_heads, int hd, int max_splits, std::mt19937& rng) {
+    const size_t cache = size_t(kv_heads) * size_t(context) * size_t(hd);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<uint16_t> halves(cache);
+    for (auto& h : halves) h = fp32_to_fp16(dist(rng));
+    k = DeviceBuffer(cache * 2, "k");
+    v = DeviceBuffer(cache * 2, "v");
+    NT_CUDA_CHECK(cudaMemcpy(k.get(), halves.data(), cache * 2, cudaMemcpyHostToDevice));
+    NT_CUDA_CHECK(cudaMemcpy(v.get(), halves.data(), cache * 2, cudaMemcpyHostToDevice));
+    std::vector<float> qh(size_t(tokens * heads * hd));
+    for (auto& x : qh) x = dist(rng);
+    q = DeviceBuffer(qh.size() * 4, "q");
+    NT_CUDA_CHECK(cudaMemcpy(q.get(), qh.data(), qh.size() * 4, cudaMemcpyHostToDevice));
+    out = DeviceBuffer(qh.size() * 4, "out");
+    const std::vector<int32_t> p0 = {int32_t(context - tokens)};
+    pos = DeviceBuffer(4, "pos");
+    NT_CUDA_CHECK(cudaMemcpy(pos.get(), p0.data(), 4, cudaMemcpyHostToDevice));
+    partials = DeviceBuffer(std::max<size_t>(1, attention_partials_floats(tokens, heads, hd, max_splits)) * 4, "partials");
     p.q = q.as<float>();
-    p.q_stride = heads * hd;
+    p.q_stride = int64_t(heads) * hd;
     p.k_cache = k.as<uint16_t>();
     p.v_cache = v.as<uint16_t>();
     p.context = context;
     p.out = out.as<float>();
-    p.out_stride = heads * hd;
-    p.pos = dpos.as<int32_t>();
-    p.n_tokens = 1;
+    p.out_stride = int64_t(heads) * hd;
+    p.pos = pos.as<int32_t>();
+    p.n_tokens = tokens;
     p.n_heads = heads;
     p.n_kv_heads = kv_heads;
     p.head_dim = hd;
-    p.n_splits = splits;
     p.partials = partials.as<float>();
-    const double ms = time_ms([&](int) { attention(p, nullptr); });
-    const double gbs = 2.0 * double(cache) * 2 / (ms * 1e-3) / 1e9;
-    fmt::print("{:>8} {:>7} {:>10.1f} {:>9.0f} {:>7.1f}%\n", context, splits, ms * 1e3, gbs, 100 * gbs / copy_gbs);
   }
+};
+
+void bench_attention(double copy_gbs, int sms, std::mt19937& rng) {
+  fmt::print("\n== decode attention, one layer (8B: 32 heads / 8 KV heads / head_dim 128; 70B: 64/8/128; SmolLM2: 9/3/64)\n");
+  fmt::print("   single: one launch timed with events (includes ~5 us of launch); graph: per call of 20 in a CUDA graph\n");
+  fmt::print("{:<8} {:>8} {:>7} {:>10} {:>10} {:>9} {:>8}\n", "model", "context", "splits", "single us", "graph us", "GB/s", "% copy");
+  const std::vector<int> split_counts = {1, 2, 4, 8, 16, 24, 33, 48, 66, 132};
+  std::string sweep = fmt::format("\n   8B graph us per call by forced split count\n{:>8}", "context");
+  for (int s : split_counts) sweep += fmt::format(" {:>6}", s);
+  struct Case {
+    const char* model;
+    int heads, kv_heads, hd;
+    int64_t context;
+  };
+  for (const Case c : {Case{"8B", 32, 8, 128, 512}, Case{"8B", 32, 8, 128, 4096}, Case{"8B", 32, 8, 128, 32768},
+                       Case{"8B", 32, 8, 128, 131072}, Case{"70B", 64, 8, 128, 4096}, Case{"70B", 64, 8, 128, 32768},
+                       Case{"SmolLM2", 9, 3, 64, 2048}, Case{"SmolLM2", 9, 3, 64, 8192}}) {
+    AttentionSetup a(1, c.context, c.heads, c.kv_heads, c.hd, split_counts.back(), rng);
+    a.p.n_splits = attention_splits(1, c.heads, c.kv_heads, c.hd, c.context, sms);
+    const double single = time_ms([&](int) { attention(a.p, nullptr); }) * 1e3;
+    const double graph = graph_us([&](cudaStream_t s) { attention(a.p, s); });
+    const double gbs = 2.0 * double(c.kv_heads) * double(c.context) * c.hd * 2 / (graph * 1e-6) / 1e9;
+    fmt::print("{:<8} {:>8} {:>7} {:>10.1f} {:>10.1f} {:>9.0f} {:>7.1f}%\n", c.model, c.context, a.p.n_splits, single, graph, gbs,
+               100 * gbs / copy_gbs);
+    if (c.heads != 32) continue;
+    sweep += fmt::format("\n{:>8}", c.context);
+    for (int s : split_counts) {
+      a.p.n_splits = s;
+      sweep += fmt::format(" {:>6.1f}", graph_us([&](cudaStream_t st) { attention(a.p, st); }));
+    }
+  }
+  fmt::print("{}\n", sweep);
+}
+
+// Causal prefill of T tokens from position 0: 4 * T * T / 2 * head_dim * heads FLOPs.
+void bench_prefill_attention(int sms, std::mt19937& rng) {
+  fmt::print("\n== prefill attention from position 0 (% of 790 TFLOP/s dense f16; causal FLOPs 2 * T^2 * head_dim * heads)\n");
+  fmt::print("{:<16} {:>6} {:>7} {:>10} {:>9} {:>7}\n", "heads/kv/dim", "T", "splits", "time us", "TFLOP/s", "% peak");
+  struct Shape {
+    int heads, kv_heads, hd;
+  };
+  for (const Shape s : {Shape{32, 8, 128}, Shape{64, 8, 128}, Shape{9, 3, 64}, Shape{32, 32, 64}}) {
+    for (int64_t tokens : {512, 4096}) {
+      const int splits = attention_splits(tokens, s.heads, s.kv_heads, s.hd, tokens, sms);
+      AttentionSetup a(tokens, tokens, s.heads, s.kv_heads, s.hd, splits, rng);
+      a.p.n_splits = splits;
+      const double us = time_ms([&](int) { attention(a.p, nullptr); }) * 1e3;
+      const double tflops = 2.0 * double(tokens) * double(tokens) * s.hd * s.heads / (us * 1e-6) / 1e12;
+      fmt::print("{:<16} {:>6} {:>7} {:>10.1f} {:>9.1f} {:>6.1f}%\n", fmt::format("{}/{}/{}", s.heads, s.kv_heads, s.hd), tokens,
+                 a.p.n_splits, us, tflops, 100 * tflops / 790);
+    }
+  }
+  // Short prefills leave multiprocessors idle behind the longest causal tiles: do splits pay for their merge?
+  AttentionSetup a(512, 512, 32, 8, 128, 8, rng);
+  fmt::print("   32/8/128, 512 tokens, us by forced split count:");
+  for (int splits : {1, 2, 4, 8}) {
+    a.p.n_splits = splits;
+    fmt::print(" {}: {:.1f}", splits, time_ms([&](int) { attention(a.p, nullptr); }) * 1e3);
+  }
+  fmt::print("\n");
 }
 
 // Llama-3-8B shapes with Q4_K_M-like formats (Q6_K for attn_v, ffn_down and output).
@@ -434,7 +566,9 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
     if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng);
     if (what == "all" || what == "gemm") bench_gemm(rng);
-    if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors);
+    if (what == "all" || what == "dequantize") bench_dequantize(copy_gbs, rng);
+    if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors, rng);
+    if (what == "all" || what == "attention") bench_prefill_attention(d.multiprocessors, rng);
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
   } catch (const Error& e) {

@@ -1,6 +1,9 @@
 // Causal GQA attention over the f16 cache against float64 softmax attention,
-// for decode and prefill shapes, split and unsplit key ranges.
+// for decode and prefill shapes, split and unsplit key ranges, on every path:
+// the decode kernel, the tensor-core prefill kernel and the generic one.
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "backend/cuda/attention.h"
 #include "gpu_test_util.h"
@@ -12,11 +15,12 @@ struct Shape {
   int64_t tokens, pos;
   int n_heads, n_kv_heads, head_dim;
   int splits;
+  bool odd_q_stride = false;  // rows of q not 16-byte aligned: the f32 kernels take even head_dim 64/128
 };
 
 double run_attention(const Shape& s) {
   const int64_t context = (s.pos + s.tokens + 40 + kKvTile - 1) / kKvTile * kKvTile;
-  const int64_t q_stride = int64_t(s.n_heads) * s.head_dim + 24, out_stride = int64_t(s.n_heads) * s.head_dim + 8;
+  const int64_t q_stride = int64_t(s.n_heads) * s.head_dim + (s.odd_q_stride ? 25 : 24), out_stride = int64_t(s.n_heads) * s.head_dim + 8;
   const auto q = test::random_floats(size_t(s.tokens * q_stride), -2.0f, 2.0f);
   // Positions past the last visible key hold large values: any leak through
   // the causal mask dominates the softmax.
@@ -29,6 +33,17 @@ double run_attention(const Shape& s) {
         const bool hidden = t >= s.pos + s.tokens;
         k[size_t(k_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 30.0f : kv[i]);
         v[size_t(v_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 1000.0f : kv[k.size() + i]);
+      }
+    }
+  }
+  // The reference reads K and V row-major in float.
+  std::vector<float> kf(k.size()), vf(v.size());
+  for (int h = 0; h < s.n_kv_heads; ++h) {
+    for (int64_t t = 0; t < context; ++t) {
+      for (int d = 0; d < s.head_dim; ++d) {
+        const size_t i = size_t((h * context + t) * s.head_dim + d);
+        kf[i] = fp16_to_fp32(k[size_t(k_cache_index(h, t, d, context, s.head_dim))]);
+        vf[i] = fp16_to_fp32(v[size_t(v_cache_index(h, t, d, context, s.head_dim))]);
       }
     }
   }
@@ -63,20 +78,22 @@ double run_attention(const Shape& s) {
       const int kvh = h / group;
       std::vector<double> w(size_t(last + 1));
       double m = -INFINITY, sum = 0.0;
+      const float* qr = q.data() + t * q_stride + h * s.head_dim;
       for (int64_t j = 0; j <= last; ++j) {
+        const float* kr = kf.data() + (kvh * context + j) * s.head_dim;
         double dot = 0.0;
-        for (int d = 0; d < s.head_dim; ++d) {
-          dot += double(q[size_t(t * q_stride + h * s.head_dim + d)]) *
-                 fp16_to_fp32(k[size_t(k_cache_index(kvh, j, d, context, s.head_dim))]);
-        }
+        for (int d = 0; d < s.head_dim; ++d) dot += double(qr[d]) * kr[d];
         w[size_t(j)] = dot / std::sqrt(double(s.head_dim));
         m = std::max(m, w[size_t(j)]);
       }
       for (double& x : w) sum += (x = std::exp(x - m));
+      std::vector<double> o(size_t(s.head_dim), 0.0);
+      for (int64_t j = 0; j <= last; ++j) {
+        const float* vr = vf.data() + (kvh * context + j) * s.head_dim;
+        for (int d = 0; d < s.head_dim; ++d) o[size_t(d)] += w[size_t(j)] * vr[d];
+      }
       for (int d = 0; d < s.head_dim; ++d) {
-        double o = 0.0;
-        for (int64_t j = 0; j <= last; ++j) o += w[size_t(j)] * fp16_to_fp32(v[size_t(v_cache_index(kvh, j, d, context, s.head_dim))]);
-        ref.push_back(o / sum);
+        ref.push_back(o[size_t(d)] / sum);
         got.push_back(got_all[size_t(t * out_stride + h * s.head_dim + d)]);
       }
     }
@@ -84,24 +101,75 @@ double run_attention(const Shape& s) {
   return test::relative_error(got, ref);
 }
 
+std::string describe(const Shape& s) {
+  return testing::PrintToString(s.tokens) + " tokens at pos " + testing::PrintToString(s.pos) + ", heads " +
+         testing::PrintToString(s.n_heads) + "/" + testing::PrintToString(s.n_kv_heads) + ", head_dim " +
+         testing::PrintToString(s.head_dim) + ", splits " + testing::PrintToString(s.splits);
+}
+
+// Decode kernel and generic kernel: f32 arithmetic on the f16 cache.
 TEST(Attention, MatchesReference) {
   for (const Shape s : {
-           Shape{1, 0, 8, 2, 64, 1},      // first token: one key
-           Shape{1, 100, 32, 8, 128, 1},  // decode, GQA 4
-           Shape{1, 1000, 32, 8, 128, 7}, // decode, split key range
-           Shape{1, 300, 64, 8, 128, 33}, // 70B-like group of 8, more splits than useful
-           Shape{1, 77, 9, 3, 64, 1},     // SmolLM2 decode: 2 dims per lane, group 3
-           Shape{1, 500, 8, 1, 256, 5},   // head_dim 256, group 8: decode's largest shared memory
-           Shape{1, 40, 8, 4, 8, 2},      // head_dim 8: decode through the generic kernel
-           Shape{37, 0, 8, 2, 64, 1},     // prefill from empty
-           Shape{70, 50, 16, 2, 128, 1},  // prefill after a prefix, group 8: 4 tokens per tile
-           Shape{20, 200, 9, 3, 64, 3},   // SmolLM2 heads, split prefill
-           Shape{13, 5, 8, 4, 8, 1},      // stories260K-sized heads
-           Shape{3, 64, 4, 4, 256, 2},    // no GQA, head_dim 256 (large shared memory)
+           Shape{1, 0, 8, 2, 64, 1, true},      // first token: one key
+           Shape{1, 100, 32, 8, 128, 1, true},  // decode, GQA 4
+           Shape{1, 1000, 32, 8, 128, 7, true}, // decode, split key range
+           Shape{1, 300, 64, 8, 128, 33, true}, // 70B-like group of 8, more splits than useful
+           Shape{1, 77, 9, 3, 64, 1, true},     // SmolLM2 decode: 2 dims per lane, group 3
+           Shape{1, 500, 8, 1, 256, 5},         // head_dim 256, group 8: decode's largest shared memory
+           Shape{1, 40, 8, 4, 8, 2},            // head_dim 8: decode through the generic kernel
+           Shape{13, 5, 8, 4, 8, 1},            // stories260K-sized heads: generic prefill
+           Shape{3, 64, 4, 4, 256, 2},          // no GQA, head_dim 256 (large shared memory), generic split prefill
+           Shape{40, 9, 6, 2, 32, 1},           // head_dim 32: generic prefill
+           Shape{20, 200, 9, 3, 64, 3, true},   // SmolLM2 heads, generic split prefill
        }) {
-    SCOPED_TRACE(testing::Message() << "tokens=" << s.tokens << " pos=" << s.pos << " heads=" << s.n_heads << "/"
-                                    << s.n_kv_heads << " head_dim=" << s.head_dim << " splits=" << s.splits);
+    SCOPED_TRACE(describe(s));
     EXPECT_LT(run_attention(s), 1e-4);
+  }
+}
+
+// Tensor cores (head_dim 64 and 128, prefill and decode): queries and
+// probabilities are rounded to f16 (relative 2^-11 each), so outputs carry
+// ~1e-3 relative error against the float64 reference; a leak through the
+// causal mask or a lost tile costs far more than 5e-3.
+TEST(Attention, TensorCoresMatchReference) {
+  for (const Shape s : {
+           Shape{1, 0, 8, 2, 64, 1},        // first token: one key
+           Shape{1, 100, 32, 8, 128, 1},    // 8B decode, GQA 4
+           Shape{1, 1000, 32, 8, 128, 7},   // decode, split key range, merged in the launch
+           Shape{1, 300, 64, 8, 128, 33},   // 70B-like group of 8, more splits than useful
+           Shape{1, 77, 9, 3, 64, 1},       // SmolLM2 decode
+           Shape{1, 50, 16, 1, 64, 1},      // decode, group 16
+           Shape{7, 0, 8, 8, 64, 1},        // no GQA, a part of one query tile
+           Shape{37, 0, 8, 2, 64, 1},       // prefill from empty
+           Shape{64, 0, 32, 8, 128, 1},     // 8B heads: exactly 4 query tiles of 16 tokens
+           Shape{100, 37, 9, 3, 64, 1},     // SmolLM2 heads, group 3: 21 tokens (63 rows) per tile
+           Shape{70, 50, 16, 2, 128, 1},    // group 8: 8 tokens per tile, after a prefix
+           Shape{300, 200, 16, 2, 128, 1},  // many key tiles, the causal edge inside tiles
+           Shape{300, 0, 32, 8, 128, 3},    // split key ranges
+           Shape{100, 500, 16, 2, 128, 7},  // long prefix, 7 splits
+           Shape{7, 1000, 32, 8, 128, 5},   // few tokens after a long prefix
+           Shape{20, 0, 8, 2, 64, 9},       // more splits than key tiles: empty ranges
+           Shape{65, 31, 4, 4, 128, 2},     // a last tile of one token, split
+           Shape{20, 200, 9, 3, 64, 3},     // SmolLM2 heads, split prefill
+           Shape{3, 10, 64, 1, 128, 1},     // group 64: one token per tile
+       }) {
+    SCOPED_TRACE(describe(s));
+    EXPECT_LT(run_attention(s), 5e-3);
+  }
+}
+
+// Split decodes merge in their last block through a counter that must return
+// to 0 after each launch: back-to-back launches of several shapes stay exact,
+// on the tensor-core path and the decode kernel.
+TEST(Attention, SplitDecodeRepeats) {
+  for (int i = 0; i < 3; ++i) {
+    for (const Shape s : {Shape{1, 1000, 32, 8, 128, 16}, Shape{1, 4000, 9, 3, 64, 40}, Shape{1, 100, 8, 8, 128, 3}}) {
+      SCOPED_TRACE(describe(s));
+      EXPECT_LT(run_attention(s), 5e-3);
+      Shape f32 = s;
+      f32.odd_q_stride = true;
+      EXPECT_LT(run_attention(f32), 1e-4);
+    }
   }
 }
 

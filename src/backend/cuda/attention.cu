@@ -3,12 +3,20 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace nt {
 namespace {
+
+using attention_detail::kMaxCountedKvHeads;
+using attention_detail::kMaxSplits;
+using attention_detail::merge_splits_if_last;
+using attention_detail::partial_acc;
+using attention_detail::partial_ml;
+using attention_detail::split_range;
 
 constexpr int kThreads = 256;
 constexpr int kKeyTile = kKvTile;               // one key per lane in the softmax step
@@ -39,14 +47,6 @@ size_t shared_bytes(const Geometry& g, int head_dim) {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per KV head the decode kernel handles
-
-// Start and end of the key range of `split` when n_keys keys are visible:
-// equal shares rounded up to whole tiles.
-__device__ __forceinline__ void split_range(int64_t n_keys, int n_splits, int split, int64_t& begin, int64_t& end) {
-  const int64_t chunk = ((n_keys + n_splits - 1) / n_splits + kKeyTile - 1) / kKeyTile * kKeyTile;
-  begin = std::min<int64_t>(n_keys, int64_t(split) * chunk);
-  end = std::min<int64_t>(n_keys, begin + chunk);
-}
 
 // PRECOND: rows * head_dim <= kMaxRowElems; keys 0..pos+n_tokens-1 are in the cache.
 // Grid (kv head, query tile, split). Bytes moved: each K/V row of the block's
@@ -155,12 +155,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
     if (p.n_splits == 1) {
       p.out[t * p.out_stride + int64_t(head) * hd + d] = acc[i] / l_s[r];
     } else {
-      float* part = p.partials + ((int64_t(split) * p.n_tokens + t) * p.n_heads + head) * (hd + 2);
-      part[d] = acc[i];
-      if (d == 0) {
-        part[hd] = m_s[r];
-        part[hd + 1] = l_s[r];
-      }
+      partial_acc(p, split, t, head)[d] = acc[i];
+      if (d == 0) *partial_ml(p, split, t, head) = make_float2(m_s[r], l_s[r]);
     }
   }
 }
@@ -169,9 +165,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
 // kDecodeWarps-th tile of the split's keys. Scores: lane j scores key j of the
 // tile against the group's query heads (16-byte K chunks, contiguous across
 // the warp); values: lane owns kDimsPerLane dims of V. The warps' softmax
-// states merge through shared memory at the end.
-// PRECOND: head_dim == 32 * kDimsPerLane; group <= kGroupCap <= kMaxGroup; n_tokens == 1.
-// Bytes moved: the split's K and V rows once (f16), queries once, outputs once.
+// states merge through shared memory at the end, the splits in the last
+// block of the KV head to finish (merge_splits_if_last).
+// PRECOND: head_dim == 32 * kDimsPerLane; group <= kGroupCap <= kMaxGroup; n_tokens == 1;
+// n_splits <= kMaxSplits.
+// Bytes moved: the split's K and V rows once (f16), queries once, partials
+// twice (written, read by the merging block), outputs once.
 template <int kDimsPerLane, int kGroupCap>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(AttentionParams p) {
   constexpr int hd = 32 * kDimsPerLane, kChunks = hd / 8;
@@ -328,21 +327,24 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     if (p.n_splits == 1) {
       p.out[int64_t(head) * hd + d] = num / den;
     } else {
-      float* part = p.partials + (int64_t(split) * p.n_heads + head) * (hd + 2);
-      part[d] = num;
-      if (d == 0) {
-        part[hd] = mx;
-        part[hd + 1] = den;
-      }
+      partial_acc(p, split, 0, head)[d] = num;
+      if (d == 0) *partial_ml(p, split, 0, head) = make_float2(mx, den);
     }
   }
+  // The probabilities and the warps' accumulators are dead: their space is the merge's scratch.
+  if (p.n_splits > 1) merge_splits_if_last(p, kv_head, group, p_s);
 }
 
+// merge_splits_if_last's (n_splits + 1) * group floats of scratch fit in the
+// probabilities (kDecodeWarps * kKeyTile * kMaxGroup) and the accumulators
+// (kDecodeWarps * group * head_dim, head_dim >= 64).
+static_assert((kMaxSplits + 1 - kDecodeWarps * 64) * kMaxGroup <= kDecodeWarps * kKeyTile * kMaxGroup);
 size_t decode_shared_bytes(int group, int head_dim) {
   return sizeof(float) * (size_t(group) * head_dim + size_t(kDecodeWarps) * kKeyTile * kMaxGroup +
                           size_t(kDecodeWarps) * group * head_dim + size_t(kDecodeWarps) * group * 2);
 }
 
+// Merges the splits of the prefill kernels (decode merges in its own launch).
 // PRECOND: every split wrote its partial (an empty split has l = 0).
 // One block per (token, head); bytes moved: the partials once, the output once.
 __global__ void combine_splits_kernel(AttentionParams p) {
@@ -351,19 +353,19 @@ __global__ void combine_splits_kernel(AttentionParams p) {
   const int64_t t = blockIdx.x / p.n_heads;
   const int head = int(blockIdx.x % p.n_heads);
   const int hd = p.head_dim;
-  auto part = [&](int s) { return p.partials + ((int64_t(s) * p.n_tokens + t) * p.n_heads + head) * (hd + 2); };
   float m = -INFINITY;
   for (int s = 0; s < p.n_splits; ++s) {
-    if (part(s)[hd + 1] > 0.0f) m = fmaxf(m, part(s)[hd]);
+    const float2 ml = *partial_ml(p, s, t, head);
+    if (ml.y > 0.0f) m = fmaxf(m, ml.x);
   }
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float num = 0.0f, den = 0.0f;
     for (int s = 0; s < p.n_splits; ++s) {
-      const float* ps = part(s);
-      if (ps[hd + 1] > 0.0f) {
-        const float w = __expf(ps[hd] - m);
-        num += w * ps[d];
-        den += w * ps[hd + 1];
+      const float2 ml = *partial_ml(p, s, t, head);
+      if (ml.y > 0.0f) {
+        const float w = __expf(ml.x - m);
+        num += w * partial_acc(p, s, t, head)[d];
+        den += w * ml.y;
       }
     }
     p.out[t * p.out_stride + int64_t(head) * hd + d] = num / den;
@@ -383,13 +385,25 @@ void launch_generic(const AttentionParams& p, const Geometry& g, cudaStream_t st
 }  // namespace
 
 int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors) {
-  const Geometry g = geometry(n_tokens, n_heads, n_kv_heads, head_dim);
-  const int64_t blocks = int64_t(n_kv_heads) * g.n_tiles;
-  // Decode blocks are light (4 warps): aim for 4 per multiprocessor.
-  const int64_t target = (n_tokens == 1 ? 4 : 2) * int64_t(multiprocessors);
+  if (n_tokens == 1) {
+    // One wave of decode blocks (two fit per multiprocessor), each with at
+    // least one 64-key tile: on an H200 at context 512, 8 splits beat 4 and
+    // 16; up to 128K keys no split count beat one wave.
+    const int64_t wave = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / n_kv_heads);
+    const int64_t useful = (max_keys + 2 * kKeyTile - 1) / (2 * kKeyTile);
+    return int(std::clamp<int64_t>(std::min(wave, useful), 1, kMaxSplits));
+  }
+  const bool mma = attention_detail::mma_prefill_shape_supported(n_heads, n_kv_heads, head_dim);
+  const int64_t tiles = mma ? attention_detail::mma_prefill_query_tiles(n_tokens, n_heads, n_kv_heads)
+                            : geometry(n_tokens, n_heads, n_kv_heads, head_dim).n_tiles;
+  const int64_t blocks = int64_t(n_kv_heads) * tiles;
+  // Tensor-core blocks: one per multiprocessor is enough (splits cost a
+  // combine kernel); the generic kernel's blocks are lighter.
+  const int64_t target = (mma ? 1 : 2) * int64_t(multiprocessors);
   const int64_t wanted = (target + blocks - 1) / blocks;
-  const int64_t useful = (max_keys + 4 * kKeyTile - 1) / (4 * kKeyTile);  // at least 4 tiles per split
-  return int(std::clamp<int64_t>(std::min(wanted, useful), 1, 256));
+  const int64_t keys_per_split = (mma ? 8 : 4) * kKeyTile;  // at least 4 tiles of the kernel's width
+  const int64_t useful = (max_keys + keys_per_split - 1) / keys_per_split;
+  return int(std::clamp<int64_t>(std::min(wanted, useful), 1, kMaxSplits));
 }
 
 size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, int n_splits) {
@@ -399,19 +413,24 @@ size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, in
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   if (p.n_heads % p.n_kv_heads != 0) fail("attention: {} heads is not a multiple of {} KV heads", p.n_heads, p.n_kv_heads);
-  const Geometry g = geometry(p.n_tokens, p.n_heads, p.n_kv_heads, p.head_dim);
-  if (g.rows * p.head_dim > kMaxRowElems) {
-    fail("attention: {} query heads per KV head of dimension {} exceed this kernel's {} elements per block", g.group,
-         p.head_dim, kMaxRowElems);
-  }
+  if (p.n_splits < 1 || p.n_splits > kMaxSplits) fail("attention: {} key-range splits, not 1..{}", p.n_splits, kMaxSplits);
   if (p.n_splits > 1 && !p.partials) fail("attention: {} splits need a partials buffer", p.n_splits);
   if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
     fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
   }
+  // Tensor cores for head_dim 64 and 128, decode included; the decode kernel
+  // for the other head sizes it handles; the generic kernel for the rest.
+  const int group = p.n_heads / p.n_kv_heads;
   const int dims_per_lane = p.head_dim / 32;
-  if (p.n_tokens == 1 && g.group <= kMaxGroup && p.head_dim % 32 == 0 &&
-      (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {
-    const size_t smem = decode_shared_bytes(g.group, p.head_dim);
+  bool merged = p.n_splits == 1;
+  if (attention_detail::mma_prefill_supported(p)) {
+    merged = attention_detail::launch_mma_prefill(p, stream) || merged;
+  } else if (p.n_tokens == 1 && group <= kMaxGroup && p.head_dim % 32 == 0 &&
+             (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {
+    if (p.n_splits > 1 && p.n_kv_heads > kMaxCountedKvHeads) {
+      fail("attention: {} KV heads exceed the {} split counters of the decode kernel", p.n_kv_heads, kMaxCountedKvHeads);
+    }
+    const size_t smem = decode_shared_bytes(group, p.head_dim);
     const dim3 grid(unsigned(p.n_kv_heads), unsigned(p.n_splits));
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024) {
@@ -422,19 +441,25 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     // Register arrays are sized for the group rounded up to a power of two.
     auto launch_dims = [&](auto dims) {
       constexpr int kDims = decltype(dims)::value;
-      if (g.group <= 1) launch(attention_decode_kernel<kDims, 1>);
-      else if (g.group <= 2) launch(attention_decode_kernel<kDims, 2>);
-      else if (g.group <= 4) launch(attention_decode_kernel<kDims, 4>);
+      if (group <= 1) launch(attention_decode_kernel<kDims, 1>);
+      else if (group <= 2) launch(attention_decode_kernel<kDims, 2>);
+      else if (group <= 4) launch(attention_decode_kernel<kDims, 4>);
       else launch(attention_decode_kernel<kDims, 8>);
     };
     if (dims_per_lane == 2) launch_dims(std::integral_constant<int, 2>{});
     if (dims_per_lane == 4) launch_dims(std::integral_constant<int, 4>{});
     if (dims_per_lane == 8) launch_dims(std::integral_constant<int, 8>{});
     NT_CUDA_CHECK_LAUNCH();
+    merged = true;  // in its last block per KV head
   } else {
+    const Geometry g = geometry(p.n_tokens, p.n_heads, p.n_kv_heads, p.head_dim);
+    if (g.rows * p.head_dim > kMaxRowElems) {
+      fail("attention: {} query heads per KV head of dimension {} exceed this kernel's {} elements per block", g.group,
+           p.head_dim, kMaxRowElems);
+    }
     launch_generic(p, g, stream);
   }
-  if (p.n_splits > 1) {
+  if (!merged) {
     cuda::launch_kernel(combine_splits_kernel, dim3(unsigned(p.n_tokens * p.n_heads)), dim3(128), 0, stream, p);
     NT_CUDA_CHECK_LAUNCH();
   }

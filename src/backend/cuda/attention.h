@@ -1,7 +1,9 @@
 // Causal attention over the f16 KV cache, for decode (one token) and prefill
-// (many): flash-style online softmax over tiles of 32 keys, any context
-// length. The key range is split over several blocks when the queries alone
-// would not fill the GPU; a second kernel merges the splits.
+// (many): flash-style online softmax over tiles of keys, any context length.
+// head_dim 64 and 128 run on tensor cores (f16 queries and probabilities, f32
+// accumulation); other sizes in f32. The key range is split over several
+// blocks when the queries alone would not fill the GPU; decode merges the
+// splits in the same launch, prefill in a second kernel.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -632,7 +632,10 @@ void CudaLlamaRunner::forward(std::span<const int32_t> tokens, int64_t pos, floa
       }
       NT_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
     } else {
-      run_chunk(n, pos + start + n, all_logits);
+      // A decode step splits the keys as the captured graph does (for the whole
+      // context), so decode results do not depend on whether a graph runs
+      // (the tensor-core attention rounds probabilities per split).
+      run_chunk(n, n == 1 ? context_ : pos + start + n, all_logits);
     }
     if (all_logits) {
       NT_CUDA_CHECK(cudaMemcpyAsync(logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));

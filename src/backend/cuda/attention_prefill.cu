@@ -1,0 +1,320 @@
+// Prefill attention on tensor cores, flash-attention-2 style. A block holds
+// 64 query rows (tokens x the query heads of one KV group, row r = token *
+// group + head, so each K/V tile is read once per group), one warp per 16
+// rows. K/V tiles of 64 keys stream through shared memory with cp.async,
+// double buffered; S = Q K^T and O += P V run as mma.sync m16n8k16 with f16
+// inputs and f32 accumulators; the softmax is online, in f32 registers, in
+// base 2 (log2(e) is folded into the query scale). Decode (one token) runs
+// here too: its `group` rows leave warps idle, but K/V stream through the
+// same pipeline and the splits merge in the launch's last block per KV head.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
+
+namespace nt::attention_detail {
+namespace {
+
+constexpr int kWarps = kMmaRows / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kKeys = 2 * kKvTile;  // keys per tile: two cache tiles, contiguous in both caches
+constexpr int kPad = 8;             // halves after each Q/V row: ldmatrix's 8 rows then hit distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared memory in halves: Q [kMmaRows][kRowStride], then two stages of
+// K (the cache's own tile layout, [cache tile][8-dim chunk][key][8]) and
+// V [kKeys][kRowStride].
+template <int kHeadDim>
+struct PrefillSmem {
+  static constexpr int kRowStride = kHeadDim + kPad;
+  static constexpr int kQ = kMmaRows * kRowStride;
+  static constexpr int kK = kKeys * kHeadDim;
+  static constexpr int kV = kKeys * kRowStride;
+  static constexpr int kStage = kK + kV;
+  static constexpr size_t kBytes = sizeof(uint16_t) * size_t(kQ + 2 * kStage);
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared; when !valid nothing is read and zeros are written.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// All but the most recent group have landed.
+__device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+// c += a (16x16, row-major) * b (16x8, column-major).
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 2^x; 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache;
+// q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
+// n_kv_heads <= kMaxCountedKvHeads, (n_splits + 1) * group floats fit in the shared memory.
+// Grid (KV head, query tile, split).
+// Bytes moved: the split's K/V rows once per query tile (f16, mostly L2 hits:
+// the tiles of one KV head share them), queries once, outputs (or partials) once.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 2)
+    mma_prefill_kernel(AttentionParams p, int group, int tile_tokens, int n_tiles, bool merge_last) {
+  using Smem = PrefillSmem<kHeadDim>;
+  constexpr int kStride = Smem::kRowStride;
+  constexpr int kDimSteps = kHeadDim / 16;  // k-steps of Q K^T
+  constexpr int kDimTiles = kHeadDim / 8;   // n-tiles of O
+  constexpr int kKeyTiles = kKeys / 8;      // n-tiles of S
+  constexpr int kPieces = kKeys * kHeadDim / 8;  // 16-byte pieces per K (or V) tile
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* q_s = smem;
+  auto k_stage = [&](int s) { return smem + Smem::kQ + s * Smem::kStage; };
+  auto v_stage = [&](int s) { return smem + Smem::kQ + s * Smem::kStage + Smem::kK; };
+
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const int kv_head = blockIdx.x, split = blockIdx.z;
+  const int tile = n_tiles - 1 - int(blockIdx.y);  // the longest causal ranges start first
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t pos0 = *p.pos;
+  const int64_t t0 = int64_t(tile) * tile_tokens;
+  const int tokens = int(std::min<int64_t>(tile_tokens, p.n_tokens - t0));
+  const int rows = tokens * group;
+  int64_t k_begin, k_end;  // of the keys visible to the tile's last token
+  split_range(pos0 + t0 + tokens, p.n_splits, split, k_begin, k_end);
+  const int n_iter = int((k_end - k_begin + kKeys - 1) / kKeys);
+
+  // Keys past k_end are zero-filled (unwritten cache may hold NaN) and masked.
+  auto load_tile = [&](int stage, int64_t key0) {
+    uint16_t* ks = k_stage(stage);
+    uint16_t* vs = v_stage(stage);
+    constexpr int kPiecesPerCacheTile = kKvTile * kHeadDim / 8;
+    static_assert(kPieces % kThreads == 0);
+#pragma unroll
+    for (int j = 0; j < kPieces / kThreads; ++j) {
+      const int i = tid + j * kThreads;
+      const int64_t tile_key0 = key0 + (i / kPiecesPerCacheTile) * kKvTile;
+      const int within = i % kPiecesPerCacheTile;  // (chunk, key) of the cache tile
+      const bool valid = tile_key0 + within % kKvTile < k_end;
+      const uint16_t* src = valid ? p.k_cache + k_cache_index(kv_head, tile_key0, 0, p.context, kHeadDim) + within * 8 : p.k_cache;
+      cp_async16(ks + i * 8, src, valid);
+    }
+#pragma unroll
+    for (int j = 0; j < kPieces / kThreads; ++j) {
+      const int i = tid + j * kThreads;
+      const int k = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+      const bool valid = key0 + k < k_end;
+      const uint16_t* src = valid ? p.v_cache + v_cache_index(kv_head, key0 + k, c * 8, p.context, kHeadDim) : p.v_cache;
+      cp_async16(vs + k * kStride + c * 8, src, valid);
+    }
+  };
+  if (n_iter > 0) load_tile(0, k_begin);
+  cp_async_commit();
+
+  // Queries, pre-scaled, as f16; rows past the tile are zeros.
+  const float scale = rsqrtf(float(kHeadDim)) * kLog2e;
+  for (int i = tid; i < kMmaRows * kHeadDim / 4; i += kThreads) {
+    const int r = i / (kHeadDim / 4), c = i % (kHeadDim / 4);
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < rows) {
+      const int64_t t = t0 + r / group;
+      const int head = kv_head * group + r % group;
+      v = *reinterpret_cast<const float4*>(p.q + t * p.q_stride + int64_t(head) * kHeadDim + c * 4);
+    }
+    *reinterpret_cast<uint2*>(q_s + r * kStride + c * 4) =
+        make_uint2(pack_half2(v.x * scale, v.y * scale), pack_half2(v.z * scale, v.w * scale));
+  }
+  __syncthreads();
+  // A fragments of the warp's 16 rows: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15) of each k-step.
+  uint32_t qf[kDimSteps][4];
+#pragma unroll
+  for (int kd = 0; kd < kDimSteps; ++kd) ldmatrix_x4(qf[kd], q_s + (warp * 16 + (lane & 15)) * kStride + kd * 16 + (lane >> 4) * 8);
+
+  // This thread's accumulator elements: rows g and g + 8 of the warp, columns 2q and 2q + 1 of each n-tile.
+  const int g = lane >> 2, q = lane & 3;
+  const int row0 = warp * 16 + g;
+  const int64_t limit[2] = {std::min(pos0 + t0 + row0 / group, k_end - 1), std::min(pos0 + t0 + (row0 + 8) / group, k_end - 1)};
+  const int64_t block_limit = std::min(pos0 + t0, k_end - 1);  // the smallest row limit
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const bool has_rows = warp * 16 < rows;  // else the warp only helps load
+  for (int it = 0; it < n_iter; ++it) {
+    const int64_t key0 = k_begin + int64_t(it) * kKeys;
+    if (it + 1 < n_iter) load_tile((it + 1) & 1, key0 + kKeys);
+    cp_async_commit();
+    cp_async_wait_all_but_one();
+    __syncthreads();
+    if (!has_rows) {
+      __syncthreads();
+      continue;
+    }
+    const uint16_t* ks = k_stage(it & 1);
+    const uint16_t* vs = v_stage(it & 1);
+
+    // S = Q K^T. B fragments: matrices (chunk 2kd | 2kd + 1) x (keys 0-7 | 8-15 of the pair of n-tiles).
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kd = 0; kd < kDimSteps; ++kd) {
+#pragma unroll
+      for (int np = 0; np < kKeyTiles / 2; ++np) {
+        const int key = np * 16 + (lane >> 4) * 8 + (lane & 7);
+        const int chunk = 2 * kd + ((lane >> 3) & 1);
+        uint32_t b[4];
+        ldmatrix_x4(b, ks + (key / kKvTile) * (kKvTile * kHeadDim) + chunk * (kKvTile * 8) + (key % kKvTile) * 8);
+        mma_f16(s[2 * np], qf[kd], b[0], b[1]);
+        mma_f16(s[2 * np + 1], qf[kd], b[2], b[3]);
+      }
+    }
+    if (key0 + kKeys - 1 > block_limit) {  // causal edge or end of the range inside this tile
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (key0 + nt * 8 + 2 * q + (e & 1) > limit[e >> 1]) s[nt][e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax; a row with no visible key yet keeps m = -inf and uses 0 as its base.
+    float base[2], alpha[2], row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m[h];
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      base[h] = mx == -INFINITY ? 0.0f : mx;
+      alpha[h] = fast_exp2(m[h] - base[h]);
+      m[h] = mx;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = fast_exp2(s[nt][e] - base[e >> 1]);
+        row_sum[e >> 1] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + row_sum[h];  // per-thread share; summed over the quad at the end
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      o[dt][0] *= alpha[0];
+      o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1];
+      o[dt][3] *= alpha[1];
+    }
+
+    // O += P V: the S accumulators of n-tiles 2kk, 2kk + 1 are the A fragment of
+    // k-step kk; B fragments by transposed loads of V, matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                             pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + key * kStride + dp * 16 + (lane >> 4) * 8);
+        mma_f16(o[2 * dp], a, b[0], b[1]);
+        mma_f16(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the stage is overwritten by the next iteration's prefetch
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = row0 + 8 * h;
+    if (r >= rows) continue;
+    const int64_t t = t0 + r / group;
+    const int head = kv_head * group + r % group;
+    if (p.n_splits == 1) {
+      const float inv = 1.0f / l[h];
+      float* out = p.out + t * p.out_stride + int64_t(head) * kHeadDim + 2 * q;
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) *reinterpret_cast<float2*>(out + dt * 8) = make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    } else {
+      float* acc = partial_acc(p, split, t, head) + 2 * q;
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) *reinterpret_cast<float2*>(acc + dt * 8) = make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+      if (q == 0) *partial_ml(p, split, t, head) = make_float2(m[h] * kLn2, l[h]);
+    }
+  }
+  if (merge_last) merge_splits_if_last(p, kv_head, group, reinterpret_cast<float*>(smem));  // tiles are dead
+}
+
+template <int kHeadDim>
+bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
+  const int group = p.n_heads / p.n_kv_heads;
+  const int tile_tokens = kMmaRows / group;
+  const int64_t n_tiles = mma_prefill_query_tiles(p.n_tokens, p.n_heads, p.n_kv_heads);
+  if (n_tiles > 65535) fail("attention: {} query tiles exceed the grid's limit", n_tiles);
+  constexpr size_t smem = PrefillSmem<kHeadDim>::kBytes;
+  const bool merge_last = p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits &&
+                          p.n_kv_heads <= kMaxCountedKvHeads && size_t(p.n_splits + 1) * size_t(group) * 4 <= smem;
+  if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
+    NT_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  cuda::launch_kernel(mma_prefill_kernel<kHeadDim>, dim3(unsigned(p.n_kv_heads), unsigned(n_tiles), unsigned(p.n_splits)),
+                      dim3(kThreads), smem, stream, p, group, tile_tokens, int(n_tiles), merge_last);
+  NT_CUDA_CHECK_LAUNCH();
+  return merge_last;
+}
+
+}  // namespace
+
+bool mma_prefill_shape_supported(int n_heads, int n_kv_heads, int head_dim) {
+  return (head_dim == 64 || head_dim == 128) && n_heads / n_kv_heads <= kMmaRows;
+}
+
+bool mma_prefill_supported(const AttentionParams& p) {
+  const auto aligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+  return mma_prefill_shape_supported(p.n_heads, p.n_kv_heads, p.head_dim) && aligned(p.q, 16) && p.q_stride % 4 == 0 &&
+         aligned(p.out, 8) && p.out_stride % 2 == 0;
+}
+
+int64_t mma_prefill_query_tiles(int64_t n_tokens, int n_heads, int n_kv_heads) {
+  const int64_t tile_tokens = kMmaRows / (n_heads / n_kv_heads);
+  return (n_tokens + tile_tokens - 1) / tile_tokens;
+}
+
+bool launch_mma_prefill(const AttentionParams& p, cudaStream_t stream) {
+  return p.head_dim == 64 ? launch_for_head_dim<64>(p, stream) : launch_for_head_dim<128>(p, stream);
+}
+
+}  // namespace nt::attention_detail
