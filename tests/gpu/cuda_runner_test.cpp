@@ -131,7 +131,7 @@ TEST(CudaRunner, RefusesContextsThatDoNotFit) {
 }
 
 TEST(CudaRunner, SmolLM2MatchesReference) {
-  const std::string path = std::string(NT_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
   const test::ReferenceLlama ref(*file);

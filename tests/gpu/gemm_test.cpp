@@ -9,9 +9,10 @@ namespace {
 
 class GemmTest : public testing::TestWithParam<TensorType> {};
 
-TEST_P(GemmTest, MatchesReferenceInRowBlocks) {
-  const TensorType type = GetParam();
-  const int64_t rows = 133, cols = 512, tokens = 70, y_stride = 150;
+// Gemm::run with a scratch of scratch_rows f16 rows against float64 products
+// of the f16-rounded operands the tensor cores multiply, without and with
+// accumulation into y.
+void expect_gemm_matches(TensorType type, int64_t rows, int64_t cols, int64_t tokens, int64_t y_stride, int64_t scratch_rows) {
   const auto bytes = test::random_weights(type, rows, cols);
   const auto w = test::dequantize_matrix(type, bytes, rows, cols);
   const auto x = test::random_floats(size_t(tokens * cols));
@@ -20,12 +21,11 @@ TEST_P(GemmTest, MatchesReferenceInRowBlocks) {
   const DeviceBuffer dx = test::to_device(x);
   DeviceBuffer dx16(x.size() * 2, "x f16");
   convert_f32_to_f16(dx.as<float>(), int64_t(x.size()), dx16.as<uint16_t>(), nullptr);
-  Gemm gemm(40 * cols * 2);  // 40 rows at a time: four row blocks
+  Gemm gemm(uint64_t(scratch_rows * cols * 2));
   for (bool accumulate : {false, true}) {
     DeviceBuffer dy = test::to_device(base);
     gemm.run(dw.m, dx16.as<uint16_t>(), tokens, dy.as<float>(), y_stride, accumulate, nullptr);
     const auto y = test::to_host<float>(dy, base.size());
-    // Reference on the f16-rounded operands the tensor cores multiply.
     std::vector<float> got;
     std::vector<double> ref;
     for (int64_t t = 0; t < tokens; ++t) {
@@ -43,6 +43,15 @@ TEST_P(GemmTest, MatchesReferenceInRowBlocks) {
     }
     EXPECT_LT(test::relative_error(got, ref), 1e-5) << tensor_type_name(type) << " accumulate=" << accumulate;
   }
+}
+
+TEST_P(GemmTest, MatchesReferenceInRowBlocks) {
+  expect_gemm_matches(GetParam(), 133, 512, 70, 150, 40);  // four row blocks of 40, 40, 40, 13
+}
+
+// A scratch of 300 rows runs blocks of 256 rows (whole GEMM tiles): 256, 256, 88.
+TEST_P(GemmTest, MatchesReferenceInTileRowBlocks) {
+  expect_gemm_matches(GetParam(), 600, 256, 9, 610, 300);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, GemmTest, testing::ValuesIn(test::all_weight_types()),

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -18,6 +20,13 @@
 #include "quant/tensor_type.h"
 
 namespace nt::test {
+
+// The real SmolLM2 file: NT_SMOLLM2_GGUF when set (a copy placed elsewhere on
+// the GPU machine), else the default model's download location.
+inline std::string smollm2_path() {
+  const char* env = std::getenv("NT_SMOLLM2_GGUF");
+  return env && *env ? std::string(env) : std::string(NT_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
 
 inline std::mt19937& rng() {
   static std::mt19937 gen{std::random_device{}()};

@@ -11,11 +11,13 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "backend/cuda/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
 #include "test_models.h"
+#include "model/llama_config.h"
 #include "model/tensor_names.h"
 #include "quant/quant.h"
 
@@ -101,17 +103,17 @@ double max_relative_difference(const std::vector<float>& a, const std::vector<fl
   return worst / scale;
 }
 
-void expect_streaming_matches_resident(const ModelSpec& spec, const std::string& name, const CudaRunnerOptions& base,
+void expect_file_streams_like_resident(const std::string& path, int64_t layers, int64_t vocab, const CudaRunnerOptions& base,
                                        std::vector<std::array<int64_t, 2>> splits) {
-  const auto file = GgufFile::open(write_model(spec, name));
-  std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
+  const auto file = GgufFile::open(path);
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(vocab - 1));
   std::vector<int32_t> prompt(52);
   for (auto& t : prompt) t = dist(test::rng());
-  const Run want = run(*file, base, prompt, spec.vocab);
+  const Run want = run(*file, base, prompt, vocab);
   for (const auto& [vram, ram] : splits) {
-    SCOPED_TRACE(testing::Message() << vram << " vram, " << ram << " ram, " << spec.layers - vram - ram << " disk layers");
-    const Run got = run(*file, budgets_for(*file, vram, ram, base), prompt, spec.vocab,
-                        fmt::format("layers {} vram + {} ram + {} disk", vram, ram, spec.layers - vram - ram));
+    SCOPED_TRACE(testing::Message() << vram << " vram, " << ram << " ram, " << layers - vram - ram << " disk layers");
+    const Run got = run(*file, budgets_for(*file, vram, ram, base), prompt, vocab,
+                        fmt::format("layers {} vram + {} ram + {} disk", vram, ram, layers - vram - ram));
     EXPECT_LT(max_relative_difference(got.prefill_logits, want.prefill_logits), 1e-5);
     ASSERT_EQ(got.decode_logits.size(), want.decode_logits.size());
     for (size_t i = 0; i < got.decode_logits.size(); ++i) {
@@ -119,6 +121,11 @@ void expect_streaming_matches_resident(const ModelSpec& spec, const std::string&
     }
     EXPECT_EQ(got.tokens, want.tokens);
   }
+}
+
+void expect_streaming_matches_resident(const ModelSpec& spec, const std::string& name, const CudaRunnerOptions& base,
+                                       std::vector<std::array<int64_t, 2>> splits) {
+  expect_file_streams_like_resident(write_model(spec, name), spec.layers, spec.vocab, base, std::move(splits));
 }
 
 TEST(LayerStreaming, MixedKQuantsMatchResidentAcrossTiers) {
@@ -139,6 +146,15 @@ TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
   o.ring_slots = 2;
   o.io = IoBackend::Mmap;
   expect_streaming_matches_resident(s, "nt_stream_mmap.gguf", o, {{1, 2}});
+}
+
+TEST(LayerStreaming, SmolLM2AcrossThreeTiersMatchesResident) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const LlamaConfig config = read_llama_config(file->header(), path);
+  // 30 layers: a third in each tier, then a few resident with the rest streamed.
+  expect_file_streams_like_resident(path, config.n_layers, config.vocab_size, CudaRunnerOptions{}, {{10, 10}, {3, 20}});
 }
 
 TEST(LayerStreaming, BudgetsTooSmallForOneLayerFailClearly) {
