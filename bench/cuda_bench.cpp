@@ -2,8 +2,9 @@
 // per weight format against a device-to-device copy measured in the same run,
 // a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile] [dir for the model file]
+// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace] [dir for the model file]
 // (decode = sweep + model)
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -550,6 +551,24 @@ void bench_model(const std::string& dir, std::mt19937& rng) {
   std::filesystem::remove(path);
 }
 
+// One decode step of the 8B-shaped model between cudaProfilerStart/Stop, for
+// `ncu --profile-from-start off --graph-profiling node`: the graph's kernels
+// one by one, each timed alone.
+void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
+  const std::string path = dir + "/nt_bench_8b_q4_k_m.gguf";
+  write_8b_model(path, rng);
+  const auto file = GgufFile::open(path);
+  auto runner = make_cuda_runner(*file, 4096);
+  std::vector<float> logits(static_cast<size_t>(runner->config().vocab_size));
+  int32_t token = 1;
+  for (int64_t pos : {512, 513}) runner->forward(std::span(&token, 1), pos, logits.data(), false);  // capture, replay
+  NT_CUDA_CHECK(cudaProfilerStart());
+  runner->forward(std::span(&token, 1), 514, logits.data(), false);
+  NT_CUDA_CHECK(cudaProfilerStop());
+  fmt::print("profiled one decode step at position 514\n");
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace nt
 
@@ -571,6 +590,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "attention") bench_prefill_attention(d.multiprocessors, rng);
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
+    if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;

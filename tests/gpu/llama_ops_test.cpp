@@ -10,8 +10,12 @@
 namespace nt {
 namespace {
 
-TEST(RmsNorm, MatchesReferenceAndQuantizesItsOutput) {
-  const int64_t rows = 5, dim = 576;
+// Shapes of prefill (one block per row) and of decode (a row in slices of
+// blocks, the last one partial for 576 = 18 groups of 32).
+class RmsNorm : public testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(RmsNorm, MatchesReferenceAndQuantizesItsOutput) {
+  const auto [rows, dim] = GetParam();
   const float eps = 1e-5f;
   const auto x = test::random_floats(size_t(rows * dim), -4.0f, 4.0f);
   const auto weight = test::random_floats(size_t(dim), 0.5f, 1.5f);
@@ -34,6 +38,12 @@ TEST(RmsNorm, MatchesReferenceAndQuantizesItsOutput) {
   EXPECT_EQ(q, want.q);
   for (size_t b = 0; b < want.d.size(); ++b) EXPECT_FLOAT_EQ(s[2 * b], want.d[b]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNorm,
+                         testing::Values(std::pair<int64_t, int64_t>{5, 576}, std::pair<int64_t, int64_t>{1, 576},
+                                         std::pair<int64_t, int64_t>{1, 4096}, std::pair<int64_t, int64_t>{3, 8192},
+                                         std::pair<int64_t, int64_t>{600, 256}),
+                         [](const auto& info) { return std::to_string(info.param.first) + "x" + std::to_string(info.param.second); });
 
 TEST(RopeAndStoreKv, RotatesAdjacentPairsAndFillsTheCache) {
   LlamaConfig c;

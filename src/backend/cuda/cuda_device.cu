@@ -70,7 +70,7 @@ namespace nt::cuda {
 bool programmatic_launch_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("NT_CUDA_PDL");
-    if (!env || std::string_view(env) != "1") return false;
+    if (env && std::string_view(env) == "0") return false;
     int device = 0, major = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;

@@ -1,5 +1,7 @@
 #include "backend/cuda/llama_ops.h"
 
+#include <algorithm>
+
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
@@ -8,26 +10,39 @@
 namespace nt {
 namespace {
 
-constexpr int kNormThreads = 1024;  // one block per row: decode has a single row
+constexpr int kNormThreads = 256;
+constexpr int kNormGroups = kNormThreads / 32;  // 32-element groups a block's warps take per pass
 
-// PRECOND: dim % 32 == 0. One block per row. Bytes moved: the row read twice
-// (the second time from L1/L2), weight once, 4 (f32) + 1.25 (q8) per element written.
+// PRECOND: dim % 32 == 0, x 16-byte aligned. Grid (row, slice): every block
+// sums the squares of its whole row and normalizes (and quantizes) groups
+// [slice * groups_per_slice, ...) of 32 elements, one warp per group. A
+// single decode row so spreads over many multiprocessors, each thread issuing
+// its loads at once, instead of one block walking the row with a weight load
+// per step. Bytes moved: the row once from memory and once per slice from L2,
+// the weights once, 4 (f32) + 1.25 (q8) per element written.
 __global__ void __launch_bounds__(kNormThreads)
-    rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales) {
+    rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales,
+                    int64_t groups_per_slice) {
   __shared__ float scratch[32];
   cuda::allow_dependents();
-  cuda::wait_for_inputs();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
+  const int64_t first = int64_t(blockIdx.y) * groups_per_slice + warp;
+  const int64_t end = min(dim / 32, int64_t(blockIdx.y + 1) * groups_per_slice);
+  const float first_weight = first < end ? weight[first * 32 + lane] : 0.0f;  // never written: load before the wait
+  cuda::wait_for_inputs();
   const float* xr = x + row * dim;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) ss += xr[i] * xr[i];
+  for (int64_t i = int64_t(threadIdx.x) * 4; i < dim; i += kNormThreads * 4) {
+    const float4 v = *reinterpret_cast<const float4*>(xr + i);
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
   const float inv = rsqrtf(cuda::block_sum(ss, scratch) / float(dim) + eps);
-  const int lane = threadIdx.x & 31;
-  for (int64_t block = threadIdx.x / 32; block < dim / 32; block += kNormThreads / 32) {
-    const int64_t i = block * 32 + lane;
-    const float v = xr[i] * inv * weight[i];
+  for (int64_t group = first; group < end; group += kNormGroups) {
+    const int64_t i = group * 32 + lane;
+    const float v = xr[i] * inv * (group == first ? first_weight : weight[i]);
     if (out) out[row * dim + i] = v;
-    if (q8) cuda::quantize_q8_warp(v, q8 + row * dim + block * 32, q8_scales + row * (dim / 32) + block);
+    if (q8) cuda::quantize_q8_warp(v, q8 + row * dim + group * 32, q8_scales + row * (dim / 32) + group);
   }
 }
 
@@ -124,8 +139,12 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, 
               float2* q8_scales, cudaStream_t stream) {
   if (dim % 32 != 0) fail("rms_norm needs a multiple of 32 elements per row, got {}", dim);
   if (n_rows == 0) return;
-  cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows)), dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8,
-                      q8_scales);
+  // Up to ~1024 blocks: one group per warp for a few rows, whole rows per block for many.
+  const int64_t groups = dim / 32;
+  const int64_t slices = std::clamp<int64_t>(1024 / n_rows, 1, (groups + kNormGroups - 1) / kNormGroups);
+  const int64_t groups_per_slice = (groups + slices - 1) / slices;
+  cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows), unsigned((groups + groups_per_slice - 1) / groups_per_slice)),
+                      dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8, q8_scales, groups_per_slice);
   NT_CUDA_CHECK_LAUNCH();
 }
 
