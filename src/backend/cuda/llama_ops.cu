@@ -138,6 +138,7 @@ unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / 
 void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
               float2* q8_scales, cudaStream_t stream) {
   if (dim % 32 != 0) fail("rms_norm needs a multiple of 32 elements per row, got {}", dim);
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) fail("rms_norm reads its rows 16 bytes at a time: x must be 16-byte aligned");
   if (n_rows == 0) return;
   // Up to ~1024 blocks: one group per warp for a few rows, whole rows per block for many.
   const int64_t groups = dim / 32;
