@@ -4,22 +4,17 @@ no stack trace)."""
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-SOURCE_DIR = Path(os.environ.get("NT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", SOURCE_DIR / "build"))
-SHARED_MODELS = Path(os.environ.get("NT_SHARED_MODELS", SOURCE_DIR.parent / "shared" / "models"))
-NTRANSFORMER = BUILD_DIR / "src" / "ntransformer"
+from project_paths import NTRANSFORMER, SHARED_MODELS, convert_stories260k, require_built
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A valid small model (random weights) to corrupt."""
-    if not NTRANSFORMER.exists():
-        pytest.skip(f"{NTRANSFORMER} is not built")
+    require_built(NTRANSFORMER)
     path = tmp_path_factory.mktemp("errors") / "tiny.gguf"
     subprocess.run([str(NTRANSFORMER), "make-model", "--preset", "tiny", "--type", "q4_k", "--out", str(path)],
                    check=True, capture_output=True)
@@ -29,15 +24,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stories(tmp_path_factory):
     """stories260K: a model whose tokenizer has no chat template."""
-    if not NTRANSFORMER.exists():
-        pytest.skip(f"{NTRANSFORMER} is not built")
-    model, tokenizer = SHARED_MODELS / "stories260K.bin", SHARED_MODELS / "tok512.bin"
-    if not model.exists() or not tokenizer.exists():
-        pytest.skip(f"stories260K files are absent from {SHARED_MODELS}")
-    out = tmp_path_factory.mktemp("errors") / "stories260K.gguf"
-    subprocess.run([str(NTRANSFORMER), "convert-llama2c", str(model), str(tokenizer), str(out)],
-                   check=True, capture_output=True)
-    return out
+    return convert_stories260k(tmp_path_factory.mktemp("errors"))
 
 
 def fails(*args, code=1):

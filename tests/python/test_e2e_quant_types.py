@@ -26,7 +26,6 @@ import functools
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 # The reference's many small float64 products run faster on one BLAS thread,
 # and do not fight the engine's threads or a parallel ctest for the 2 CI cores.
@@ -36,13 +35,12 @@ import pytest  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 
-SOURCE_DIR = Path(os.environ.get("NT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", SOURCE_DIR / "build"))
-NTRANSFORMER = BUILD_DIR / "src" / "ntransformer"
+from project_paths import BUILD_DIR, NTRANSFORMER, REFERENCE_DIR  # noqa: E402
+
 LOGITS_TOOL = BUILD_DIR / "tests" / "logits_tool"
 MATMUL_TOOL = BUILD_DIR / "tests" / "matmul_tool"
 
-sys.path.insert(0, str(SOURCE_DIR / "tests" / "reference"))
+sys.path.insert(0, str(REFERENCE_DIR))
 import llama_ref  # noqa: E402
 
 VOCAB = 4096  # the tiny preset's

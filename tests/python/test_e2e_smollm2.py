@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 # The reference's many small float64 products run faster on one BLAS thread,
 # and do not fight the engine's threads or a parallel ctest for the 2 CI cores.
@@ -35,16 +34,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-SOURCE_DIR = Path(os.environ.get("NT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", SOURCE_DIR / "build"))
-MODELS_DIR = Path(os.environ.get("NT_MODELS_DIR", SOURCE_DIR / "models"))
+from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, REFERENCE_DIR  # noqa: E402
+
 MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
-NTRANSFORMER = BUILD_DIR / "src" / "ntransformer"
 LOGITS_TOOL = BUILD_DIR / "tests" / "logits_tool"
 GENERATE_TOOL = BUILD_DIR / "tests" / "generate_tool"
 TOKENIZE_TOOL = BUILD_DIR / "tests" / "tokenize_tool"
 
-sys.path.insert(0, str(SOURCE_DIR / "tests" / "reference"))
+sys.path.insert(0, str(REFERENCE_DIR))
 import llama_ref  # noqa: E402
 
 # Prompts whose every position's logits are compared (63 positions in all).

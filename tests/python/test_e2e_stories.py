@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 # The reference's many small float64 products run faster on one BLAS thread,
 # and do not fight the engine's threads or a parallel ctest for the 2 CI cores.
@@ -25,14 +24,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import pytest
 
-SOURCE_DIR = Path(os.environ.get("NT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", SOURCE_DIR / "build"))
-SHARED_MODELS = Path(os.environ.get("NT_SHARED_MODELS", SOURCE_DIR.parent / "shared" / "models"))
-NTRANSFORMER = BUILD_DIR / "src" / "ntransformer"
+from project_paths import (BUILD_DIR, NTRANSFORMER, REFERENCE_DIR, SHARED_MODELS,  # noqa: E402
+                           convert_stories260k, require_built)
+
 GENERATE_TOOL = BUILD_DIR / "tests" / "generate_tool"
 LOGITS_TOOL = BUILD_DIR / "tests" / "logits_tool"
 
-sys.path.insert(0, str(SOURCE_DIR / "tests" / "reference"))
+sys.path.insert(0, str(REFERENCE_DIR))
 import llama_ref  # noqa: E402
 
 GOLDEN_TOKENS = 256
@@ -62,16 +60,8 @@ def golden():
 
 @pytest.fixture(scope="module")
 def stories_gguf(tmp_path_factory):
-    for tool in (NTRANSFORMER, GENERATE_TOOL, LOGITS_TOOL):
-        if not tool.exists():
-            pytest.skip(f"{tool} is not built")
-    model, tokenizer = SHARED_MODELS / "stories260K.bin", SHARED_MODELS / "tok512.bin"
-    if not model.exists() or not tokenizer.exists():
-        pytest.skip(f"stories260K.bin / tok512.bin are absent from {SHARED_MODELS}")
-    out = tmp_path_factory.mktemp("stories") / "stories260K.gguf"
-    subprocess.run([str(NTRANSFORMER), "convert-llama2c", str(model), str(tokenizer), str(out)],
-                   check=True, capture_output=True)
-    return out
+    require_built(GENERATE_TOOL, LOGITS_TOOL)
+    return convert_stories260k(tmp_path_factory.mktemp("stories"))
 
 
 def generate(model, n, *flags):

@@ -6,21 +6,17 @@ proves our llama2.c -> GGUF converter) and a real model's factual continuation.
 """
 
 import math
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SOURCE_DIR = Path(os.environ.get("NT_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", SOURCE_DIR / "build"))
-SHARED_MODELS = Path(os.environ.get("NT_SHARED_MODELS", SOURCE_DIR.parent / "shared" / "models"))
-MODELS_DIR = Path(os.environ.get("NT_MODELS_DIR", SOURCE_DIR / "models"))
-REFERENCE = SOURCE_DIR / "tests" / "reference" / "llama_ref.py"
+from project_paths import MODELS_DIR, REFERENCE_DIR, convert_stories260k
 
-sys.path.insert(0, str(REFERENCE.parent))
+REFERENCE = REFERENCE_DIR / "llama_ref.py"
+
+sys.path.insert(0, str(REFERENCE_DIR))
 import llama_ref  # noqa: E402
 
 # From shared/models/README.md: llama2.c's greedy ids after BOS for stories260K.
@@ -34,15 +30,7 @@ SMOLLM = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture(scope="module")
 def stories_gguf(tmp_path_factory):
-    converter = BUILD_DIR / "src" / "ntransformer"
-    model, tokenizer = SHARED_MODELS / "stories260K.bin", SHARED_MODELS / "tok512.bin"
-    if not converter.exists():
-        pytest.skip(f"{converter} is not built")
-    if not model.exists() or not tokenizer.exists():
-        pytest.skip(f"stories260K files are absent from {SHARED_MODELS}")
-    out = tmp_path_factory.mktemp("stories") / "stories260K.gguf"
-    subprocess.run([str(converter), "convert-llama2c", str(model), str(tokenizer), str(out)], check=True)
-    return out
+    return convert_stories260k(tmp_path_factory.mktemp("stories"))
 
 
 def test_converted_stories260k_reproduces_golden_greedy_ids(stories_gguf):

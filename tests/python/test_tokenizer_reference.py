@@ -8,12 +8,11 @@
   the Hugging Face tokenizer transformers builds from that GGUF.
 """
 
-import time
 
 import pytest
 
+from project_paths import convert_stories260k
 from tokenizer_oracles import (
-    BUILD_DIR,
     FIXED_TEXTS,
     SMOLLM2_GGUF,
     TokenizeTool,
@@ -303,11 +302,9 @@ def test_spm_stream_emoji_byte_fallback(spm, text):
     assert all("\ufffd" not in c for c in chunks)
 
 
-def test_stories260k_gguf_tokenizer(spm):
-    """The lead's convert-llama2c output carries the same vocabulary as tok512."""
-    path = BUILD_DIR / "stories260K.gguf"
-    if not path.exists():
-        pytest.skip(f"{path} not built (ntransformer convert-llama2c writes it)")
+def test_stories260k_gguf_tokenizer(spm, tmp_path):
+    """convert-llama2c's output carries the same vocabulary as tok512."""
+    path = convert_stories260k(tmp_path)
     _, sp, _, _ = spm
     tool = TokenizeTool(path)
     try:

@@ -22,9 +22,7 @@ import gguf
 import numpy as np
 from tokenizers import pre_tokenizers
 
-BUILD_DIR = Path(os.environ.get("NT_BUILD_DIR", "build"))
-MODELS_DIR = Path(os.environ.get("NT_MODELS_DIR", "models"))
-SHARED_MODELS = Path(os.environ.get("NT_SHARED_MODELS", "../shared/models"))
+from project_paths import BUILD_DIR, MODELS_DIR, SHARED_MODELS
 SMOLLM2_GGUF = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
