@@ -1,12 +1,12 @@
 // Encoding edge cases the Python oracles cannot send (invalid UTF-8) and the
 // add_special / parse_special switches. Matching the reference tokenizers on real text is
 // checked in tests/python/test_tokenizer_reference.py.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
+#include "spm_test_vocab.h"
 #include "tokenizer/synthetic_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,17 +32,7 @@ TEST(TokenizerEncode, InvalidUtf8RoundTripsThroughByteLevelBpe) {
 }
 
 TEST(TokenizerEncode, InvalidUtf8FallsBackToByteTokensInSentencePiece) {
-  VocabSpec spec;
-  spec.model = "llama";
-  spec.tokens = {"<unk>", "<s>", "</s>"};
-  spec.token_types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    spec.tokens.push_back(fmt::format("<0x{:02X}>", b));
-    spec.token_types.push_back(6);
-  }
-  spec.tokens.push_back("\xE2\x96\x81");
-  spec.token_types.push_back(1);
-  Tokenizer tok(spec);
+  Tokenizer tok(test::byte_fallback_spm_vocab({"\xE2\x96\x81"}));
   std::mt19937_64 rng(std::random_device{}());
   for (int i = 0; i < 200; ++i) {
     std::string text = random_bytes(rng, 1 + rng() % 64);

@@ -1,8 +1,8 @@
 // Streaming detokenization: characters split over several tokens are held back until
 // complete, and the stream always yields valid UTF-8.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "spm_test_vocab.h"
 #include "tokenizer/synthetic_vocab.h"
 #include "tokenizer/token_stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -11,24 +11,9 @@
 namespace nt {
 namespace {
 
-// <unk> <s> </s>, the 256 byte tokens, then a few pieces; no piece covers the emoji.
+// Byte tokens and a few pieces; no piece covers the emoji.
 VocabSpec tiny_spm_vocab() {
-  VocabSpec spec;
-  spec.model = "llama";
-  spec.tokens = {"<unk>", "<s>", "</s>"};
-  spec.token_types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    spec.tokens.push_back(fmt::format("<0x{:02X}>", b));
-    spec.token_types.push_back(6);
-  }
-  for (const char* piece : {"\xE2\x96\x81", "a", "b",
-                            "\xE2\x96\x81"
-                            "a"}) {
-    spec.tokens.push_back(piece);
-    spec.token_types.push_back(1);
-  }
-  spec.scores.assign(spec.tokens.size(), 0.0f);
-  return spec;
+  return test::byte_fallback_spm_vocab({"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a"});
 }
 
 constexpr std::string_view kGrin = "\xF0\x9F\x98\x80";  // U+1F600, four UTF-8 bytes
