@@ -2,7 +2,7 @@
 // per weight format against a device-to-device copy measured in the same run,
 // a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace] [dir for the model file]
+// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace|sync] [dir for the model file]
 // (decode = sweep + model)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -35,6 +35,7 @@
 namespace nt {
 namespace cuda {
 void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream);  // cuda_matvec_variants.cu
+void bench_step_sync(int multiprocessors);  // cuda_sync_bench.cu
 }
 namespace {
 
@@ -591,6 +592,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
+    if (what == "sync") cuda::bench_step_sync(d.multiprocessors);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;
