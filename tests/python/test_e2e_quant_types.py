@@ -35,7 +35,7 @@ import pytest  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 
-from project_paths import BUILD_DIR, NTRANSFORMER, REFERENCE_DIR  # noqa: E402
+from project_paths import BUILD_DIR, NTRANSFORMER, REFERENCE_DIR, require_built  # noqa: E402
 
 LOGITS_TOOL = BUILD_DIR / "tests" / "logits_tool"
 MATMUL_TOOL = BUILD_DIR / "tests" / "matmul_tool"
@@ -96,9 +96,7 @@ def rel_error(actual, expected):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    for tool in (NTRANSFORMER, LOGITS_TOOL, MATMUL_TOOL):
-        if not tool.exists():
-            pytest.skip(f"{tool} is not built")
+    require_built(NTRANSFORMER, LOGITS_TOOL, MATMUL_TOOL)
     seed = int(np.random.SeedSequence().entropy % 2**31)
     rng = np.random.default_rng(seed)
     folder = tmp_path_factory.mktemp("quant_types")

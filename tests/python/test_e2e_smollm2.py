@@ -34,7 +34,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, REFERENCE_DIR  # noqa: E402
+from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, REFERENCE_DIR, require_built  # noqa: E402
 
 MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOGITS_TOOL = BUILD_DIR / "tests" / "logits_tool"
@@ -100,9 +100,7 @@ def top2_margin(logits):
 def tools():
     if not MODEL.exists():
         pytest.skip(f"{MODEL} is absent (fetch it with scripts/fetch_default_model.sh)")
-    for tool in (NTRANSFORMER, LOGITS_TOOL, GENERATE_TOOL, TOKENIZE_TOOL):
-        if not tool.exists():
-            pytest.skip(f"{tool} is not built")
+    require_built(NTRANSFORMER, LOGITS_TOOL, GENERATE_TOOL, TOKENIZE_TOOL)
 
 
 def tokenize(requests):
