@@ -18,6 +18,10 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 
+// Through L1, for a lane that reads 32 contiguous bytes as two 16-byte loads:
+// the second half of each sector then comes from L1 instead of L2.
+__device__ __forceinline__ uint4 load_l1_16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
 __device__ __forceinline__ int4 load_int4(const void* p) { return __ldg(static_cast<const int4*>(p)); }
 
 __device__ __forceinline__ float half_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }

@@ -215,13 +215,11 @@ __device__ __forceinline__ float small_int_to_float(int v) { return __int_as_flo
 __device__ __forceinline__ void k_scale_min_pair(const uint4& header, int c, uint32_t& scales, uint32_t& mins) {
   const int shift = 16 * (c & 1);
   const uint32_t s0 = header.y >> shift, s4 = header.z >> shift, s8 = header.w >> shift;  // s(2c'), s(4+2c'), s(8+2c')
-  if (c < 2) {
-    scales = s0 & 0x3f3fu;
-    mins = s4 & 0x3f3fu;
-  } else {
-    scales = (s8 & 0x0f0fu) | ((s0 >> 2) & 0x3030u);
-    mins = ((s8 >> 4) & 0x0f0fu) | ((s4 >> 2) & 0x3030u);
-  }
+  // Both forms, then a select: lanes of a warp hold different c, and a branch would run both paths.
+  const uint32_t low_scales = s0 & 0x3f3fu, low_mins = s4 & 0x3f3fu;
+  const uint32_t high_scales = (s8 & 0x0f0fu) | ((s0 >> 2) & 0x3030u), high_mins = ((s8 >> 4) & 0x0f0fu) | ((s4 >> 2) & 0x3030u);
+  scales = c < 2 ? low_scales : high_scales;
+  mins = c < 2 ? low_mins : high_mins;
 }
 
 // Q4_K/Q5_K six-bit scale and min of sub-block j from a header (d, dmin,
@@ -305,6 +303,81 @@ struct FormatQ45_K {
 };
 using FormatQ4_K = FormatQ45_K<false>;
 using FormatQ5_K = FormatQ45_K<true>;
+
+// Unsigned bytes of a times signed bytes of b, summed into c.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Q4_K/Q5_K with 32-byte units: unit k (0..3) of a super-block is qs bytes
+// 32k..32k+31, low nibbles sub-block 2k, high nibbles 2k + 1, so a lane
+// decodes one scale pair and one min pair per 32 bytes; Q4_K dots the high
+// nibbles in place (16x their value, as unsigned bytes) and scales the sum
+// down, which saves a shift per word. 39% fewer instructions than
+// FormatQ45_K's 16-byte units (ncu, H200); the gated decode mat-vec, which
+// issues at 2 instructions per clock, runs 7% faster with them, while the
+// latency-bound short rows (Q/K/V, wo) lose (bench/cuda_NOTES.md). No dequant32:
+// only that mat-vec uses it.
+template <bool kFifthBit>
+struct FormatQ45_KPair {
+  static constexpr TensorType kType = kFifthBit ? TensorType::Q5_K : TensorType::Q4_K;
+  static constexpr int kUnitElems = 64, kUnroll = 1;
+  static constexpr bool kQ8 = true;
+  static constexpr int kHeaderPlane = kFifthBit ? 2 : 1;
+  struct Regs { uint4 q[2], qh[2], header; };
+  static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
+    const int64_t u = row * (m.cols / 64) + unit, sb = u / 4;
+    Regs r;
+    r.q[0] = load_l1_16(m.plane[0] + u * 32);
+    r.q[1] = load_l1_16(m.plane[0] + u * 32 + 16);
+    if constexpr (kFifthBit) {
+      r.qh[0] = load_l1_16(m.plane[1] + sb * 32);
+      r.qh[1] = load_l1_16(m.plane[1] + sb * 32 + 16);
+    }
+    r.header = load_stream16(m.plane[kHeaderPlane] + sb * 16);
+    return r;
+  }
+  static __device__ float dot(const Regs& r, const int8_t* xq_row, const float2* xds_row, int unit) {
+    const int c = unit % 4;
+    const int8_t* x = xq_row + (unit / 4) * 256 + 64 * c;
+    int sum_lo = 0, sum_hi = 0;  // Q4_K: sum_hi is 16x the high nibbles' sum
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int4 xl = load_int4(x + 16 * h), xh = load_int4(x + 32 + 16 * h);
+      const int xl_w[4] = {xl.x, xl.y, xl.z, xl.w}, xh_w[4] = {xh.x, xh.y, xh.z, xh.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t q = uint32_t(word_at(r.q[h], w));
+        if constexpr (kFifthBit) {
+          const uint32_t hb = uint32_t(word_at(r.qh[h], w));
+          const uint32_t lo = (q & kLowNibbles) | (((hb >> (2 * c)) & 0x01010101u) << 4);
+          const uint32_t hi = ((q >> 4) & kLowNibbles) | (((hb >> (2 * c + 1)) & 0x01010101u) << 4);
+          sum_lo = __dp4a(int(lo), xl_w[w], sum_lo);
+          sum_hi = __dp4a(int(hi), xh_w[w], sum_hi);
+        } else {
+          sum_lo = __dp4a(int(q & kLowNibbles), xl_w[w], sum_lo);
+          sum_hi = dp4a_us(q & ~kLowNibbles, xh_w[w], sum_hi);
+        }
+      }
+    }
+    if constexpr (!kFifthBit) sum_hi >>= 4;  // exact: every term was a multiple of 16
+    uint32_t scales, mins;
+    k_scale_min_pair(r.header, c, scales, mins);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&r.header.x));  // (d, dmin)
+    // (d, d * sum q) of the activation blocks under sub-blocks 2c and 2c + 1.
+    const float4 xs = __ldg(reinterpret_cast<const float4*>(xds_row + (unit / 4) * 8 + 2 * c));
+    // Q4_K: |scale * sum| <= 63 * 15 * 127 * 32 < 2^22, exact through the
+    // mantissa trick; Q5_K's 5-bit codes can reach 2^23 and convert normally.
+    auto to_float = [](int v) { return kFifthBit ? float(v) : small_int_to_float(v); };
+    const float lo = to_float(int(scales & 0xff) * sum_lo);
+    const float hi = to_float(int(scales >> 8) * sum_hi);
+    const float mn = small_int_to_float(int(mins & 0xff)) * xs.y + small_int_to_float(int(mins >> 8)) * xs.w;
+    return dm.x * (lo * xs.x + hi * xs.z) - dm.y * mn;
+  }
+};
+using FormatQ4_KPair = FormatQ45_KPair<false>;
 
 // Q6_K planes: ql[128] | qh[64] | scales[16] (int8) | d. x = d*sc*(q - 32).
 // Unit k: ql bytes 16k..16k+15 = (c, a, b) = (k/4, (k/2)%2, k%2), lanes
