@@ -7,7 +7,7 @@ bool launch_matvec_kquant(const MatvecParams& p, int columns, cudaStream_t strea
     case TensorType::Q2_K: launch_matvec<FormatQ2_K>(p, columns, stream); return true;
     case TensorType::Q3_K: launch_matvec<FormatQ3_K>(p, columns, stream); return true;
     case TensorType::Q4_K:
-      if (columns == 1 && p.w_up.rows) {  // the gated decode mat-vec: see FormatQ45_KPair
+      if (columns == 1 && p.w_up.rows) {  // the gated decode mat-vec: see FormatQ4_KPair
         launch_matvec_decode<FormatQ4_KPair, true>(p, stream);
       } else {
         launch_matvec<FormatQ4_K>(p, columns, stream);

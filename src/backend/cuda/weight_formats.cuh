@@ -311,38 +311,32 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
   return d;
 }
 
-// Q4_K/Q5_K with 32-byte units: unit k (0..3) of a super-block is qs bytes
+// Q4_K with 32-byte units: unit k (0..3) of a super-block is qs bytes
 // 32k..32k+31, low nibbles sub-block 2k, high nibbles 2k + 1, so a lane
-// decodes one scale pair and one min pair per 32 bytes; Q4_K dots the high
+// decodes one scale pair and one min pair per 32 bytes, and dots the high
 // nibbles in place (16x their value, as unsigned bytes) and scales the sum
 // down, which saves a shift per word. 39% fewer instructions than
-// FormatQ45_K's 16-byte units (ncu, H200); the gated decode mat-vec, which
-// issues at 2 instructions per clock, runs 7% faster with them, while the
+// FormatQ4_K's 16-byte units (ncu, H200); the gated decode mat-vec, which
+// issues about 2 instructions per clock, runs 7% faster with them, while the
 // latency-bound short rows (Q/K/V, wo) lose (bench/cuda_NOTES.md). No dequant32:
 // only that mat-vec uses it.
-template <bool kFifthBit>
-struct FormatQ45_KPair {
-  static constexpr TensorType kType = kFifthBit ? TensorType::Q5_K : TensorType::Q4_K;
+struct FormatQ4_KPair {
+  static constexpr TensorType kType = TensorType::Q4_K;
   static constexpr int kUnitElems = 64, kUnroll = 1;
   static constexpr bool kQ8 = true;
-  static constexpr int kHeaderPlane = kFifthBit ? 2 : 1;
-  struct Regs { uint4 q[2], qh[2], header; };
+  struct Regs { uint4 q[2], header; };
   static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
     const int64_t u = row * (m.cols / 64) + unit, sb = u / 4;
     Regs r;
     r.q[0] = load_l1_16(m.plane[0] + u * 32);
     r.q[1] = load_l1_16(m.plane[0] + u * 32 + 16);
-    if constexpr (kFifthBit) {
-      r.qh[0] = load_l1_16(m.plane[1] + sb * 32);
-      r.qh[1] = load_l1_16(m.plane[1] + sb * 32 + 16);
-    }
-    r.header = load_stream16(m.plane[kHeaderPlane] + sb * 16);
+    r.header = load_stream16(m.plane[1] + sb * 16);
     return r;
   }
   static __device__ float dot(const Regs& r, const int8_t* xq_row, const float2* xds_row, int unit) {
     const int c = unit % 4;
     const int8_t* x = xq_row + (unit / 4) * 256 + 64 * c;
-    int sum_lo = 0, sum_hi = 0;  // Q4_K: sum_hi is 16x the high nibbles' sum
+    int sum_lo = 0, sum_hi = 0;  // sum_hi is 16x the high nibbles' sum
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int4 xl = load_int4(x + 16 * h), xh = load_int4(x + 32 + 16 * h);
@@ -350,34 +344,23 @@ struct FormatQ45_KPair {
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const uint32_t q = uint32_t(word_at(r.q[h], w));
-        if constexpr (kFifthBit) {
-          const uint32_t hb = uint32_t(word_at(r.qh[h], w));
-          const uint32_t lo = (q & kLowNibbles) | (((hb >> (2 * c)) & 0x01010101u) << 4);
-          const uint32_t hi = ((q >> 4) & kLowNibbles) | (((hb >> (2 * c + 1)) & 0x01010101u) << 4);
-          sum_lo = __dp4a(int(lo), xl_w[w], sum_lo);
-          sum_hi = __dp4a(int(hi), xh_w[w], sum_hi);
-        } else {
-          sum_lo = __dp4a(int(q & kLowNibbles), xl_w[w], sum_lo);
-          sum_hi = dp4a_us(q & ~kLowNibbles, xh_w[w], sum_hi);
-        }
+        sum_lo = __dp4a(int(q & kLowNibbles), xl_w[w], sum_lo);
+        sum_hi = dp4a_us(q & ~kLowNibbles, xh_w[w], sum_hi);
       }
     }
-    if constexpr (!kFifthBit) sum_hi >>= 4;  // exact: every term was a multiple of 16
+    sum_hi >>= 4;  // exact: every term was a multiple of 16
     uint32_t scales, mins;
     k_scale_min_pair(r.header, c, scales, mins);
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&r.header.x));  // (d, dmin)
     // (d, d * sum q) of the activation blocks under sub-blocks 2c and 2c + 1.
     const float4 xs = __ldg(reinterpret_cast<const float4*>(xds_row + (unit / 4) * 8 + 2 * c));
-    // Q4_K: |scale * sum| <= 63 * 15 * 127 * 32 < 2^22, exact through the
-    // mantissa trick; Q5_K's 5-bit codes can reach 2^23 and convert normally.
-    auto to_float = [](int v) { return kFifthBit ? float(v) : small_int_to_float(v); };
-    const float lo = to_float(int(scales & 0xff) * sum_lo);
-    const float hi = to_float(int(scales >> 8) * sum_hi);
+    // |scale * sum| <= 63 * 15 * 127 * 32 < 2^22: exact through the mantissa trick.
+    const float lo = small_int_to_float(int(scales & 0xff) * sum_lo);
+    const float hi = small_int_to_float(int(scales >> 8) * sum_hi);
     const float mn = small_int_to_float(int(mins & 0xff)) * xs.y + small_int_to_float(int(mins >> 8)) * xs.w;
     return dm.x * (lo * xs.x + hi * xs.z) - dm.y * mn;
   }
 };
-using FormatQ4_KPair = FormatQ45_KPair<false>;
 
 // Q6_K planes: ql[128] | qh[64] | scales[16] (int8) | d. x = d*sc*(q - 32).
 // Unit k: ql bytes 16k..16k+15 = (c, a, b) = (k/4, (k/2)%2, k%2), lanes
