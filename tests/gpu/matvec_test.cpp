@@ -75,9 +75,10 @@ class MatvecTest : public testing::TestWithParam<TensorType> {};
 TEST_P(MatvecTest, MatchesReferenceForEveryColumnCount) {
   const TensorType type = GetParam();
   const int64_t row_block = tensor_type_info(type).block_elems == 256 ? 256 : 32;
-  // 17 blocks of 256 (or 136 of 32) leaves a remainder after the unrolled lane steps.
-  for (const Case c : {Case{type, 133, 17 * 256, 1}, Case{type, 40, row_block * 3, 2}, Case{type, 61, 2048, 3},
-                       Case{type, 37, 1024, 8}, Case{type, 29, 512, 5, true}, Case{type, 70, 1024, 1, false, true},
+  // 17 blocks of 256 (or 136 of 32) leaves a remainder after the unrolled lane
+  // steps, gated too (the gated Q4_K decode has its own 64-element units).
+  for (const Case c : {Case{type, 133, 17 * 256, 1}, Case{type, 133, 17 * 256, 1, true}, Case{type, 40, row_block * 3, 2},
+                       Case{type, 61, 2048, 3}, Case{type, 37, 1024, 8}, Case{type, 29, 512, 5, true}, Case{type, 70, 1024, 1, false, true},
                        Case{type, 19, 256, 4, true, true}, Case{type, 11, 256, 6}, Case{type, 9, 256, 7}}) {
     SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " columns=" << c.columns
                                     << " gated=" << c.gated << " residual=" << c.residual);
