@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -256,6 +257,12 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (config_.head_dim % 8 != 0) {
     fail("{}: head dimension {} is not a multiple of 8, which the CUDA KV cache layout needs", file.path(), config_.head_dim);
   }
+  // The dequantize + GEMM prefill and the q8 activations work in 32-element
+  // chunks; a float model of other widths (stories260K's FFN is 172 wide)
+  // prefills through the mat-vec, which reads float rows 4 or 8 elements at a time.
+  if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
+    options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
+  }
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -466,10 +473,11 @@ void CudaLlamaRunner::allocate_activations() {
 Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm) {
   if (use_gemm) {
     convert_f32_to_f16(x, n * cols, f16_, stream_);
-  } else {
-    quantize_activations(x, n, cols, q8_, q8_scales_, stream_);
+    return Input{x, nullptr, nullptr, f16_, cols};
   }
-  return Input{x, q8_, q8_scales_, f16_, cols};
+  if (cols % 32 != 0) return Input{x, nullptr, nullptr, nullptr, cols};  // only float weights have such rows: f32 input
+  quantize_activations(x, n, cols, q8_, q8_scales_, stream_);
+  return Input{x, q8_, q8_scales_, nullptr, cols};
 }
 
 void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
@@ -482,7 +490,7 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
     const int columns = int(std::min<int64_t>(kMatvecMaxColumns, n - t));
     MatvecParams p;
     p.w = m;
-    p.x = {in.f32 + t * in.cols, in.q8 + t * in.cols, in.q8_scales + t * in.cols / 32};
+    p.x = {in.f32 + t * in.cols, in.q8 ? in.q8 + t * in.cols : nullptr, in.q8_scales ? in.q8_scales + t * in.cols / 32 : nullptr};
     p.y = y + t * y_stride;
     p.y_stride = y_stride;
     p.residual = accumulate ? p.y : nullptr;

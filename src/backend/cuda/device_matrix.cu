@@ -143,8 +143,10 @@ int64_t DeviceMatrix::blocks_per_row() const { return cols / weight_layout(type)
 
 uint64_t device_matrix_bytes(TensorType type, int64_t rows, int64_t cols) {
   const WeightLayout& l = weight_layout(type);
-  if (cols % 32 != 0 || cols % l.block_elems != 0) {
-    fail("the CUDA backend needs rows of a multiple of {} elements for {}, got {}", l.block_elems > 32 ? l.block_elems : 32,
+  // The mat-vec reads float rows 16 bytes at a time; everything else works in 32-element chunks.
+  const int64_t unit = type == TensorType::F32 ? 4 : type == TensorType::F16 || type == TensorType::BF16 ? 8 : 32;
+  if (cols % unit != 0 || cols % l.block_elems != 0) {
+    fail("the CUDA backend needs rows of a multiple of {} elements for {}, got {}", std::max<int64_t>(unit, l.block_elems),
          tensor_type_name(type), cols);
   }
   const uint64_t blocks = uint64_t(rows) * uint64_t(cols / l.block_elems);
