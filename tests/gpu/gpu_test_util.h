@@ -28,6 +28,14 @@ inline std::string smollm2_path() {
   return env && *env ? std::string(env) : std::string(NT_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The small real models beside the checkout (stories260K, its README):
+// NT_SHARED_MODELS when set (copies carried elsewhere on the GPU machine),
+// else the directory the build recorded.
+inline std::string shared_models_dir() {
+  const char* env = std::getenv("NT_SHARED_MODELS");
+  return env && *env ? std::string(env) : std::string(NT_SHARED_MODELS);
+}
+
 inline std::mt19937& rng() {
   static std::mt19937 gen{std::random_device{}()};
   return gen;

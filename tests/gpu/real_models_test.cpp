@@ -6,11 +6,9 @@
 //   on prompts whose top-2 margins stay above 1.88 logits along the path
 //   (measured against the float64 reference in tests/python/test_e2e_smollm2.py),
 //   so activation and KV-cache rounding cannot flip a choice.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -24,13 +22,6 @@
 
 namespace nt {
 namespace {
-
-// NT_SHARED_MODELS when set (the files carried elsewhere on the GPU machine),
-// else the directory beside the checkout that the build recorded.
-std::filesystem::path shared_models() {
-  const char* env = std::getenv("NT_SHARED_MODELS");
-  return env && *env ? std::filesystem::path(env) : std::filesystem::path(NT_SHARED_MODELS);
-}
 
 // llama2.c's first 64 greedy ids after BOS, read from the README beside the model.
 std::vector<int32_t> stories_golden_ids(const std::filesystem::path& readme) {
@@ -49,7 +40,7 @@ std::vector<int32_t> stories_golden_ids(const std::filesystem::path& readme) {
 int32_t argmax(const float* logits, int64_t n) { return int32_t(std::max_element(logits, logits + n) - logits); }
 
 TEST(RealModels, Stories260KFollowsLlama2cGreedyPath) {
-  const auto dir = shared_models();
+  const std::filesystem::path dir = test::shared_models_dir();
   if (!std::filesystem::exists(dir / "stories260K.bin")) GTEST_SKIP() << dir / "stories260K.bin" << " not present";
   const std::vector<int32_t> golden = stories_golden_ids(dir / "README.md");
   ASSERT_EQ(golden.size(), 64u) << dir / "README.md" << ": golden ids not found (format changed?)";
