@@ -64,7 +64,10 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, DequantizeTest, testing::ValuesIn(test::all
 
 TEST(DeviceMatrix, RejectsRowsOffTheBlockGrid) {
   EXPECT_THROW(device_matrix_bytes(TensorType::Q4_K, 4, 128), Error);
-  EXPECT_THROW(device_matrix_bytes(TensorType::F16, 4, 40), Error);
+  EXPECT_THROW(device_matrix_bytes(TensorType::F16, 4, 44), Error);  // float rows: 16-byte multiples
+  EXPECT_THROW(device_matrix_bytes(TensorType::F32, 4, 42), Error);
+  EXPECT_NO_THROW(device_matrix_bytes(TensorType::F16, 4, 40));
+  EXPECT_NO_THROW(device_matrix_bytes(TensorType::F32, 4, 172));
   EXPECT_THROW(device_matrix_bytes(TensorType::Q8_K, 4, 256), Error);
 }
 
