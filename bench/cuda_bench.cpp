@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -18,6 +20,9 @@
 #include <tuple>
 #include <vector>
 
+#ifdef NT_BLOCK_TRACE
+#include "backend/cuda/block_trace.cuh"
+#endif
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
@@ -552,9 +557,39 @@ void bench_model(const std::string& dir, std::mt19937& rng) {
   std::filesystem::remove(path);
 }
 
+#ifdef NT_BLOCK_TRACE
+// Records decode step `pos` block by block (block_trace.cuh) into
+// NT_TRACE_OUT (default /tmp/block_trace.bin), for bench/block_trace_summary.py.
+void record_block_trace(ModelRunner& runner, int64_t pos) {
+  const size_t capacity = size_t(trace::kMaxSms) * trace::kRecordsPerSm;
+  DeviceBuffer records(capacity * sizeof(trace::Record), "block trace"), counters(trace::kMaxSms * 4, "block trace counters");
+  NT_CUDA_CHECK(cudaMemset(records.get(), 0, capacity * sizeof(trace::Record)));
+  NT_CUDA_CHECK(cudaMemset(counters.get(), 0, trace::kMaxSms * 4));
+  std::vector<float> logits(static_cast<size_t>(runner.config().vocab_size));
+  int32_t token = 1;
+  trace::arm(records.as<trace::Record>(), counters.as<uint32_t>());
+  runner.forward(std::span(&token, 1), pos, logits.data(), false);
+  NT_CUDA_CHECK(cudaDeviceSynchronize());
+  trace::arm(nullptr, nullptr);
+  std::vector<trace::Record> host(capacity);
+  NT_CUDA_CHECK(cudaMemcpy(host.data(), records.get(), capacity * sizeof(trace::Record), cudaMemcpyDeviceToHost));
+  const char* env = std::getenv("NT_TRACE_OUT");
+  const std::string out = env && *env ? env : "/tmp/block_trace.bin";
+  std::FILE* f = std::fopen(out.c_str(), "wb");
+  if (!f) fail("cannot write {}", out);
+  size_t n = 0;
+  for (const trace::Record& r : host) {
+    if (r.t[0] && std::fwrite(&r, sizeof(r), 1, f) == 1) ++n;
+  }
+  std::fclose(f);
+  fmt::print("recorded decode step at position {} block by block: {} blocks -> {}\n", pos, n, out);
+}
+#endif
+
 // One decode step of the 8B-shaped model between cudaProfilerStart/Stop, for
 // `ncu --profile-from-start off --graph-profiling node`: the graph's kernels
-// one by one, each timed alone.
+// one by one, each timed alone. A build with NT_CUDA_BLOCK_TRACE also records
+// the next step block by block, as the graph runs it.
 void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
   const std::string path = dir + "/nt_bench_8b_q4_k_m.gguf";
   write_8b_model(path, rng);
@@ -567,6 +602,9 @@ void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
   runner->forward(std::span(&token, 1), 514, logits.data(), false);
   NT_CUDA_CHECK(cudaProfilerStop());
   fmt::print("profiled one decode step at position 514\n");
+#ifdef NT_BLOCK_TRACE
+  record_block_trace(*runner, 515);
+#endif
   std::filesystem::remove(path);
 }
 

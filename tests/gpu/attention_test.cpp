@@ -6,6 +6,8 @@
 #include <string>
 
 #include "backend/cuda/attention.h"
+#include "model/llama_config.h"
+#include "model/rope.h"
 #include "gpu_test_util.h"
 
 namespace nt {
@@ -16,12 +18,28 @@ struct Shape {
   int n_heads, n_kv_heads, head_dim;
   int splits;
   bool odd_q_stride = false;  // rows of q not 16-byte aligned: the f32 kernels take even head_dim 64/128
+  int fused_rope_pairs = -1;  // >= 0: one token whose RoPE, cache store and q8 output the launch does
 };
+
+// Rotates pair (x0, x1) of dims (2i, 2i + 1) by pos * inv_freq[i], in double.
+std::pair<double, double> rotate(double x0, double x1, int64_t pos, float inv_freq) {
+  const double a = double(pos) * double(inv_freq);
+  return {x0 * std::cos(a) - x1 * std::sin(a), x0 * std::sin(a) + x1 * std::cos(a)};
+}
 
 double run_attention(const Shape& s) {
   const int64_t context = (s.pos + s.tokens + 40 + kKvTile - 1) / kKvTile * kKvTile;
   const int64_t q_stride = int64_t(s.n_heads) * s.head_dim + (s.odd_q_stride ? 25 : 24), out_stride = int64_t(s.n_heads) * s.head_dim + 8;
   const auto q = test::random_floats(size_t(s.tokens * q_stride), -2.0f, 2.0f);
+  const bool fused = s.fused_rope_pairs >= 0;
+  LlamaConfig rope_config;
+  rope_config.head_dim = s.head_dim;
+  rope_config.rope_dim = 2 * std::max(s.fused_rope_pairs, 0);
+  rope_config.rope_theta = 500000.0f;
+  const auto inv_freq = rope_inv_freqs(rope_config, nullptr);
+  // Fused: the raw key and value of the new token; its cache slot starts as
+  // NaN, which any use of the stale slot would spread to the output.
+  const auto new_kv = test::random_floats(size_t(2 * s.n_kv_heads * s.head_dim), -2.0f, 2.0f);
   // Positions past the last visible key hold large values: any leak through
   // the causal mask dominates the softmax.
   std::vector<uint16_t> k(size_t(s.n_kv_heads * context * s.head_dim)), v(k.size());
@@ -33,21 +51,49 @@ double run_attention(const Shape& s) {
         const bool hidden = t >= s.pos + s.tokens;
         k[size_t(k_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 30.0f : kv[i]);
         v[size_t(v_cache_index(h, t, d, context, s.head_dim))] = fp32_to_fp16(hidden ? 1000.0f : kv[k.size() + i]);
+        if (fused && t == s.pos) k[size_t(k_cache_index(h, t, d, context, s.head_dim))] = v[size_t(v_cache_index(h, t, d, context, s.head_dim))] = 0xffff;
       }
     }
   }
-  // The reference reads K and V row-major in float.
+  // The reference reads K and V row-major in float; fused, with the new
+  // token's rotated key and its value (rounded to f16 as the cache holds them)
+  // and rotated queries.
   std::vector<float> kf(k.size()), vf(v.size());
+  std::vector<double> new_k_ref(size_t(s.n_kv_heads * s.head_dim));
   for (int h = 0; h < s.n_kv_heads; ++h) {
+    for (int d = 0; d < s.head_dim; d += 2) {
+      const float* kr = new_kv.data() + h * s.head_dim;
+      const auto [r0, r1] = d / 2 < s.fused_rope_pairs ? rotate(kr[d], kr[d + 1], s.pos, inv_freq[size_t(d / 2)])
+                                                       : std::pair<double, double>{kr[d], kr[d + 1]};
+      new_k_ref[size_t(h * s.head_dim + d)] = r0;
+      new_k_ref[size_t(h * s.head_dim + d + 1)] = r1;
+    }
     for (int64_t t = 0; t < context; ++t) {
       for (int d = 0; d < s.head_dim; ++d) {
         const size_t i = size_t((h * context + t) * s.head_dim + d);
         kf[i] = fp16_to_fp32(k[size_t(k_cache_index(h, t, d, context, s.head_dim))]);
         vf[i] = fp16_to_fp32(v[size_t(v_cache_index(h, t, d, context, s.head_dim))]);
+        if (fused && t == s.pos) {
+          kf[i] = fp16_to_fp32(fp32_to_fp16(float(new_k_ref[size_t(h * s.head_dim + d)])));
+          vf[i] = fp16_to_fp32(fp32_to_fp16(new_kv[size_t((s.n_kv_heads + h) * s.head_dim + d)]));
+        }
+      }
+    }
+  }
+  std::vector<float> q_ref = q;
+  if (fused) {
+    for (int h = 0; h < s.n_heads; ++h) {
+      for (int d = 0; d < 2 * s.fused_rope_pairs; d += 2) {
+        float* qr = q_ref.data() + h * s.head_dim;
+        const auto [r0, r1] = rotate(qr[d], qr[d + 1], s.pos, inv_freq[size_t(d / 2)]);
+        qr[d] = float(r0);
+        qr[d + 1] = float(r1);
       }
     }
   }
   const DeviceBuffer dq = test::to_device(q), dk = test::to_device(k), dv = test::to_device(v);
+  const DeviceBuffer dfreq = test::to_device(inv_freq.empty() ? std::vector<float>{0.0f} : inv_freq), dnew = test::to_device(new_kv);
+  DeviceBuffer q8 = test::poisoned(size_t(s.n_heads * s.head_dim)), q8_scales = test::poisoned(size_t(s.n_heads * s.head_dim / 32) * 8);
   const DeviceBuffer dpos = test::to_device(std::vector<int32_t>{int32_t(s.pos)});
   DeviceBuffer out = test::poisoned(size_t(s.tokens * out_stride) * 4);
   DeviceBuffer partials(std::max<size_t>(4, attention_partials_floats(s.tokens, s.n_heads, s.head_dim, s.splits) * 4), "partials");
@@ -66,8 +112,36 @@ double run_attention(const Shape& s) {
   p.head_dim = s.head_dim;
   p.n_splits = s.splits;
   p.partials = partials.as<float>();
+  if (fused) {
+    EXPECT_TRUE(attention_decode_fusion_supported(p));
+    p.rope = {dfreq.as<float>(), s.fused_rope_pairs, dnew.as<float>(), dnew.as<float>() + s.n_kv_heads * s.head_dim,
+              dk.as<uint16_t>(), dv.as<uint16_t>()};
+    p.out_q8 = q8.as<int8_t>();
+    p.out_q8_scales = q8_scales.as<float2>();
+  }
   attention(p, nullptr);
   const auto got_all = test::to_host<float>(out, size_t(s.tokens * out_stride));
+  if (fused) {  // the new key and value landed in the cache; the q8 output is the f32 output quantized
+    const auto k_out = test::to_host<uint16_t>(dk, k.size()), v_out = test::to_host<uint16_t>(dv, v.size());
+    std::vector<float> got_k, got_v;
+    std::vector<double> want_v;
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      for (int d = 0; d < s.head_dim; ++d) {
+        got_k.push_back(fp16_to_fp32(k_out[size_t(k_cache_index(h, s.pos, d, context, s.head_dim))]));
+        got_v.push_back(fp16_to_fp32(v_out[size_t(v_cache_index(h, s.pos, d, context, s.head_dim))]));
+        want_v.push_back(new_kv[size_t((s.n_kv_heads + h) * s.head_dim + d)]);
+      }
+    }
+    EXPECT_LT(test::relative_error(got_k, new_k_ref), 1e-3);  // f16 cache
+    EXPECT_LT(test::relative_error(got_v, want_v), 1e-3);
+    const test::Q8 want = test::quantize_q8(std::vector<float>(got_all.begin(), got_all.begin() + s.n_heads * s.head_dim));
+    const auto got_q = test::to_host<int8_t>(q8, want.q.size());
+    const auto got_ds = test::to_host<float2>(q8_scales, want.d.size());
+    int mismatches = 0;
+    for (size_t i = 0; i < want.q.size(); ++i) mismatches += got_q[i] != want.q[i];
+    for (size_t b = 0; b < want.d.size(); ++b) mismatches += got_ds[b].x != want.d[b] || got_ds[b].y != want.s[b];
+    EXPECT_EQ(mismatches, 0);
+  }
 
   std::vector<float> got;
   std::vector<double> ref;
@@ -78,7 +152,7 @@ double run_attention(const Shape& s) {
       const int kvh = h / group;
       std::vector<double> w(size_t(last + 1));
       double m = -INFINITY, sum = 0.0;
-      const float* qr = q.data() + t * q_stride + h * s.head_dim;
+      const float* qr = q_ref.data() + t * q_stride + h * s.head_dim;
       for (int64_t j = 0; j <= last; ++j) {
         const float* kr = kf.data() + (kvh * context + j) * s.head_dim;
         double dot = 0.0;
@@ -169,6 +243,25 @@ TEST(Attention, SplitDecodeRepeats) {
       Shape f32 = s;
       f32.odd_q_stride = true;
       EXPECT_LT(run_attention(f32), 1e-4);
+    }
+  }
+}
+
+// One-token launches that also rotate the raw query and new key, store the
+// new key and value in the cache (the slot starts as NaN) and write the
+// output as q8: split (merged in the launch) and unsplit, full and partial
+// rotation, repeated so the split counters are seen to reset.
+TEST(Attention, DecodeFoldsRopeCacheStoreAndQ8Output) {
+  for (int i = 0; i < 2; ++i) {
+    for (const Shape s : {Shape{1, 0, 8, 2, 64, 1, false, 32},      // first token, one split
+                          Shape{1, 100, 32, 8, 128, 1, false, 64},  // 8B decode, unsplit
+                          Shape{1, 520, 32, 8, 128, 33, false, 64}, // 8B decode graph at 512+: 33 splits, 9 with keys
+                          Shape{1, 63, 32, 8, 128, 4, false, 64},   // the new key is a tile's last
+                          Shape{1, 64, 32, 8, 128, 4, false, 64},   // and a tile's first
+                          Shape{1, 1000, 64, 8, 128, 20, false, 60},// group 8, partial rotation
+                          Shape{1, 77, 9, 3, 64, 3, false, 32}}) {  // SmolLM2 heads, group 3
+      SCOPED_TRACE(describe(s));
+      EXPECT_LT(run_attention(s), 5e-3);
     }
   }
 }

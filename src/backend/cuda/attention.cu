@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
 
   const int kv_head = blockIdx.x, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n_keys = int64_t(*p.pos) + 1;
   int64_t k_begin, k_end;
-  split_range(int64_t(*p.pos) + 1, p.n_splits, split, k_begin, k_end);
+  split_range(n_keys, p.n_splits, split, k_begin, k_end);
   const float scale = rsqrtf(float(hd));
   for (int i = threadIdx.x; i < group * hd; i += kDecodeWarps * 32) {
     q_s[i] = p.q[int64_t(kv_head) * group * hd + i] * scale;
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     }
   }
   // The probabilities and the warps' accumulators are dead: their space is the merge's scratch.
-  if (p.n_splits > 1) merge_splits_if_last(p, kv_head, group, p_s);
+  if (p.n_splits > 1) merge_splits_if_last(p, kv_head, group, n_keys, p_s);
 }
 
 // merge_splits_if_last's (n_splits + 1) * group floats of scratch fit in the
@@ -410,8 +411,23 @@ size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, in
   return n_splits > 1 ? size_t(n_splits) * size_t(n_tokens) * size_t(n_heads) * size_t(head_dim + 2) : 0;
 }
 
+bool attention_decode_fusion_supported(const AttentionParams& p) {
+  return p.n_tokens == 1 && p.n_heads % p.n_kv_heads == 0 && attention_detail::mma_prefill_supported(p) &&
+         p.n_splits >= 1 && (p.n_splits == 1 || attention_detail::mma_merges_in_launch(p)) && (p.n_splits == 1 || p.partials);
+}
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
+  if ((p.rope.inv_freq || p.out_q8) && !attention_decode_fusion_supported(p)) {
+    fail("attention: RoPE and q8 output fold only into one-token launches with head_dim 64 or 128 ({} tokens, head_dim {}, {} splits)",
+         p.n_tokens, p.head_dim, p.n_splits);
+  }
+  if (p.rope.inv_freq && (!p.rope.new_k || !p.rope.new_v || !p.rope.k_cache || !p.rope.v_cache || p.rope.rope_pairs < 0 ||
+                          p.rope.rope_pairs > p.head_dim / 2)) {
+    fail("attention: fused RoPE needs the new key and value, the caches and 0..{} rotated pairs, got {}", p.head_dim / 2,
+         p.rope.rope_pairs);
+  }
+  if (p.out_q8 && (!p.out_q8_scales || p.head_dim % 32 != 0)) fail("attention: q8 output needs scales and head_dim % 32 == 0");
   if (p.n_heads % p.n_kv_heads != 0) fail("attention: {} heads is not a multiple of {} KV heads", p.n_heads, p.n_kv_heads);
   if (p.n_splits < 1 || p.n_splits > kMaxSplits) fail("attention: {} key-range splits, not 1..{}", p.n_splits, kMaxSplits);
   if (p.n_splits > 1 && !p.partials) fail("attention: {} splits need a partials buffer", p.n_splits);

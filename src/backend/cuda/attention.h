@@ -26,6 +26,18 @@ __host__ __device__ inline int64_t v_cache_index(int64_t kv_head, int64_t pos, i
   return (kv_head * context + pos) * head_dim + d;
 }
 
+// Decode only (one token, head_dim 64 or 128): the launch also applies RoPE
+// to the raw query and the new key and stores this token's key and value in
+// the cache, so no kernel runs between the Q/K/V mat-vec and attention.
+struct AttentionRope {
+  const float* inv_freq = nullptr;   // device: rope_pairs inverse frequencies; nullptr: q and the cache are ready
+  int rope_pairs = 0;                // pairs (2i, 2i+1) rotated per head, i < rope_pairs
+  const float* new_k = nullptr;      // raw key of KV head h at new_k + h*head_dim
+  const float* new_v = nullptr;      // value of KV head h at new_v + h*head_dim
+  uint16_t* k_cache = nullptr;       // the layer's caches (AttentionParams::k_cache, v_cache), written at pos
+  uint16_t* v_cache = nullptr;
+};
+
 struct AttentionParams {
   const float* q = nullptr;          // token t, head h at q + t*q_stride + h*head_dim (RoPE applied)
   int64_t q_stride = 0;
@@ -39,7 +51,14 @@ struct AttentionParams {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int n_splits = 1;                  // key-range splits; > 1 needs `partials`
   float* partials = nullptr;         // attention_partials_floats() floats
+  AttentionRope rope;                // decode: RoPE and the cache store folded in
+  int8_t* out_q8 = nullptr;          // decode: also the output as q8 activations (quantize_activations' format)
+  float2* out_q8_scales = nullptr;
 };
+
+// Whether attention() can fold RoPE, the cache store and the q8 output into a
+// one-token launch of this shape (out_stride == n_heads * head_dim for q8).
+bool attention_decode_fusion_supported(const AttentionParams& p);
 
 // Splits that fill the GPU for n_tokens queries when up to max_keys keys are visible.
 int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors);

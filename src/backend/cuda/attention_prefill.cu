@@ -33,7 +33,8 @@ struct PrefillSmem {
   static constexpr int kK = kKeys * kHeadDim;
   static constexpr int kV = kKeys * kRowStride;
   static constexpr int kStage = kK + kV;
-  static constexpr size_t kBytes = sizeof(uint16_t) * size_t(kQ + 2 * kStage);
+  static constexpr size_t kTileBytes = sizeof(uint16_t) * size_t(kQ + 2 * kStage);
+  static constexpr size_t kBytes = kTileBytes + sizeof(float2) * (kHeadDim / 2);  // then RoPE's (cos, sin) per pair
 };
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -77,7 +78,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache;
+// With p.rope set (one token) the launch rotates the raw query and the new
+// key itself and stores the new key and value in the cache: the first K/V
+// tile is fetched before waiting for the Q/K/V mat-vec (every earlier key was
+// stored by earlier launches; the new key's slot is patched in shared memory),
+// and the (cos, sin) pairs are computed meanwhile.
+// PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache
+// (p.rope: keys 0..pos-1, and n_tokens == 1);
 // q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
 // n_kv_heads <= kMaxCountedKvHeads, (n_splits + 1) * group floats fit in the shared memory.
 // Grid (KV head, query tile, split).
@@ -86,6 +93,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 2)
     mma_prefill_kernel(AttentionParams p, int group, int tile_tokens, int n_tiles, bool merge_last) {
+  NT_TRACE_BLOCK(kAttention);
   using Smem = PrefillSmem<kHeadDim>;
   constexpr int kStride = Smem::kRowStride;
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of Q K^T
@@ -98,11 +106,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto v_stage = [&](int s) { return smem + Smem::kQ + s * Smem::kStage + Smem::kK; };
 
   cuda::allow_dependents();
-  cuda::wait_for_inputs();
+  const bool fused = p.rope.inv_freq != nullptr;
+  if (!fused) cuda::wait_for_inputs();
   const int kv_head = blockIdx.x, split = blockIdx.z;
   const int tile = n_tiles - 1 - int(blockIdx.y);  // the longest causal ranges start first
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t pos0 = *p.pos;
+  const int64_t pos0 = *p.pos;  // written before the launch chain: readable before the wait
   const int64_t t0 = int64_t(tile) * tile_tokens;
   const int tokens = int(std::min<int64_t>(tile_tokens, p.n_tokens - t0));
   const int rows = tokens * group;
@@ -137,7 +146,32 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (n_iter > 0) load_tile(0, k_begin);
   cp_async_commit();
 
-  // Queries, pre-scaled, as f16; rows past the tile are zeros.
+  // Fused RoPE: (cos, sin) of each pair (identity past rope_pairs), and the
+  // new key (rotated) and value of the block whose range ends with it, as f16
+  // pairs: thread i < kHeadDim / 2 holds dims 2i, 2i + 1.
+  float2* rot = reinterpret_cast<float2*>(reinterpret_cast<uint8_t*>(smem) + Smem::kTileBytes);
+  const bool stores_new = fused && k_begin < k_end && k_end == pos0 + 1;
+  uint32_t new_k = 0, new_v = 0;
+  if (fused) {
+    for (int i = tid; i < kHeadDim / 2; i += kThreads) {
+      float sn = 0.0f, cs = 1.0f;
+      if (i < p.rope.rope_pairs) sincosf(float(pos0) * p.rope.inv_freq[i], &sn, &cs);
+      rot[i] = make_float2(cs, sn);
+    }
+    cuda::wait_for_inputs();
+    __syncthreads();
+    if (stores_new && tid < kHeadDim / 2) {
+      const float2 k = *reinterpret_cast<const float2*>(p.rope.new_k + int64_t(kv_head) * kHeadDim + 2 * tid);
+      const float2 v = *reinterpret_cast<const float2*>(p.rope.new_v + int64_t(kv_head) * kHeadDim + 2 * tid);
+      const float2 r = rot[tid];
+      new_k = pack_half2(k.x * r.x - k.y * r.y, k.x * r.y + k.y * r.x);
+      new_v = pack_half2(v.x, v.y);
+      *reinterpret_cast<uint32_t*>(p.rope.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_k;
+      *reinterpret_cast<uint32_t*>(p.rope.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_v;
+    }
+  }
+
+  // Queries (rotated when fused), pre-scaled, as f16; rows past the tile are zeros.
   const float scale = rsqrtf(float(kHeadDim)) * kLog2e;
   for (int i = tid; i < kMmaRows * kHeadDim / 4; i += kThreads) {
     const int r = i / (kHeadDim / 4), c = i % (kHeadDim / 4);
@@ -146,6 +180,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int64_t t = t0 + r / group;
       const int head = kv_head * group + r % group;
       v = *reinterpret_cast<const float4*>(p.q + t * p.q_stride + int64_t(head) * kHeadDim + c * 4);
+      if (fused) {
+        const float2 a = rot[2 * c], b = rot[2 * c + 1];
+        v = make_float4(v.x * a.x - v.y * a.y, v.x * a.y + v.y * a.x, v.z * b.x - v.w * b.y, v.z * b.y + v.w * b.x);
+      }
     }
     *reinterpret_cast<uint2*>(q_s + r * kStride + c * 4) =
         make_uint2(pack_half2(v.x * scale, v.y * scale), pack_half2(v.z * scale, v.w * scale));
@@ -173,6 +211,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
     cp_async_wait_all_but_one();
     __syncthreads();
+    if (stores_new && it == n_iter - 1) {  // the new key's slot was fetched before the key was stored
+      const int key = int(pos0 - key0), d = 2 * tid;
+      if (tid < kHeadDim / 2) {
+        *reinterpret_cast<uint32_t*>(k_stage(it & 1) + (key / kKvTile) * (kKvTile * kHeadDim) + (d / 8) * (kKvTile * 8) +
+                                     (key % kKvTile) * 8 + d % 8) = new_k;
+        *reinterpret_cast<uint32_t*>(v_stage(it & 1) + key * kStride + d) = new_v;
+      }
+      __syncthreads();
+    }
     if (!has_rows) {
       __syncthreads();
       continue;
@@ -275,7 +322,20 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (q == 0) *partial_ml(p, split, t, head) = make_float2(m[h] * kLn2, l[h]);
     }
   }
-  if (merge_last) merge_splits_if_last(p, kv_head, group, reinterpret_cast<float*>(smem));  // tiles are dead
+  NT_TRACE_MID();
+  if (merge_last) {
+    merge_splits_if_last(p, kv_head, group, pos0 + 1, reinterpret_cast<float*>(smem));  // tiles are dead
+  } else if (p.out_q8) {  // one split: quantize the outputs this block wrote
+    __syncthreads();
+    const int quads = group * kHeadDim / 4;
+    for (int i0 = 0; i0 < quads; i0 += kThreads) {
+      const int i = i0 + tid;
+      const bool active = i < quads;
+      const int64_t at = int64_t(kv_head) * group * kHeadDim + (active ? i : 0) * 4;
+      const float4 v = active ? make_float4(p.out[at], p.out[at + 1], p.out[at + 2], p.out[at + 3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      quantize_q8_quad(v, active, at, p.out_q8, p.out_q8_scales);
+    }
+  }
 }
 
 template <int kHeadDim>
@@ -285,8 +345,7 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   const int64_t n_tiles = mma_prefill_query_tiles(p.n_tokens, p.n_heads, p.n_kv_heads);
   if (n_tiles > 65535) fail("attention: {} query tiles exceed the grid's limit", n_tiles);
   constexpr size_t smem = PrefillSmem<kHeadDim>::kBytes;
-  const bool merge_last = p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits &&
-                          p.n_kv_heads <= kMaxCountedKvHeads && size_t(p.n_splits + 1) * size_t(group) * 4 <= smem;
+  const bool merge_last = mma_merges_in_launch(p);
   if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
     NT_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
@@ -300,6 +359,12 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
 
 bool mma_prefill_shape_supported(int n_heads, int n_kv_heads, int head_dim) {
   return (head_dim == 64 || head_dim == 128) && n_heads / n_kv_heads <= kMmaRows;
+}
+
+bool mma_merges_in_launch(const AttentionParams& p) {
+  const size_t smem = p.head_dim == 64 ? PrefillSmem<64>::kBytes : PrefillSmem<128>::kBytes;
+  return p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits && p.n_kv_heads <= kMaxCountedKvHeads &&
+         size_t(p.n_splits + 1) * size_t(p.n_heads / p.n_kv_heads) * 4 <= smem;
 }
 
 bool mma_prefill_supported(const AttentionParams& p) {

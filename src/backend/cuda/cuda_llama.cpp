@@ -526,26 +526,13 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
     }
 
-    RopeKvParams rope;
-    rope.qkv = qkv_;
-    rope.qkv_stride = qkv_width;
-    rope.n_tokens = n;
-    rope.pos = pos_dev_;
-    rope.inv_freq = inv_freq_;
-    rope.rope_pairs = int(c.rope_dim / 2);
-    rope.n_heads = int(c.n_heads);
-    rope.n_kv_heads = int(c.n_kv_heads);
-    rope.head_dim = int(c.head_dim);
-    rope.k_cache = k_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
-    rope.v_cache = v_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
-    rope.context = cache_context_;
-    rope_and_store_kv(rope, stream_);
-
+    uint16_t* k_cache = k_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
+    uint16_t* v_cache = v_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
     AttentionParams att;
     att.q = qkv_;
     att.q_stride = qkv_width;
-    att.k_cache = rope.k_cache;
-    att.v_cache = rope.v_cache;
+    att.k_cache = k_cache;
+    att.v_cache = v_cache;
     att.context = cache_context_;
     att.out = att_;
     att.out_stride = c.q_dim();
@@ -556,8 +543,34 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     att.head_dim = int(c.head_dim);
     att.n_splits = attention_splits(n, att.n_heads, att.n_kv_heads, att.head_dim, max_keys, device_.multiprocessors);
     att.partials = partials_;
+    // One token: RoPE, the cache store and wo's q8 input happen inside the
+    // attention launch, so Q/K/V, attention and wo follow each other directly.
+    const bool fused = n == 1 && !use_gemm && attention_decode_fusion_supported(att);
+    if (fused) {
+      att.rope = {inv_freq_, int(c.rope_dim / 2), qkv_ + c.q_dim(), qkv_ + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+      if (matvec_wants_q8(L.wo.type)) {
+        att.out_q8 = q8_;
+        att.out_q8_scales = q8_scales_;
+      }
+    } else {
+      RopeKvParams rope;
+      rope.qkv = qkv_;
+      rope.qkv_stride = qkv_width;
+      rope.n_tokens = n;
+      rope.pos = pos_dev_;
+      rope.inv_freq = inv_freq_;
+      rope.rope_pairs = int(c.rope_dim / 2);
+      rope.n_heads = int(c.n_heads);
+      rope.n_kv_heads = int(c.n_kv_heads);
+      rope.head_dim = int(c.head_dim);
+      rope.k_cache = k_cache;
+      rope.v_cache = v_cache;
+      rope.context = cache_context_;
+      rope_and_store_kv(rope, stream_);
+    }
     attention(att, stream_);
-    matmul(L.wo, prepare_input(att_, n, c.q_dim(), use_gemm), n, x_, c.dim, true);
+    const Input att_in = att.out_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
+    matmul(L.wo, att_in, n, x_, c.dim, true);
 
     // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
     rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);

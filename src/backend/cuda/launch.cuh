@@ -14,6 +14,13 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#ifdef NT_BLOCK_TRACE
+#include "backend/cuda/block_trace.cuh"
+#else
+#define NT_TRACE_BLOCK(kind)
+#define NT_TRACE_MID()
+#define NT_TRACE_WAITED()
+#endif
 
 namespace nt::cuda {
 
@@ -29,6 +36,7 @@ __device__ __forceinline__ void wait_for_inputs() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  NT_TRACE_WAITED();
 }
 
 // The current device is sm_90 or newer and NT_CUDA_PDL is not "0".

@@ -23,6 +23,7 @@ constexpr int kNormGroups = kNormThreads / 32;  // 32-element groups a block's w
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales,
                     int64_t groups_per_slice) {
+  NT_TRACE_BLOCK(kRmsNorm);
   __shared__ float scratch[32];
   cuda::allow_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // then v heads (copied). Bytes moved: qkv read once, q rewritten, k and v
 // written to the cache as f16.
 __global__ void rope_kv_kernel(RopeKvParams p) {
+  NT_TRACE_BLOCK(kRope);
   cuda::allow_dependents();
   cuda::wait_for_inputs();
   const int pairs = p.head_dim / 2;

@@ -8,6 +8,7 @@ namespace {
 // PRECOND: n_blocks = columns * cols / 32. One warp per 32-element block;
 // bytes moved: 4 read + 1 written per element, 8 per block.
 __global__ void quantize_q8_kernel(const float* x, int8_t* q8, float2* scales, int64_t n_blocks) {
+  NT_TRACE_BLOCK(kQuantize);
   cuda::allow_dependents();
   cuda::wait_for_inputs();
   const int64_t block = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;

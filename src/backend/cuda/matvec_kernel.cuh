@@ -125,6 +125,7 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
 
 template <class F, int kColumns, bool kGated, int kSplit = 1, int kUnroll = kDefaultUnroll<F, kGated>, bool kTwoRows = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecParams p) {
+  NT_TRACE_BLOCK(kMatvec);
   allow_dependents();
   matvec_block<F, kColumns, kGated, kSplit, kUnroll, kTwoRows>(p, blockIdx.x);
 }
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
 // rows per block, so no block straddles two parts.
 template <class FA, class FB, int kSplit>
 __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const MatvecPartsParams pp) {
+  NT_TRACE_BLOCK(kMatvecParts);
   allow_dependents();
   constexpr int rows_per_block = kMatvecWarps / kSplit;
   int64_t block = blockIdx.x;
