@@ -69,6 +69,7 @@ struct BlockStamps {
   }
   __device__ ~BlockStamps() {
     if (threadIdx.x != 0 || !g_records) return;
+    const uint64_t end = now();  // before the record's own atomic
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     const uint32_t i = atomicAdd(&g_counters[sm], 1u);
@@ -81,7 +82,7 @@ struct BlockStamps {
     r.t[0] = start;
     r.t[1] = waited_slot();
     r.t[2] = mid_slot();
-    r.t[3] = now();
+    r.t[3] = end;
   }
 };
 #endif
