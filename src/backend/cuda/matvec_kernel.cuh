@@ -132,13 +132,14 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
 
 // Single-column mat-vec over up to kMaxMatvecParts matrices stacked by rows,
 // each of format FA or FB (Q, K and V of a mixed K-quant model): one launch
-// instead of one per matrix. PRECOND: each part's rows are a multiple of the
-// rows per block, so no block straddles two parts.
-template <class FA, class FB, int kSplit>
+// instead of one per matrix; kTwoRows: each warp computes two rows.
+// PRECOND: each part's rows are a multiple of the rows per block, so no block
+// straddles two parts.
+template <class FA, class FB, int kSplit, bool kTwoRows = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const MatvecPartsParams pp) {
   NT_TRACE_BLOCK(kMatvecParts);
   allow_dependents();
-  constexpr int rows_per_block = kMatvecWarps / kSplit;
+  constexpr int rows_per_block = kMatvecWarps / kSplit * (kTwoRows ? 2 : 1);
   int64_t block = blockIdx.x;
   int i = 0;
   while (i + 1 < pp.n_parts && block * rows_per_block >= pp.part[i].w.rows) block -= pp.part[i++].w.rows / rows_per_block;
@@ -148,9 +149,9 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const M
   p.y = pp.y + pp.part[i].y_offset;
   p.y_stride = 0;
   if (p.w.type == FA::kType) {
-    matvec_block<FA, 1, false, kSplit, kDefaultUnroll<FA, false>>(p, block);
+    matvec_block<FA, 1, false, kSplit, kDefaultUnroll<FA, kTwoRows>, kTwoRows>(p, block);
   } else {
-    matvec_block<FB, 1, false, kSplit, kDefaultUnroll<FB, false>>(p, block);
+    matvec_block<FB, 1, false, kSplit, kDefaultUnroll<FB, kTwoRows>, kTwoRows>(p, block);
   }
 }
 
