@@ -412,12 +412,17 @@ size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, in
 }
 
 bool attention_decode_fusion_supported(const AttentionParams& p) {
-  return p.n_tokens == 1 && p.n_heads % p.n_kv_heads == 0 && attention_detail::mma_prefill_supported(p) &&
-         p.n_splits >= 1 && (p.n_splits == 1 || attention_detail::mma_merges_in_launch(p)) && (p.n_splits == 1 || p.partials);
+  return p.n_tokens == 1 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && attention_detail::mma_prefill_supported(p) &&
+         (p.n_splits == 1 || (attention_detail::mma_merges_in_launch(p) && p.partials));
 }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
+  if (p.n_kv_heads < 1 || p.n_heads % p.n_kv_heads != 0) {
+    fail("attention: {} heads is not a multiple of {} KV heads", p.n_heads, p.n_kv_heads);
+  }
+  if (p.n_splits < 1 || p.n_splits > kMaxSplits) fail("attention: {} key-range splits, not 1..{}", p.n_splits, kMaxSplits);
+  if (p.n_splits > 1 && !p.partials) fail("attention: {} splits need a partials buffer", p.n_splits);
   if ((p.rope.inv_freq || p.out_q8) && !attention_decode_fusion_supported(p)) {
     fail("attention: RoPE and q8 output fold only into one-token launches with head_dim 64 or 128 ({} tokens, head_dim {}, {} splits)",
          p.n_tokens, p.head_dim, p.n_splits);
@@ -428,9 +433,6 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
          p.rope.rope_pairs);
   }
   if (p.out_q8 && (!p.out_q8_scales || p.head_dim % 32 != 0)) fail("attention: q8 output needs scales and head_dim % 32 == 0");
-  if (p.n_heads % p.n_kv_heads != 0) fail("attention: {} heads is not a multiple of {} KV heads", p.n_heads, p.n_kv_heads);
-  if (p.n_splits < 1 || p.n_splits > kMaxSplits) fail("attention: {} key-range splits, not 1..{}", p.n_splits, kMaxSplits);
-  if (p.n_splits > 1 && !p.partials) fail("attention: {} splits need a partials buffer", p.n_splits);
   if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
     fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
   }
