@@ -3,9 +3,12 @@
 // dependent launch as the engine launches them) and a grid-wide counter that
 // a persistent kernel's blocks bump and spin on (bench/cuda_NOTES.md: the
 // persistent decode kernel design). Both with one to eight blocks of 128
-// threads per multiprocessor; microseconds per step.
+// threads per multiprocessor, and with the same warps in fewer, larger
+// blocks (does a boundary cost per block or per warp?); microseconds per step.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
+
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
@@ -62,10 +65,11 @@ void bench_step_sync(int multiprocessors) {
   cudaStream_t stream;
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceBuffer counter(4, "step counter");
-  fmt::print("\n== cost of one dependent step, us ({} steps; {} SMs)\n{:>16} {:>14} {:>14}\n", kSteps, multiprocessors,
-             "blocks per SM", "graph + PDL", "grid counter");
-  for (int per_sm : {1, 2, 4, 8}) {
-    const dim3 grid(unsigned(multiprocessors * per_sm)), block(128);
+  fmt::print("\n== cost of one dependent step, us ({} steps; {} SMs)\n{:>16} {:>16} {:>14} {:>14}\n", kSteps, multiprocessors,
+             "blocks per SM", "threads a block", "graph + PDL", "grid counter");
+  const std::pair<int, int> shapes[] = {{1, 128}, {2, 128}, {4, 128}, {8, 128}, {1, 256}, {1, 512}, {2, 512}, {1, 1024}};
+  for (const auto [per_sm, threads] : shapes) {
+    const dim3 grid(unsigned(multiprocessors * per_sm)), block{unsigned(threads)};
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     NT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -82,7 +86,7 @@ void bench_step_sync(int multiprocessors) {
       });
       if (rep > 0) graph_ms = std::min(graph_ms, g), counter_ms = std::min(counter_ms, c);
     }
-    fmt::print("{:>16} {:>14.2f} {:>14.2f}\n", per_sm, graph_ms * 1e3f / kSteps, counter_ms * 1e3f / kSteps);
+    fmt::print("{:>16} {:>16} {:>14.2f} {:>14.2f}\n", per_sm, threads, graph_ms * 1e3f / kSteps, counter_ms * 1e3f / kSteps);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
