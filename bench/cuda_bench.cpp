@@ -39,7 +39,8 @@
 
 namespace nt {
 namespace cuda {
-void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream);  // cuda_matvec_variants.cu
+void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream,
+                    bool q4k_pair = false);  // cuda_matvec_variants.cu
 void bench_step_sync(int multiprocessors);  // cuda_sync_bench.cu
 }
 namespace {
@@ -213,17 +214,21 @@ void bench_matvec(double copy_gbs, std::mt19937& rng) {
 }
 
 // Single-column mat-vec over rows-per-warp x warps-per-row x unroll variants
-// ("2r1w/u1"), GB/s of file
+// ("2r1w/u1"; "P": Q4_K in 32-byte units), GB/s of file
 // bytes (gated: both matrices); "auto" is what matvec() picks for the shape.
 void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
   fmt::print("\n== decode mat-vec variants: GB/s for rows per warp, warps per row, unroll (copy ceiling {:.0f} GB/s)\n", copy_gbs);
   struct Variant {
     int rows, split, unroll;
+    bool pair = false;
   };
-  const std::vector<Variant> variants = {{1, 1, 1}, {1, 1, 2}, {1, 2, 1}, {1, 2, 2}, {1, 4, 1}, {1, 4, 2},
-                                         {2, 1, 1}, {2, 2, 1}, {2, 4, 1}};
+  const std::vector<Variant> variants = {{1, 1, 1},       {1, 1, 2},       {1, 2, 1},       {1, 2, 2},      {1, 4, 1},
+                                         {1, 4, 2},       {2, 1, 1},       {2, 2, 1},       {2, 4, 1},      {1, 1, 1, true},
+                                         {1, 2, 1, true}, {1, 4, 1, true}, {2, 1, 1, true}, {2, 2, 1, true}};
   std::string head = fmt::format("{:<8} {:>13}", "type", "rows x cols");
-  for (const Variant v : variants) head += fmt::format(" {:>6}", fmt::format("{}r{}w/u{}", v.rows, v.split, v.unroll));
+  for (const Variant v : variants) {
+    head += fmt::format(" {:>7}", fmt::format("{}{}r{}w/u{}", v.pair ? "P" : "", v.rows, v.split, v.unroll));
+  }
   fmt::print("{} {:>6} {:>6}\n", head, "auto", "%copy");
   struct Shape {
     TensorType type;
@@ -233,6 +238,7 @@ void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
   for (const Shape s : {Shape{TensorType::Q4_K, 4096, 4096, false}, Shape{TensorType::Q4_K, 1024, 4096, false},
                         Shape{TensorType::Q4_K, 14336, 4096, false}, Shape{TensorType::Q4_K, 14336, 4096, true},
                         Shape{TensorType::Q4_K, 28672, 8192, true}, Shape{TensorType::Q4_K, 8192, 8192, false},
+                        Shape{TensorType::Q4_K, 1024, 8192, false},
                         Shape{TensorType::Q6_K, 1024, 4096, false}, Shape{TensorType::Q6_K, 4096, 14336, false},
                         Shape{TensorType::Q6_K, 8192, 28672, false}, Shape{TensorType::Q6_K, 128256, 4096, false},
                         Shape{TensorType::Q8_0, 4096, 4096, false}, Shape{TensorType::Q8_0, 14336, 4096, true},
@@ -242,7 +248,7 @@ void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
     const Activation a = make_activation(1, s.cols);
     DeviceBuffer y(size_t(s.rows) * 4, "y");
     const double bytes = double(m.file_bytes) * (s.gated ? 2 : 1);
-    auto run = [&](int rows_per_warp, int split, int unroll) {
+    auto run = [&](int rows_per_warp, int split, int unroll, bool pair) {
       return time_ms([&](int i) {
         MatvecParams p;
         p.w = m.copies[size_t(i) % m.copies.size()];
@@ -251,7 +257,7 @@ void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
         p.y = y.as<float>();
         p.y_stride = s.rows;
         if (split) {
-          cuda::matvec_variant(rows_per_warp, split, unroll, p, nullptr);
+          cuda::matvec_variant(rows_per_warp, split, unroll, p, nullptr, pair);
         } else {
           matvec(p, 1, nullptr);
         }
@@ -260,10 +266,11 @@ void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
     std::string line = fmt::format("{:<8} {:>6}x{:<6}", fmt::format("{}{}", tensor_type_name(s.type), s.gated ? "+g" : ""),
                                    s.rows, s.cols);
     for (const Variant v : variants) {
-      line += (s.gated && v.rows == 2) ? fmt::format(" {:>6}", "-")
-                                       : fmt::format(" {:>6.0f}", bytes / (run(v.rows, v.split, v.unroll) * 1e-3) / 1e9);
+      const bool skip = (s.gated && v.rows == 2) || (v.pair && s.type != TensorType::Q4_K);
+      line += skip ? fmt::format(" {:>7}", "-")
+                   : fmt::format(" {:>7.0f}", bytes / (run(v.rows, v.split, v.unroll, v.pair) * 1e-3) / 1e9);
     }
-    const double gbs = bytes / (run(0, 0, 0) * 1e-3) / 1e9;
+    const double gbs = bytes / (run(0, 0, 0, false) * 1e-3) / 1e9;
     fmt::print("{} {:>6.0f} {:>5.0f}%\n", line, gbs, 100 * gbs / copy_gbs);
   }
 }

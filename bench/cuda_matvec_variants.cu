@@ -59,10 +59,18 @@ void launch_format(int rows_per_warp, int split, int unroll, const MatvecParams&
 
 }  // namespace
 
-// One column (the decode case); gated when p.w_up is set.
-void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream) {
+// One column (the decode case); gated when p.w_up is set. q4k_pair: Q4_K
+// through the 32-byte units of FormatQ4_KPair.
+void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream, bool q4k_pair) {
+  if (q4k_pair && p.w.type != TensorType::Q4_K) fail("32-byte units are a Q4_K variant");
   switch (p.w.type) {
-    case TensorType::Q4_K: launch_format<FormatQ4_K>(rows_per_warp, split, unroll, p, stream); break;
+    case TensorType::Q4_K:
+      if (q4k_pair) {
+        launch_format<FormatQ4_KPair>(rows_per_warp, split, unroll, p, stream);
+      } else {
+        launch_format<FormatQ4_K>(rows_per_warp, split, unroll, p, stream);
+      }
+      break;
     case TensorType::Q6_K: launch_format<FormatQ6_K>(rows_per_warp, split, unroll, p, stream); break;
     case TensorType::Q8_0: launch_format<FormatQ8_0>(rows_per_warp, split, unroll, p, stream); break;
     case TensorType::F16: launch_format<FormatF16>(rows_per_warp, split, unroll, p, stream); break;
