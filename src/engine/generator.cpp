@@ -52,8 +52,19 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   const auto [mismatch, unused] = std::mismatch(context_.begin(), context_.end(), prompt.begin(), prompt.end());
   const int64_t reuse = std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1);
   stats.reused_tokens = reuse;
+  // Greedy without penalties needs only the best token, which the backend can
+  // pick on its side of the bus instead of returning every logit.
+  const bool runner_picks = sampler.picks_highest_logit();
+  int32_t picked = 0;
+  const auto evaluate = [&](std::span<const int32_t> tokens, int64_t pos) {
+    if (runner_picks) {
+      picked = runner_.forward_greedy(tokens, pos);
+    } else {
+      runner_.forward(tokens, pos, logits_.data(), false);
+    }
+  };
   const auto prefill_start = std::chrono::steady_clock::now();
-  runner_.forward(prompt.subspan(size_t(reuse)), reuse, logits_.data(), false);
+  evaluate(prompt.subspan(size_t(reuse)), reuse);
   stats.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
@@ -65,7 +76,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
 
   stats.stop = StopReason::TokenLimit;
   while (stats.generated_tokens < options.max_tokens) {
-    const int32_t token = sampler.sample(logits_);
+    const int32_t token = runner_picks ? picked : sampler.sample(logits_);
     if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
       stats.stop = StopReason::StopToken;
       break;
@@ -85,7 +96,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
       break;
     }
     const auto decode_start = std::chrono::steady_clock::now();
-    runner_.forward({&token, 1}, int64_t(context_.size()), logits_.data(), false);
+    evaluate({&token, 1}, int64_t(context_.size()));
     stats.decode_seconds += seconds_since(decode_start);
     ++stats.decode_passes;
     context_.push_back(token);

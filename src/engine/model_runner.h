@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model/llama_config.h"
 
@@ -28,6 +29,18 @@ class ModelRunner {
   // when all_logits, else only the last token's. Throws nt::Error when
   // pos + tokens.size() exceeds context_size().
   virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) = 0;
+
+  // Runs `tokens` like forward() and returns the token with the highest logit
+  // after the last one (argmax_first of its logits):
+  // greedy decoding. A backend may pick it where the logits are instead of
+  // copying them out; this default runs forward() and scans the row.
+  virtual int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
+
+ private:
+  std::vector<float> greedy_logits_;  // the default forward_greedy's row
 };
+
+// The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.
+int32_t argmax_first(std::span<const float> row);
 
 }  // namespace nt

@@ -57,6 +57,10 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
 
+  // Greedy without penalties: sample() would return the row's highest logit
+  // untouched, so a backend may pick it itself (ModelRunner::forward_greedy).
+  bool picks_highest_logit() const { return params_.temperature <= 0.0f && !has_penalties(); }
+
  private:
   bool has_penalties() const;
 

@@ -59,6 +59,17 @@ void check_all_paths(const std::string& path, const CudaRunnerOptions& options) 
     runner->forward(std::span(tokens).subspan(size_t(t), 1), t, logits.data(), false);
     expect_row(logits.data(), t, "decode");
   }
+  // Greedy steps pick on the GPU what argmax_first picks from the same step's
+  // logits: one token (the decode graph where enabled) and a 70-token prefill.
+  for (int64_t t = 70; t < 73; ++t) {
+    runner->forward(std::span(tokens).subspan(size_t(t), 1), t, logits.data(), false);
+    const int32_t want = argmax_first(std::span(logits).first(size_t(vocab)));
+    EXPECT_EQ(runner->forward_greedy(std::span(tokens).subspan(size_t(t), 1), t), want) << "greedy step at position " << t;
+  }
+  runner->forward(std::span(tokens).first(70), 0, logits.data(), false);
+  const int32_t want_prefill = argmax_first(std::span(logits).first(size_t(vocab)));
+  EXPECT_EQ(runner->forward_greedy(std::span(tokens).first(70), 0), want_prefill) << "greedy prefill";
+
   // 12 tokens (chunked mat-vec below the default GEMM threshold), then 5
   // (gated mat-vec) with the last logits only.
   runner->forward(std::span(tokens).subspan(73, 12), 73, logits.data(), true);

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/llama_ops.h"
+#include "engine/model_runner.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"
 
@@ -120,18 +121,39 @@ TEST(Swiglu, MatchesReference) {
   EXPECT_LT(test::relative_error(got, ref), 1e-5);
 }
 
-TEST(Argmax, FindsTheFirstLargest) {
-  const int64_t rows = 4, n = 50000;
+// Against argmax_first (the CPU backend's greedy rule): ties across and
+// within the first pass's chunks, rows shorter and longer than a chunk,
+// NaN, and rows with nothing above -inf.
+TEST(Argmax, MatchesTheFirstLargestRule) {
+  const int64_t rows = 6, n = 50000;  // 13 chunks of 4096, the last partial
   auto x = test::random_floats(size_t(rows * n));
   x[size_t(0 * n + 777)] = 5.0f;
-  x[size_t(1 * n + 12)] = 5.0f;  // tie: the first index wins
+  x[size_t(1 * n + 12)] = 5.0f;  // a tie in different chunks: the first wins
   x[size_t(1 * n + 40000)] = 5.0f;
-  x[size_t(2 * n + n - 1)] = 7.0f;
+  x[size_t(2 * n + n - 1)] = 7.0f;   // the last element, in the partial chunk
+  x[size_t(2 * n + 4095)] = 6.0f;
+  x[size_t(2 * n + 4096)] = 6.0f;
   x[size_t(3 * n + 0)] = 2.0f;
-  const DeviceBuffer dx = test::to_device(x);
-  DeviceBuffer out = test::poisoned(rows * 4);
-  argmax_rows(dx.as<float>(), rows, n, out.as<int32_t>(), nullptr);
-  EXPECT_EQ(test::to_host<int32_t>(out, rows), (std::vector<int32_t>{777, 12, int32_t(n - 1), 0}));
+  x[size_t(3 * n + 1)] = NAN;
+  x[size_t(4 * n + 300)] = 3.0f;  // a tie inside one chunk, on different threads
+  x[size_t(4 * n + 299)] = 3.0f;
+  std::fill(x.begin() + 5 * n, x.end(), -INFINITY);
+  x[size_t(5 * n + 9)] = NAN;
+  for (const int64_t len : {n, int64_t(4096), int64_t(100), int64_t(1)}) {
+    SCOPED_TRACE(testing::Message() << "row length " << len);
+    std::vector<float> xs;
+    for (int64_t r = 0; r < rows; ++r) xs.insert(xs.end(), x.begin() + r * n, x.begin() + r * n + len);
+    std::vector<int32_t> want;
+    for (int64_t r = 0; r < rows; ++r) want.push_back(argmax_first(std::span(xs).subspan(size_t(r * len), size_t(len))));
+    const DeviceBuffer dx = test::to_device(xs);
+    DeviceBuffer out = test::poisoned(rows * 4), scratch(argmax_scratch_bytes(rows, len), "argmax scratch");
+    argmax_rows(dx.as<float>(), rows, len, out.as<int32_t>(), scratch.get(), nullptr);
+    EXPECT_EQ(test::to_host<int32_t>(out, rows), want);
+  }
+  EXPECT_EQ(argmax_first(std::span(x).first(size_t(n))), 777);
+  EXPECT_EQ(argmax_first(std::span(x).subspan(size_t(n), size_t(n))), 12);
+  EXPECT_EQ(argmax_first(std::span(x).subspan(size_t(2 * n), size_t(n))), int32_t(n - 1));
+  EXPECT_EQ(argmax_first(std::span(x).subspan(size_t(5 * n), size_t(n))), 0);
 }
 
 }  // namespace

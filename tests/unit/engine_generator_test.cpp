@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,14 @@ class ScriptedRunner final : public ModelRunner {
     logits[last < script_.size() ? script_[last] : kFallback] = 5.0f;
   }
 
+  int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
+    ++greedy_calls;
+    return ModelRunner::forward_greedy(tokens, pos);
+  }
+
   static constexpr int32_t kFallback = 300;
   std::vector<Call> calls;
+  size_t greedy_calls = 0;
 
  private:
   std::vector<int32_t> script_;
@@ -98,6 +105,32 @@ TEST_F(GeneratorTest, PrefillsOnceThenDecodesOneTokenPerPass) {
   }
   EXPECT_EQ(stats.decode_passes, 3);
   EXPECT_EQ(g.context(), (std::vector<int32_t>{10, 20, 30, 40, 50}));
+}
+
+// Greedy sampling without penalties lets the runner pick the token (a GPU
+// then copies 4 bytes instead of the logits); penalties need the logits.
+TEST_F(GeneratorTest, GreedyStepsLetTheRunnerPickUnlessPenaltiesApply) {
+  ScriptedRunner runner({0, 30, 40, 50, 60}, 64);
+  Generator g(runner, tokenizer);
+  generate(g, {10, 20}, options(4));
+  EXPECT_EQ(runner.greedy_calls, runner.calls.size());
+  SamplingParams penalised = greedy();
+  penalised.repeat_penalty = 1.3f;
+  Sampler with_penalty{penalised, kVocab};
+  EXPECT_FALSE(with_penalty.picks_highest_logit());
+  ScriptedRunner runner2({0, 30, 40, 50, 60}, 64);
+  Generator g2(runner2, tokenizer);
+  g2.generate(std::vector<int32_t>{10, 20}, with_penalty, options(4), [](std::string_view) {});
+  EXPECT_EQ(runner2.greedy_calls, 0u);
+  EXPECT_EQ(runner2.calls.size(), runner.calls.size());
+  EXPECT_EQ(g2.generated(), g.generated());  // the scripted logit outweighs the penalty
+}
+
+TEST(ArgmaxFirst, TakesTheFirstLargestAndNeverNaN) {
+  EXPECT_EQ(argmax_first(std::vector<float>{1.0f, 3.0f, -2.0f, 3.0f}), 1);
+  EXPECT_EQ(argmax_first(std::vector<float>{NAN, 0.5f, 0.25f}), 1);
+  EXPECT_EQ(argmax_first(std::vector<float>{-INFINITY, NAN, -INFINITY}), 0);
+  EXPECT_EQ(argmax_first(std::vector<float>{-5.0f}), 0);
 }
 
 TEST_F(GeneratorTest, StopTokenEndsGenerationWithoutBeingEmitted) {

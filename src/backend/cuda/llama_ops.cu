@@ -1,6 +1,7 @@
 #include "backend/cuda/llama_ops.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
@@ -92,45 +93,64 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
   if (i < n) h[i] = cuda::silu(gate[i]) * up[i];
 }
 
-// PRECOND: n >= 1. One block per row; bytes moved: the row once.
-__global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
-  __shared__ float best_value[32];
-  __shared__ int64_t best_index[32];
-  cuda::allow_dependents();
-  cuda::wait_for_inputs();
-  const float* xr = x + int64_t(blockIdx.x) * n;
-  float value = -INFINITY;
-  int64_t index = n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    if (xr[i] > value) {  // strided walk: the first hit per thread is its smallest index
-      value = xr[i];
-      index = i;
-    }
-  }
-  auto better = [](float v, int64_t i, float w, int64_t j) { return v > w || (v == w && i < j); };
+constexpr int kArgmaxThreads = 256;
+constexpr int64_t kArgmaxChunk = 16 * kArgmaxThreads;  // elements a block of the first pass scans
+
+struct ArgmaxCandidate {
+  float value;
+  int32_t index;  // -1: none beat -inf
+};
+
+// Whether (v, i) beats (w, j) under argmax_first's rule: larger, or equal and earlier.
+__device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
+  return i >= 0 && (j < 0 || v > w || (v == w && i < j));
+}
+
+// The block's best (value, index) over its threads' candidates; every thread gets it.
+__device__ ArgmaxCandidate block_argmax(ArgmaxCandidate c) {
+  __shared__ ArgmaxCandidate best[32];
   for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, value, o);
-    const int64_t j = __shfl_xor_sync(0xffffffffu, index, o);
-    if (better(v, j, value, index)) {
-      value = v;
-      index = j;
-    }
+    const float v = __shfl_xor_sync(0xffffffffu, c.value, o);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, c.index, o);
+    if (beats(v, i, c.value, c.index)) c = {v, i};
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    best_value[warp] = value;
-    best_index[warp] = index;
-  }
+  if (lane == 0) best[warp] = c;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x / 32); ++w) {
-      if (better(best_value[w], best_index[w], value, index)) {
-        value = best_value[w];
-        index = best_index[w];
-      }
-    }
-    out[blockIdx.x] = int32_t(index < n ? index : 0);  // all -inf or NaN: token 0
+  c = best[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) {
+    if (beats(best[w].value, best[w].index, c.value, c.index)) c = best[w];
   }
+  return c;
+}
+
+// First pass, grid (chunk, row): the best of x[row][chunk * kArgmaxChunk, ...)
+// into partial[row][chunk]. A thread's strided walk meets its smallest index
+// first, so `>` keeps the first of equal values. Bytes moved: the rows once.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_chunks_kernel(const float* x, int64_t n, ArgmaxCandidate* partial) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const float* xr = x + int64_t(blockIdx.y) * n;
+  const int64_t begin = int64_t(blockIdx.x) * kArgmaxChunk, end = min(n, begin + kArgmaxChunk);
+  ArgmaxCandidate c{-INFINITY, -1};
+  for (int64_t i = begin + threadIdx.x; i < end; i += kArgmaxThreads) {
+    if (xr[i] > c.value) c = {xr[i], int32_t(i)};
+  }
+  c = block_argmax(c);
+  if (threadIdx.x == 0) partial[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = c;
+}
+
+// Second pass, one block per row: the best of the row's chunk winners.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const ArgmaxCandidate* partial, int chunks, int32_t* out) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  ArgmaxCandidate c{-INFINITY, -1};
+  for (int k = threadIdx.x; k < chunks; k += kArgmaxThreads) {
+    const ArgmaxCandidate p = partial[int64_t(blockIdx.x) * chunks + k];
+    if (beats(p.value, p.index, c.value, c.index)) c = p;
+  }
+  c = block_argmax(c);
+  if (threadIdx.x == 0) out[blockIdx.x] = c.index < 0 ? 0 : c.index;
 }
 
 unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -168,10 +188,20 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_
   NT_CUDA_CHECK_LAUNCH();
 }
 
-void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream) {
+uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n) {
+  return uint64_t(n_rows) * uint64_t((n + kArgmaxChunk - 1) / kArgmaxChunk) * sizeof(ArgmaxCandidate);
+}
+
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream) {
   if (n <= 0) fail("argmax over an empty row");
+  if (n > std::numeric_limits<int32_t>::max()) fail("argmax over {} elements: indices are 32-bit", n);
   if (n_rows == 0) return;
-  cuda::launch_kernel(argmax_kernel, dim3(unsigned(n_rows)), dim3(1024), 0, stream, x, n, out);
+  const int64_t chunks = (n + kArgmaxChunk - 1) / kArgmaxChunk;
+  if (n_rows > 65535) fail("argmax over {} rows exceeds the grid", n_rows);
+  auto* partial = static_cast<ArgmaxCandidate*>(scratch);
+  cuda::launch_kernel(argmax_chunks_kernel, dim3(unsigned(chunks), unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, x, n, partial);
+  NT_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel(argmax_winners_kernel, dim3(unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, partial, int(chunks), out);
   NT_CUDA_CHECK_LAUNCH();
 }
 

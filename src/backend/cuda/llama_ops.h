@@ -33,7 +33,11 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream);
 // h[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
 
-// out[r] = index of the largest of x[r][0..n) (the first on ties).
-void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream);
+// out[r] = index of the largest of x[r][0..n): argmax_first's rule (the first
+// on ties, NaN never wins, 0 when nothing beats -inf). Two launches: chunks of
+// each row in parallel, then their winners; `scratch` holds
+// argmax_scratch_bytes(n_rows, n).
+uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n);
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream);
 
 }  // namespace nt
