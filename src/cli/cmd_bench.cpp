@@ -72,7 +72,7 @@ void bench(const BenchOptions& o) {
       const auto t0 = clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         const int32_t token = prompt[size_t(i % int64_t(prompt.size()))];
-        runner.forward_greedy({&token, 1}, depth + i);  // a greedy step: the backend picks the next token
+        runner.forward_greedy({&token, 1}, depth + i);  // costs what a greedy generation step costs
       }
       times.push_back(seconds(t0) / double(o.n_gen));
     }

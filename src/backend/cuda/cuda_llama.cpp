@@ -255,7 +255,7 @@ class CudaLlamaRunner final : public ModelRunner {
   uint16_t* f16_ = nullptr;
   int32_t* argmax_ = nullptr;
   void* argmax_scratch_ = nullptr;
-  PinnedBuffer host_io_;  // tokens, position and one row of logits
+  PinnedBuffer host_io_;  // tokens, position, and one row of logits or the greedy pick
   cudaGraphExec_t decode_graph_ = nullptr;
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
