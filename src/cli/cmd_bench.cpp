@@ -1,5 +1,6 @@
 // `ntransformer bench -m MODEL [-t N] [-p 128] [-n 64] [-r 3]`: prefill and
-// decode speed, and the weight bandwidth decode achieves.
+// decode speed, and the bandwidth decode achieves: weights alone, and weights
+// plus the KV cache entries each step reads (every visible key's K and V).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -50,7 +51,7 @@ void bench(const BenchOptions& o) {
   runner.forward({prompt.data(), 8}, 0, logits.data(), false);
 
   const double bytes = double(runner.weight_bytes_per_token());
-  fmt::print("| model | backend | test | tok/s | ms/token | weight GB/s |\n|---|---|---|---|---|---|\n");
+  fmt::print("| model | backend | test | tok/s | ms/token | weight GB/s | weight + KV GB/s |\n|---|---|---|---|---|---|---|\n");
   const auto name = loaded.file->header().get_string("general.name", std::string("?"));
   if (o.n_prompt > 0) {
     std::vector<double> times;
@@ -61,7 +62,7 @@ void bench(const BenchOptions& o) {
     }
     const double t = median(times);
     // Prefill reads the weights once for the whole prompt: its GB/s is not a roofline figure.
-    fmt::print("| {} | {} | pp{} | {:.1f} | {:.3f} | - |\n", name, runner.description(), o.n_prompt,
+    fmt::print("| {} | {} | pp{} | {:.1f} | {:.3f} | - | - |\n", name, runner.description(), o.n_prompt,
                double(o.n_prompt) / t, 1e3 * t / double(o.n_prompt));
   }
   for (const int64_t depth : o.depths) {
@@ -77,8 +78,10 @@ void bench(const BenchOptions& o) {
       times.push_back(seconds(t0) / double(o.n_gen));
     }
     const double t = median(times);
-    fmt::print("| {} | {} | tg{} @ {} | {:.1f} | {:.3f} | {:.1f} |\n", name, runner.description(), o.n_gen, depth,
-               1.0 / t, 1e3 * t, bytes / t / 1e9);
+    // Step i sees depth + i + 1 keys: on average depth + (n_gen + 1) / 2.
+    const double kv_bytes = double(runner.kv_bytes_per_position()) * (double(depth) + double(o.n_gen + 1) / 2.0);
+    fmt::print("| {} | {} | tg{} @ {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(), o.n_gen, depth,
+               1.0 / t, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
   }
 }
 

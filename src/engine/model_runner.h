@@ -23,6 +23,9 @@ class ModelRunner {
   virtual std::string description() const = 0;
   // Bytes of weights read per decoded token (for GB/s reports).
   virtual uint64_t weight_bytes_per_token() const = 0;
+  // Bytes of one cached position's keys and values over all layers: a decode
+  // step reads this much per visible key on top of the weights.
+  virtual uint64_t kv_bytes_per_position() const = 0;
 
   // Runs `tokens` at positions pos, pos+1, ... (overwriting any cached
   // positions from `pos` on). Writes vocab_size logits per token into `logits`

@@ -266,6 +266,15 @@ TEST(Attention, DecodeFoldsRopeCacheStoreAndQ8Output) {
   }
 }
 
+// The last position of Llama 3.1's 131072-token context, as the 8B decode
+// graph runs it: fused, 33 splits of which 32 hold 4096 keys each and the
+// last none, merged over 131072 keys (a 268 MB K cache for 8 KV heads).
+TEST(Attention, DecodeAtTheFullLlama31Context) {
+  const Shape s{1, 131071, 32, 8, 128, 33, false, 64};
+  SCOPED_TRACE(describe(s));
+  EXPECT_LT(run_attention(s), 5e-3);
+}
+
 TEST(Attention, SplitsFillTheGpuAndStayUseful) {
   EXPECT_GT(attention_splits(1, 32, 8, 128, 8192, 132), 8);
   EXPECT_EQ(attention_splits(1, 32, 8, 128, 10, 132), 1);

@@ -35,6 +35,7 @@ class ScriptedRunner final : public ModelRunner {
   int64_t context_size() const override { return context_; }
   std::string description() const override { return "scripted"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
+  uint64_t kv_bytes_per_position() const override { return 0; }
 
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     ASSERT_FALSE(all_logits);

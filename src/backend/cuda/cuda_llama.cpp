@@ -205,6 +205,7 @@ class CudaLlamaRunner final : public ModelRunner {
   int64_t context_size() const override { return context_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
+  uint64_t kv_bytes_per_position() const override { return uint64_t(config_.n_layers) * uint64_t(config_.kv_dim()) * 2 * 2; }  // f16
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     run_tokens(tokens, pos, logits, all_logits, nullptr);
   }
