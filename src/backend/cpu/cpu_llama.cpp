@@ -65,9 +65,7 @@ class CpuLlamaRunner final : public ModelRunner {
     return bytes;
   }
 
-  uint64_t kv_bytes_per_position() const override {
-    return uint64_t(config_.n_layers) * uint64_t(config_.kv_dim()) * 2 * (kv_type_ == TensorType::F16 ? 2 : 4);
-  }
+  uint64_t kv_bytes_per_position() const override { return (k_cache_.size() + v_cache_.size()) / uint64_t(context_); }
 
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     if (pos < 0 || pos + int64_t(tokens.size()) > context_) {

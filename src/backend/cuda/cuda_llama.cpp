@@ -126,6 +126,9 @@ uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
   return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
 }
 
+// K and V of one position over all layers, in f16.
+uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
+
 // Device memory besides the weights, shared by the planner and the allocation.
 struct RunnerBuffers {
   uint64_t kv = 0, gemm = 0, activations = 0;
@@ -143,7 +146,7 @@ RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_
     }
   }
   RunnerBuffers b;
-  b.kv = 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * uint64_t(cache_context) * 2;
+  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
   b.activations = layout_activations(c, max_batch, context, multiprocessors).total;
   return b;
@@ -205,7 +208,7 @@ class CudaLlamaRunner final : public ModelRunner {
   int64_t context_size() const override { return context_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
-  uint64_t kv_bytes_per_position() const override { return uint64_t(config_.n_layers) * uint64_t(config_.kv_dim()) * 2 * 2; }  // f16
+  uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     run_tokens(tokens, pos, logits, all_logits, nullptr);
   }
