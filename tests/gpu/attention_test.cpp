@@ -19,6 +19,7 @@ struct Shape {
   int splits;
   bool odd_q_stride = false;  // rows of q not 16-byte aligned: the f32 kernels take even head_dim 64/128
   int fused_rope_pairs = -1;  // >= 0: one token whose RoPE, cache store and q8 output the launch does
+  int64_t max_keys = 0;       // > 0: the caller's bound on the keys (the short-context decode below kShortDecodeMaxKeys)
 };
 
 // Rotates pair (x0, x1) of dims (2i, 2i + 1) by pos * inv_freq[i], in double.
@@ -112,6 +113,7 @@ double run_attention(const Shape& s) {
   p.head_dim = s.head_dim;
   p.n_splits = s.splits;
   p.partials = partials.as<float>();
+  p.max_keys = s.max_keys;
   if (fused) {
     EXPECT_TRUE(attention_decode_fusion_supported(p));
     p.rope = {dfreq.as<float>(), s.fused_rope_pairs, dnew.as<float>(), dnew.as<float>() + s.n_kv_heads * s.head_dim,
@@ -262,6 +264,26 @@ TEST(Attention, DecodeFoldsRopeCacheStoreAndQ8Output) {
                           Shape{1, 77, 9, 3, 64, 3, false, 32}}) {  // SmolLM2 heads, group 3
       SCOPED_TRACE(describe(s));
       EXPECT_LT(run_attention(s), 5e-3);
+    }
+  }
+}
+
+// Short contexts: a cluster of blocks per query head, no split partials;
+// fused and not, the first and last positions it takes, tile edges, head_dim
+// 128 (group 4 and 8, partial rotation) and 64 (SmolLM2's group 3). f32
+// arithmetic on the f16 cache: 1e-4 unfused; fused, the RoPE angle
+// float(pos) * inv_freq (as every RoPE path of the engine computes it)
+// costs up to ~3e-4 against the float64 rotation.
+TEST(Attention, ShortContextDecodeMatchesReference) {
+  const int64_t m = kShortDecodeMaxKeys;
+  for (int i = 0; i < 2; ++i) {
+    for (const Shape s : {Shape{1, 0, 32, 8, 128, 1, false, 64, m}, Shape{1, 63, 32, 8, 128, 1, false, 64, m},
+                          Shape{1, 64, 32, 8, 128, 1, false, 64, m}, Shape{1, 520, 32, 8, 128, 1, false, 64, m},
+                          Shape{1, m - 1, 32, 8, 128, 1, false, 64, m}, Shape{1, 300, 64, 8, 128, 1, false, 60, m},
+                          Shape{1, 77, 9, 3, 64, 1, false, 32, m}, Shape{1, 700, 9, 3, 64, 1, false, 32, m},
+                          Shape{1, 200, 32, 8, 128, 1, false, -1, m}, Shape{1, 33, 9, 3, 64, 1, false, -1, 64}}) {
+      SCOPED_TRACE(describe(s) + ", fused rope pairs " + testing::PrintToString(s.fused_rope_pairs));
+      EXPECT_LT(run_attention(s), s.fused_rope_pairs >= 0 ? 1e-3 : 1e-4);
     }
   }
 }

@@ -4,6 +4,7 @@
 // rewinding, chunking past max_batch; and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "backend/cuda/cuda_runner.h"
@@ -142,25 +143,57 @@ TEST(CudaRunner, RefusesContextsThatDoNotFit) {
   }
 }
 
-// The real model on a real prompt (its own tokenizer): with 10 random token
-// ids the q8 activations cost 6-11% of the logits' norm in 3 of 41 H200 runs,
-// so the 5% bound failed at random; the prompt passes it every time.
-TEST(CudaRunner, SmolLM2MatchesReference) {
+// SmolLM2 on three real texts (its own tokenizer), against the float64
+// reference: a 24-token prefill with every row's logits, then every later
+// token as a teacher-forced decode step. One position is a noisy sample: the
+// q8 activations move the logits by a few percent of their norm, and by 7-27%
+// at a few positions in ten (H200, 236 steps: median 3.1%, 90th percentile
+// 7.2%, worst 27%). So the bounds are on the distribution.
+TEST(CudaRunner, SmolLM2TracksReference) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
   const test::ReferenceLlama ref(*file);
-  auto runner = make_cuda_runner(*file, 64);
-  const auto tokens = Tokenizer::from_gguf(file->header(), path)
-                          .encode("The quick brown fox jumps over the lazy dog. The capital of France is");
-  ASSERT_GE(tokens.size(), 8u);
-  const size_t n = tokens.size();
-  const auto want = ref.logits(tokens);
-  std::vector<float> logits(size_t(ref.config().vocab_size));
-  runner->forward(std::span(tokens).first(n - 1), 0, logits.data(), false);
-  EXPECT_LT(logits_error(logits.data(), want[n - 2]), 5e-2);
-  runner->forward(std::span(tokens).subspan(n - 1, 1), int64_t(n - 1), logits.data(), false);
-  EXPECT_LT(logits_error(logits.data(), want[n - 1]), 5e-2);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  auto runner = make_cuda_runner(*file, 2048);  // positions below kShortDecodeMaxKeys, in a context beyond it
+  const char* texts[] = {
+      "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
+      "movable metal type, oil-based ink and a wooden press adapted from those used to make wine. Books, "
+      "which had been copied by hand for centuries, could now be produced in hundreds of identical copies, "
+      "and within fifty years presses were at work in more than two hundred European cities.",
+      "To make a simple loaf of bread, mix five hundred grams of flour with ten grams of salt, seven grams "
+      "of dried yeast and three hundred and fifty millilitres of warm water. Knead the dough for ten "
+      "minutes until it is smooth, leave it to rise in a warm place for an hour, then shape it, let it "
+      "rise again and bake it at two hundred and twenty degrees for thirty minutes.",
+      "def fibonacci(n):\n    \"\"\"Return the first n Fibonacci numbers.\"\"\"\n    a, b = 0, 1\n    out = []\n"
+      "    for _ in range(n):\n        out.append(a)\n        a, b = b, a + b\n    return out\n\n"
+      "print(fibonacci(10))  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\n"};
+  constexpr size_t kPrompt = 24;
+  std::vector<double> prefill, decode;
+  for (const char* text : texts) {
+    const auto tokens = tokenizer.encode(text);
+    ASSERT_GT(tokens.size(), kPrompt + 40) << text;
+    const auto want = ref.logits(tokens);
+    const size_t vocab = size_t(ref.config().vocab_size);
+    std::vector<float> logits(kPrompt * vocab, NAN);
+    runner->forward(std::span(tokens).first(kPrompt), 0, logits.data(), true);
+    for (size_t t = 0; t < kPrompt; ++t) prefill.push_back(logits_error(logits.data() + t * vocab, want[t]));
+    for (size_t t = kPrompt; t < tokens.size(); ++t) {
+      std::fill(logits.begin(), logits.end(), NAN);
+      runner->forward(std::span(tokens).subspan(t, 1), int64_t(t), logits.data(), false);
+      decode.push_back(logits_error(logits.data(), want[t]));
+    }
+  }
+  for (auto* errors : {&prefill, &decode}) {
+    std::sort(errors->begin(), errors->end());
+    const auto at = [&](double f) { return (*errors)[size_t(f * double(errors->size() - 1))]; };
+    const char* what = errors == &prefill ? "prefill rows" : "decode steps";
+    std::printf("  %zu %s, logits error against float64: median %.4f, 90th percentile %.4f, worst %.4f\n", errors->size(), what,
+                at(0.5), at(0.9), errors->back());
+    EXPECT_LT(at(0.5), 5e-2) << what;
+    EXPECT_LT(at(0.9), 1.2e-1) << what;
+    EXPECT_LT(errors->back(), 5e-1) << what;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // reference (quant.h), written for clarity, to check the CUDA runner against.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "gguf/gguf_file.h"
@@ -33,19 +35,20 @@ class ReferenceLlama {
   std::vector<std::vector<double>> logits(const std::vector<int32_t>& tokens) const {
     const int64_t n = int64_t(tokens.size()), dim = c_.dim, hd = c_.head_dim;
     const size_t count = tokens.size();
-    std::vector<std::vector<double>> x(count);
+    Rows x(count);
     for (size_t t = 0; t < count; ++t) x[t].assign(embd_.w.begin() + tokens[t] * dim, embd_.w.begin() + (tokens[t] + 1) * dim);
     for (const Layer& L : layers_) {
-      std::vector<std::vector<double>> q(count), k(count), v(count);
-      for (int64_t t = 0; t < n; ++t) {
-        const auto xn = norm(x[size_t(t)], L.attn_norm);
-        q[size_t(t)] = rope(matvec(L.wq, xn), t);
-        k[size_t(t)] = rope(matvec(L.wk, xn), t);
-        v[size_t(t)] = matvec(L.wv, xn);
+      Rows xn(count);
+      for (size_t t = 0; t < count; ++t) xn[t] = norm(x[t], L.attn_norm);
+      Rows q = matmul(L.wq, xn), k = matmul(L.wk, xn);
+      const Rows v = matmul(L.wv, xn);
+      for (size_t t = 0; t < count; ++t) {
+        q[t] = rope(q[t], int64_t(t));
+        k[t] = rope(k[t], int64_t(t));
       }
       const int64_t group = c_.n_heads / c_.n_kv_heads;
+      Rows att(count, std::vector<double>(size_t(c_.q_dim())));
       for (int64_t t = 0; t < n; ++t) {
-        std::vector<double> att(size_t(c_.q_dim()));
         for (int64_t h = 0; h < c_.n_heads; ++h) {
           const int64_t kvh = h / group;
           std::vector<double> w(size_t(t + 1));
@@ -58,23 +61,25 @@ class ReferenceLlama {
           }
           for (double& e : w) sum += (e = std::exp(e - m));
           for (int64_t j = 0; j <= t; ++j) {
-            for (int64_t d = 0; d < hd; ++d) att[size_t(h * hd + d)] += w[size_t(j)] / sum * v[size_t(j)][size_t(kvh * hd + d)];
+            for (int64_t d = 0; d < hd; ++d) att[size_t(t)][size_t(h * hd + d)] += w[size_t(j)] / sum * v[size_t(j)][size_t(kvh * hd + d)];
           }
         }
-        add(x[size_t(t)], matvec(L.wo, att));
-        const auto xn = norm(x[size_t(t)], L.ffn_norm);
-        auto g = matvec(L.gate, xn);
-        const auto u = matvec(L.up, xn);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-        add(x[size_t(t)], matvec(L.down, g));
       }
+      add(x, matmul(L.wo, att));
+      for (size_t t = 0; t < count; ++t) xn[t] = norm(x[t], L.ffn_norm);
+      Rows g = matmul(L.gate, xn);
+      const Rows u = matmul(L.up, xn);
+      for (size_t t = 0; t < count; ++t) {
+        for (size_t i = 0; i < g[t].size(); ++i) g[t][i] = g[t][i] / (1.0 + std::exp(-g[t][i])) * u[t][i];
+      }
+      add(x, matmul(L.down, g));
     }
-    std::vector<std::vector<double>> out;
-    for (int64_t t = 0; t < n; ++t) out.push_back(matvec(output_, norm(x[size_t(t)], output_norm_)));
-    return out;
+    for (size_t t = 0; t < count; ++t) x[t] = norm(x[t], output_norm_);
+    return matmul(output_, x);
   }
 
  private:
+  using Rows = std::vector<std::vector<double>>;  // one vector per token
   struct Matrix {
     std::vector<float> w;
     int64_t rows = 0, cols = 0;
@@ -88,13 +93,26 @@ class ReferenceLlama {
     for (int64_t i = 0; i < r.rows; ++i) dequantize_row(r.type, r.data + size_t(i) * r.row_stride(), m.w.data() + i * r.cols, r.cols);
     return m;
   }
-  static std::vector<double> matvec(const Matrix& m, const std::vector<double>& x) {
-    std::vector<double> y(size_t(m.rows));
-    for (int64_t r = 0; r < m.rows; ++r) {
-      double s = 0.0;
-      for (int64_t i = 0; i < m.cols; ++i) s += double(m.w[size_t(r * m.cols + i)]) * x[size_t(i)];
-      y[size_t(r)] = s;
+  // y[t] = m x[t] for every t. Each row of m is read once for all tokens, and
+  // the rows are spread over threads: the real models' references take seconds.
+  static Rows matmul(const Matrix& m, const Rows& x) {
+    Rows y(x.size(), std::vector<double>(size_t(m.rows)));
+    const int64_t n_threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), m.rows / 64));
+    std::vector<std::thread> threads;
+    for (int64_t i = 0; i < n_threads; ++i) {
+      threads.emplace_back([&, i] {
+        std::vector<double> row(size_t(m.cols));
+        for (int64_t r = m.rows * i / n_threads; r < m.rows * (i + 1) / n_threads; ++r) {
+          for (int64_t c = 0; c < m.cols; ++c) row[size_t(c)] = double(m.w[size_t(r * m.cols + c)]);
+          for (size_t t = 0; t < x.size(); ++t) {
+            double s = 0.0;
+            for (int64_t c = 0; c < m.cols; ++c) s += row[size_t(c)] * x[t][size_t(c)];
+            y[t][size_t(r)] = s;
+          }
+        }
+      });
     }
+    for (auto& th : threads) th.join();
     return y;
   }
   std::vector<double> norm(const std::vector<double>& x, const Matrix& weight) const {
@@ -118,8 +136,10 @@ class ReferenceLlama {
     }
     return x;
   }
-  static void add(std::vector<double>& x, const std::vector<double>& y) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+  static void add(Rows& x, const Rows& y) {
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (size_t i = 0; i < x[t].size(); ++i) x[t][i] += y[t][i];
+    }
   }
 
   LlamaConfig c_;

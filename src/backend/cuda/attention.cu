@@ -412,6 +412,7 @@ size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, in
 }
 
 bool attention_decode_fusion_supported(const AttentionParams& p) {
+  if (attention_detail::short_decode_supported(p)) return true;
   return p.n_tokens == 1 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && attention_detail::mma_prefill_supported(p) &&
          (p.n_splits == 1 || (attention_detail::mma_merges_in_launch(p) && p.partials));
 }
@@ -435,6 +436,10 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.out_q8 && (!p.out_q8_scales || p.head_dim % 32 != 0)) fail("attention: q8 output needs scales and head_dim % 32 == 0");
   if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
     fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
+  }
+  if (attention_detail::short_decode_supported(p)) {
+    attention_detail::launch_short_decode(p, stream);
+    return;
   }
   // Tensor cores for head_dim 64 and 128, decode included; the decode kernel
   // for the other head sizes it handles; the generic kernel for the rest.

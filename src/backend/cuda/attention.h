@@ -3,7 +3,8 @@
 // head_dim 64 and 128 run on tensor cores (f16 queries and probabilities, f32
 // accumulation); other sizes in f32. The key range is split over several
 // blocks when the queries alone would not fill the GPU; decode merges the
-// splits in the same launch, prefill in a second kernel.
+// splits in the same launch, prefill in a second kernel. Decode that sees at
+// most kShortDecodeMaxKeys keys runs without splits, in f32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,12 @@ namespace nt {
 // 32 keys' chunks side by side, so a warp's 16-byte loads are contiguous.
 // Needs head_dim % 8 == 0 and context % 32 == 0. V is [context][head_dim].
 constexpr int kKvTile = 32;
+
+// One-token launches whose every replay sees at most this many keys
+// (AttentionParams::max_keys) run the short-context decode kernel: a cluster
+// of 4 blocks per query head, no split partials in memory
+// (attention_decode_short.cu).
+constexpr int64_t kShortDecodeMaxKeys = 1024;
 
 __host__ __device__ inline int64_t k_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {
   return kv_head * context * head_dim + ((pos / kKvTile) * (head_dim / 8) + d / 8) * (kKvTile * 8) + (pos % kKvTile) * 8 + d % 8;
@@ -49,7 +56,8 @@ struct AttentionParams {
   const int32_t* pos = nullptr;      // device: position of token 0; token t sees keys 0..pos+t
   int64_t n_tokens = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int n_splits = 1;                  // key-range splits; > 1 needs `partials`
+  int64_t max_keys = 0;              // one token: the most keys any run of this launch sees (pos < max_keys); 0: unknown
+  int n_splits = 1;                  // key-range splits; > 1 needs `partials` (unused by the short-context decode)
   float* partials = nullptr;         // attention_partials_floats() floats
   AttentionRope rope;                // decode: RoPE and the cache store folded in
   int8_t* out_q8 = nullptr;          // decode: also the output as q8 activations (quantize_activations' format)

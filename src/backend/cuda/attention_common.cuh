@@ -56,6 +56,20 @@ constexpr int kMaxSplits = 256;
 constexpr int kMaxCountedKvHeads = 1024;
 static __device__ unsigned int g_splits_done[kMaxCountedKvHeads];
 
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared; when !valid nothing is read and zeros are written.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 // Quantizes 4 consecutive outputs per lane, 8 lanes (32 elements) per q8
 // block, as quantize_q8_warp does for one per lane: q = round(x / d) with
 // d = max|x| / 127, and the pair (d, d * sum q). `at` is the index of v.x in
@@ -170,6 +184,12 @@ static __device__ void merge_splits_if_last(const AttentionParams& p, int kv_hea
   }
   if (threadIdx.x == 0) g_splits_done[kv_head] = 0;  // the launch's last access: the next launch starts from 0
 }
+
+// Short-context decode (attention_decode_short.cu): one token whose max_keys
+// is at most kShortDecodeMaxKeys, head_dim 64 or 128, RoPE, the cache store
+// and the q8 output folded in when asked.
+bool short_decode_supported(const AttentionParams& p);
+void launch_short_decode(const AttentionParams& p, cudaStream_t stream);
 
 // Tensor-core attention (attention_prefill.cu): prefill, and decode too, for
 // head_dim 64 or 128 and up to kMmaRows query heads per KV head.

@@ -1,8 +1,9 @@
 // CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
 // budget are resident; the rest stream per pass through a LayerStreamer
 // (layer_stream.h) from pinned RAM or storage. Resident decode steps replay a
-// captured CUDA graph; the position and token live in
-// device memory, so the graph never needs updating. Prefill runs in chunks of
+// captured CUDA graph (one for positions below kShortDecodeMaxKeys, whose
+// attention needs no key splits, one for the rest); the position and token
+// live in device memory, so the graphs never need updating. Prefill runs in chunks of
 // up to max_batch tokens: short chunks through the multi-column mat-vec, long
 // ones through dequantize + cuBLAS GEMM.
 #include <cuda_runtime.h>
@@ -227,6 +228,11 @@ class CudaLlamaRunner final : public ModelRunner {
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits, int32_t* greedy);
   // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t max_keys, bool all_logits);
+  // The keys a one-token step at `pos` is prepared for: the short-context
+  // attention below kShortDecodeMaxKeys, else the whole context.
+  int64_t decode_max_keys(int64_t pos) const {
+    return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
+  }
   void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate);
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm);
 
@@ -260,7 +266,8 @@ class CudaLlamaRunner final : public ModelRunner {
   int32_t* argmax_ = nullptr;
   void* argmax_scratch_ = nullptr;
   PinnedBuffer host_io_;  // tokens, position, and one row of logits or the greedy pick
-  cudaGraphExec_t decode_graph_ = nullptr;
+  cudaGraphExec_t decode_graph_ = nullptr;        // steps prepared for the whole context
+  cudaGraphExec_t decode_graph_short_ = nullptr;  // steps below kShortDecodeMaxKeys
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
 
@@ -295,6 +302,7 @@ CudaLlamaRunner::~CudaLlamaRunner() {
     streamer_.reset();
   }
   if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
+  if (decode_graph_short_) cudaGraphExecDestroy(decode_graph_short_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -561,6 +569,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     att.n_heads = int(c.n_heads);
     att.n_kv_heads = int(c.n_kv_heads);
     att.head_dim = int(c.head_dim);
+    att.max_keys = n == 1 ? max_keys : 0;
     att.n_splits = attention_splits(n, att.n_heads, att.n_kv_heads, att.head_dim, max_keys, device_.multiprocessors);
     att.partials = partials_;
     // One token: RoPE, the cache store and wo's q8 input happen inside the
@@ -657,27 +666,29 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, f
     NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
     NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + options_.max_batch, 4, cudaMemcpyHostToDevice, stream_));
     if (n == 1 && options_.decode_graph && !streamer_) {  // host-driven streaming cannot be captured
-      if (!decode_graph_) {
+      const int64_t max_keys = decode_max_keys(pos + start);
+      cudaGraphExec_t& decode_graph = max_keys == context_ ? decode_graph_ : decode_graph_short_;
+      if (!decode_graph) {
         cudaGraph_t graph = nullptr;
         NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         try {
-          run_chunk(1, context_, false);
+          run_chunk(1, max_keys, false);
         } catch (...) {
           cudaStreamEndCapture(stream_, &graph);
           if (graph) cudaGraphDestroy(graph);
           throw;
         }
         NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        const cudaError_t err = cudaGraphInstantiate(&decode_graph_, graph, 0);
+        const cudaError_t err = cudaGraphInstantiate(&decode_graph, graph, 0);
         cudaGraphDestroy(graph);
         NT_CUDA_CHECK(err);
       }
-      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
+      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph, stream_));
     } else {
-      // A decode step splits the keys as the captured graph does (for the whole
-      // context), so decode results do not depend on whether a graph runs
+      // A decode step runs the attention the captured graphs run at its
+      // position, so decode results do not depend on whether a graph runs
       // (the tensor-core attention rounds probabilities per split).
-      run_chunk(n, n == 1 ? context_ : pos + start + n, all_logits);
+      run_chunk(n, n == 1 ? decode_max_keys(pos + start) : pos + start + n, all_logits);
     }
     if (all_logits) {
       NT_CUDA_CHECK(cudaMemcpyAsync(logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
