@@ -145,10 +145,11 @@ TEST(CudaRunner, RefusesContextsThatDoNotFit) {
 
 // SmolLM2 on three real texts (its own tokenizer), against the float64
 // reference: a 24-token prefill with every row's logits, then every later
-// token as a teacher-forced decode step. One position is a noisy sample: the
-// q8 activations move the logits by a few percent of their norm, and by 7-27%
-// at a few positions in ten (H200, 236 steps: median 3.1%, 90th percentile
-// 7.2%, worst 27%). So the bounds are on the distribution.
+// token as a teacher-forced decode step. Prefill (f16 GEMM) sits at ~0.1% of
+// the logits' norm. A decode step's q8 activations move the logits by a few
+// percent, and by 6-27% at one position in ten, so one step is a noisy
+// sample and the decode bounds are on the distribution (H200: median
+// 2.6-3.1%, 90th percentile 5.6-8.2%, worst 12-27%).
 TEST(CudaRunner, SmolLM2TracksReference) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
@@ -184,15 +185,20 @@ TEST(CudaRunner, SmolLM2TracksReference) {
       decode.push_back(logits_error(logits.data(), want[t]));
     }
   }
-  for (auto* errors : {&prefill, &decode}) {
-    std::sort(errors->begin(), errors->end());
-    const auto at = [&](double f) { return (*errors)[size_t(f * double(errors->size() - 1))]; };
-    const char* what = errors == &prefill ? "prefill rows" : "decode steps";
-    std::printf("  %zu %s, logits error against float64: median %.4f, 90th percentile %.4f, worst %.4f\n", errors->size(), what,
-                at(0.5), at(0.9), errors->back());
-    EXPECT_LT(at(0.5), 5e-2) << what;
-    EXPECT_LT(at(0.9), 1.2e-1) << what;
-    EXPECT_LT(errors->back(), 5e-1) << what;
+  struct Bounds {
+    const char* what;
+    std::vector<double>* errors;
+    double median, p90, worst;
+  };
+  for (const Bounds& b : {Bounds{"prefill rows", &prefill, 5e-3, 1e-2, 2e-2}, Bounds{"decode steps", &decode, 5e-2, 1.2e-1, 3.5e-1}}) {
+    std::vector<double>& e = *b.errors;
+    std::sort(e.begin(), e.end());
+    const double median = e[e.size() / 2], p90 = e[e.size() * 9 / 10];
+    std::printf("  %zu %s, logits error against float64: median %.4f, 90th percentile %.4f, worst %.4f\n", e.size(), b.what, median,
+                p90, e.back());
+    EXPECT_LT(median, b.median) << b.what;
+    EXPECT_LT(p90, b.p90) << b.what;
+    EXPECT_LT(e.back(), b.worst) << b.what;
   }
 }
 
