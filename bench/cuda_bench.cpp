@@ -2,7 +2,7 @@
 // per weight format against a device-to-device copy measured in the same run,
 // a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace|sync] [dir for the model file]
+// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace|sync|chain] [dir for the model file]
 // (decode = sweep + model)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -42,6 +42,13 @@ namespace cuda {
 void matvec_variant(int rows_per_warp, int split, int unroll, const MatvecParams& p, cudaStream_t stream,
                     bool q4k_pair = false);  // cuda_matvec_variants.cu
 void bench_step_sync(int multiprocessors);  // cuda_sync_bench.cu
+struct ChainStep {
+  DeviceMatrix w, w_up;
+  float* y = nullptr;
+  int kind = 0;
+};
+void bench_chain(const std::vector<ChainStep>& steps, const Activations& x, double weight_bytes, double copy_gbs,
+                 int multiprocessors);  // cuda_chain_bench.cu
 }
 namespace {
 
@@ -615,6 +622,40 @@ void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
   std::filesystem::remove(path);
 }
 
+// The 8B decode step's 32 layers of mat-vecs, each waiting for the one before:
+// a graph of launches against one persistent kernel (cuda_chain_bench.cu).
+void bench_decode_chain(double copy_gbs, int multiprocessors, std::mt19937& rng) {
+  fmt::print("\n== 8B decode mat-vec chain (32 layers: Q/K/V, wo, gate+up, down), fixed activations\n");
+  std::vector<Matrices> held;
+  std::vector<DeviceBuffer> outputs;
+  std::vector<cuda::ChainStep> steps;
+  double bytes = 0;
+  auto add = [&](TensorType type, int64_t rows, int64_t cols, bool gated) {
+    cuda::ChainStep s;
+    held.push_back(make_matrices(type, rows, cols, 0, rng));
+    s.w = held.back().copies[0];
+    bytes += double(held.back().file_bytes);
+    if (gated) {
+      held.push_back(make_matrices(type, rows, cols, 0, rng));
+      s.w_up = held.back().copies[0];
+      bytes += double(held.back().file_bytes);
+    }
+    outputs.emplace_back(size_t(rows) * 4, "chain output");
+    s.y = outputs.back().as<float>();
+    s.kind = type == TensorType::Q6_K ? 2 : gated ? 1 : 0;
+    steps.push_back(s);
+  };
+  for (int layer = 0; layer < 32; ++layer) {
+    add(TensorType::Q4_K, 6144, 4096, false);
+    add(TensorType::Q4_K, 4096, 4096, false);
+    add(TensorType::Q4_K, 14336, 4096, true);
+    add(TensorType::Q6_K, 4096, 14336, false);
+  }
+  const Activation a = make_activation(1, 14336);
+  fmt::print("{:.2f} GB of weights, copy ceiling {:.0f} GB/s\n", bytes / 1e9, copy_gbs);
+  cuda::bench_chain(steps, {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()}, bytes, copy_gbs, multiprocessors);
+}
+
 }  // namespace
 }  // namespace nt
 
@@ -638,6 +679,7 @@ int main(int argc, char** argv) {
     if (what == "profile") bench_profile_target(rng);
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "sync") cuda::bench_step_sync(d.multiprocessors);
+    if (what == "chain") bench_decode_chain(copy_gbs, d.multiprocessors, rng);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;
