@@ -20,9 +20,9 @@ namespace nt {
 constexpr int kKvTile = 32;
 
 // One-token launches whose every replay sees at most this many keys
-// (AttentionParams::max_keys) run the short-context decode kernel: a cluster
-// of 4 blocks per query head, no split partials in memory
-// (attention_decode_short.cu).
+// (AttentionParams::max_keys) run the short-context decode kernel on sm_90
+// and newer: a cluster of 4 blocks per query head, no split partials in
+// memory (attention_decode_short.cu).
 constexpr int64_t kShortDecodeMaxKeys = 1024;
 
 __host__ __device__ inline int64_t k_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {

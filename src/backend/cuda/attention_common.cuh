@@ -186,8 +186,9 @@ static __device__ void merge_splits_if_last(const AttentionParams& p, int kv_hea
 }
 
 // Short-context decode (attention_decode_short.cu): one token whose max_keys
-// is at most kShortDecodeMaxKeys, head_dim 64 or 128, RoPE, the cache store
-// and the q8 output folded in when asked.
+// is at most kShortDecodeMaxKeys, head_dim 64 or 128, on sm_90 and newer
+// (thread-block clusters); RoPE, the cache store and the q8 output folded in
+// when asked.
 bool short_decode_supported(const AttentionParams& p);
 void launch_short_decode(const AttentionParams& p, cudaStream_t stream);
 

@@ -42,7 +42,7 @@ struct ShortSmem {
   static constexpr size_t kBytes = kMaxSum + 8;
 };
 
-__device__ __forceinline__ float block_max(float v, float* scratch) {
+[[maybe_unused]] __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = cuda::warp_max(v);
   __syncthreads();
@@ -52,11 +52,16 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 // Key of slot s (warp s / 32's tile, lane s % 32) in block `rank`.
-__device__ __forceinline__ int slot_key(int slot, int rank) { return ((slot / kKvTile) * kRanks + rank) * kKvTile + slot % kKvTile; }
+[[maybe_unused]] __device__ __forceinline__ int slot_key(int slot, int rank) { return ((slot / kKvTile) * kRanks + rank) * kKvTile + slot % kKvTile; }
 
-// PRECOND: one token; pos + 1 <= kShortDecodeMaxKeys; head_dim == kHeadDim.
+// PRECOND: one token; pos + 1 <= kShortDecodeMaxKeys; head_dim == kHeadDim;
+// launched in clusters of kRanks blocks (sm_90 and newer: the body is empty
+// for older architectures, which never launch it).
 template <int kHeadDim>
-__global__ void __cluster_dims__(kRanks, 1, 1) __launch_bounds__(kThreads) short_decode_kernel(const AttentionParams p) {
+__global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   using Smem = ShortSmem<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a key
   extern __shared__ __align__(16) uint8_t smem[];
@@ -70,6 +75,7 @@ __global__ void __cluster_dims__(kRanks, 1, 1) __launch_bounds__(kThreads) short
   float* scratch = reinterpret_cast<float*>(smem + Smem::kScratch);
   float2* max_sum = reinterpret_cast<float2*>(smem + Smem::kMaxSum);
 
+  NT_TRACE_BLOCK(kAttention);
   cuda::allow_dependents();
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), head = blockIdx.x / kRanks;
@@ -195,6 +201,7 @@ __global__ void __cluster_dims__(kRanks, 1, 1) __launch_bounds__(kThreads) short
   }
   if (tid == 0) *max_sum = make_float2(m, l);
   cluster.sync();  // every block's (max, sum, output) is in its shared memory
+  NT_TRACE_MID();
 
   if (rank == 0 && warp == 0) {
     float2 ms[kRanks];
@@ -220,6 +227,7 @@ __global__ void __cluster_dims__(kRanks, 1, 1) __launch_bounds__(kThreads) short
     store_output_quad(p, head, 4 * lane, make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv), active);
   }
   cluster.sync();  // the other blocks' shared memory stays until rank 0 has read it
+#endif
 }
 
 template <int kHeadDim>
@@ -230,14 +238,15 @@ void launch_short(const AttentionParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  cuda::launch_kernel(short_decode_kernel<kHeadDim>, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes, stream, p);
+  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim>, kRanks, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes,
+                              stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 bool short_decode_supported(const AttentionParams& p) {
-  return p.n_tokens == 1 && p.max_keys > 0 && p.max_keys <= kShortDecodeMaxKeys && (p.head_dim == 64 || p.head_dim == 128) &&
+  return cuda::device_is_hopper_or_newer() && p.n_tokens == 1 && p.max_keys > 0 && p.max_keys <= kShortDecodeMaxKeys && (p.head_dim == 64 || p.head_dim == 128) &&
          p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && (!p.out_q8 || p.out_stride == int64_t(p.n_heads) * p.head_dim);
 }
 

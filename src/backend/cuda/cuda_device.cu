@@ -67,13 +67,19 @@ CudaDeviceInfo require_cuda_device(int index) {
 
 namespace nt::cuda {
 
-bool programmatic_launch_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("NT_CUDA_PDL");
-    if (env && std::string_view(env) == "0") return false;
+bool device_is_hopper_or_newer() {
+  static const bool hopper = [] {
     int device = 0, major = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  }();
+  return hopper;
+}
+
+bool programmatic_launch_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("NT_CUDA_PDL");
+    return !(env && std::string_view(env) == "0") && device_is_hopper_or_newer();
   }();
   return enabled;
 }

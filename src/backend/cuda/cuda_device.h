@@ -25,4 +25,10 @@ std::optional<CudaDeviceInfo> probe_cuda_device(int index, std::string* why);
 // Like probe_cuda_device but throws nt::Error with the reason.
 CudaDeviceInfo require_cuda_device(int index);
 
+namespace cuda {
+// The current device is sm_90 or newer (programmatic launch, thread-block
+// clusters); the answer of the first call.
+bool device_is_hopper_or_newer();
+}  // namespace cuda
+
 }  // namespace nt

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
 #ifdef NT_BLOCK_TRACE
 #include "backend/cuda/block_trace.cuh"
 #else
@@ -42,20 +43,35 @@ __device__ __forceinline__ void wait_for_inputs() {
 // The current device is sm_90 or newer and NT_CUDA_PDL is not "0".
 bool programmatic_launch_enabled();
 
+// Launches `kernel` in clusters of `cluster` blocks along x (1: none; more
+// needs device_is_hopper_or_newer()), with programmatic launch where enabled.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                   Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_cluster_kernel(void (*kernel)(Params...), unsigned cluster, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned n = 0;
+  if (programmatic_launch_enabled()) {
+    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attributes[n].id = cudaLaunchAttributeClusterDimension;
+    attributes[n++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = n;
   NT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   Args&&... args) {
+  launch_cluster_kernel(kernel, 1, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace nt::cuda
