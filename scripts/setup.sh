@@ -30,5 +30,9 @@ fi
 scripts/fetch_default_model.sh "$root/models" >/dev/null
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNT_PYTHON="$root/.venv/bin/python" >/dev/null
-ninja -C build -j"$(nproc)" >/dev/null
+if ! ninja -C build -j"$(nproc)" > build/setup-build.log 2>&1; then
+  grep -E -A8 "error|FAILED" build/setup-build.log | head -60 >&2 || true
+  echo "setup: the build failed (full log: $root/build/setup-build.log)" >&2
+  exit 1
+fi
 echo "setup: built $root/build/src/ntransformer"
