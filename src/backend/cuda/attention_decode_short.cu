@@ -36,8 +36,7 @@ struct ShortSmem {
   static constexpr size_t kOut = kPartial + size_t(kSlices) * kHeadDim * 4;  // float [kHeadDim]: unnormalized output
   static constexpr size_t kQuery = kOut + kHeadDim * 4;                 // float [kHeadDim], rotated and scaled
   static constexpr size_t kNewKey = kQuery + kHeadDim * 4;              // float [kHeadDim]
-  static constexpr size_t kRot = kNewKey + kHeadDim * 4;                // float2 [kHeadDim / 2]
-  static constexpr size_t kScratch = kRot + kHeadDim * 4;               // float [32]
+  static constexpr size_t kScratch = kNewKey + kHeadDim * 4;           // float [32]
   static constexpr size_t kMaxSum = kScratch + 32 * 4;                  // float2 (max, sum) of the block's keys
   static constexpr size_t kBytes = kMaxSum + 8;
 };
@@ -71,7 +70,6 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   float* out_s = reinterpret_cast<float*>(smem + Smem::kOut);
   float* q_s = reinterpret_cast<float*>(smem + Smem::kQuery);
   float* new_k = reinterpret_cast<float*>(smem + Smem::kNewKey);
-  float2* rot = reinterpret_cast<float2*>(smem + Smem::kRot);
   float* scratch = reinterpret_cast<float*>(smem + Smem::kScratch);
   float2* max_sum = reinterpret_cast<float2*>(smem + Smem::kMaxSum);
 
@@ -98,21 +96,20 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) k_regs[c] = *reinterpret_cast<const uint4*>(k_tile + c * kKvTile * 8);
   }
+  // The RoPE frequency of this thread's pair is loaded now and rotated after
+  // the wait: sincosf here would keep the block from its wait for a load's latency.
   const bool fused = p.rope.inv_freq != nullptr;
-  for (int i = tid; i < kHeadDim / 2; i += kThreads) {
-    float sn = 0.0f, cs = 1.0f;
-    if (fused && i < p.rope.rope_pairs) sincosf(float(pos0) * p.rope.inv_freq[i], &sn, &cs);
-    rot[i] = make_float2(cs, sn);
-  }
+  const bool rotates = fused && tid < p.rope.rope_pairs;
+  const float inv_freq = rotates ? p.rope.inv_freq[tid] : 0.0f;
   cuda::wait_for_inputs();
-  __syncthreads();
 
   // The query (rotated, scaled), and the new key and value as the cache holds
   // them (f16): fused, from the raw projections, stored by one block of the
   // group's first head; otherwise from the cache, where the RoPE kernel put them.
   const int new_slot = ((pos0 / kKvTile) % kRanks == rank) ? (pos0 / kKvTile / kRanks) * kKvTile + pos0 % kKvTile : -1;
   if (tid < kHeadDim / 2) {
-    const float2 r = rot[tid];
+    float2 r = make_float2(1.0f, 0.0f);  // (cos, sin) of this pair's angle
+    if (rotates) sincosf(float(pos0) * inv_freq, &r.y, &r.x);
     const float* q = p.q + int64_t(head) * kHeadDim + 2 * tid;
     const float scale = rsqrtf(float(kHeadDim));
     q_s[2 * tid] = (q[0] * r.x - q[1] * r.y) * scale;
