@@ -33,6 +33,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
 #include "core/half.h"
+#include "event_timing.h"
 #include "gguf/gguf_writer.h"
 #include "model/tensor_names.h"
 #include "quant/tensor_type.h"
@@ -55,21 +56,8 @@ namespace {
 // Median milliseconds of `reps` runs of f after `warmup` runs, timed with events.
 double time_ms(const std::function<void(int)>& f, int warmup = 3, int reps = 20) {
   for (int i = 0; i < warmup; ++i) f(i);
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    NT_CUDA_CHECK(cudaEventRecord(start));
-    f(i);
-    NT_CUDA_CHECK(cudaEventRecord(stop));
-    NT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    NT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (int i = 0; i < reps; ++i) ms.push_back(bench::event_ms(nullptr, [&] { f(i); }));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }

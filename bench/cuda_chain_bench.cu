@@ -22,6 +22,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec_kernel.cuh"
+#include "event_timing.h"
 
 namespace nt::cuda {
 
@@ -85,23 +86,14 @@ __global__ void __launch_bounds__(kMatvecWarps * 32, kMinBlocks) chain_kernel(co
   }
 }
 
+// Median of `reps` timings after two warm-up runs.
 template <class Body>
-float event_ms(cudaStream_t stream, int reps, const Body& body) {
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
+float median_ms(cudaStream_t stream, int reps, const Body& body) {
   std::vector<float> ms;
   for (int i = 0; i < reps + 2; ++i) {
-    NT_CUDA_CHECK(cudaEventRecord(start, stream));
-    body();
-    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    NT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    NT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 2) ms.push_back(t);  // two warm-up runs
+    const float t = bench::event_ms(stream, body);
+    if (i >= 2) ms.push_back(t);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -133,7 +125,7 @@ void bench_chain(const std::vector<ChainStep>& steps, const Activations& x, doub
   }
   NT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   NT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  print("graph of mat-vec launches (PDL)", event_ms(stream, kReps, [&] { NT_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
+  print("graph of mat-vec launches (PDL)", median_ms(stream, kReps, [&] { NT_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 
@@ -149,7 +141,7 @@ void bench_chain(const std::vector<ChainStep>& steps, const Activations& x, doub
       unsigned* d = done.as<unsigned>();
       bool w = wait;
       void* args[] = {&s_ptr, &n, &xa, &d, &w};
-      const float ms = event_ms(stream, kReps, [&] {
+      const float ms = median_ms(stream, kReps, [&] {
         NT_CUDA_CHECK(cudaMemsetAsync(done.get(), 0, steps.size() * 4, stream));
         NT_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kernel), dim3(unsigned(multiprocessors * per_sm)),
                                                   dim3(kMatvecWarps * 32), args, 0, stream));

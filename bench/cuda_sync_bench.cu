@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/launch.cuh"
+#include "event_timing.h"
 
 namespace nt::cuda {
 namespace {
@@ -42,22 +43,6 @@ __global__ void counter_steps_kernel(unsigned* counter, int steps) {
   }
 }
 
-template <class Body>
-float elapsed_ms(cudaStream_t stream, const Body& body) {
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
-  NT_CUDA_CHECK(cudaEventRecord(start, stream));
-  body();
-  NT_CUDA_CHECK(cudaEventRecord(stop, stream));
-  NT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  NT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms;
-}
-
 }  // namespace
 
 void bench_step_sync(int multiprocessors) {
@@ -78,9 +63,9 @@ void bench_step_sync(int multiprocessors) {
     NT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     float graph_ms = 1e30f, counter_ms = 1e30f;
     for (int rep = 0; rep < 5; ++rep) {  // best of 5 after the first (warm-up) pass
-      const float g = elapsed_ms(stream, [&] { NT_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+      const float g = bench::event_ms(stream, [&] { NT_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
       NT_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, 4, stream));
-      const float c = elapsed_ms(stream, [&] {
+      const float c = bench::event_ms(stream, [&] {
         counter_steps_kernel<<<grid, block, 0, stream>>>(counter.as<unsigned>(), kSteps);
         NT_CUDA_CHECK_LAUNCH();
       });

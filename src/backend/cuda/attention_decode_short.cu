@@ -51,7 +51,9 @@ struct ShortSmem {
 }
 
 // Key of slot s (warp s / 32's tile, lane s % 32) in block `rank`.
-[[maybe_unused]] __device__ __forceinline__ int slot_key(int slot, int rank) { return ((slot / kKvTile) * kRanks + rank) * kKvTile + slot % kKvTile; }
+[[maybe_unused]] __device__ __forceinline__ int slot_key(int slot, int rank) {
+  return ((slot / kKvTile) * kRanks + rank) * kKvTile + slot % kKvTile;
+}
 
 // PRECOND: one token; pos + 1 <= kShortDecodeMaxKeys; head_dim == kHeadDim;
 // launched in clusters of kRanks blocks (sm_90 and newer: the body is empty
@@ -243,8 +245,9 @@ void launch_short(const AttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool short_decode_supported(const AttentionParams& p) {
-  return cuda::device_is_hopper_or_newer() && p.n_tokens == 1 && p.max_keys > 0 && p.max_keys <= kShortDecodeMaxKeys && (p.head_dim == 64 || p.head_dim == 128) &&
-         p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && (!p.out_q8 || p.out_stride == int64_t(p.n_heads) * p.head_dim);
+  return cuda::device_is_hopper_or_newer() && p.n_tokens == 1 && p.max_keys > 0 && p.max_keys <= kShortDecodeMaxKeys &&
+         (p.head_dim == 64 || p.head_dim == 128) && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 &&
+         (!p.out_q8 || p.out_stride == int64_t(p.n_heads) * p.head_dim);
 }
 
 void launch_short_decode(const AttentionParams& p, cudaStream_t stream) {
