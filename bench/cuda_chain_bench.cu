@@ -149,10 +149,10 @@ void bench_chain(const std::vector<ChainStep>& steps, const Activations& x, doub
       print(fmt::format("persistent, {}, {} blocks/SM, {}", regs, per_sm, wait ? "waits" : "no waits").c_str(), ms);
     }
   };
-  run_persistent(chain_kernel<1>, "uncapped");
-  run_persistent(chain_kernel<6>, "<= 85 regs");
-  run_persistent(chain_kernel<7>, "<= 73 regs");
-  run_persistent(chain_kernel<8>, "<= 64 regs");
+  run_persistent(chain_kernel<1>, "registers uncapped");
+  run_persistent(chain_kernel<6>, "registers capped for 6");
+  run_persistent(chain_kernel<7>, "registers capped for 7");
+  run_persistent(chain_kernel<8>, "registers capped for 8");
   cudaStreamDestroy(stream);
 }
 
