@@ -23,6 +23,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec_kernel.cuh"
 #include "event_timing.h"
+#include "grid_counter.cuh"
 
 namespace nt::cuda {
 
@@ -35,12 +36,6 @@ struct ChainStep {
 
 namespace {
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // One matrix through the engine's mat-vec block body (the decode graph's
 // variant for the shape), its row blocks taken grid-stride; then the block
 // counts itself done. `wait`: first wait until every block counted the
@@ -48,9 +43,7 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
 template <class F, bool kGated, int kSplit, bool kTwoRows>
 __device__ __forceinline__ void chain_step(const ChainStep& s, const Activations& x, int index, unsigned* done, bool wait) {
   if (wait && index > 0) {
-    if (threadIdx.x == 0) {
-      while (load_acquire(done + index - 1) < gridDim.x) __nanosleep(32);
-    }
+    wait_for_count(done + index - 1, gridDim.x, 32);
     __syncthreads();
   }
   MatvecParams p;
@@ -64,15 +57,12 @@ __device__ __forceinline__ void chain_step(const ChainStep& s, const Activations
     matvec_block<F, 1, kGated, kSplit, kDefaultUnroll<F, kGated || kTwoRows>, kTwoRows>(p, b);
     __syncthreads();  // split rows reuse the block's shared partials
   }
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(done + index, 1u);
-  }
+  count_block_done(done + index);
 }
 
 // PRECOND: every block resident (cooperative launch); done[] zero.
 // kMinBlocks per SM caps the registers (the register kernels keep ~25-32
-// warps per SM; the union of the three bodies takes 117 registers uncapped).
+// warps per SM; the union of the three bodies takes 136 registers uncapped).
 template <int kMinBlocks>
 __global__ void __launch_bounds__(kMatvecWarps * 32, kMinBlocks) chain_kernel(const ChainStep* steps, int n_steps, const Activations x,
                                                                   unsigned* done, bool wait) {
@@ -108,7 +98,7 @@ void bench_chain(const std::vector<ChainStep>& steps, const Activations& x, doub
   constexpr int kReps = 20;
   auto print = [&](const char* what, float ms) {
     const double gbs = weight_bytes / (double(ms) * 1e-3) / 1e9;
-    fmt::print("{:<52} {:>8.3f} ms {:>7.0f} GB/s {:>5.1f}% of copy\n", what, ms, gbs, 100 * gbs / copy_gbs);
+    fmt::print("{:<60} {:>8.3f} ms {:>7.0f} GB/s {:>5.1f}% of copy\n", what, ms, gbs, 100 * gbs / copy_gbs);
   };
 
   cudaGraph_t graph;

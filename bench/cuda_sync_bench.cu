@@ -14,6 +14,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/launch.cuh"
 #include "event_timing.h"
+#include "grid_counter.cuh"
 
 namespace nt::cuda {
 namespace {
@@ -23,22 +24,12 @@ __global__ void empty_step_kernel() {
   wait_for_inputs();
 }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // PRECOND: all blocks resident at once; *counter == 0 at launch.
 __global__ void counter_steps_kernel(unsigned* counter, int steps) {
   for (int step = 1; step <= steps; ++step) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter, 1u);
-      const unsigned target = unsigned(step) * gridDim.x;
-      while (load_acquire(counter) < target) __nanosleep(20);
-    }
+    count_block_done(counter);
+    wait_for_count(counter, unsigned(step) * gridDim.x, 20);
     __syncthreads();
   }
 }
