@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <utility>
+
 #include "backend/cuda/matvec.h"
 #include "gpu_test_util.h"
 
@@ -190,6 +193,157 @@ TEST(Matvec, PartsMatchTheReferenceSideBySide) {
     matvec_parts(p, nullptr);
     EXPECT_LT(relative_error(test::to_host<float>(dy, ref.size()), ref), 1e-4);
   }
+}
+
+// A residual-writing mat-vec that also writes the next RMSNorm's input
+// (NormOut): q8 of y * weight by the CPU rule, and each 32 rows' sum of squares.
+TEST(Matvec, NormOutputIsTheQuantizedWeightedResidual) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q5_K, TensorType::Q8_0, TensorType::Q4_0}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{64, 17 * 256}, std::pair<int64_t, int64_t>{96, 512}}) {
+      SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << rows << "x" << cols);
+      const auto bytes = test::random_weights(type, rows, cols);
+      const auto w = test::dequantize_matrix(type, bytes, rows, cols);
+      const test::DeviceWeights dw = test::upload_weights(type, bytes, rows, cols);
+      const auto x = test::random_floats(size_t(cols));
+      const auto q8 = test::quantize_q8(x);
+      const auto residual = test::random_floats(size_t(rows));
+      const auto norm_weight = test::random_floats(size_t(rows), 0.5f, 1.5f);
+      const DeviceBuffer dx = test::to_device(x), dw_norm = test::to_device(norm_weight);
+      DeviceBuffer dq(x.size(), "q8"), ds(x.size() / 32 * 8, "q8 scales");
+      quantize_activations(dx.as<float>(), 1, cols, dq.as<int8_t>(), ds.as<float2>(), nullptr);
+      DeviceBuffer dy = test::to_device(residual);
+      DeviceBuffer out_q = test::poisoned(size_t(rows)), out_s = test::poisoned(size_t(rows) / 32 * 8),
+                   out_sumsq = test::poisoned(size_t(rows) / 32 * 4);
+
+      MatvecParams p;
+      p.w = dw.m;
+      p.x = {nullptr, dq.as<int8_t>(), ds.as<float2>()};
+      p.y = dy.as<float>();
+      p.y_stride = rows;
+      p.residual = dy.as<float>();
+      p.norm_out = {dw_norm.as<float>(), out_q.as<int8_t>(), out_s.as<float2>(), out_sumsq.as<float>()};
+      matvec(p, 1, nullptr);
+      const auto y = test::to_host<float>(dy, size_t(rows));
+
+      std::vector<double> ref(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        double a = double(residual[size_t(r)]);
+        for (int64_t i = 0; i < cols; ++i) a += double(w[size_t(r * cols + i)]) * double(q8.values[size_t(i)]);
+        ref[size_t(r)] = a;
+      }
+      EXPECT_LT(relative_error(y, ref), 1e-4);
+
+      std::vector<float> weighted(static_cast<size_t>(rows));
+      for (size_t r = 0; r < weighted.size(); ++r) weighted[r] = y[r] * norm_weight[r];
+      const test::Q8 expected = test::quantize_q8(weighted);
+      EXPECT_EQ(test::to_host<int8_t>(out_q, size_t(rows)), expected.q);
+      const auto scales = test::to_host<float>(out_s, size_t(rows) / 32 * 2);
+      const auto sumsq = test::to_host<float>(out_sumsq, size_t(rows) / 32);
+      for (size_t g = 0; g < expected.d.size(); ++g) {
+        EXPECT_FLOAT_EQ(scales[2 * g], expected.d[g]);
+        EXPECT_FLOAT_EQ(scales[2 * g + 1], expected.s[g]);
+        double ss = 0.0;
+        for (size_t i = 0; i < 32; ++i) ss += double(y[g * 32 + i]) * double(y[g * 32 + i]);
+        EXPECT_NEAR(sumsq[g], ss, 1e-5 * ss);
+      }
+    }
+  }
+}
+
+// The consumer side (NormIn): q8(h * weight) in, products scaled by
+// rsqrt(mean(h^2) + eps) from the group sums; plain, gated and parts launches
+// against float64 on the normalized activations.
+TEST(Matvec, NormInputScalesByTheRmsOfTheGroupSums) {
+  constexpr int64_t kCols = 1024, kRows = 48;
+  constexpr float kEps = 1e-5f;
+  const auto h = test::random_floats(size_t(kCols), -3.0f, 3.0f);
+  const auto norm_weight = test::random_floats(size_t(kCols), 0.5f, 1.5f);
+  std::vector<float> weighted(h.size()), group_sumsq(h.size() / 32);
+  double sumsq = 0.0;
+  for (size_t i = 0; i < h.size(); ++i) {
+    weighted[i] = h[i] * norm_weight[i];
+    group_sumsq[i / 32] += h[i] * h[i];
+    sumsq += double(h[i]) * double(h[i]);
+  }
+  const double inv = 1.0 / std::sqrt(sumsq / double(kCols) + double(kEps));
+  const test::Q8 q8 = test::quantize_q8(weighted);
+  const DeviceBuffer dweighted = test::to_device(weighted), dsums = test::to_device(group_sumsq);
+  DeviceBuffer dq(size_t(kCols), "q8"), ds(size_t(kCols) / 32 * 8, "q8 scales");
+  quantize_activations(dweighted.as<float>(), 1, kCols, dq.as<int8_t>(), ds.as<float2>(), nullptr);
+  const Activations x{nullptr, dq.as<int8_t>(), ds.as<float2>()};
+  const NormIn norm_in{dsums.as<float>(), kEps};
+
+  // Row r of each matrix dotted with the activations as the kernel sees them
+  // and with the exact normalized ones.
+  auto reference = [&](const std::vector<float>& w, int64_t r, bool exact) {
+    double a = 0.0;
+    for (int64_t i = 0; i < kCols; ++i) {
+      const double xi = exact ? double(weighted[size_t(i)]) : double(q8.values[size_t(i)]);
+      a += double(w[size_t(r * kCols + i)]) * xi * inv;
+    }
+    return a;
+  };
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const auto bytes = test::random_weights(type, kRows, kCols), bytes_up = test::random_weights(type, kRows, kCols);
+    const auto w = test::dequantize_matrix(type, bytes, kRows, kCols);
+    const auto w_up = test::dequantize_matrix(type, bytes_up, kRows, kCols);
+    const test::DeviceWeights dw = test::upload_weights(type, bytes, kRows, kCols);
+    const test::DeviceWeights dw_up = test::upload_weights(type, bytes_up, kRows, kCols);
+    for (bool gated : {false, true}) {
+      SCOPED_TRACE(gated ? "gated" : "plain");
+      DeviceBuffer dy = test::poisoned(size_t(kRows) * 4);
+      MatvecParams p;
+      p.w = dw.m;
+      if (gated) p.w_up = dw_up.m;
+      p.x = x;
+      p.norm_in = norm_in;
+      p.y = dy.as<float>();
+      p.y_stride = kRows;
+      matvec(p, 1, nullptr);
+      std::vector<double> seen(static_cast<size_t>(kRows)), exact(static_cast<size_t>(kRows));
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (bool e : {false, true}) {
+          const double a = reference(w, r, e), b = reference(w_up, r, e);
+          (e ? exact : seen)[size_t(r)] = gated ? a / (1.0 + std::exp(-a)) * b : a;
+        }
+      }
+      const auto y = test::to_host<float>(dy, size_t(kRows));
+      EXPECT_LT(relative_error(y, seen), 1e-4);
+      EXPECT_LT(relative_error(y, exact), 3e-2);
+    }
+    MatvecPartsParams pp;
+    pp.part[pp.n_parts++] = {dw.m, 0};
+    pp.part[pp.n_parts++] = {dw_up.m, kRows};
+    pp.x = x;
+    pp.norm_in = norm_in;
+    DeviceBuffer dy = test::poisoned(size_t(2 * kRows) * 4);
+    pp.y = dy.as<float>();
+    matvec_parts(pp, nullptr);
+    std::vector<double> seen;
+    for (const auto* m : {&w, &w_up}) {
+      for (int64_t r = 0; r < kRows; ++r) seen.push_back(reference(*m, r, false));
+    }
+    EXPECT_LT(relative_error(test::to_host<float>(dy, seen.size()), seen), 1e-4);
+  }
+}
+
+TEST(Matvec, RejectsNormOutputsItCannotWrite) {
+  const auto bytes = test::random_weights(TensorType::Q4_K, 40, 256);
+  const test::DeviceWeights dw = test::upload_weights(TensorType::Q4_K, bytes, 40, 256);
+  DeviceBuffer x(256, "x"), s(8 * 8, "scales"), y(40 * 4, "y"), q(64, "q"), qs(16, "qs"), ss(8, "ss"), nw(160, "w");
+  MatvecParams p;
+  p.w = dw.m;
+  p.x = {nullptr, x.as<int8_t>(), s.as<float2>()};
+  p.y = y.as<float>();
+  p.y_stride = 40;
+  p.norm_out = {nw.as<float>(), q.as<int8_t>(), qs.as<float2>(), ss.as<float>()};
+  EXPECT_THROW(matvec(p, 1, nullptr), Error);  // 40 rows: not whole groups of 32
+  p.w.rows = 32;
+  p.norm_out.group_sumsq = nullptr;
+  EXPECT_THROW(matvec(p, 1, nullptr), Error);
+  p.norm_out.group_sumsq = ss.as<float>();
+  EXPECT_THROW(matvec(p, 2, nullptr), Error);  // one column only
 }
 
 TEST(Matvec, RejectsMissingActivations) {

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/launch.cuh"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -82,6 +83,18 @@ bool programmatic_launch_enabled() {
     return !(env && std::string_view(env) == "0") && device_is_hopper_or_newer();
   }();
   return enabled;
+}
+
+size_t max_access_policy_window_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&value, cudaDevAttrMaxAccessPolicyWindowSize, device) != cudaSuccess) {
+      return size_t(0);
+    }
+    return size_t(value);
+  }();
+  return bytes;
 }
 
 }  // namespace nt::cuda

@@ -73,6 +73,7 @@ struct MatrixPart {
 // Offsets of the activation buffers for chunks of up to `batch` tokens.
 struct ActivationLayout {
   uint64_t tokens, pos, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch;
+  uint64_t norm_q8, norm_q8_scales, norm_sumsq;
   uint64_t partial_floats;
   uint64_t total;
 };
@@ -100,6 +101,9 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.q8 = plan.reserve(b * max_input);
   a.q8_scales = plan.reserve(8 * b * max_input / 32);
   a.f16 = plan.reserve(2 * b * max_input);
+  a.norm_q8 = plan.reserve(uint64_t(c.dim));
+  a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
+  a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
   a.argmax = plan.reserve(4);
   a.argmax_scratch = plan.reserve(argmax_scratch_bytes(1, c.vocab_size));
   a.total = plan.size();
@@ -228,6 +232,8 @@ class CudaLlamaRunner final : public ModelRunner {
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits, int32_t* greedy);
   // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t max_keys, bool all_logits);
+  // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
+  bool folds_norms(int64_t n, bool use_gemm) const;
   // The keys a one-token step at `pos` is prepared for: the short-context
   // attention below kShortDecodeMaxKeys, else the whole context.
   int64_t decode_max_keys(int64_t pos) const {
@@ -262,6 +268,10 @@ class CudaLlamaRunner final : public ModelRunner {
         *h_ = nullptr, *logits_ = nullptr, *partials_ = nullptr;
   int8_t* q8_ = nullptr;
   float2* q8_scales_ = nullptr;
+  // The input of the next RMSNorm when decode folds it (folds_norms).
+  int8_t* norm_q8_ = nullptr;
+  float2* norm_q8_scales_ = nullptr;
+  float* norm_sumsq_ = nullptr;
   uint16_t* f16_ = nullptr;
   int32_t* argmax_ = nullptr;
   void* argmax_scratch_ = nullptr;
@@ -492,6 +502,9 @@ void CudaLlamaRunner::allocate_activations() {
   partials_ = a.partial_floats ? static_cast<float*>(at(a.partials)) : nullptr;
   q8_ = static_cast<int8_t*>(at(a.q8));
   q8_scales_ = static_cast<float2*>(at(a.q8_scales));
+  norm_q8_ = static_cast<int8_t*>(at(a.norm_q8));
+  norm_q8_scales_ = static_cast<float2*>(at(a.norm_q8_scales));
+  norm_sumsq_ = static_cast<float*>(at(a.norm_sumsq));
   f16_ = static_cast<uint16_t*>(at(a.f16));
   argmax_ = static_cast<int32_t*>(at(a.argmax));
   argmax_scratch_ = at(a.argmax_scratch);
@@ -526,11 +539,43 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
   }
 }
 
+// One-token steps fold the RMSNorms into the mat-vecs on each side (NormIn
+// and NormOut in matvec.h) when every matrix takes q8 activations: wo and
+// down write the next norm's q8 input, so two launches a layer drop out
+// (+3% 8B Q4_K_M, +6% 8B Q8_0 decode on the H200, bench/cuda_NOTES.md).
+bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
+  if (n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
+  for (const LayerOnDevice& L : layers_) {
+    for (const MatrixPart& part : L.qkv) {
+      if (!matvec_wants_q8(part.m.type)) return false;
+    }
+    if (!matvec_wants_q8(L.wo.type) || !matvec_wants_q8(L.gate.type) || L.gate.type != L.up.type || !matvec_wants_q8(L.down.type)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   const LlamaConfig& c = config_;
   const bool use_gemm = n >= options_.gemm_min_tokens;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   const int64_t cache_layer = c.n_kv_heads * cache_context_ * c.head_dim;
+  const bool fold = folds_norms(n, use_gemm);
+  const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
+  const NormIn folded_in{norm_sumsq_, c.rms_eps};
+  // x += m * in; when folding, also the input of the RMSNorm with weight `next_norm`.
+  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* next_norm) {
+    if (!fold) return matmul(m, in, n, x_, c.dim, true);
+    MatvecParams p;
+    p.w = m;
+    p.x = {nullptr, in.q8, in.q8_scales};
+    p.y = x_;
+    p.y_stride = c.dim;
+    p.residual = x_;
+    p.norm_out = {next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_};
+    matvec(p, 1, stream_);
+  };
 
   // Streamed layers start arriving before anything computes.
   if (streamer_) streamer_->begin_chunk(stream_);
@@ -541,13 +586,18 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     const bool streamed = streamer_ && streamer_->streams(int64_t(l));
     if (streamed) streamer_->before_layer(int64_t(l), stream_);
     // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-    rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
+    const bool attn_folded = fold && l > 0;  // the previous layer's down wrote the norm's input
+    if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
     if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
     const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
     if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
       MatvecPartsParams qkv;
       for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
       qkv.x = {xn_, q8_, q8_scales_};
+      if (attn_folded) {
+        qkv.x = folded_x;
+        qkv.norm_in = folded_in;
+      }
       qkv.y = qkv_;
       matvec_parts(qkv, stream_);
     } else {
@@ -599,16 +649,20 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     }
     attention(att, stream_);
     const Input att_in = att.out_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
-    matmul(L.wo, att_in, n, x_, c.dim, true);
+    add_to_residual(L.wo, att_in, L.ffn_norm);
 
     // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-    rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
+    if (!fold) rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
     if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
     if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type) {
       MatvecParams p;
       p.w = L.gate;
       p.w_up = L.up;
       p.x = {xn_, q8_, q8_scales_};
+      if (fold) {
+        p.x = folded_x;
+        p.norm_in = folded_in;
+      }
       p.y = h_;
       p.y_stride = c.ffn_dim;
       matvec(p, int(n), stream_);
@@ -617,7 +671,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       matmul(L.up, normed, n, up_, c.ffn_dim, false);
       swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
     }
-    matmul(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm), n, x_, c.dim, true);
+    add_to_residual(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm),
+                    l + 1 < layers_.size() ? layers_[l + 1].attn_norm : output_norm_);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
 
@@ -625,7 +680,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   const int64_t rows = all_logits ? n : 1;
   const float* x_rows = x_ + (n - rows) * c.dim;
   const bool head_gemm = rows >= options_.gemm_min_tokens;
-  rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
+  if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
   if (head_gemm) convert_f32_to_f16(xn_, rows * c.dim, f16_, stream_);
   const Input final_in{xn_, q8_, q8_scales_, f16_, c.dim};
   if (head_gemm) {
@@ -636,6 +691,10 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       MatvecParams p;
       p.w = output_;
       p.x = {final_in.f32 + t * c.dim, final_in.q8 + t * c.dim, final_in.q8_scales + t * c.dim / 32};
+      if (fold) {
+        p.x = folded_x;
+        p.norm_in = folded_in;
+      }
       p.y = logits_ + t * c.vocab_size;
       p.y_stride = c.vocab_size;
       matvec(p, columns, stream_);

@@ -1,5 +1,8 @@
 #include "backend/cuda/matvec.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/matvec_kernel.cuh"
 
 namespace nt {
@@ -39,6 +42,17 @@ int default_rows_per_warp(int64_t rows, int warps_per_row) {
   return rows / 2 * warps_per_row >= kMinWarps ? 2 : 1;
 }
 
+StreamedBytes streamed_weights(std::initializer_list<const DeviceMatrix*> matrices) {
+  uintptr_t first = UINTPTR_MAX, end = 0;
+  for (const DeviceMatrix* m : matrices) {
+    if (!m->rows) continue;
+    const auto base = reinterpret_cast<uintptr_t>(m->plane[0]);
+    first = std::min(first, base);
+    end = std::max(end, base + uintptr_t(device_matrix_bytes(m->type, m->rows, m->cols)));
+  }
+  return end > first ? StreamedBytes{reinterpret_cast<const void*>(first), size_t(end - first)} : StreamedBytes{};
+}
+
 }  // namespace cuda
 
 bool matvec_wants_q8(TensorType type) {
@@ -59,6 +73,14 @@ void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
   }
   if (p.rows_per_warp < 0 || p.rows_per_warp > 2 || (p.rows_per_warp == 2 && p.w_up.rows)) {
     fail("matvec takes 1 or 2 rows per warp, and 1 when gated; got {}", p.rows_per_warp);
+  }
+  const bool folds_norm = p.norm_in.group_sumsq || p.norm_out.q8;
+  if (folds_norm && (columns != 1 || !matvec_wants_q8(p.w.type))) {
+    fail("a folded RMSNorm needs one column of q8 activations, got {} columns of {}", columns, tensor_type_name(p.w.type));
+  }
+  if (p.norm_out.q8 && (!p.norm_out.weight || !p.norm_out.q8_scales || !p.norm_out.group_sumsq || p.w_up.rows ||
+                        p.w.rows % 32 != 0)) {
+    fail("a norm output needs its weight, q8 scales and sums, an ungated matrix and rows in 32s, got {} rows", p.w.rows);
   }
   if (p.w.rows == 0) return;
   if (cuda::launch_matvec_float(p, columns, stream) || cuda::launch_matvec_legacy(p, columns, stream) ||

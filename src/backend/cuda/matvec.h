@@ -19,6 +19,22 @@ struct Activations {
   const float2* q8_scales = nullptr; // [columns][cols / 32]: (d, d * sum q)
 };
 
+// RMSNorm folded into the mat-vecs on each side of it (decode, one column).
+// q8 rounding does not depend on a common scale, so the producer of the
+// residual stream h writes q8(h * norm weight) and each 32-row group's sum of
+// squares of h; the consumer scales its products by rsqrt(mean(h^2) + eps).
+struct NormIn {
+  const float* group_sumsq = nullptr;  // cols / 32 sums; null: x is already normalized
+  float eps = 0.0f;
+};
+
+struct NormOut {
+  const float* weight = nullptr;       // [rows]: the next RMSNorm's weight
+  int8_t* q8 = nullptr;                // [rows]; null: no norm output
+  float2* q8_scales = nullptr;         // [rows / 32]
+  float* group_sumsq = nullptr;        // [rows / 32]
+};
+
 struct MatvecParams {
   DeviceMatrix w;                    // rows x cols
   DeviceMatrix w_up;                 // set for the gated form: y = silu(W x) * (W_up x)
@@ -28,6 +44,8 @@ struct MatvecParams {
   const float* residual = nullptr;   // added to y in the epilogue (may be y itself)
   int warps_per_row = 0;             // single column only: 1, 2 or 4 forces a variant, 0 picks by shape
   int rows_per_warp = 0;             // single column, not gated: 1 or 2 forces a variant, 0 picks by shape
+  NormIn norm_in;                    // single column: x is un-normalized (see NormIn)
+  NormOut norm_out;                  // single column, not gated: also writes the next RMSNorm's input
 };
 
 constexpr int kMaxMatvecParts = 3;
@@ -42,6 +60,7 @@ struct MatvecPartsParams {
   MatvecPart part[kMaxMatvecParts];
   int n_parts = 0;
   Activations x;
+  NormIn norm_in;
   float* y = nullptr;
 };
 

@@ -2,6 +2,9 @@
 // group in matvec_*.cu so that the instantiations compile in parallel.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec.h"
@@ -38,17 +41,27 @@ constexpr int kDefaultUnroll = kGated ? (F::kUnroll + 1) / 2 : F::kUnroll;  // g
 // their decoding; a warp then holds twice the weight loads in flight.
 // This is the body of the mat-vec kernels for the rows of block `block`
 // (counted within p.w); every thread of the block calls it.
-template <class F, int kColumns, bool kGated, int kSplit, int kUnroll, bool kTwoRows = false>
+// p.norm_in, when set, scales the products (NormIn). kNormOut: the block's
+// kWarps warps hold 32 rows, one q8 group of the output, and also write
+// p.norm_out for them (NormOut): one barrier, then warp 0 quantizes.
+template <class F, int kColumns, bool kGated, int kSplit, int kUnroll, bool kTwoRows = false, int kWarps = kMatvecWarps,
+          bool kNormOut = false>
 __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t block) {
-  static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "a block holds 4 warps");
+  static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "a row is split over 1, 2 or 4 warps");
   static_assert(!(kGated && kTwoRows), "a gated warp already reads two matrices");
+  static_assert(!kNormOut || (kColumns == 1 && !kGated && kWarps / kSplit * (kTwoRows ? 2 : 1) == 32),
+                "a norm output needs one column and 32 rows a block");
   constexpr bool kSecond = kGated || kTwoRows;  // a second weight stream: w_up or the next row
   constexpr int kStride = 32 * kSplit;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = (block * (kMatvecWarps / kSplit) + warp / kSplit) * (kTwoRows ? 2 : 1);
+  const int64_t row = (block * (kWarps / kSplit) + warp / kSplit) * (kTwoRows ? 2 : 1);
   const bool active = row < p.w.rows;
   const int64_t next_row = kTwoRows && row + 1 < p.w.rows ? row + 1 : row;  // an odd last row reads its own twice
-  if (kSplit == 1 && !active) return;  // split rows keep every thread for the barrier
+  if (kSplit == 1 && !kNormOut && !active) return;  // split rows keep every thread for the barrier
+  [[maybe_unused]] float norm_weight = 0.0f;
+  if constexpr (kNormOut) {
+    if (warp == 0) norm_weight = p.norm_out.weight[block * 32 + lane];  // never written: load before the wait
+  }
   const int first = (warp % kSplit) * 32 + lane;
   const int units = active ? int(p.w.cols / F::kUnitElems) : 0;
   float acc[kColumns], acc_up[kColumns];
@@ -69,6 +82,10 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
   };
   load_units(first);  // weights are never written: prefetch before the wait
   wait_for_inputs();
+  [[maybe_unused]] float group_sumsq = 0.0f;
+  if (kColumns == 1 && p.norm_in.group_sumsq) {
+    for (int64_t g = lane; g < p.w.cols / 32; g += 32) group_sumsq += p.norm_in.group_sumsq[g];
+  }
   for (int base = first; base < units; base += kStride * kUnroll) {
     if (base != first) load_units(base);
 #pragma unroll
@@ -88,8 +105,14 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
     acc[c] = warp_sum(acc[c]);
     if constexpr (kSecond) acc_up[c] = warp_sum(acc_up[c]);
   }
+  if (kColumns == 1 && p.norm_in.group_sumsq) {
+    const float inv = rsqrtf(warp_sum(group_sumsq) / float(p.w.cols) + p.norm_in.eps);
+    acc[0] *= inv;
+    acc_up[0] *= inv;
+  }
+  [[maybe_unused]] bool writes = true;
   if constexpr (kSplit > 1) {
-    __shared__ float partial[kMatvecWarps][2][kColumns];
+    __shared__ float partial[kWarps][2][kColumns];
     if (lane == 0) {
 #pragma unroll
       for (int c = 0; c < kColumns; ++c) {
@@ -98,27 +121,42 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
       }
     }
     __syncthreads();
-    if (!active || warp % kSplit != 0) return;
+    writes = active && warp % kSplit == 0;
+    if (!kNormOut && !writes) return;
+    if (writes) {
 #pragma unroll
-    for (int s = 1; s < kSplit; ++s) {
+      for (int s = 1; s < kSplit; ++s) {
 #pragma unroll
-      for (int c = 0; c < kColumns; ++c) {
-        acc[c] += partial[warp + s][0][c];
-        acc_up[c] += partial[warp + s][1][c];
+        for (int c = 0; c < kColumns; ++c) {
+          acc[c] += partial[warp + s][0][c];
+          acc_up[c] += partial[warp + s][1][c];
+        }
       }
     }
   }
-  if (lane == 0) {
+  [[maybe_unused]] __shared__ float block_rows[kNormOut ? 32 : 1];
+  if (lane == 0 && writes) {
 #pragma unroll
     for (int c = 0; c < kColumns; ++c) {
       float v = kGated ? silu(acc[c]) * acc_up[c] : acc[c];
       if (p.residual) v += p.residual[c * p.y_stride + row];
       p.y[c * p.y_stride + row] = v;
+      if constexpr (kNormOut) block_rows[row - block * 32] = v;
       if (kTwoRows && next_row != row) {
         float v2 = acc_up[c];
         if (p.residual) v2 += p.residual[c * p.y_stride + next_row];
         p.y[c * p.y_stride + next_row] = v2;
+        if constexpr (kNormOut) block_rows[next_row - block * 32] = v2;
       }
+    }
+  }
+  if constexpr (kNormOut) {
+    __syncthreads();
+    if (warp == 0) {
+      const float v = block_rows[lane];
+      quantize_q8_warp(v * norm_weight, p.norm_out.q8 + block * 32, p.norm_out.q8_scales + block);
+      const float sumsq = warp_sum(v * v);
+      if (lane == 0) p.norm_out.group_sumsq[block] = sumsq;
     }
   }
 }
@@ -128,6 +166,18 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_kernel(const MatvecP
   NT_TRACE_BLOCK(kMatvec);
   allow_dependents();
   matvec_block<F, kColumns, kGated, kSplit, kUnroll, kTwoRows>(p, blockIdx.x);
+}
+
+// One column with the next RMSNorm's input (NormOut): 32 rows a block, each
+// split over two warps that take two rows, so 32 warps. On the H200 this
+// layout beat one warp a row and 16-warp blocks for the 8B's wo and down.
+constexpr int kNormOutSplit = 2, kNormOutWarps = 32;
+
+template <class F>
+__global__ void __launch_bounds__(kNormOutWarps * 32) matvec_norm_out_kernel(const MatvecParams p) {
+  NT_TRACE_BLOCK(kMatvec);
+  allow_dependents();
+  matvec_block<F, 1, false, kNormOutSplit, kDefaultUnroll<F, true>, true, kNormOutWarps, true>(p, blockIdx.x);
 }
 
 // Single-column mat-vec over up to kMaxMatvecParts matrices stacked by rows,
@@ -148,12 +198,17 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const M
   p.x = pp.x;
   p.y = pp.y + pp.part[i].y_offset;
   p.y_stride = 0;
+  p.norm_in = pp.norm_in;
   if (p.w.type == FA::kType) {
     matvec_block<FA, 1, false, kSplit, kDefaultUnroll<FA, kTwoRows>, kTwoRows>(p, block);
   } else {
     matvec_block<FB, 1, false, kSplit, kDefaultUnroll<FB, kTwoRows>, kTwoRows>(p, block);
   }
 }
+
+// The weight bytes of a launch over these matrices (they lie side by side in
+// the weight buffer), as one L2 streaming window.
+StreamedBytes streamed_weights(std::initializer_list<const DeviceMatrix*> matrices);
 
 // Warps per row for a single-column mat-vec whose rows hold this many units
 // when the caller leaves MatvecParams::warps_per_row at 0.
@@ -168,8 +223,8 @@ void launch_matvec_kernel(const MatvecParams& p, cudaStream_t stream) {
   constexpr int rows_per_block = kMatvecWarps / kSplit * (kTwoRows ? 2 : 1);
   const unsigned blocks = unsigned((p.w.rows + rows_per_block - 1) / rows_per_block);
   constexpr int unroll = kDefaultUnroll<F, kGated || kTwoRows>;
-  launch_kernel(matvec_kernel<F, kColumns, kGated, kSplit, unroll, kTwoRows>, dim3(blocks), dim3(kMatvecWarps * 32), 0, stream,
-                p);
+  launch_kernel_with(matvec_kernel<F, kColumns, kGated, kSplit, unroll, kTwoRows>, 1, streamed_weights({&p.w, &p.w_up}),
+                     dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
@@ -195,6 +250,14 @@ void launch_matvec_decode_split(const MatvecParams& p, int rows_per_warp, cudaSt
 // gated) one or two rows per warp.
 template <class F, bool kGated>
 void launch_matvec_decode(const MatvecParams& p, cudaStream_t stream) {
+  if constexpr (!kGated && F::kQ8) {
+    if (p.norm_out.q8) {  // matvec() checked the rows are whole groups
+      launch_kernel_with(matvec_norm_out_kernel<F>, 1, streamed_weights({&p.w}), dim3(unsigned(p.w.rows / 32)),
+                         dim3(kNormOutWarps * 32), 0, stream, p);
+      NT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const int split = p.warps_per_row ? p.warps_per_row : default_warps_per_row(p.w.cols / F::kUnitElems);
   const int rows_per_warp = kGated ? 1 : p.rows_per_warp ? p.rows_per_warp : default_rows_per_warp(p.w.rows, split);
   switch (split) {

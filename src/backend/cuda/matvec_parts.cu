@@ -15,12 +15,13 @@ void launch_parts_kernel(const MatvecPartsParams& p, int64_t rows, cudaStream_t 
   constexpr int rows_per_pair_block = 2 * kMatvecWarps / kSplit;
   bool pairs = true;
   for (int i = 0; i < p.n_parts; ++i) pairs = pairs && p.part[i].w.rows % rows_per_pair_block == 0;
+  const StreamedBytes weights = streamed_weights({&p.part[0].w, &p.part[1].w, &p.part[2].w});
   if (pairs) {
-    launch_kernel(matvec_parts_kernel<FA, FB, kSplit, true>, dim3(unsigned(rows / rows_per_pair_block)),
-                  dim3(kMatvecWarps * 32), 0, stream, p);
+    launch_kernel_with(matvec_parts_kernel<FA, FB, kSplit, true>, 1, weights, dim3(unsigned(rows / rows_per_pair_block)),
+                       dim3(kMatvecWarps * 32), 0, stream, p);
   } else {
-    launch_kernel(matvec_parts_kernel<FA, FB, kSplit>, dim3(unsigned(rows / (kMatvecWarps / kSplit))),
-                  dim3(kMatvecWarps * 32), 0, stream, p);
+    launch_kernel_with(matvec_parts_kernel<FA, FB, kSplit>, 1, weights, dim3(unsigned(rows / (kMatvecWarps / kSplit))),
+                       dim3(kMatvecWarps * 32), 0, stream, p);
   }
   NT_CUDA_CHECK_LAUNCH();
 }
@@ -81,6 +82,7 @@ void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
     MatvecParams one;
     one.w = p.part[i].w;
     one.x = p.x;
+    one.norm_in = p.norm_in;
     one.y = p.y + p.part[i].y_offset;
     one.y_stride = one.w.rows;
     matvec(one, 1, stream);
