@@ -545,6 +545,9 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
 // (+3% 8B Q4_K_M, +6% 8B Q8_0 decode on the H200, bench/cuda_NOTES.md).
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   if (n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
+  // wo and down then run one 1024-thread block per 32 rows, one per
+  // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
+  if (config_.dim / 32 > device_.multiprocessors) return false;
   for (const LayerOnDevice& L : layers_) {
     for (const MatrixPart& part : L.qkv) {
       if (!matvec_wants_q8(part.m.type)) return false;
