@@ -239,7 +239,9 @@ class CudaLlamaRunner final : public ModelRunner {
   int64_t decode_max_keys(int64_t pos) const {
     return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
   }
-  void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate);
+  // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
+  void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
+              const NormOut& norm_out = {});
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm);
 
   LlamaConfig config_;
@@ -522,7 +524,7 @@ Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bo
 }
 
 void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
-                             bool accumulate) {
+                             bool accumulate, const NormOut& norm_out) {
   if (n >= options_.gemm_min_tokens) {
     gemm_->run(m, in.f16, n, y, y_stride, accumulate, stream_);
     return;
@@ -535,6 +537,7 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
     p.y = y + t * y_stride;
     p.y_stride = y_stride;
     p.residual = accumulate ? p.y : nullptr;
+    p.norm_out = norm_out;
     matvec(p, columns, stream_);
   }
 }
@@ -569,15 +572,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   const NormIn folded_in{norm_sumsq_, c.rms_eps};
   // x += m * in; when folding, also the input of the RMSNorm with weight `next_norm`.
   auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* next_norm) {
-    if (!fold) return matmul(m, in, n, x_, c.dim, true);
-    MatvecParams p;
-    p.w = m;
-    p.x = {nullptr, in.q8, in.q8_scales};
-    p.y = x_;
-    p.y_stride = c.dim;
-    p.residual = x_;
-    p.norm_out = {next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_};
-    matvec(p, 1, stream_);
+    matmul(m, in, n, x_, c.dim, true, fold ? NormOut{next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
   };
 
   // Streamed layers start arriving before anything computes.
