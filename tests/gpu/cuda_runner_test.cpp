@@ -32,12 +32,13 @@ double logits_error(const float* got, const std::vector<double>& want) {
 // q8 activations and the f16 KV cache leave about 1% on these random models.
 constexpr double kTolerance = 3e-2;
 
-void check_all_paths(const std::string& path, const CudaRunnerOptions& options) {
+void check_all_paths(const std::string& path, const CudaRunnerOptions& options, bool folds_norms) {
   const auto file = GgufFile::open(path);
   const test::ReferenceLlama ref(*file);
   const int64_t vocab = ref.config().vocab_size, context = 128;
   auto runner = make_cuda_runner(*file, context, options);
   EXPECT_EQ(runner->context_size(), context);
+  EXPECT_EQ(runner->description().find("folded norms") != std::string::npos, folds_norms) << runner->description();
   EXPECT_GT(runner->weight_bytes_per_token(), 0u);
   std::printf("  %s\n", runner->description().c_str());
 
@@ -97,7 +98,15 @@ void check_all_paths(const std::string& path, const CudaRunnerOptions& options) 
 }
 
 TEST(CudaRunner, KQuantModelMatchesReference) {
-  check_all_paths(write_model(ModelSpec{}, "nt_cuda_kquant.gguf"), CudaRunnerOptions{});
+  check_all_paths(write_model(ModelSpec{}, "nt_cuda_kquant.gguf"), CudaRunnerOptions{}, true);
+}
+
+// The one-token step as models too wide to fold run it (the 70B): a
+// separate RMSNorm launch before Q/K/V and before gate/up.
+TEST(CudaRunner, KQuantModelUnfoldedMatchesReference) {
+  CudaRunnerOptions options;
+  options.fold_norms = false;
+  check_all_paths(write_model(ModelSpec{}, "nt_cuda_kquant_unfolded.gguf"), options, false);
 }
 
 TEST(CudaRunner, LegacyTiedModelInSmallChunksMatchesReference) {
@@ -117,7 +126,7 @@ TEST(CudaRunner, LegacyTiedModelInSmallChunksMatchesReference) {
   CudaRunnerOptions options;
   options.max_batch = 32;       // 70 tokens: chunks of 32, 32 and 6
   options.gemm_min_tokens = 16;
-  check_all_paths(write_model(s, "nt_cuda_legacy.gguf"), options);
+  check_all_paths(write_model(s, "nt_cuda_legacy.gguf"), options, false);
 }
 
 TEST(CudaRunner, FloatModelWithoutGraphMatchesReference) {
@@ -130,7 +139,7 @@ TEST(CudaRunner, FloatModelWithoutGraphMatchesReference) {
   s.layers = 1;
   CudaRunnerOptions options;
   options.decode_graph = false;
-  check_all_paths(write_model(s, "nt_cuda_float.gguf"), options);
+  check_all_paths(write_model(s, "nt_cuda_float.gguf"), options, false);
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {

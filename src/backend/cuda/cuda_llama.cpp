@@ -324,9 +324,10 @@ std::string CudaLlamaRunner::tier_counts() const {
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {}, {}{})", device_.name, device_.multiprocessors,
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {}{}, {}{})", device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
-                     options_.decode_graph && !streamer_ ? "decode graph" : "no graph", tier_counts(),
+                     options_.decode_graph && !streamer_ ? "decode graph" : "no graph",
+                     folds_norms(1, options_.gemm_min_tokens <= 1) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
@@ -547,7 +548,7 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
 // down write the next norm's q8 input, so two launches a layer drop out
 // (+3% 8B Q4_K_M, +6% 8B Q8_0 decode on the H200, bench/cuda_NOTES.md).
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
-  if (n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
+  if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
   if (config_.dim / 32 > device_.multiprocessors) return false;

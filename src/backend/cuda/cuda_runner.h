@@ -19,6 +19,7 @@ struct CudaRunnerOptions {
   int64_t max_batch = 512;       // tokens per prefill chunk (bounds activation memory)
   int64_t gemm_min_tokens = 16;  // chunks at least this long use the dequantize + GEMM path
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
+  bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
   // those beyond the RAM budget from storage.
   std::optional<uint64_t> vram_budget;  // default: free VRAM less the runner's margin
