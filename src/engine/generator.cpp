@@ -56,15 +56,13 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   // pick on its side of the bus instead of returning every logit.
   const bool runner_picks = sampler.picks_highest_logit();
   int32_t picked = 0;
-  const auto evaluate = [&](std::span<const int32_t> tokens, int64_t pos) {
-    if (runner_picks) {
-      picked = runner_.forward_greedy(tokens, pos);
-    } else {
-      runner_.forward(tokens, pos, logits_.data(), false);
-    }
-  };
   const auto prefill_start = std::chrono::steady_clock::now();
-  evaluate(prompt.subspan(size_t(reuse)), reuse);
+  const auto rest = prompt.subspan(size_t(reuse));
+  if (runner_picks) {
+    picked = runner_.forward_greedy(rest, reuse);
+  } else {
+    runner_.forward(rest, reuse, logits_.data(), false);
+  }
   stats.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
@@ -74,12 +72,13 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   StopStringMatcher stops(options.stop_strings);
   generated_.clear();
 
+  // Takes a sampled token: false when generation stops before evaluating it.
   stats.stop = StopReason::TokenLimit;
-  while (stats.generated_tokens < options.max_tokens) {
-    const int32_t token = runner_picks ? picked : sampler.sample(logits_);
+  const auto take = [&](int32_t token) {
+    if (stats.generated_tokens == options.max_tokens) return false;
     if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
       stats.stop = StopReason::StopToken;
-      break;
+      return false;
     }
     sampler.accept(token);
     generated_.push_back(token);
@@ -88,19 +87,35 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
     if (!step.released.empty()) on_text(step.released);
     if (step.stopped) {
       stats.stop = StopReason::StopString;
-      break;
+      return false;
     }
-    if (stats.generated_tokens == options.max_tokens) break;
+    if (stats.generated_tokens == options.max_tokens) return false;
     if (int64_t(context_.size()) >= runner_.context_size()) {
       stats.stop = StopReason::ContextFull;
-      break;
+      return false;
     }
-    const auto decode_start = std::chrono::steady_clock::now();
-    evaluate({&token, 1}, int64_t(context_.size()));
-    stats.decode_seconds += seconds_since(decode_start);
-    ++stats.decode_passes;
-    context_.push_back(token);
+    return true;
+  };
+  const auto decode_start = std::chrono::steady_clock::now();
+  if (runner_picks) {
+    // The runner feeds each pick back itself (and may run ahead of `take`).
+    int32_t input = picked;
+    if (take(input)) {
+      const int64_t steps = std::min(options.max_tokens - stats.generated_tokens, runner_.context_size() - int64_t(context_.size()));
+      stats.decode_passes = runner_.decode_greedy(input, int64_t(context_.size()), steps, [&](int32_t pick) {
+        context_.push_back(input);
+        input = pick;
+        return take(pick);
+      });
+    }
+  } else {
+    for (int32_t token = sampler.sample(logits_); take(token); token = sampler.sample(logits_)) {
+      runner_.forward({&token, 1}, int64_t(context_.size()), logits_.data(), false);
+      ++stats.decode_passes;
+      context_.push_back(token);
+    }
   }
+  stats.decode_seconds = seconds_since(decode_start);
   // The last sampled token is not in the KV cache yet; the next prompt re-evaluates it.
   if (stats.stop != StopReason::StopString) {
     const auto rest = stops.feed(decoder.flush()).released + stops.flush();

@@ -29,7 +29,7 @@ struct GenerationStats {
   int64_t reused_tokens = 0;   // prompt prefix already in the KV cache
   int64_t generated_tokens = 0;
   double prefill_seconds = 0;  // evaluating prompt_tokens - reused_tokens
-  double decode_seconds = 0;   // the decode forward passes
+  double decode_seconds = 0;   // the decode phase: forward passes, sampling and text
   int64_t decode_passes = 0;
   StopReason stop = StopReason::TokenLimit;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,9 +40,22 @@ class ModelRunner {
   // copying them out; this default runs forward() and scans the row.
   virtual int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
 
+  // Greedy decoding: runs `token` at `pos`, hands its pick to on_token, runs
+  // that pick at pos + 1, and so on, until on_token returns false or
+  // max_steps picks are handed over; returns how many were. Every step's
+  // position must fit the context (nt::Error otherwise). A backend may run a
+  // few steps ahead of on_token; their cache positions are past the last pick
+  // and the next forward() from there overwrites them. This default calls
+  // forward_greedy per step.
+  virtual int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token);
+
  private:
   std::vector<float> greedy_logits_;  // the default forward_greedy's row
 };
+
+// Throws nt::Error unless steps at positions pos .. pos + max_steps - 1 fit a
+// context of `context` tokens.
+void check_greedy_steps(int64_t pos, int64_t max_steps, int64_t context);
 
 // The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.
 int32_t argmax_first(std::span<const float> row);

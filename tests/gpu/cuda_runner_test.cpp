@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
@@ -140,6 +141,46 @@ TEST(CudaRunner, FloatModelWithoutGraphMatchesReference) {
   CudaRunnerOptions options;
   options.decode_graph = false;
   check_all_paths(write_model(s, "nt_cuda_float.gguf"), options, false);
+}
+
+// Greedy decoding with the picks fed back on the GPU and steps queued ahead:
+// the same tokens as stepping forward() and taking argmax_first of its
+// logits, across the switch from the short-context graph to the full one,
+// and the same again after stopping early and resuming where it stopped.
+TEST(CudaRunner, GreedyDecodeFeedsPicksBackOnTheDevice) {
+  const auto file = GgufFile::open(write_model(ModelSpec{}, "nt_cuda_greedy.gguf"));
+  const int64_t context = kShortDecodeMaxKeys + 100, start = kShortDecodeMaxKeys - 20, steps = 40;
+  auto runner = make_cuda_runner(*file, context);
+  const int64_t vocab = runner->config().vocab_size;
+  const auto prompt = random_tokens(size_t(start), vocab);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const int32_t first = runner->forward_greedy(prompt, 0);
+
+  std::vector<int32_t> want = {first};
+  for (int64_t i = 0; i < steps; ++i) {
+    runner->forward(std::span(want).subspan(size_t(i), 1), start + i, logits.data(), false);
+    want.push_back(argmax_first(logits));
+  }
+  want.erase(want.begin());
+
+  std::vector<int32_t> got;
+  const auto collect = [&](int64_t stop_after) {
+    return [&got, stop_after](int32_t t) {
+      got.push_back(t);
+      return int64_t(got.size()) < stop_after;
+    };
+  };
+  EXPECT_EQ(runner->decode_greedy(first, start, steps, collect(steps)), steps);
+  EXPECT_EQ(got, want);
+
+  got.clear();
+  EXPECT_EQ(runner->decode_greedy(first, start, steps, collect(5)), 5);  // steps past the 5th ran ahead
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(runner->decode_greedy(got.back(), start + 5, steps - 5, collect(steps)), steps - 5);
+  EXPECT_EQ(got, want);
+
+  EXPECT_THROW(runner->decode_greedy(first, context - 2, 3, collect(steps)), Error);
+  EXPECT_THROW(runner->decode_greedy(int32_t(vocab), 0, 1, collect(steps)), Error);
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {

@@ -18,7 +18,9 @@ namespace {
 constexpr int32_t kVocab = 600;
 
 // A model that predicts script[p] from position p (kFallback past the
-// script's end); records every forward call.
+// script's end); records every forward call. With run_ahead set, its greedy
+// decoding evaluates up to that many steps past the last pick handed over,
+// as a GPU with queued steps does.
 class ScriptedRunner final : public ModelRunner {
  public:
   struct Call {
@@ -51,9 +53,24 @@ class ScriptedRunner final : public ModelRunner {
     return ModelRunner::forward_greedy(tokens, pos);
   }
 
+  int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override {
+    if (run_ahead == 0) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
+    std::vector<int32_t> picks;
+    int64_t handed = 0;
+    while (handed < max_steps) {
+      while (int64_t(picks.size()) < std::min(max_steps, handed + 1 + run_ahead)) {
+        const int32_t input = picks.empty() ? token : picks.back();
+        picks.push_back(forward_greedy({&input, 1}, pos + int64_t(picks.size())));
+      }
+      if (!on_token(picks[size_t(handed++)])) break;
+    }
+    return handed;
+  }
+
   static constexpr int32_t kFallback = 300;
   std::vector<Call> calls;
   size_t greedy_calls = 0;
+  int64_t run_ahead = 0;
 
  private:
   std::vector<int32_t> script_;
@@ -125,6 +142,68 @@ TEST_F(GeneratorTest, GreedyStepsLetTheRunnerPickUnlessPenaltiesApply) {
   EXPECT_EQ(runner2.greedy_calls, 0u);
   EXPECT_EQ(runner2.calls.size(), runner.calls.size());
   EXPECT_EQ(g2.generated(), g.generated());  // the scripted logit outweighs the penalty
+}
+
+TEST(DecodeGreedy, FeedsEachPickBackUntilToldToStop) {
+  ScriptedRunner runner({0, 0, 31, 32, 33, 34, 35}, 8);
+  std::vector<int32_t> picks;
+  EXPECT_EQ(runner.decode_greedy(5, 2, 4, [&](int32_t t) {
+    picks.push_back(t);
+    return true;
+  }), 4);
+  EXPECT_EQ(picks, (std::vector<int32_t>{31, 32, 33, 34}));
+  ASSERT_EQ(runner.calls.size(), 4u);
+  const std::vector<int32_t> inputs = {5, 31, 32, 33};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(runner.calls[i].tokens, std::vector<int32_t>{inputs[i]});
+    EXPECT_EQ(runner.calls[i].pos, int64_t(i + 2));
+  }
+  runner.calls.clear();
+  EXPECT_EQ(runner.decode_greedy(5, 2, 4, [](int32_t t) { return t != 32; }), 2);
+  EXPECT_EQ(runner.calls.size(), 2u);
+  EXPECT_EQ(runner.decode_greedy(5, 2, 0, [](int32_t) { return true; }), 0);
+  EXPECT_EQ(runner.calls.size(), 2u);
+  try {
+    runner.decode_greedy(5, 6, 3, [](int32_t) { return true; });
+    FAIL() << "no error for steps past the context";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context overflow"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(runner.calls.size(), 2u);
+}
+
+// A backend that evaluates steps past the pick that stops generation leaves
+// the generator's results, and what the next prompt re-evaluates, unchanged.
+TEST_F(GeneratorTest, RunnerRunningAheadGeneratesTheSame) {
+  const int32_t eos = tokenizer.vocab().eos();
+  const std::vector<int32_t> script = {0, 30, 40, 50, eos, 60, 70, 80, 90};
+  auto run = [&](int64_t run_ahead) {
+    ScriptedRunner runner(script, 12);
+    runner.run_ahead = run_ahead;
+    Generator g(runner, tokenizer);
+    std::vector<std::pair<GenerationStats, std::vector<int32_t>>> out;
+    out.emplace_back(generate(g, {10, 20}, options(10, {eos})), g.generated());  // stops at the end of text
+    std::vector<int32_t> next = g.context();
+    next.insert(next.end(), {50, 61});
+    runner.calls.clear();
+    out.emplace_back(generate(g, next, options(3)), g.generated());
+    out.emplace_back(GenerationStats{}, std::vector<int32_t>{int32_t(runner.calls.front().pos)});
+    runner.calls.clear();
+    out.emplace_back(generate(g, g.context(), options(100)), g.generated());  // up to the full context
+    return std::pair(out, g.context());
+  };
+  const auto [want, want_context] = run(0);
+  const auto [got, got_context] = run(3);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].second, want[i].second) << "call " << i;
+    EXPECT_EQ(got[i].first.stop, want[i].first.stop) << "call " << i;
+    EXPECT_EQ(got[i].first.generated_tokens, want[i].first.generated_tokens) << "call " << i;
+    EXPECT_EQ(got[i].first.decode_passes, want[i].first.decode_passes) << "call " << i;
+  }
+  EXPECT_EQ(want[0].first.stop, StopReason::StopToken);
+  EXPECT_EQ(want[3].first.stop, StopReason::ContextFull);
+  EXPECT_EQ(got_context, want_context);
 }
 
 TEST(ArgmaxFirst, TakesTheFirstLargestAndNeverNaN) {

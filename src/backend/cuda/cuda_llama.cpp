@@ -220,14 +220,29 @@ class CudaLlamaRunner final : public ModelRunner {
   // The argmax runs on the GPU: 4 bytes cross the bus instead of the logits.
   int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
     int32_t token = 0;
-    run_tokens(tokens, pos, nullptr, false, &token);
+    if (tokens.size() == 1 && decodes_in_graphs()) {
+      decode_greedy(tokens[0], pos, 1, [&](int32_t pick) {
+        token = pick;
+        return false;
+      });
+    } else {
+      run_tokens(tokens, pos, nullptr, false, &token);
+    }
     return token;
   }
+  int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override;
 
  private:
   void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
   std::string tier_counts() const;
   void allocate_activations();
+  // One-token steps replay captured graphs (host-driven streaming cannot be captured).
+  bool decodes_in_graphs() const { return options_.decode_graph && !streamer_; }
+  // The graph of a one-token step prepared for max_keys keys, captured on
+  // first use; a greedy graph ends in argmax_and_advance.
+  cudaGraphExec_t decode_graph(int64_t max_keys, bool greedy);
+  // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
+  void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
   // forward(), or with `greedy` set forward_greedy() (its token into *greedy).
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits, int32_t* greedy);
   // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
@@ -278,8 +293,13 @@ class CudaLlamaRunner final : public ModelRunner {
   int32_t* argmax_ = nullptr;
   void* argmax_scratch_ = nullptr;
   PinnedBuffer host_io_;  // tokens, position, and one row of logits or the greedy pick
-  cudaGraphExec_t decode_graph_ = nullptr;        // steps prepared for the whole context
-  cudaGraphExec_t decode_graph_short_ = nullptr;  // steps below kShortDecodeMaxKeys
+  // [greedy][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
+  cudaGraphExec_t decode_graphs_[2][2] = {};
+  // decode_greedy keeps up to kGreedyAhead steps queued; step i's pick lands in
+  // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
+  static constexpr int64_t kGreedyAhead = 3, kGreedyRing = 8;
+  PinnedBuffer greedy_picks_;
+  std::vector<cudaEvent_t> step_done_;
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
 
@@ -313,8 +333,12 @@ CudaLlamaRunner::~CudaLlamaRunner() {
     std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
     streamer_.reset();
   }
-  if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
-  if (decode_graph_short_) cudaGraphExecDestroy(decode_graph_short_);
+  for (auto& by_keys : decode_graphs_) {
+    for (cudaGraphExec_t g : by_keys) {
+      if (g) cudaGraphExecDestroy(g);
+    }
+  }
+  for (cudaEvent_t e : step_done_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -512,6 +536,9 @@ void CudaLlamaRunner::allocate_activations() {
   argmax_ = static_cast<int32_t*>(at(a.argmax));
   argmax_scratch_ = at(a.argmax_scratch);
   host_io_ = PinnedBuffer(4 * uint64_t(options_.max_batch + 1) + 4 * uint64_t(config_.vocab_size), "token and logit transfers");
+  greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
+  step_done_.resize(kGreedyRing);
+  for (cudaEvent_t& e : step_done_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
 Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm) {
@@ -701,17 +728,85 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   }
 }
 
+void CudaLlamaRunner::check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const {
+  if (pos < 0 || pos + count > context_) {
+    fail("context overflow: positions {}..{} do not fit the KV cache of {} tokens", pos, pos + count - 1, context_);
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      fail("token id {} at index {} is outside the vocabulary of {} tokens", tokens[i], i, config_.vocab_size);
+    }
+  }
+}
+
+cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, bool greedy) {
+  cudaGraphExec_t& exec = decode_graphs_[greedy][max_keys != context_];
+  if (exec) return exec;
+  cudaGraph_t graph = nullptr;
+  NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    run_chunk(1, max_keys, false);
+    if (greedy) {
+      argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_,
+                         {tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)}, stream_);
+    }
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  NT_CUDA_CHECK(err);
+  return exec;
+}
+
+// Each step's graph picks its token and feeds it to the next on the GPU, so
+// the host only queues graphs and reads picks: no copies, argmax launches or
+// host round trip between steps (they cost ~27 us a step on the H200: +1.5%
+// 8B and +3.5% 1B decode, bench/cuda_NOTES.md).
+int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps,
+                                       const std::function<bool(int32_t)>& on_token) {
+  if (!decodes_in_graphs()) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
+  check_tokens({&token, 1}, pos, max_steps);
+  if (max_steps == 0) return 0;
+  int32_t* host_tokens = host_io_.as<int32_t>();
+  host_tokens[0] = token;
+  host_tokens[1] = int32_t(pos);
+  NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, 4, cudaMemcpyHostToDevice, stream_));
+  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + 1, 4, cudaMemcpyHostToDevice, stream_));
+  // Both graphs a run that crosses kShortDecodeMaxKeys needs, captured before any step is queued.
+  const cudaGraphExec_t first = decode_graph(decode_max_keys(pos), true);
+  const cudaGraphExec_t later = decode_graph(decode_max_keys(pos + max_steps - 1), true);
+  const auto queue = [&](int64_t step) {
+    NT_CUDA_CHECK(cudaGraphLaunch(decode_max_keys(pos + step) == decode_max_keys(pos) ? first : later, stream_));
+    NT_CUDA_CHECK(cudaEventRecord(step_done_[size_t(step % kGreedyRing)], stream_));
+  };
+  const volatile int32_t* picks = greedy_picks_.as<int32_t>();
+  const int64_t ahead = std::min(kGreedyAhead, max_steps);
+  int64_t handed = 0;
+  try {
+    for (int64_t step = 0; step < ahead; ++step) queue(step);
+    while (handed < max_steps) {
+      NT_CUDA_CHECK(cudaEventSynchronize(step_done_[size_t(handed % kGreedyRing)]));
+      const int32_t pick = picks[(pos + handed) % kGreedyRing];
+      if (handed + ahead < max_steps) queue(handed + ahead);
+      ++handed;
+      if (!on_token(pick)) break;
+    }
+  } catch (...) {
+    cudaStreamSynchronize(stream_);  // the queued steps use the buffers the next call writes
+    throw;
+  }
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return handed;
+}
+
 void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
                                  int32_t* greedy) {
   const int64_t total = int64_t(tokens.size());
-  if (pos < 0 || pos + total > context_) {
-    fail("context overflow: positions {}..{} do not fit the KV cache of {} tokens", pos, pos + total - 1, context_);
-  }
-  for (int64_t i = 0; i < total; ++i) {
-    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= config_.vocab_size) {
-      fail("token id {} at index {} is outside the vocabulary of {} tokens", tokens[size_t(i)], i, config_.vocab_size);
-    }
-  }
+  check_tokens(tokens, pos, total);
   const int64_t vocab = config_.vocab_size;
   int32_t* host_tokens = host_io_.as<int32_t>();
   float* host_logits = reinterpret_cast<float*>(host_tokens + options_.max_batch + 1);
@@ -723,25 +818,8 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, f
     host_tokens[options_.max_batch] = int32_t(pos + start);
     NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
     NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + options_.max_batch, 4, cudaMemcpyHostToDevice, stream_));
-    if (n == 1 && options_.decode_graph && !streamer_) {  // host-driven streaming cannot be captured
-      const int64_t max_keys = decode_max_keys(pos + start);
-      cudaGraphExec_t& decode_graph = max_keys == context_ ? decode_graph_ : decode_graph_short_;
-      if (!decode_graph) {
-        cudaGraph_t graph = nullptr;
-        NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        try {
-          run_chunk(1, max_keys, false);
-        } catch (...) {
-          cudaStreamEndCapture(stream_, &graph);
-          if (graph) cudaGraphDestroy(graph);
-          throw;
-        }
-        NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        const cudaError_t err = cudaGraphInstantiate(&decode_graph, graph, 0);
-        cudaGraphDestroy(graph);
-        NT_CUDA_CHECK(err);
-      }
-      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph, stream_));
+    if (n == 1 && decodes_in_graphs()) {
+      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph(decode_max_keys(pos + start), false), stream_));
     } else {
       // A decode step runs the attention the captured graphs run at its
       // position, so decode results do not depend on whether a graph runs

@@ -140,8 +140,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_chunks_kernel(const flo
   if (threadIdx.x == 0) partial[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = c;
 }
 
-// Second pass, one block per row: the best of the row's chunk winners.
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const ArgmaxCandidate* partial, int chunks, int32_t* out) {
+// Second pass, one block per row: the best of the row's chunk winners, into
+// out or (one row) through `advance`.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const ArgmaxCandidate* partial, int chunks, int32_t* out,
+                                                                         GreedyAdvance advance) {
   cuda::allow_dependents();
   cuda::wait_for_inputs();
   ArgmaxCandidate c{-INFINITY, -1};
@@ -150,10 +152,33 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const Ar
     if (beats(p.value, p.index, c.value, c.index)) c = p;
   }
   c = block_argmax(c);
-  if (threadIdx.x == 0) out[blockIdx.x] = c.index < 0 ? 0 : c.index;
+  if (threadIdx.x != 0) return;
+  const int32_t pick = c.index < 0 ? 0 : c.index;
+  if (out) out[blockIdx.x] = pick;
+  if (advance.pos) {
+    const int32_t pos = *advance.pos;
+    *advance.token = pick;
+    advance.host_picks[pos % advance.ring_size] = pick;
+    *advance.pos = pos + 1;
+  }
 }
 
 unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+void launch_argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, const GreedyAdvance& advance,
+                   cudaStream_t stream) {
+  if (n <= 0) fail("argmax over an empty row");
+  if (n > std::numeric_limits<int32_t>::max()) fail("argmax over {} elements: indices are 32-bit", n);
+  if (n_rows == 0) return;
+  const int64_t chunks = (n + kArgmaxChunk - 1) / kArgmaxChunk;
+  if (n_rows > 65535) fail("argmax over {} rows exceeds the grid", n_rows);
+  auto* partial = static_cast<ArgmaxCandidate*>(scratch);
+  cuda::launch_kernel(argmax_chunks_kernel, dim3(unsigned(chunks), unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, x, n, partial);
+  NT_CUDA_CHECK_LAUNCH();
+  cuda::launch_kernel(argmax_winners_kernel, dim3(unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, partial, int(chunks), out,
+                      advance);
+  NT_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace
 
@@ -193,16 +218,14 @@ uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n) {
 }
 
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream) {
-  if (n <= 0) fail("argmax over an empty row");
-  if (n > std::numeric_limits<int32_t>::max()) fail("argmax over {} elements: indices are 32-bit", n);
-  if (n_rows == 0) return;
-  const int64_t chunks = (n + kArgmaxChunk - 1) / kArgmaxChunk;
-  if (n_rows > 65535) fail("argmax over {} rows exceeds the grid", n_rows);
-  auto* partial = static_cast<ArgmaxCandidate*>(scratch);
-  cuda::launch_kernel(argmax_chunks_kernel, dim3(unsigned(chunks), unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, x, n, partial);
-  NT_CUDA_CHECK_LAUNCH();
-  cuda::launch_kernel(argmax_winners_kernel, dim3(unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, partial, int(chunks), out);
-  NT_CUDA_CHECK_LAUNCH();
+  launch_argmax(x, n_rows, n, out, scratch, GreedyAdvance{}, stream);
+}
+
+void argmax_and_advance(const float* logits, int64_t n, void* scratch, const GreedyAdvance& advance, cudaStream_t stream) {
+  if (!advance.token || !advance.pos || !advance.host_picks || advance.ring_size <= 0) {
+    fail("argmax_and_advance needs the token, the position and a ring of host picks");
+  }
+  launch_argmax(logits, 1, n, nullptr, scratch, advance, stream);
 }
 
 }  // namespace nt
