@@ -1,8 +1,10 @@
 // End to end on the two small real models, on the GPU:
 // - stories260K, converted from llama2.c's own files, must predict llama2.c's
 //   greedy output (shared/models/README.md) at every position, through the
-//   decode graph one token at a time and through one prefill pass;
-// - SmolLM2's greedy continuations must equal the CPU backend's for 32 tokens,
+//   decode graph one token at a time and through one prefill pass, and
+//   reproduce it decoding freely with decode_greedy;
+// - SmolLM2's greedy continuations must equal the CPU backend's for 32 tokens
+//   (stepped through forward() and through decode_greedy),
 //   on prompts whose top-2 margins stay above 1.88 logits along the path
 //   (measured against the float64 reference in tests/python/test_e2e_smollm2.py),
 //   so activation and KV-cache rounding cannot flip a choice;
@@ -68,6 +70,13 @@ TEST(RealModels, Stories260KFollowsLlama2cGreedyPath) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     EXPECT_EQ(argmax(all.data() + i * size_t(vocab), vocab), golden[i]) << "prefill position " << i;
   }
+  // Free-running greedy decoding from BOS, picks fed back on the device.
+  std::vector<int32_t> picks;
+  runner->decode_greedy(1, 0, int64_t(golden.size()), [&](int32_t t) {
+    picks.push_back(t);
+    return true;
+  });
+  EXPECT_EQ(picks, golden);
   std::filesystem::remove(path);
 }
 
@@ -80,6 +89,17 @@ std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& pro
     out.push_back(argmax(logits.data(), vocab));
     if (i + 1 < n) runner.forward(std::span(out).subspan(size_t(i), 1), int64_t(prompt.size()) + i, logits.data(), false);
   }
+  return out;
+}
+
+// As generation runs it: the prompt's pick, then decode_greedy feeding each
+// pick back on the device.
+std::vector<int32_t> greedy_decode(ModelRunner& runner, const std::vector<int32_t>& prompt, int n) {
+  std::vector<int32_t> out = {runner.forward_greedy(prompt, 0)};
+  runner.decode_greedy(out[0], int64_t(prompt.size()), n - 1, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
   return out;
 }
 
@@ -97,6 +117,7 @@ TEST(RealModels, SmolLM2GreedyContinuationsMatchTheCpuBackend) {
     const std::vector<int32_t> prompt = tokenizer.encode(text);
     const std::vector<int32_t> want = greedy(*cpu, prompt, 32);
     EXPECT_EQ(greedy(*cuda, prompt, 32), want) << "CPU continuation: " << tokenizer.decode(want);
+    EXPECT_EQ(greedy_decode(*cuda, prompt, 32), want) << "CPU continuation: " << tokenizer.decode(want);
   }
 }
 
