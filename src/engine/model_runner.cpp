@@ -25,18 +25,15 @@ int32_t ModelRunner::forward_greedy(std::span<const int32_t> tokens, int64_t pos
 }
 
 int64_t ModelRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) {
-  check_greedy_steps(pos, max_steps, context_size());
+  if (pos < 0 || max_steps < 0 || pos + max_steps > context_size()) {
+    fail("context overflow: {} greedy steps from position {} do not fit the KV cache of {} tokens", max_steps, pos,
+         context_size());
+  }
   for (int64_t step = 0; step < max_steps; ++step) {
     token = forward_greedy({&token, 1}, pos + step);
     if (!on_token(token)) return step + 1;
   }
   return max_steps;
-}
-
-void check_greedy_steps(int64_t pos, int64_t max_steps, int64_t context) {
-  if (pos < 0 || max_steps < 0 || pos + max_steps > context) {
-    fail("context overflow: {} greedy steps from position {} do not fit the KV cache of {} tokens", max_steps, pos, context);
-  }
 }
 
 }  // namespace nt

@@ -53,10 +53,6 @@ class ModelRunner {
   std::vector<float> greedy_logits_;  // the default forward_greedy's row
 };
 
-// Throws nt::Error unless steps at positions pos .. pos + max_steps - 1 fit a
-// context of `context` tokens.
-void check_greedy_steps(int64_t pos, int64_t max_steps, int64_t context);
-
 // The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.
 int32_t argmax_first(std::span<const float> row);
 

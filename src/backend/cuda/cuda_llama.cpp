@@ -350,7 +350,7 @@ std::string CudaLlamaRunner::tier_counts() const {
 std::string CudaLlamaRunner::description() const {
   return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {}{}, {}{})", device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
-                     options_.decode_graph && !streamer_ ? "decode graph" : "no graph",
+                     decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, options_.gemm_min_tokens <= 1) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
@@ -769,6 +769,7 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, bool greedy) {
 int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps,
                                        const std::function<bool(int32_t)>& on_token) {
   if (!decodes_in_graphs()) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
+  if (max_steps < 0) fail("greedy decoding of {} steps: the count must not be negative", max_steps);
   check_tokens({&token, 1}, pos, max_steps);
   if (max_steps == 0) return 0;
   int32_t* host_tokens = host_io_.as<int32_t>();
