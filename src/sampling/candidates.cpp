@@ -17,23 +17,46 @@ constexpr auto ranks_higher = [](const Candidate& a, const Candidate& b) {
 
 }  // namespace
 
-void Candidates::assign(std::span<const float> logits) {
-  items_.resize(logits.size());
-  float top = -INFINITY;
+void Candidates::assign(std::span<const float> logits, int64_t keep) {
+  const bool top_only = keep > 0 && size_t(keep) < logits.size();
   bool poisoned = false;  // NaN or +inf: either would poison the softmax; -inf is a legitimate "never"
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float x = logits[i];
-    poisoned |= !(x < INFINITY);
-    top = std::max(top, x);
-    items_[i] = {x, int32_t(i)};
+  if (top_only) {
+    // A heap of the best `keep` so far whose front ranks lowest; a later id
+    // never beats an equal logit. No running maximum: its dependency chain
+    // would cost more than the scan (the top is the heap's best at the end).
+    items_.assign(keep, {});
+    for (size_t i = 0; i < size_t(keep); ++i) {
+      poisoned |= !(logits[i] < INFINITY);
+      items_[i] = {logits[i], int32_t(i)};
+    }
+    std::make_heap(items_.begin(), items_.end(), ranks_higher);
+    float lowest_kept = items_.front().logit;
+    for (size_t i = size_t(keep); i < logits.size(); ++i) {
+      const float x = logits[i];
+      poisoned |= !(x < INFINITY);
+      if (x > lowest_kept) {
+        std::pop_heap(items_.begin(), items_.end(), ranks_higher);
+        items_.back() = {x, int32_t(i)};
+        std::push_heap(items_.begin(), items_.end(), ranks_higher);
+        lowest_kept = items_.front().logit;
+      }
+    }
+  } else {
+    items_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      poisoned |= !(logits[i] < INFINITY);
+      items_[i] = {logits[i], int32_t(i)};
+    }
   }
   if (poisoned) {
     const auto bad = std::find_if(logits.begin(), logits.end(), [](float x) { return !(x < INFINITY); });
     fail("sampler: the logit of token {} is {}", bad - logits.begin(), *bad);
   }
+  if (top_only) std::sort_heap(items_.begin(), items_.end(), ranks_higher);
+  const float top = top_only ? items_.front().logit : *std::max_element(logits.begin(), logits.end());
   if (top == -INFINITY) fail("sampler: every one of the {} logits is -inf", logits.size());
   top_logit_ = top;
-  sorted_ = 0;
+  sorted_ = top_only ? items_.size() : 0;
 }
 
 void Candidates::sort_prefix(size_t n) {

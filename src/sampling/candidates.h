@@ -18,8 +18,10 @@ struct Candidate {
 
 class Candidates {
  public:
-  // Every token of the vocabulary, in id order.
-  void assign(std::span<const float> logits);
+  // Every token of the vocabulary, in id order; or, when 0 < keep < the
+  // vocabulary, only the keep highest in order (what keep_top_k(keep) would
+  // leave), chosen in the same pass without storing the rest.
+  void assign(std::span<const float> logits, int64_t keep = 0);
 
   // The k highest logits (ties broken by the sort); k <= 0 or >= size keeps all.
   void keep_top_k(int64_t k);

@@ -41,12 +41,10 @@ int32_t Sampler::sample(std::span<float> logits) {
     fail("sampler: got {} logits for a vocabulary of {}", logits.size(), vocab_size_);
   if (has_penalties()) apply_penalties(logits, recent_counts_, params_);
 
-  candidates_.assign(logits);
-  if (params_.temperature <= 0.0f) {
-    candidates_.keep_top_k(1);
-    return candidates_.view()[0].id;
-  }
-  candidates_.keep_top_k(params_.top_k);
+  // Top-k during the scan: a 128K vocabulary costs one pass and no copy.
+  const bool greedy = params_.temperature <= 0.0f;
+  candidates_.assign(logits, greedy ? 1 : params_.top_k);
+  if (greedy) return candidates_.view()[0].id;
   candidates_.keep_top_p(params_.top_p);
   candidates_.keep_min_p(params_.min_p);
   return candidates_.draw(params_.temperature, uniform_from_bits(rng_()));

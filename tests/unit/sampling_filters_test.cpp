@@ -51,6 +51,30 @@ TEST(SamplingFilters, TopKKeepsTheKHighestInOrder) {
   EXPECT_EQ(all.size(), logits.size());
 }
 
+// Choosing the top k while assigning keeps what assigning everything and then
+// keep_top_k does, ties (logits on a coarse grid) and -inf entries included.
+TEST(SamplingFilters, TopKWhileAssigningKeepsTheKHighestInOrder) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  auto logits = random_logits(rng, 128256, 3.0f);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = i % 97 == 0 ? -INFINITY : std::round(logits[i] * 4.0f) / 4.0f;  // thousands of ties
+  }
+  const auto ranked = ranked_ids(logits);
+  for (int64_t k : {1, 2, 40, 1000, 128255}) {
+    Candidates c;
+    c.assign(logits, k);
+    EXPECT_EQ(ids_of(c), std::vector<int32_t>(ranked.begin(), ranked.begin() + k)) << "k=" << k;
+  }
+  const std::vector<float> mostly_never = {-INFINITY, 1.0f, -INFINITY, -INFINITY};
+  Candidates c;
+  c.assign(mostly_never, 3);  // two of the three kept can never be drawn, as keep_top_k(3) leaves them
+  EXPECT_EQ(ids_of(c), (std::vector<int32_t>{1, 0, 2}));
+  c.assign(mostly_never, 4);  // not fewer than the vocabulary: everything, in id order
+  EXPECT_EQ(ids_of(c), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
 // Size of the smallest highest-first prefix of `ids` whose softmax mass (over `ids`) reaches p.
 size_t nucleus_size(const std::vector<float>& logits, const std::vector<int32_t>& ids, double p, double* margin) {
   const double top = logits[ids[0]];
