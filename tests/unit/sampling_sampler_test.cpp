@@ -169,7 +169,11 @@ TEST(Sampler, DrawsFollowTheFilteredChain) {
     }
   }
   const auto [stat, df] = chi_square(counts, probs, n);
-  EXPECT_LT(stat, chi_square_bound(df)) << "df " << df;
+  if (df == 0) {  // the chain left one token (1 draw of logits in ~150): every draw must be it
+    EXPECT_EQ(stat, 0.0);
+  } else {
+    EXPECT_LT(stat, chi_square_bound(df)) << "df " << df;
+  }
 }
 
 TEST(Sampler, SameSeedSameSequence) {
