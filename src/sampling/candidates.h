@@ -1,7 +1,7 @@
 // The tokens still in the running while a sampler chain narrows the vocabulary.
 // Each filter keeps a subset; the list stays sorted by logit (highest first)
 // only as far as some filter needed it, so top-k over a 128K vocabulary costs a
-// partial sort of k entries, never a full sort.
+// scan with a heap of k (assign's keep) or a partial sort, never a full sort.
 #pragma once
 
 #include <cstddef>
