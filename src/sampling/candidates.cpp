@@ -20,10 +20,11 @@ constexpr auto ranks_higher = [](const Candidate& a, const Candidate& b) {
 void Candidates::assign(std::span<const float> logits, int64_t keep) {
   const bool top_only = keep > 0 && size_t(keep) < logits.size();
   bool poisoned = false;  // NaN or +inf: either would poison the softmax; -inf is a legitimate "never"
+  float top = -INFINITY;   // the whole row's; when top_only, the heap's best at the end
   if (top_only) {
     // A heap of the best `keep` so far whose front ranks lowest; a later id
     // never beats an equal logit. No running maximum: its dependency chain
-    // would cost more than the scan (the top is the heap's best at the end).
+    // would cost more than the scan.
     items_.assign(keep, {});
     for (size_t i = 0; i < size_t(keep); ++i) {
       poisoned |= !(logits[i] < INFINITY);
@@ -55,6 +56,7 @@ void Candidates::assign(std::span<const float> logits, int64_t keep) {
     items_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) {
       poisoned |= !(logits[i] < INFINITY);
+      top = std::max(top, logits[i]);
       items_[i] = {logits[i], int32_t(i)};
     }
   }
@@ -62,8 +64,10 @@ void Candidates::assign(std::span<const float> logits, int64_t keep) {
     const auto bad = std::find_if(logits.begin(), logits.end(), [](float x) { return !(x < INFINITY); });
     fail("sampler: the logit of token {} is {}", bad - logits.begin(), *bad);
   }
-  if (top_only) std::sort_heap(items_.begin(), items_.end(), ranks_higher);
-  const float top = top_only ? items_.front().logit : *std::max_element(logits.begin(), logits.end());
+  if (top_only) {
+    std::sort_heap(items_.begin(), items_.end(), ranks_higher);
+    top = items_.front().logit;
+  }
   if (top == -INFINITY) fail("sampler: every one of the {} logits is -inf", logits.size());
   top_logit_ = top;
   sorted_ = top_only ? items_.size() : 0;
