@@ -31,7 +31,9 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/top_logits.h"
 #include "core/half.h"
 #include "event_timing.h"
 #include "gguf/gguf_writer.h"
@@ -644,6 +646,27 @@ void bench_decode_chain(double copy_gbs, int multiprocessors, std::mt19937& rng)
   cuda::bench_chain(steps, {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()}, bytes, copy_gbs, multiprocessors);
 }
 
+// A sampler's selection of the top k of a 128K-vocabulary row on the GPU
+// (top_logits), against the argmax greedy decoding runs: what sampling adds to
+// a decode step on the device before k candidates cross the bus.
+void bench_top_logits(std::mt19937& rng) {
+  fmt::print("\n== top-k selection of a 128256-logit row (N(0, 3) logits), us per call of 20 in a CUDA graph\n");
+  const int64_t n = 128256;
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> row(static_cast<size_t>(n));
+  for (float& x : row) x = normal(rng);
+  DeviceBuffer x(size_t(n) * 4, "logits"), out(sizeof(TopLogit) * kMaxTopLogits + 4, "top");
+  NT_CUDA_CHECK(cudaMemcpy(x.get(), row.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+  DeviceBuffer scratch(top_logits_scratch_bytes(n), "top scratch"), argmax_scratch(argmax_scratch_bytes(1, n), "argmax scratch");
+  auto* top = out.as<TopLogit>();
+  auto* poisoned = reinterpret_cast<int32_t*>(top + kMaxTopLogits);
+  fmt::print("{:<10} {:>8}\n", "k", "us");
+  for (const int64_t k : {int64_t(1), int64_t(40), int64_t(104), kMaxTopLogits}) {
+    fmt::print("{:<10} {:>8.1f}\n", k, graph_us([&](cudaStream_t s) { top_logits(x.as<float>(), n, k, top, poisoned, scratch.get(), s); }));
+  }
+  fmt::print("{:<10} {:>8.1f}\n", "argmax", graph_us([&](cudaStream_t s) { argmax_rows(x.as<float>(), 1, n, poisoned, argmax_scratch.get(), s); }));
+}
+
 }  // namespace
 }  // namespace nt
 
@@ -668,6 +691,7 @@ int main(int argc, char** argv) {
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "sync") cuda::bench_step_sync(d.multiprocessors);
     if (what == "chain") bench_decode_chain(copy_gbs, d.multiprocessors, rng);
+    if (what == "all" || what == "top") bench_top_logits(rng);
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;

@@ -52,22 +52,28 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   const auto [mismatch, unused] = std::mismatch(context_.begin(), context_.end(), prompt.begin(), prompt.end());
   const int64_t reuse = std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1);
   stats.reused_tokens = reuse;
-  // Greedy without penalties needs only the best token, which the backend can
-  // pick on its side of the bus instead of returning every logit.
+  // The penalty window holds the prompt before its last token is evaluated:
+  // how much of the row the sampler needs depends on it.
+  sampler.reset();
+  for (const auto t : prompt) sampler.accept(t);
+  // Greedy without penalties needs only the best token, and a chain with a
+  // top-k only the row's top: the backend can pick or select them on its side
+  // of the bus instead of returning every logit.
   const bool runner_picks = sampler.picks_highest_logit();
-  int32_t picked = 0;
+  const auto evaluate = [&](std::span<const int32_t> tokens, int64_t pos) {
+    if (runner_picks) return runner_.forward_greedy(tokens, pos);
+    if (const int64_t needed = sampler.top_needed(); needed > 0) {
+      runner_.forward_top(tokens, pos, needed, top_);
+      return sampler.sample_top(top_);
+    }
+    runner_.forward(tokens, pos, logits_.data(), false);
+    return sampler.sample(logits_);
+  };
   const auto prefill_start = std::chrono::steady_clock::now();
-  const auto rest = prompt.subspan(size_t(reuse));
-  if (runner_picks) {
-    picked = runner_.forward_greedy(rest, reuse);
-  } else {
-    runner_.forward(rest, reuse, logits_.data(), false);
-  }
+  const int32_t picked = evaluate(prompt.subspan(size_t(reuse)), reuse);
   stats.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
-  sampler.reset();
-  for (const auto t : prompt) sampler.accept(t);
   TokenStreamDecoder decoder(tokenizer_);
   StopStringMatcher stops(options.stop_strings);
   generated_.clear();
@@ -109,10 +115,11 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
       });
     }
   } else {
-    for (int32_t token = sampler.sample(logits_); take(token); token = sampler.sample(logits_)) {
-      runner_.forward({&token, 1}, int64_t(context_.size()), logits_.data(), false);
+    for (int32_t token = picked; take(token);) {
+      const int32_t next = evaluate({&token, 1}, int64_t(context_.size()));
       ++stats.decode_passes;
       context_.push_back(token);
+      token = next;
     }
   }
   stats.decode_seconds = seconds_since(decode_start);

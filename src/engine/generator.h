@@ -57,6 +57,7 @@ class Generator {
   std::vector<int32_t> context_;
   std::vector<int32_t> generated_;
   std::vector<float> logits_;
+  std::vector<Candidate> top_;  // the row's top when the sampler needs only that
 };
 
 }  // namespace nt

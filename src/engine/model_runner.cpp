@@ -19,9 +19,17 @@ int32_t argmax_first(std::span<const float> row) {
 }
 
 int32_t ModelRunner::forward_greedy(std::span<const int32_t> tokens, int64_t pos) {
-  greedy_logits_.resize(size_t(config().vocab_size));
-  forward(tokens, pos, greedy_logits_.data(), false);
-  return argmax_first(greedy_logits_);
+  row_.resize(size_t(config().vocab_size));
+  forward(tokens, pos, row_.data(), false);
+  return argmax_first(row_);
+}
+
+void ModelRunner::forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) {
+  if (keep <= 0 || keep >= config().vocab_size) fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config().vocab_size);
+  row_.resize(size_t(config().vocab_size));
+  forward(tokens, pos, row_.data(), false);
+  row_top_.assign(row_, keep);
+  top.assign(row_top_.view().begin(), row_top_.view().end());
 }
 
 int64_t ModelRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/llama_config.h"
+#include "sampling/candidates.h"
 
 namespace nt {
 
@@ -49,8 +50,16 @@ class ModelRunner {
   // forward_greedy per step.
   virtual int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token);
 
+  // Runs `tokens` like forward() and returns in `top` the `keep` (0 < keep <
+  // vocab_size) highest logits after the last one, highest first, equal
+  // logits lowest id first: what Candidates::assign(row, keep) keeps, with its
+  // errors for a NaN or +inf logit. For sampling (Sampler::sample_top): a
+  // backend may select them where the logits are; this default runs forward().
+  virtual void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
+
  private:
-  std::vector<float> greedy_logits_;  // the default forward_greedy's row
+  std::vector<float> row_;  // the default forward_greedy's and forward_top's logits
+  Candidates row_top_;
 };
 
 // The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.

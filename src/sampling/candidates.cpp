@@ -73,6 +73,19 @@ void Candidates::assign(std::span<const float> logits, int64_t keep) {
   sorted_ = top_only ? items_.size() : 0;
 }
 
+void Candidates::assign_top(std::span<const Candidate> superset, int64_t keep) {
+  if (keep <= 0 || size_t(keep) > superset.size()) fail("sampler: {} top candidates cannot give the {} highest", superset.size(), keep);
+  for (const Candidate& c : superset) {
+    if (!(c.logit < INFINITY)) fail("sampler: the logit of token {} is {}", c.id, c.logit);
+  }
+  items_.assign(superset.begin(), superset.end());
+  sorted_ = 0;
+  sort_prefix(size_t(keep));
+  items_.resize(size_t(keep));
+  if (items_.front().logit == -INFINITY) fail("sampler: every one of the top {} logits is -inf", superset.size());
+  top_logit_ = items_.front().logit;
+}
+
 void Candidates::sort_prefix(size_t n) {
   n = std::min(n, items_.size());
   if (n <= sorted_) return;

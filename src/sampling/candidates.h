@@ -23,6 +23,12 @@ class Candidates {
   // leave), chosen in the same pass without storing the rest.
   void assign(std::span<const float> logits, int64_t keep = 0);
 
+  // The keep highest of `superset` in order, where superset holds at least
+  // the keep highest of some row (in any order): what assign(row, keep)
+  // would keep. A backend that selects a row's top where the logits are
+  // hands over only those.
+  void assign_top(std::span<const Candidate> superset, int64_t keep);
+
   // The k highest logits (ties broken by the sort); k <= 0 or >= size keeps all.
   void keep_top_k(int64_t k);
 

@@ -6,13 +6,20 @@
 
 namespace nt {
 
+namespace {
+
+float penalised(float logit, int32_t count, const SamplingParams& params) {
+  logit = logit > 0.0f ? logit / params.repeat_penalty : logit * params.repeat_penalty;
+  return logit - (float(count) * params.frequency_penalty + params.presence_penalty);
+}
+
+}  // namespace
+
 void apply_penalties(std::span<float> logits, const TokenCounts& counts, const SamplingParams& params) {
   for (const auto& [token, count] : counts) {
     if (count <= 0) continue;
     if (token < 0 || size_t(token) >= logits.size()) fail("sampler: penalised token {} is outside the vocabulary", token);
-    float& logit = logits[size_t(token)];
-    logit = logit > 0.0f ? logit / params.repeat_penalty : logit * params.repeat_penalty;
-    logit -= float(count) * params.frequency_penalty + params.presence_penalty;
+    logits[size_t(token)] = penalised(logits[size_t(token)], count, params);
   }
 }
 
@@ -44,7 +51,35 @@ int32_t Sampler::sample(std::span<float> logits) {
   // Top-k during the scan: a 128K vocabulary costs one pass and no copy.
   const bool greedy = params_.temperature <= 0.0f;
   candidates_.assign(logits, greedy ? 1 : params_.top_k);
-  if (greedy) return candidates_.view()[0].id;
+  return draw_from_candidates();
+}
+
+int64_t Sampler::top_needed() const {
+  const bool greedy = params_.temperature <= 0.0f;
+  if (!greedy && params_.top_k <= 0) return 0;
+  int64_t needed = greedy ? 1 : params_.top_k;
+  if (has_penalties()) needed += int64_t(recent_counts_.size());
+  return needed < vocab_size_ ? needed : 0;
+}
+
+int32_t Sampler::sample_top(std::span<const Candidate> top) {
+  const int64_t needed = top_needed();
+  if (needed == 0) fail("sampler: this chain (top_k {}) needs every logit, not the top", params_.top_k);
+  if (int64_t(top.size()) < needed) fail("sampler: got the top {} logits where the chain needs {}", top.size(), needed);
+  penalised_top_.assign(top.begin(), top.end());
+  if (has_penalties()) {
+    for (Candidate& c : penalised_top_) {
+      const auto it = recent_counts_.find(c.id);
+      if (it != recent_counts_.end() && it->second > 0) c.logit = penalised(c.logit, it->second, params_);
+    }
+  }
+  const bool greedy = params_.temperature <= 0.0f;
+  candidates_.assign_top(penalised_top_, greedy ? 1 : params_.top_k);
+  return draw_from_candidates();
+}
+
+int32_t Sampler::draw_from_candidates() {
+  if (params_.temperature <= 0.0f) return candidates_.view()[0].id;
   candidates_.keep_top_p(params_.top_p);
   candidates_.keep_min_p(params_.min_p);
   return candidates_.draw(params_.temperature, uniform_from_bits(rng_()));

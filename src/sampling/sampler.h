@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "sampling/candidates.h"
 
@@ -49,6 +50,17 @@ class Sampler {
   // Chooses a token; logits (vocab_size entries) are penalised in place.
   int32_t sample(std::span<float> logits);
 
+  // How many of a row's highest logits sample_top needs to choose exactly as
+  // sample() would from the whole row: the top-k (1 when greedy) plus every
+  // token the penalties may lower, since lowering only moves a token down.
+  // 0 when the chain needs the whole row (no top-k). Grows with the window.
+  int64_t top_needed() const;
+
+  // Chooses as sample() would from a row whose top_needed() highest logits,
+  // unpenalised, are `top` (in any order): a backend can select them where
+  // the logits are and copy out a few hundred bytes instead of the row.
+  int32_t sample_top(std::span<const Candidate> top);
+
   // Records a token of the running text (prompt or generated) for the penalties.
   void accept(int32_t token);
 
@@ -63,12 +75,15 @@ class Sampler {
 
  private:
   bool has_penalties() const;
+  // The chain after the penalties and top-k: top-p, min-p and the draw.
+  int32_t draw_from_candidates();
 
   SamplingParams params_;
   int64_t vocab_size_;
   std::deque<int32_t> recent_;  // the penalty window, oldest first
   TokenCounts recent_counts_;
   Candidates candidates_;
+  std::vector<Candidate> penalised_top_;  // sample_top's copy of its input
   std::mt19937_64 rng_;  // the standard fixes mt19937_64's output sequence exactly
 };
 

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/top_logits.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
 #include "test_models.h"
@@ -181,6 +182,40 @@ TEST(CudaRunner, GreedyDecodeFeedsPicksBackOnTheDevice) {
 
   EXPECT_THROW(runner->decode_greedy(first, context - 2, 3, collect(steps)), Error);
   EXPECT_THROW(runner->decode_greedy(int32_t(vocab), 0, 1, collect(steps)), Error);
+}
+
+// A row's top selected on the GPU: what the sampler's own top-k keeps from
+// forward()'s row of the same step, for a prefill and for graph decode steps,
+// and through the host path beyond kMaxTopLogits.
+TEST(CudaRunner, SelectsTheTopOfTheRowAsTheSamplerWould) {
+  ModelSpec spec;
+  spec.vocab = 700;
+  const auto file = GgufFile::open(write_model(spec, "nt_cuda_top.gguf"));
+  auto runner = make_cuda_runner(*file, 64);
+  const auto tokens = random_tokens(20, spec.vocab);
+  std::vector<float> row(size_t(spec.vocab));
+  std::vector<Candidate> got;
+  Candidates want;
+  const auto expect_top = [&](std::span<const int32_t> run, int64_t pos, int64_t keep) {
+    SCOPED_TRACE(testing::Message() << "position " << pos << ", keep " << keep);
+    runner->forward(run, pos, row.data(), false);
+    want.assign(row, keep);
+    got.assign(3, Candidate{NAN, -1});
+    runner->forward_top(run, pos, keep, got);
+    ASSERT_EQ(got.size(), size_t(keep));
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].id, want.view()[i].id) << "rank " << i;
+      EXPECT_EQ(got[i].logit, want.view()[i].logit) << "rank " << i;
+    }
+  };
+  expect_top(std::span(tokens).first(16), 0, 40);
+  for (int64_t t = 16; t < 20; ++t) {
+    for (const int64_t keep : {int64_t(1), int64_t(104), kMaxTopLogits, kMaxTopLogits + 1}) {
+      expect_top(std::span(tokens).subspan(size_t(t), 1), t, keep);
+    }
+  }
+  EXPECT_THROW(runner->forward_top(std::span(tokens).first(1), 0, 0, got), Error);
+  EXPECT_THROW(runner->forward_top(std::span(tokens).first(1), 0, spec.vocab, got), Error);
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {

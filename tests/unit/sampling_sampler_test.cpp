@@ -259,6 +259,83 @@ TEST(Sampler, RejectsBadInput) {
   EXPECT_THROW(Sampler(params, 10), Error);
 }
 
+// sample_top on a row's top_needed() highest logits (shuffled: any order is
+// allowed) against sample() on the whole row, step by step with the same seed.
+// The window's tokens get the row's highest logits so that penalties reorder
+// the top and push penalised tokens out of the top-k; the rows are coarse, so
+// equal logits straddle the cut.
+TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
+  uint64_t seed;
+  auto rng = fresh_rng(seed);
+  SCOPED_TRACE(seed);
+  struct Chain {
+    float temperature, repeat_penalty, frequency_penalty, presence_penalty;
+    int32_t top_k, repeat_last_n;
+    float top_p, min_p;
+  };
+  const Chain chains[] = {
+      {0.8f, 1.0f, 0.0f, 0.0f, 40, 64, 0.95f, 0.05f},   // the CLI's defaults
+      {1.0f, 1.3f, 0.4f, 0.5f, 10, 16, 1.0f, 0.0f},     // penalties that reorder the top
+      {0.0f, 1.5f, 0.0f, 0.0f, 40, 8, 0.95f, 0.05f},    // greedy with a penalty
+      {1.5f, 1.1f, 0.0f, 1.0f, 1, -1, 0.9f, 0.1f},      // top-1, the window unbounded
+      {0.7f, 1.0f, 2.0f, 0.0f, 300, 32, 0.99f, 0.0f},  // a wide top-k
+  };
+  const int64_t vocab = 1000;
+  std::uniform_int_distribution<int32_t> any_token(0, int32_t(vocab) - 1);
+  for (const Chain& c : chains) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.repeat_penalty = c.repeat_penalty;
+    p.frequency_penalty = c.frequency_penalty;
+    p.presence_penalty = c.presence_penalty;
+    p.top_k = c.top_k;
+    p.repeat_last_n = c.repeat_last_n;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    p.seed = rng();
+    Sampler whole(p, vocab), top(p, vocab);
+    std::vector<int32_t> history;
+    Candidates selected;
+    for (int step = 0; step < 300; ++step) {
+      auto row = random_logits(rng, size_t(vocab), 3.0f);
+      for (float& x : row) x = std::round(x * 4.0f) / 4.0f;  // ties
+      for (size_t i = history.size() > 20 ? history.size() - 20 : 0; i < history.size(); ++i) {
+        row[size_t(history[i])] = 9.0f + float(i % 3);
+      }
+      const int64_t needed = top.top_needed();
+      ASSERT_GT(needed, 0);
+      selected.assign(row, needed);
+      std::vector<Candidate> given(selected.view().begin(), selected.view().end());
+      std::shuffle(given.begin(), given.end(), rng);
+      const int32_t want = sample_copy(whole, row);
+      ASSERT_EQ(top.sample_top(given), want) << "step " << step << ", top_k " << c.top_k;
+      const int32_t next = step % 2 ? want : any_token(rng);  // the window gets repeats
+      whole.accept(next);
+      top.accept(next);
+      history.push_back(next);
+    }
+  }
+}
+
+TEST(Sampler, NeedsTheWholeRowWithoutATopKAndRejectsTooShortATop) {
+  SamplingParams params;
+  params.top_k = 0;
+  EXPECT_EQ(Sampler(params, 50).top_needed(), 0);
+  EXPECT_THROW(Sampler(params, 50).sample_top({}), Error);
+  params.top_k = 50;
+  EXPECT_EQ(Sampler(params, 50).top_needed(), 0) << "top-k of the whole vocabulary";
+  params.top_k = 5;
+  params.repeat_penalty = 1.2f;
+  Sampler sampler(params, 50);
+  EXPECT_EQ(sampler.top_needed(), 5);
+  sampler.accept(7);
+  sampler.accept(7);
+  sampler.accept(9);
+  EXPECT_EQ(sampler.top_needed(), 7) << "the top-k and the two distinct tokens in the window";
+  const std::vector<Candidate> six = {{6, 0}, {5, 1}, {4, 2}, {3, 3}, {2, 4}, {1, 5}};
+  EXPECT_THROW(sampler.sample_top(six), Error);
+}
+
 TEST(Sampler, MaskedTokensAreNeverDrawn) {
   uint64_t seed;
   auto rng = fresh_rng(seed);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -28,6 +29,7 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/top_logits.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
 #include "storage/host_memory.h"
@@ -72,7 +74,8 @@ struct MatrixPart {
 
 // Offsets of the activation buffers for chunks of up to `batch` tokens.
 struct ActivationLayout {
-  uint64_t tokens, pos, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch;
+  uint64_t tokens, pos, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, top,
+      top_scratch;
   uint64_t norm_q8, norm_q8_scales, norm_sumsq;
   uint64_t partial_floats;
   uint64_t total;
@@ -106,6 +109,8 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
   a.argmax = plan.reserve(4);
   a.argmax_scratch = plan.reserve(argmax_scratch_bytes(1, c.vocab_size));
+  a.top = plan.reserve(sizeof(TopLogit) * kMaxTopLogits + 4);  // then the poisoned index
+  a.top_scratch = plan.reserve(top_logits_scratch_bytes(c.vocab_size));
   a.total = plan.size();
   return a;
 }
@@ -215,7 +220,7 @@ class CudaLlamaRunner final : public ModelRunner {
   uint64_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    run_tokens(tokens, pos, logits, all_logits, nullptr);
+    run_tokens(tokens, pos, {.logits = logits, .all_logits = all_logits});
   }
   // The argmax runs on the GPU: 4 bytes cross the bus instead of the logits.
   int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
@@ -226,11 +231,18 @@ class CudaLlamaRunner final : public ModelRunner {
         return false;
       });
     } else {
-      run_tokens(tokens, pos, nullptr, false, &token);
+      run_tokens(tokens, pos, {.greedy = &token});
     }
     return token;
   }
   int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override;
+  // The top is selected on the GPU (top_logits): k candidates cross the bus
+  // instead of the row.
+  void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
+    if (keep > kMaxTopLogits || keep >= config_.vocab_size) return ModelRunner::forward_top(tokens, pos, keep, top);
+    if (keep <= 0) fail("the top {} logits: keep at least 1", keep);
+    run_tokens(tokens, pos, {.top = &top, .keep = keep});
+  }
 
  private:
   void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
@@ -243,8 +255,15 @@ class CudaLlamaRunner final : public ModelRunner {
   cudaGraphExec_t decode_graph(int64_t max_keys, bool greedy);
   // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
   void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
-  // forward(), or with `greedy` set forward_greedy() (its token into *greedy).
-  void run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits, int32_t* greedy);
+  // What a run hands back after its tokens: one of
+  struct Readout {
+    float* logits = nullptr;  // forward(): the last token's row, or every token's
+    bool all_logits = false;
+    int32_t* greedy = nullptr;              // forward_greedy(): the pick
+    std::vector<Candidate>* top = nullptr;  // forward_top(): the `keep` highest
+    int64_t keep = 0;
+  };
+  void run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
   // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t max_keys, bool all_logits);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
@@ -292,6 +311,9 @@ class CudaLlamaRunner final : public ModelRunner {
   uint16_t* f16_ = nullptr;
   int32_t* argmax_ = nullptr;
   void* argmax_scratch_ = nullptr;
+  TopLogit* top_ = nullptr;          // top_logits' output, then
+  int32_t* top_poisoned_ = nullptr;  // its poisoned index
+  void* top_scratch_ = nullptr;
   PinnedBuffer host_io_;  // tokens, position, and one row of logits or the greedy pick
   // [greedy][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
   cudaGraphExec_t decode_graphs_[2][2] = {};
@@ -535,6 +557,9 @@ void CudaLlamaRunner::allocate_activations() {
   f16_ = static_cast<uint16_t*>(at(a.f16));
   argmax_ = static_cast<int32_t*>(at(a.argmax));
   argmax_scratch_ = at(a.argmax_scratch);
+  top_ = static_cast<TopLogit*>(at(a.top));
+  top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
+  top_scratch_ = at(a.top_scratch);
   host_io_ = PinnedBuffer(4 * uint64_t(options_.max_batch + 1) + 4 * uint64_t(config_.vocab_size), "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   step_done_.resize(kGreedyRing);
@@ -804,13 +829,13 @@ int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_s
   return handed;
 }
 
-void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits,
-                                 int32_t* greedy) {
+void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out) {
   const int64_t total = int64_t(tokens.size());
   check_tokens(tokens, pos, total);
   const int64_t vocab = config_.vocab_size;
   int32_t* host_tokens = host_io_.as<int32_t>();
-  float* host_logits = reinterpret_cast<float*>(host_tokens + options_.max_batch + 1);
+  void* host_out = host_tokens + options_.max_batch + 1;  // a row of logits, the pick, or the top and its poisoned index
+  const size_t top_bytes = sizeof(Candidate) * size_t(out.keep);
   for (int64_t start = 0; start < total; start += options_.max_batch) {
     const int64_t n = std::min(options_.max_batch, total - start);
     const bool last_chunk = start + n == total;
@@ -825,25 +850,39 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, f
       // A decode step runs the attention the captured graphs run at its
       // position, so decode results do not depend on whether a graph runs
       // (the tensor-core attention rounds probabilities per split).
-      run_chunk(n, n == 1 ? decode_max_keys(pos + start) : pos + start + n, all_logits);
+      run_chunk(n, n == 1 ? decode_max_keys(pos + start) : pos + start + n, out.all_logits);
     }
-    if (all_logits) {
-      NT_CUDA_CHECK(cudaMemcpyAsync(logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
-    } else if (last_chunk && greedy) {
+    if (out.all_logits) {
+      NT_CUDA_CHECK(cudaMemcpyAsync(out.logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+    } else if (last_chunk && out.greedy) {
       argmax_rows(logits_, 1, vocab, argmax_, argmax_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_logits, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
+    } else if (last_chunk && out.top) {
+      top_logits(logits_, vocab, out.keep, top_, top_poisoned_, top_scratch_, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, top_, top_bytes, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(host_out) + top_bytes, top_poisoned_, 4, cudaMemcpyDeviceToHost, stream_));
     } else if (last_chunk) {
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     }
     NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (streamer_) streamer_->end_chunk();
-    if (!all_logits && last_chunk) {
-      if (greedy) {
-        std::memcpy(greedy, host_logits, 4);
-      } else {
-        std::memcpy(logits, host_logits, size_t(vocab) * 4);
-      }
+  }
+  if (out.all_logits || total == 0) return;
+  if (out.greedy) {
+    std::memcpy(out.greedy, host_out, 4);
+  } else if (out.top) {
+    static_assert(sizeof(TopLogit) == sizeof(Candidate) && offsetof(TopLogit, id) == offsetof(Candidate, id));
+    const auto* top = static_cast<const Candidate*>(host_out);
+    int32_t poisoned;
+    std::memcpy(&poisoned, static_cast<const uint8_t*>(host_out) + top_bytes, 4);
+    if (poisoned >= 0) {  // the sampler's error for the same row
+      float value;
+      NT_CUDA_CHECK(cudaMemcpy(&value, logits_ + poisoned, 4, cudaMemcpyDeviceToHost));
+      fail("sampler: the logit of token {} is {}", poisoned, value);
     }
+    out.top->assign(top, top + out.keep);
+  } else {
+    std::memcpy(out.logits, host_out, size_t(vocab) * 4);
   }
 }
 

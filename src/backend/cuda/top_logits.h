@@ -1,0 +1,32 @@
+// The highest logits of a row, selected on the GPU: a sampler with a top-k
+// then gets a few hundred bytes across the bus and scans k entries, instead of
+// copying and scanning the row (512 KB for a 128K vocabulary).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nt {
+
+// The most logits top_logits selects; a chain that needs more takes the row.
+constexpr int64_t kMaxTopLogits = 256;
+
+// One selected logit; laid out as the sampler's Candidate, which this CUDA
+// (C++17) header cannot include.
+struct TopLogit {
+  float logit;
+  int32_t id;
+};
+
+// Scratch top_logits needs for rows of n logits.
+uint64_t top_logits_scratch_bytes(int64_t n);
+
+// out[0..k) = the k highest of x[0..n), highest first, equal values lowest
+// index first: what Candidates::assign(row, k) keeps. *poisoned = the lowest
+// index of a NaN or +inf value, or -1 (the sampler refuses such rows).
+// 0 < k <= min(n, kMaxTopLogits). Two launches: every 2048 logits' top k in
+// parallel, then the top k of those in one block.
+void top_logits(const float* x, int64_t n, int64_t k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream);
+
+}  // namespace nt
