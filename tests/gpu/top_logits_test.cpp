@@ -1,5 +1,5 @@
 // top_logits against Candidates::assign (the sampler's own top-k) on rows
-// with ties across and inside the 2048-logit chunks, -0 beside +0, masked
+// with ties across and inside the 4096-logit chunks, -0 beside +0, masked
 // tokens, rows shorter than a chunk, and poisoned logits.
 #include <gtest/gtest.h>
 
@@ -43,7 +43,7 @@ void expect_sampler_top(const std::vector<float>& row, int64_t k) {
 }
 
 TEST(TopLogits, KeepsWhatTheSamplerKeeps) {
-  for (const int64_t n : {int64_t(128256), int64_t(32000), int64_t(4097), int64_t(2048), int64_t(300)}) {
+  for (const int64_t n : {int64_t(128256), int64_t(32000), int64_t(8193), int64_t(4096), int64_t(300)}) {
     auto row = test::random_floats(size_t(n), -12.0f, 12.0f);
     for (float& x : row) x = std::round(x * 8.0f) / 8.0f;  // ~190 equal values each: ties at every cut
     for (const int64_t k : {int64_t(1), int64_t(40), int64_t(104), kMaxTopLogits}) expect_sampler_top(row, k);
@@ -71,6 +71,8 @@ TEST(TopLogits, ReportsTheFirstPoisonedLogit) {
   EXPECT_EQ(device_top(row, 10).poisoned, 7000);
   EXPECT_THROW(device_top(row, 0), Error);
   EXPECT_THROW(device_top(row, kMaxTopLogits + 1), Error);
+  EXPECT_TRUE(top_logits_fits(128256, kMaxTopLogits));
+  EXPECT_FALSE(top_logits_fits(int64_t(1) << 20, kMaxTopLogits)) << "the final block holds 512 KB of candidates";
 }
 
 }  // namespace

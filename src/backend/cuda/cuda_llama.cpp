@@ -239,8 +239,9 @@ class CudaLlamaRunner final : public ModelRunner {
   // The top is selected on the GPU (top_logits): k candidates cross the bus
   // instead of the row.
   void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
-    if (keep > kMaxTopLogits || keep >= config_.vocab_size) return ModelRunner::forward_top(tokens, pos, keep, top);
-    if (keep <= 0) fail("the top {} logits: keep at least 1", keep);
+    if (keep <= 0 || keep >= config_.vocab_size || !top_logits_fits(config_.vocab_size, keep)) {
+      return ModelRunner::forward_top(tokens, pos, keep, top);  // which names a keep out of range
+    }
     run_tokens(tokens, pos, {.top = &top, .keep = keep});
   }
 

@@ -22,11 +22,16 @@ struct TopLogit {
 // Scratch top_logits needs for rows of n logits.
 uint64_t top_logits_scratch_bytes(int64_t n);
 
+// Whether top_logits takes the top k of n logits: k <= kMaxTopLogits and the
+// final block holds k per 4096 logits in its registers (8192: a 128K
+// vocabulary at k 256, 256K at k 128).
+bool top_logits_fits(int64_t n, int64_t k);
+
 // out[0..k) = the k highest of x[0..n), highest first, equal values lowest
 // index first: what Candidates::assign(row, k) keeps. *poisoned = the lowest
 // index of a NaN or +inf value, or -1 (the sampler refuses such rows).
-// 0 < k <= min(n, kMaxTopLogits). Two launches: every 2048 logits' top k in
-// parallel, then the top k of those in one block.
+// PRECOND top_logits_fits(n, k), else nt::Error. Two launches: the top k of
+// every 4096 logits in parallel, then the top k of those in one block.
 void top_logits(const float* x, int64_t n, int64_t k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream);
 
 }  // namespace nt
