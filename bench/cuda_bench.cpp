@@ -661,8 +661,11 @@ void bench_top_logits(std::mt19937& rng) {
   auto* top = out.as<TopLogit>();
   auto* poisoned = reinterpret_cast<int32_t*>(top + kMaxTopLogits);
   fmt::print("{:<10} {:>8}\n", "k", "us");
-  for (const int64_t k : {int64_t(1), int64_t(40), int64_t(104), kMaxTopLogits}) {
-    fmt::print("{:<10} {:>8.1f}\n", k, graph_us([&](cudaStream_t s) { top_logits(x.as<float>(), n, k, top, poisoned, scratch.get(), s); }));
+  DeviceBuffer k_dev(4, "k");
+  for (const int32_t k : {1, 40, 104, int32_t(kMaxTopLogits)}) {
+    NT_CUDA_CHECK(cudaMemcpy(k_dev.get(), &k, 4, cudaMemcpyHostToDevice));
+    const double us = graph_us([&](cudaStream_t s) { top_logits(x.as<float>(), n, k_dev.as<int32_t>(), top, poisoned, scratch.get(), s); });
+    fmt::print("{:<10} {:>8.1f}\n", k, us);
   }
   fmt::print("{:<10} {:>8.1f}\n", "argmax", graph_us([&](cudaStream_t s) { argmax_rows(x.as<float>(), 1, n, poisoned, argmax_scratch.get(), s); }));
 }

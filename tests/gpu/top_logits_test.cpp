@@ -22,7 +22,10 @@ DeviceTop device_top(const std::vector<float>& row, int64_t k) {
   const DeviceBuffer x = test::to_device(row);
   DeviceBuffer out = test::poisoned(sizeof(TopLogit) * size_t(k)), poisoned = test::poisoned(4);
   DeviceBuffer scratch(top_logits_scratch_bytes(int64_t(row.size())), "top scratch");
-  top_logits(x.as<float>(), int64_t(row.size()), k, out.as<TopLogit>(), poisoned.as<int32_t>(), scratch.get(), nullptr);
+  if (!top_logits_fits(int64_t(row.size()), k)) fail("the top {} of {} logits do not fit", k, row.size());
+  const DeviceBuffer k_dev = test::to_device(std::vector<int32_t>{int32_t(k)});
+  top_logits(x.as<float>(), int64_t(row.size()), k_dev.as<int32_t>(), out.as<TopLogit>(), poisoned.as<int32_t>(), scratch.get(),
+             nullptr);
   const auto got = test::to_host<TopLogit>(out, size_t(k));
   DeviceTop r{{}, test::to_host<int32_t>(poisoned, 1)[0]};
   for (const TopLogit& t : got) r.top.push_back({t.logit, t.id});
@@ -69,10 +72,14 @@ TEST(TopLogits, ReportsTheFirstPoisonedLogit) {
   row[7000] = NAN;
   row[45000] = NAN;
   EXPECT_EQ(device_top(row, 10).poisoned, 7000);
-  EXPECT_THROW(device_top(row, 0), Error);
-  EXPECT_THROW(device_top(row, kMaxTopLogits + 1), Error);
+}
+
+TEST(TopLogits, FitsALlama3RowUpToTheLargestK) {
   EXPECT_TRUE(top_logits_fits(128256, kMaxTopLogits));
-  EXPECT_FALSE(top_logits_fits(int64_t(1) << 20, kMaxTopLogits)) << "the final block holds 512 KB of candidates";
+  EXPECT_FALSE(top_logits_fits(50000, 0));
+  EXPECT_FALSE(top_logits_fits(50000, kMaxTopLogits + 1));
+  EXPECT_FALSE(top_logits_fits(int64_t(1) << 20, kMaxTopLogits)) << "256 chunks' 256 candidates exceed the final block";
+  EXPECT_TRUE(top_logits_fits(int64_t(1) << 18, 128));
 }
 
 }  // namespace

@@ -72,9 +72,13 @@ struct MatrixPart {
   int64_t out_offset = 0;
 };
 
+// A step's inputs, on the device and in the pinned staging alike, so one copy
+// moves them: the position, the top_logits k, then the tokens.
+constexpr int64_t kInputsHeader = 2;
+
 // Offsets of the activation buffers for chunks of up to `batch` tokens.
 struct ActivationLayout {
-  uint64_t tokens, pos, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, top,
+  uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, top,
       top_scratch;
   uint64_t norm_q8, norm_q8_scales, norm_sumsq;
   uint64_t partial_floats;
@@ -90,8 +94,7 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
     a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
   }
   ArenaPlan plan;
-  a.tokens = plan.reserve(4 * b);
-  a.pos = plan.reserve(4);
+  a.inputs = plan.reserve(4 * (kInputsHeader + b));
   a.x = plan.reserve(4 * b * uint64_t(c.dim));
   a.xn = plan.reserve(4 * b * max_input);
   a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));
@@ -251,9 +254,17 @@ class CudaLlamaRunner final : public ModelRunner {
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
   bool decodes_in_graphs() const { return options_.decode_graph && !streamer_; }
-  // The graph of a one-token step prepared for max_keys keys, captured on
-  // first use; a greedy graph ends in argmax_and_advance.
-  cudaGraphExec_t decode_graph(int64_t max_keys, bool greedy);
+  // What a one-token step's graph does after the forward pass: the Logits
+  // and Top graphs start by copying the staged inputs in; a Greedy graph
+  // ends in argmax_and_advance and takes its inputs from the step before, a
+  // Top graph in top_logits (k from the inputs) and copying the top out.
+  enum class StepGraph { Logits, Greedy, Top };
+  // The graph of a one-token step prepared for max_keys keys, captured on first use.
+  cudaGraphExec_t decode_graph(int64_t max_keys, StepGraph kind);
+  // Writes a chunk's inputs into the pinned staging and copies them in.
+  void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
+  void copy_inputs(int64_t n_tokens);
+  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + options_.max_batch; }
   // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
   void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
   // What a run hands back after its tokens: one of
@@ -299,8 +310,9 @@ class CudaLlamaRunner final : public ModelRunner {
   DeviceBuffer k_cache_, v_cache_;
   DeviceBuffer activations_;
   std::optional<Gemm> gemm_;
+  int32_t* pos_dev_ = nullptr;  // the step's inputs (kInputsHeader)
+  int32_t* top_k_dev_ = nullptr;
   int32_t* tokens_dev_ = nullptr;
-  int32_t* pos_dev_ = nullptr;
   float *x_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gate_ = nullptr, *up_ = nullptr,
         *h_ = nullptr, *logits_ = nullptr, *partials_ = nullptr;
   int8_t* q8_ = nullptr;
@@ -315,9 +327,9 @@ class CudaLlamaRunner final : public ModelRunner {
   TopLogit* top_ = nullptr;          // top_logits' output, then
   int32_t* top_poisoned_ = nullptr;  // its poisoned index
   void* top_scratch_ = nullptr;
-  PinnedBuffer host_io_;  // tokens, position, and one row of logits or the greedy pick
-  // [greedy][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
-  cudaGraphExec_t decode_graphs_[2][2] = {};
+  PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick or the top
+  // [StepGraph][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
+  cudaGraphExec_t decode_graphs_[3][2] = {};
   // decode_greedy keeps up to kGreedyAhead steps queued; step i's pick lands in
   // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
   static constexpr int64_t kGreedyAhead = 3, kGreedyRing = 8;
@@ -539,8 +551,9 @@ void CudaLlamaRunner::allocate_activations() {
   activations_ = DeviceBuffer(a.total, "activation buffers");
   auto* base = activations_.as<uint8_t>();
   auto at = [&](uint64_t offset) { return static_cast<void*>(base + offset); };
-  tokens_dev_ = static_cast<int32_t*>(at(a.tokens));
-  pos_dev_ = static_cast<int32_t*>(at(a.pos));
+  pos_dev_ = static_cast<int32_t*>(at(a.inputs));
+  top_k_dev_ = pos_dev_ + 1;
+  tokens_dev_ = pos_dev_ + kInputsHeader;
   x_ = static_cast<float*>(at(a.x));
   xn_ = static_cast<float*>(at(a.xn));
   qkv_ = static_cast<float*>(at(a.qkv));
@@ -561,7 +574,8 @@ void CudaLlamaRunner::allocate_activations() {
   top_ = static_cast<TopLogit*>(at(a.top));
   top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
   top_scratch_ = at(a.top_scratch);
-  host_io_ = PinnedBuffer(4 * uint64_t(options_.max_batch + 1) + 4 * uint64_t(config_.vocab_size), "token and logit transfers");
+  const uint64_t out_bytes = std::max<uint64_t>(4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4);
+  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + options_.max_batch) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   step_done_.resize(kGreedyRing);
   for (cudaEvent_t& e : step_done_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -765,16 +779,31 @@ void CudaLlamaRunner::check_tokens(std::span<const int32_t> tokens, int64_t pos,
   }
 }
 
-cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, bool greedy) {
-  cudaGraphExec_t& exec = decode_graphs_[greedy][max_keys != context_];
+void CudaLlamaRunner::stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k) {
+  int32_t* staged = host_io_.as<int32_t>();
+  staged[0] = int32_t(pos);
+  staged[1] = int32_t(top_k);
+  std::memcpy(staged + kInputsHeader, tokens.data(), tokens.size_bytes());
+}
+
+void CudaLlamaRunner::copy_inputs(int64_t n_tokens) {
+  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_io_.as<int32_t>(), size_t(kInputsHeader + n_tokens) * 4, cudaMemcpyHostToDevice, stream_));
+}
+
+cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) {
+  cudaGraphExec_t& exec = decode_graphs_[int(kind)][max_keys != context_];
   if (exec) return exec;
   cudaGraph_t graph = nullptr;
   NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
+    if (kind != StepGraph::Greedy) copy_inputs(1);
     run_chunk(1, max_keys, false);
-    if (greedy) {
+    if (kind == StepGraph::Greedy) {
       argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_,
                          {tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)}, stream_);
+    } else if (kind == StepGraph::Top) {
+      top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
     }
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
@@ -798,14 +827,11 @@ int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_s
   if (max_steps < 0) fail("greedy decoding of {} steps: the count must not be negative", max_steps);
   check_tokens({&token, 1}, pos, max_steps);
   if (max_steps == 0) return 0;
-  int32_t* host_tokens = host_io_.as<int32_t>();
-  host_tokens[0] = token;
-  host_tokens[1] = int32_t(pos);
-  NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, 4, cudaMemcpyHostToDevice, stream_));
-  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + 1, 4, cudaMemcpyHostToDevice, stream_));
+  stage_inputs({&token, 1}, pos, 0);
+  copy_inputs(1);
   // Both graphs a run that crosses kShortDecodeMaxKeys needs, captured before any step is queued.
-  const cudaGraphExec_t first = decode_graph(decode_max_keys(pos), true);
-  const cudaGraphExec_t later = decode_graph(decode_max_keys(pos + max_steps - 1), true);
+  const cudaGraphExec_t first = decode_graph(decode_max_keys(pos), StepGraph::Greedy);
+  const cudaGraphExec_t later = decode_graph(decode_max_keys(pos + max_steps - 1), StepGraph::Greedy);
   const auto queue = [&](int64_t step) {
     NT_CUDA_CHECK(cudaGraphLaunch(decode_max_keys(pos + step) == decode_max_keys(pos) ? first : later, stream_));
     NT_CUDA_CHECK(cudaEventRecord(step_done_[size_t(step % kGreedyRing)], stream_));
@@ -834,20 +860,17 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   const int64_t total = int64_t(tokens.size());
   check_tokens(tokens, pos, total);
   const int64_t vocab = config_.vocab_size;
-  int32_t* host_tokens = host_io_.as<int32_t>();
-  void* host_out = host_tokens + options_.max_batch + 1;  // a row of logits, the pick, or the top and its poisoned index
-  const size_t top_bytes = sizeof(Candidate) * size_t(out.keep);
+  void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
   for (int64_t start = 0; start < total; start += options_.max_batch) {
     const int64_t n = std::min(options_.max_batch, total - start);
     const bool last_chunk = start + n == total;
     // The previous chunk synchronized, so the pinned staging is free to rewrite.
-    std::memcpy(host_tokens, tokens.data() + start, size_t(n) * sizeof(int32_t));
-    host_tokens[options_.max_batch] = int32_t(pos + start);
-    NT_CUDA_CHECK(cudaMemcpyAsync(tokens_dev_, host_tokens, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
-    NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_tokens + options_.max_batch, 4, cudaMemcpyHostToDevice, stream_));
+    stage_inputs(tokens.subspan(size_t(start), size_t(n)), pos + start, out.keep);
+    const bool top_in_graph = n == 1 && decodes_in_graphs() && last_chunk && out.top;
     if (n == 1 && decodes_in_graphs()) {
-      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph(decode_max_keys(pos + start), false), stream_));
+      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph(decode_max_keys(pos + start), top_in_graph ? StepGraph::Top : StepGraph::Logits), stream_));
     } else {
+      copy_inputs(n);
       // A decode step runs the attention the captured graphs run at its
       // position, so decode results do not depend on whether a graph runs
       // (the tensor-core attention rounds probabilities per split).
@@ -857,25 +880,24 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
       NT_CUDA_CHECK(cudaMemcpyAsync(out.logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     } else if (last_chunk && out.greedy) {
       argmax_rows(logits_, 1, vocab, argmax_, argmax_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
-    } else if (last_chunk && out.top) {
-      top_logits(logits_, vocab, out.keep, top_, top_poisoned_, top_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, top_, top_bytes, cudaMemcpyDeviceToHost, stream_));
-      NT_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(host_out) + top_bytes, top_poisoned_, 4, cudaMemcpyDeviceToHost, stream_));
-    } else if (last_chunk) {
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_out, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(host, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
+    } else if (last_chunk && out.top && !top_in_graph) {
+      top_logits(logits_, vocab, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(host, top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+    } else if (last_chunk && !out.top) {
+      NT_CUDA_CHECK(cudaMemcpyAsync(host, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     }
     NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (streamer_) streamer_->end_chunk();
   }
   if (out.all_logits || total == 0) return;
   if (out.greedy) {
-    std::memcpy(out.greedy, host_out, 4);
+    std::memcpy(out.greedy, host, 4);
   } else if (out.top) {
     static_assert(sizeof(TopLogit) == sizeof(Candidate) && offsetof(TopLogit, id) == offsetof(Candidate, id));
-    const auto* top = static_cast<const Candidate*>(host_out);
+    const auto* top = static_cast<const Candidate*>(host);
     int32_t poisoned;
-    std::memcpy(&poisoned, static_cast<const uint8_t*>(host_out) + top_bytes, 4);
+    std::memcpy(&poisoned, static_cast<const uint8_t*>(host) + sizeof(TopLogit) * kMaxTopLogits, 4);
     if (poisoned >= 0) {  // the sampler's error for the same row
       float value;
       NT_CUDA_CHECK(cudaMemcpy(&value, logits_ + poisoned, 4, cudaMemcpyDeviceToHost));
@@ -883,7 +905,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
     }
     out.top->assign(top, top + out.keep);
   } else {
-    std::memcpy(out.logits, host_out, size_t(vocab) * 4);
+    std::memcpy(out.logits, host, size_t(vocab) * 4);
   }
 }
 

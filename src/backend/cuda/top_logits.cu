@@ -133,7 +133,7 @@ static_assert(kChunkItems == 8);
 // Block b: the top k of x[b * kChunk, ...) (all of it when shorter than k),
 // keys and ids at b * k in index order, and the chunk's lowest poisoned index.
 __global__ void __launch_bounds__(kChunkThreads)
-    chunk_top_kernel(const float* x, int64_t n, int k, uint32_t* top_keys, int32_t* top_ids, int32_t* first_poisoned) {
+    chunk_top_kernel(const float* x, int64_t n, const int32_t* top_k, uint32_t* top_keys, int32_t* top_ids, int32_t* first_poisoned) {
   __shared__ SelectShared<kChunkThreads> sh;
   __shared__ int poisoned;
   cuda::allow_dependents();
@@ -143,6 +143,8 @@ __global__ void __launch_bounds__(kChunkThreads)
   if (threadIdx.x == 0) poisoned = INT_MAX;
   __syncthreads();
   cuda::wait_for_inputs();
+  const int k = *top_k;
+  if (k < 1 || k > kMaxTopLogits) __trap();  // the host checks top_logits_fits before it writes k
   float v[kChunkItems];
   if (first + kChunkItems <= count && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     const float4 a = *reinterpret_cast<const float4*>(x + base + first);
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 // One block: the top k of the chunks' (count entries, contiguous since every
 // chunk but the last gives k), sorted, and the row's lowest poisoned index.
 __global__ void __launch_bounds__(kFinalThreads)
-    final_top_kernel(const uint32_t* keys, const int32_t* ids, int count, int k, int chunks, const int32_t* first_poisoned,
+    final_top_kernel(const uint32_t* keys, const int32_t* ids, int64_t n, const int32_t* top_k, const int32_t* first_poisoned,
                      TopLogit* out, int32_t* poisoned) {
   __shared__ SelectShared<kFinalThreads> sh;
   __shared__ uint32_t best_keys[kMaxTopLogits];
@@ -182,6 +184,10 @@ __global__ void __launch_bounds__(kFinalThreads)
   if (threadIdx.x == 0) lowest_poisoned = INT_MAX;
   __syncthreads();
   cuda::wait_for_inputs();
+  const int k = *top_k;
+  const int chunks = int((n + kChunk - 1) / kChunk);
+  const int count = (chunks - 1) * k + int(min(int64_t(k), n - int64_t(chunks - 1) * kChunk));
+  if (count > kFinalThreads * kFinalItems) __trap();  // top_logits_fits
   for (int c = threadIdx.x; c < chunks; c += kFinalThreads) atomicMin(&lowest_poisoned, first_poisoned[c]);
   const int first = int(threadIdx.x) * kFinalItems;
   uint32_t mine[kFinalItems];
@@ -215,18 +221,16 @@ bool top_logits_fits(int64_t n, int64_t k) {
 
 uint64_t top_logits_scratch_bytes(int64_t n) { return uint64_t(chunks_of(n)) * (2 * kMaxTopLogits + 1) * 4; }
 
-void top_logits(const float* x, int64_t n, int64_t k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream) {
-  if (!top_logits_fits(n, k)) fail("top_logits: the top {} of {} logits does not fit (top_logits_fits)", k, n);
+void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream) {
+  if (n <= 0 || n > INT_MAX) fail("top_logits over {} logits: 1 to {}", n, INT_MAX);
   const int64_t chunks = chunks_of(n);
   auto* keys = static_cast<uint32_t*>(scratch);
   auto* ids = reinterpret_cast<int32_t*>(keys + chunks * kMaxTopLogits);
   auto* first_poisoned = ids + chunks * kMaxTopLogits;
-  cuda::launch_kernel(chunk_top_kernel, dim3(unsigned(chunks)), dim3(kChunkThreads), 0, stream, x, n, int(k), keys, ids,
+  cuda::launch_kernel(chunk_top_kernel, dim3(unsigned(chunks)), dim3(kChunkThreads), 0, stream, x, n, k, keys, ids,
                       first_poisoned);
   NT_CUDA_CHECK_LAUNCH();
-  const int64_t count = (chunks - 1) * k + std::min(k, n - (chunks - 1) * kChunk);
-  cuda::launch_kernel(final_top_kernel, dim3(1), dim3(kFinalThreads), 0, stream, keys, ids, int(count), int(k), int(chunks),
-                      first_poisoned, out, poisoned);
+  cuda::launch_kernel(final_top_kernel, dim3(1), dim3(kFinalThreads), 0, stream, keys, ids, n, k, first_poisoned, out, poisoned);
   NT_CUDA_CHECK_LAUNCH();
 }
 
