@@ -25,7 +25,9 @@ int32_t ModelRunner::forward_greedy(std::span<const int32_t> tokens, int64_t pos
 }
 
 void ModelRunner::forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) {
-  if (keep <= 0 || keep >= config().vocab_size) fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config().vocab_size);
+  if (keep <= 0 || keep >= config().vocab_size) {
+    fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config().vocab_size);
+  }
   row_.resize(size_t(config().vocab_size));
   forward(tokens, pos, row_.data(), false);
   row_top_.assign(row_, keep);

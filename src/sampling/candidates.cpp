@@ -74,7 +74,9 @@ void Candidates::assign(std::span<const float> logits, int64_t keep) {
 }
 
 void Candidates::assign_top(std::span<const Candidate> superset, int64_t keep) {
-  if (keep <= 0 || size_t(keep) > superset.size()) fail("sampler: {} top candidates cannot give the {} highest", superset.size(), keep);
+  if (keep <= 0 || size_t(keep) > superset.size()) {
+    fail("sampler: {} top candidates cannot give the {} highest", superset.size(), keep);
+  }
   for (const Candidate& c : superset) {
     if (!(c.logit < INFINITY)) fail("sampler: the logit of token {} is {}", c.id, c.logit);
   }

@@ -254,10 +254,11 @@ class CudaLlamaRunner final : public ModelRunner {
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
   bool decodes_in_graphs() const { return options_.decode_graph && !streamer_; }
-  // What a one-token step's graph does after the forward pass: the Logits
-  // and Top graphs start by copying the staged inputs in; a Greedy graph
-  // ends in argmax_and_advance and takes its inputs from the step before, a
-  // Top graph in top_logits (k from the inputs) and copying the top out.
+  // The kinds of one-token step graph. Logits: the staged inputs copied in,
+  // then the forward pass (the caller copies out what it needs). Greedy: the
+  // forward pass on the inputs the step before left, ending in
+  // argmax_and_advance. Top: as Logits, then top_logits (k from the inputs)
+  // and the top copied out.
   enum class StepGraph { Logits, Greedy, Top };
   // The graph of a one-token step prepared for max_keys keys, captured on first use.
   cudaGraphExec_t decode_graph(int64_t max_keys, StepGraph kind);
@@ -787,7 +788,8 @@ void CudaLlamaRunner::stage_inputs(std::span<const int32_t> tokens, int64_t pos,
 }
 
 void CudaLlamaRunner::copy_inputs(int64_t n_tokens) {
-  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_io_.as<int32_t>(), size_t(kInputsHeader + n_tokens) * 4, cudaMemcpyHostToDevice, stream_));
+  const size_t bytes = size_t(kInputsHeader + n_tokens) * 4;
+  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_io_.as<int32_t>(), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) {
@@ -868,7 +870,8 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
     stage_inputs(tokens.subspan(size_t(start), size_t(n)), pos + start, out.keep);
     const bool top_in_graph = n == 1 && decodes_in_graphs() && last_chunk && out.top;
     if (n == 1 && decodes_in_graphs()) {
-      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph(decode_max_keys(pos + start), top_in_graph ? StepGraph::Top : StepGraph::Logits), stream_));
+      const StepGraph kind = top_in_graph ? StepGraph::Top : StepGraph::Logits;
+      NT_CUDA_CHECK(cudaGraphLaunch(decode_graph(decode_max_keys(pos + start), kind), stream_));
     } else {
       copy_inputs(n);
       // A decode step runs the attention the captured graphs run at its

@@ -133,7 +133,8 @@ static_assert(kChunkItems == 8);
 // Block b: the top k of x[b * kChunk, ...) (all of it when shorter than k),
 // keys and ids at b * k in index order, and the chunk's lowest poisoned index.
 __global__ void __launch_bounds__(kChunkThreads)
-    chunk_top_kernel(const float* x, int64_t n, const int32_t* top_k, uint32_t* top_keys, int32_t* top_ids, int32_t* first_poisoned) {
+    chunk_top_kernel(const float* x, int64_t n, const int32_t* top_k, uint32_t* top_keys, int32_t* top_ids,
+                     int32_t* first_poisoned) {
   __shared__ SelectShared<kChunkThreads> sh;
   __shared__ int poisoned;
   cuda::allow_dependents();
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kChunkThreads)
 // One block: the top k of the chunks' (count entries, contiguous since every
 // chunk but the last gives k), sorted, and the row's lowest poisoned index.
 __global__ void __launch_bounds__(kFinalThreads)
-    final_top_kernel(const uint32_t* keys, const int32_t* ids, int64_t n, const int32_t* top_k, const int32_t* first_poisoned,
-                     TopLogit* out, int32_t* poisoned) {
+    final_top_kernel(const uint32_t* keys, const int32_t* ids, int64_t n, const int32_t* top_k,
+                     const int32_t* first_poisoned, TopLogit* out, int32_t* poisoned) {
   __shared__ SelectShared<kFinalThreads> sh;
   __shared__ uint32_t best_keys[kMaxTopLogits];
   __shared__ int32_t best_ids[kMaxTopLogits];
@@ -212,16 +213,17 @@ __global__ void __launch_bounds__(kFinalThreads)
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-
 }  // namespace
 
 bool top_logits_fits(int64_t n, int64_t k) {
-  return n > 0 && n <= INT_MAX && k > 0 && k <= std::min<int64_t>(n, kMaxTopLogits) && chunks_of(n) * k <= kFinalThreads * kFinalItems;
+  return n > 0 && n <= INT_MAX && k > 0 && k <= std::min<int64_t>(n, kMaxTopLogits) &&
+         chunks_of(n) * k <= kFinalThreads * kFinalItems;
 }
 
 uint64_t top_logits_scratch_bytes(int64_t n) { return uint64_t(chunks_of(n)) * (2 * kMaxTopLogits + 1) * 4; }
 
-void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream) {
+void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch,
+                cudaStream_t stream) {
   if (n <= 0 || n > INT_MAX) fail("top_logits over {} logits: 1 to {}", n, INT_MAX);
   const int64_t chunks = chunks_of(n);
   auto* keys = static_cast<uint32_t*>(scratch);

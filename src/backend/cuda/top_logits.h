@@ -34,6 +34,7 @@ bool top_logits_fits(int64_t n, int64_t k);
 // every k. PRECOND top_logits_fits(n, *k) (a kernel traps otherwise). Two
 // launches: the top k of every 4096 logits in parallel, then the top k of
 // those in one block.
-void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch, cudaStream_t stream);
+void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch,
+                cudaStream_t stream);
 
 }  // namespace nt
