@@ -103,16 +103,20 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
     return true;
   };
   const auto decode_start = std::chrono::steady_clock::now();
-  if (runner_picks) {
-    // The runner feeds each pick back itself (and may run ahead of `take`).
+  if (runner_picks || sampler.runs_without_history()) {
+    // The runner picks each step's token itself (greedy, or a chain that needs
+    // no history) and feeds it back, and may run ahead of `take`.
     int32_t input = picked;
     if (take(input)) {
-      const int64_t steps = std::min(options.max_tokens - stats.generated_tokens, runner_.context_size() - int64_t(context_.size()));
-      stats.decode_passes = runner_.decode_greedy(input, int64_t(context_.size()), steps, [&](int32_t pick) {
+      const int64_t pos = int64_t(context_.size());
+      const int64_t steps = std::min(options.max_tokens - stats.generated_tokens, runner_.context_size() - pos);
+      const auto on_pick = [&](int32_t pick) {
         context_.push_back(input);
         input = pick;
         return take(pick);
-      });
+      };
+      stats.decode_passes = runner_picks ? runner_.decode_greedy(input, pos, steps, on_pick)
+                                         : runner_.decode_sampled(input, pos, steps, sampler, on_pick);
     }
   } else {
     for (int32_t token = picked; take(token);) {

@@ -11,6 +11,7 @@
 
 #include "model/llama_config.h"
 #include "sampling/candidates.h"
+#include "sampling/sampler.h"
 
 namespace nt {
 
@@ -57,9 +58,19 @@ class ModelRunner {
   // backend may select them where the logits are; this default runs forward().
   virtual void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
 
+  // Sampled decoding for a chain that runs without history
+  // (Sampler::runs_without_history): like decode_greedy, but each step's
+  // token is what `sampler` chooses from the step's logits (sample_top on
+  // their top). The sampler's random draws are taken in step order; a backend
+  // that runs ahead takes up to a few more draws than the picks it hands over.
+  // This default steps forward_top and sample_top.
+  virtual int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
+                                 const std::function<bool(int32_t)>& on_token);
+
  private:
   std::vector<float> row_;  // the default forward_greedy's and forward_top's logits
   Candidates row_top_;
+  std::vector<Candidate> step_top_;  // the default decode_sampled's
 };
 
 // The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.

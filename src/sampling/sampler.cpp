@@ -82,8 +82,12 @@ int32_t Sampler::draw_from_candidates() {
   if (params_.temperature <= 0.0f) return candidates_.view()[0].id;
   candidates_.keep_top_p(params_.top_p);
   candidates_.keep_min_p(params_.min_p);
-  return candidates_.draw(params_.temperature, uniform_from_bits(rng_()));
+  return candidates_.draw(params_.temperature, next_uniform());
 }
+
+bool Sampler::runs_without_history() const { return params_.temperature > 0.0f && top_needed() > 0 && !has_penalties(); }
+
+double Sampler::next_uniform() { return uniform_from_bits(rng_()); }
 
 void Sampler::accept(int32_t token) {
   if (token < 0 || token >= vocab_size_) fail("sampler: accepted token {} is outside the vocabulary of {}", token, vocab_size_);

@@ -61,6 +61,16 @@ class Sampler {
   // the logits are and copy out a few hundred bytes instead of the row.
   int32_t sample_top(std::span<const Candidate> top);
 
+  // Whether the chain is top-k, top-p, min-p and a draw at a positive
+  // temperature with no penalties: it needs only the row's top_k and the
+  // random draws, no history, so a backend can run it where the logits are
+  // (ModelRunner::decode_sampled).
+  bool runs_without_history() const;
+
+  // The uniform draw in [0, 1) the next sample() or sample_top() would take;
+  // for a backend that runs the chain itself, in step order.
+  double next_uniform();
+
   // Records a token of the running text (prompt or generated) for the penalties.
   void accept(int32_t token);
 

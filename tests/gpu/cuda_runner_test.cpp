@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_runner.h"
@@ -15,6 +18,7 @@
 #include "test_models.h"
 #include "model/tensor_names.h"
 #include "reference_llama.h"
+#include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -216,6 +220,87 @@ TEST(CudaRunner, SelectsTheTopOfTheRowAsTheSamplerWould) {
   }
   EXPECT_THROW(runner->forward_top(std::span(tokens).first(1), 0, 0, got), Error);
   EXPECT_THROW(runner->forward_top(std::span(tokens).first(1), 0, spec.vocab, got), Error);
+}
+
+// Sampled decoding with the chain run on the GPU (sample_top_and_advance)
+// and steps queued ahead: the same tokens as stepping forward_top and the
+// host sampler's sample_top with the same seed, for chains that keep a few
+// or many candidates, across the switch from the short-context graph to the
+// full one.
+TEST(CudaRunner, SampledDecodeOnTheDeviceChoosesAsTheHostSampler) {
+  ModelSpec spec;
+  spec.vocab = 700;
+  const auto file = GgufFile::open(write_model(spec, "nt_cuda_sampled.gguf"));
+  const int64_t context = kShortDecodeMaxKeys + 100, start = kShortDecodeMaxKeys - 20, steps = 40;
+  auto runner = make_cuda_runner(*file, context);
+  const int32_t first = runner->forward_greedy(random_tokens(size_t(start), spec.vocab), 0);
+  struct Chain {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+  };
+  for (const Chain c : {Chain{0.8f, 40, 0.95f, 0.05f}, Chain{1.5f, int32_t(kMaxTopLogits), 1.0f, 0.0f}, Chain{0.4f, 5, 0.5f, 0.2f}}) {
+    SCOPED_TRACE(testing::Message() << "T " << c.temperature << ", top_k " << c.top_k);
+    SamplingParams params;
+    params.temperature = c.temperature;
+    params.top_k = c.top_k;
+    params.top_p = c.top_p;
+    params.min_p = c.min_p;
+    params.seed = test::rng()();
+    Sampler host(params, spec.vocab), device(params, spec.vocab);
+    ASSERT_TRUE(device.runs_without_history());
+    std::vector<int32_t> want;
+    std::vector<Candidate> top;
+    for (int32_t token = first; int64_t(want.size()) < steps;) {
+      runner->forward_top({&token, 1}, start + int64_t(want.size()), host.top_needed(), top);
+      token = host.sample_top(top);
+      want.push_back(token);
+    }
+    std::vector<int32_t> got;
+    EXPECT_EQ(runner->decode_sampled(first, start, steps, device, [&](int32_t t) {
+      got.push_back(t);
+      return true;
+    }), steps);
+    EXPECT_EQ(got, want);
+    if (c.temperature > 1.0f) {
+      EXPECT_GT(std::set<int32_t>(want.begin(), want.end()).size(), 10u) << "a hot chain draws many tokens";
+    }
+  }
+}
+
+// A NaN logit reaches the user as the sampler's error, from the selection on
+// the GPU and from sampling on the GPU alike.
+TEST(CudaRunner, SamplingRefusesAPoisonedRow) {
+  ModelSpec spec;
+  spec.vocab = 700;
+  spec.output = TensorType::F32;
+  const std::string path = write_model(spec, "nt_cuda_poisoned.gguf");
+  const int64_t poisoned = 433;
+  {
+    const auto clean = GgufFile::open(path);
+    const uint64_t at = clean->header().data_offset + clean->header().tensor("output.weight").offset + 4 * uint64_t(poisoned * spec.dim);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = NAN;
+    f.seekp(std::streamoff(at));
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  const auto file = GgufFile::open(path);
+  auto runner = make_cuda_runner(*file, 64);
+  SamplingParams params;
+  Sampler sampler(params, spec.vocab);
+  std::vector<Candidate> top;
+  const auto expect_poisoned = [&](const std::function<void()>& run) {
+    try {
+      run();
+      FAIL() << "expected the sampler's error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the logit of token 433 is nan"), std::string::npos) << e.what();
+    }
+  };
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  expect_poisoned([&] { runner->forward_top(prompt, 0, sampler.top_needed(), top); });
+  expect_poisoned([&] { runner->forward_top(std::span(prompt).first(1), 3, sampler.top_needed(), top); });
+  expect_poisoned([&] { runner->decode_sampled(1, 4, 3, sampler, [](int32_t) { return true; }); });
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {

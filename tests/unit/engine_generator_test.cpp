@@ -67,9 +67,16 @@ class ScriptedRunner final : public ModelRunner {
     return handed;
   }
 
+  int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
+                         const std::function<bool(int32_t)>& on_token) override {
+    ++sampled_runs;
+    return ModelRunner::decode_sampled(token, pos, max_steps, sampler, on_token);
+  }
+
   static constexpr int32_t kFallback = 300;
   std::vector<Call> calls;
   size_t greedy_calls = 0;
+  size_t sampled_runs = 0;
   int64_t run_ahead = 0;
 
  private:
@@ -204,6 +211,40 @@ TEST_F(GeneratorTest, RunnerRunningAheadGeneratesTheSame) {
   EXPECT_EQ(want[0].first.stop, StopReason::StopToken);
   EXPECT_EQ(want[3].first.stop, StopReason::ContextFull);
   EXPECT_EQ(got_context, want_context);
+}
+
+// A chain that needs no history decodes through the runner's decode_sampled
+// (which a GPU runs on the device, ahead of the picks), choosing what the
+// sampler chooses from each step's whole row; one with penalties steps
+// forward() on the host.
+TEST_F(GeneratorTest, SampledChainWithoutHistoryDecodesThroughTheRunner) {
+  const std::vector<int32_t> script = {0, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130};
+  SamplingParams p;
+  p.temperature = 5.0f;  // the script's token weighs e^1 against 1 for each of the rest
+  p.top_k = 8;  // the script's token and ids 0..6 (equal logits go lowest id first)
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 99;
+  for (const float penalty : {1.0f, 1.3f}) {
+    p.repeat_penalty = penalty;
+    ScriptedRunner runner(script, 64);
+    Generator g(runner, tokenizer);
+    Sampler s(p, kVocab), reference(p, kVocab);
+    for (const int32_t t : {10, 20}) reference.accept(t);
+    text.clear();
+    g.generate(std::vector<int32_t>{10, 20}, s, options(8), [&](std::string_view piece) { text += piece; });
+    std::vector<int32_t> want;
+    for (size_t pos = 1; want.size() < 8; ++pos) {  // the last prompt token sits at position 1
+      std::vector<float> row(kVocab, 0.0f);
+      row[size_t(script[pos])] = 5.0f;
+      want.push_back(reference.sample(row));
+      reference.accept(want.back());
+    }
+    EXPECT_EQ(g.generated(), want) << "repeat penalty " << penalty;
+    EXPECT_EQ(runner.sampled_runs, penalty == 1.0f ? 1u : 0u) << "repeat penalty " << penalty;
+    EXPECT_LT(std::count_if(want.begin(), want.end(), [&](int32_t t) { return t >= 30; }), 8)
+        << "a hot chain draws beyond the script's tokens";
+  }
 }
 
 TEST(ArgmaxFirst, TakesTheFirstLargestAndNeverNaN) {

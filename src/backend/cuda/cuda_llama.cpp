@@ -29,6 +29,7 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
@@ -239,6 +240,8 @@ class CudaLlamaRunner final : public ModelRunner {
     return token;
   }
   int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override;
+  int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
+                         const std::function<bool(int32_t)>& on_token) override;
   // The top is selected on the GPU (top_logits): k candidates cross the bus
   // instead of the row.
   void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
@@ -258,8 +261,15 @@ class CudaLlamaRunner final : public ModelRunner {
   // then the forward pass (the caller copies out what it needs). Greedy: the
   // forward pass on the inputs the step before left, ending in
   // argmax_and_advance. Top: as Logits, then top_logits (k from the inputs)
-  // and the top copied out.
-  enum class StepGraph { Logits, Greedy, Top };
+  // and the top copied out. Sampled: as Greedy, ending in top_logits and
+  // sample_top_and_advance.
+  enum class StepGraph { Logits, Greedy, Top, Sampled };
+  // The sampler's error for a row top_logits found poisoned at index `poisoned`
+  // (or, when it is negative, all -inf); the stream has drained.
+  [[noreturn]] void fail_unsampleable(int32_t poisoned, int64_t top_k) const;
+  // Queues graphs kGreedyAhead ahead of the picks it hands over (decode_greedy, decode_sampled).
+  int64_t decode_ahead(int32_t token, int64_t pos, int64_t max_steps, int64_t top_k, StepGraph kind,
+                       const std::function<void(int64_t)>& before_step, const std::function<bool(int32_t)>& on_token);
   // The graph of a one-token step prepared for max_keys keys, captured on first use.
   cudaGraphExec_t decode_graph(int64_t max_keys, StepGraph kind);
   // Writes a chunk's inputs into the pinned staging and copies them in.
@@ -330,10 +340,11 @@ class CudaLlamaRunner final : public ModelRunner {
   void* top_scratch_ = nullptr;
   PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick or the top
   // [StepGraph][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
-  cudaGraphExec_t decode_graphs_[3][2] = {};
-  // decode_greedy keeps up to kGreedyAhead steps queued; step i's pick lands in
+  cudaGraphExec_t decode_graphs_[4][2] = {};
+  PinnedBuffer sample_chain_;  // SampleChain: decode_sampled's parameters and draws
+  // decode_ahead keeps up to kGreedyAhead steps queued; step i's pick lands in
   // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
-  static constexpr int64_t kGreedyAhead = 3, kGreedyRing = 8;
+  static constexpr int64_t kGreedyAhead = 3, kGreedyRing = kSampleUniforms;
   PinnedBuffer greedy_picks_;
   std::vector<cudaEvent_t> step_done_;
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
@@ -578,6 +589,7 @@ void CudaLlamaRunner::allocate_activations() {
   const uint64_t out_bytes = std::max<uint64_t>(4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4);
   host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + options_.max_batch) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
+  sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
   step_done_.resize(kGreedyRing);
   for (cudaEvent_t& e : step_done_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
@@ -780,6 +792,13 @@ void CudaLlamaRunner::check_tokens(std::span<const int32_t> tokens, int64_t pos,
   }
 }
 
+void CudaLlamaRunner::fail_unsampleable(int32_t poisoned, int64_t top_k) const {
+  if (poisoned < 0) fail("sampler: every one of the top {} logits is -inf", top_k);
+  float value;
+  NT_CUDA_CHECK(cudaMemcpy(&value, logits_ + poisoned, 4, cudaMemcpyDeviceToHost));
+  fail("sampler: the logit of token {} is {}", poisoned, value);
+}
+
 void CudaLlamaRunner::stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k) {
   int32_t* staged = host_io_.as<int32_t>();
   staged[0] = int32_t(pos);
@@ -798,7 +817,7 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
   cudaGraph_t graph = nullptr;
   NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    if (kind != StepGraph::Greedy) copy_inputs(1);
+    if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, max_keys, false);
     if (kind == StepGraph::Greedy) {
       argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_,
@@ -806,6 +825,10 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
     } else if (kind == StepGraph::Top) {
       top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
       NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+    } else if (kind == StepGraph::Sampled) {
+      top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+      sample_top_and_advance(top_, top_k_dev_, top_poisoned_, sample_chain_.as<SampleChain>(),
+                             {tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)}, stream_);
     }
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
@@ -826,15 +849,41 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
 int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps,
                                        const std::function<bool(int32_t)>& on_token) {
   if (!decodes_in_graphs()) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
-  if (max_steps < 0) fail("greedy decoding of {} steps: the count must not be negative", max_steps);
+  return decode_ahead(token, pos, max_steps, 0, StepGraph::Greedy, [](int64_t) {}, on_token);
+}
+
+// As decode_greedy, with the sampler's chain run on the GPU over the row's
+// top (sample_top_and_advance); the host hands each step its draw when it
+// queues it. 1B sampled decode ~+4% over a host round trip per step
+// (bench/cuda_NOTES.md).
+int64_t CudaLlamaRunner::decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
+                                        const std::function<bool(int32_t)>& on_token) {
+  const int64_t k = sampler.top_needed();
+  if (!decodes_in_graphs() || !sampler.runs_without_history() || !top_logits_fits(config_.vocab_size, k)) {
+    return ModelRunner::decode_sampled(token, pos, max_steps, sampler, on_token);
+  }
+  auto* chain = sample_chain_.as<SampleChain>();
+  const SamplingParams& params = sampler.params();
+  chain->temperature = params.temperature;
+  chain->top_p = params.top_p;
+  chain->min_p = params.min_p;
+  const auto draw = [&](int64_t step) { chain->uniforms[(pos + step) % kSampleUniforms] = sampler.next_uniform(); };
+  return decode_ahead(token, pos, max_steps, k, StepGraph::Sampled, draw, on_token);
+}
+
+int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_steps, int64_t top_k, StepGraph kind,
+                                      const std::function<void(int64_t)>& before_step,
+                                      const std::function<bool(int32_t)>& on_token) {
+  if (max_steps < 0) fail("decoding {} steps: the count must not be negative", max_steps);
   check_tokens({&token, 1}, pos, max_steps);
   if (max_steps == 0) return 0;
-  stage_inputs({&token, 1}, pos, 0);
+  stage_inputs({&token, 1}, pos, top_k);
   copy_inputs(1);
   // Both graphs a run that crosses kShortDecodeMaxKeys needs, captured before any step is queued.
-  const cudaGraphExec_t first = decode_graph(decode_max_keys(pos), StepGraph::Greedy);
-  const cudaGraphExec_t later = decode_graph(decode_max_keys(pos + max_steps - 1), StepGraph::Greedy);
+  const cudaGraphExec_t first = decode_graph(decode_max_keys(pos), kind);
+  const cudaGraphExec_t later = decode_graph(decode_max_keys(pos + max_steps - 1), kind);
   const auto queue = [&](int64_t step) {
+    before_step(step);
     NT_CUDA_CHECK(cudaGraphLaunch(decode_max_keys(pos + step) == decode_max_keys(pos) ? first : later, stream_));
     NT_CUDA_CHECK(cudaEventRecord(step_done_[size_t(step % kGreedyRing)], stream_));
   };
@@ -846,6 +895,12 @@ int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_s
     while (handed < max_steps) {
       NT_CUDA_CHECK(cudaEventSynchronize(step_done_[size_t(handed % kGreedyRing)]));
       const int32_t pick = picks[(pos + handed) % kGreedyRing];
+      if (pick < 0) {  // the step found its row poisoned or all -inf and did not advance
+        NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        int32_t poisoned;
+        NT_CUDA_CHECK(cudaMemcpy(&poisoned, top_poisoned_, 4, cudaMemcpyDeviceToHost));
+        fail_unsampleable(poisoned, top_k);
+      }
       if (handed + ahead < max_steps) queue(handed + ahead);
       ++handed;
       if (!on_token(pick)) break;
@@ -901,11 +956,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
     const auto* top = static_cast<const Candidate*>(host);
     int32_t poisoned;
     std::memcpy(&poisoned, static_cast<const uint8_t*>(host) + sizeof(TopLogit) * kMaxTopLogits, 4);
-    if (poisoned >= 0) {  // the sampler's error for the same row
-      float value;
-      NT_CUDA_CHECK(cudaMemcpy(&value, logits_ + poisoned, 4, cudaMemcpyDeviceToHost));
-      fail("sampler: the logit of token {} is {}", poisoned, value);
-    }
+    if (poisoned >= 0) fail_unsampleable(poisoned, out.keep);
     out.top->assign(top, top + out.keep);
   } else {
     std::memcpy(out.logits, host, size_t(vocab) * 4);

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_chunks_kernel(const flo
 // Second pass, one block per row: the best of the row's chunk winners, into
 // out or (one row) through `advance`.
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const ArgmaxCandidate* partial, int chunks, int32_t* out,
-                                                                         GreedyAdvance advance) {
+                                                                         StepAdvance advance) {
   cuda::allow_dependents();
   cuda::wait_for_inputs();
   ArgmaxCandidate c{-INFINITY, -1};
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const Ar
 
 unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
-void launch_argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, const GreedyAdvance& advance,
+void launch_argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, const StepAdvance& advance,
                    cudaStream_t stream) {
   if (n <= 0) fail("argmax over an empty row");
   if (n > std::numeric_limits<int32_t>::max()) fail("argmax over {} elements: indices are 32-bit", n);
@@ -218,10 +218,10 @@ uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n) {
 }
 
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream) {
-  launch_argmax(x, n_rows, n, out, scratch, GreedyAdvance{}, stream);
+  launch_argmax(x, n_rows, n, out, scratch, StepAdvance{}, stream);
 }
 
-void argmax_and_advance(const float* logits, int64_t n, void* scratch, const GreedyAdvance& advance, cudaStream_t stream) {
+void argmax_and_advance(const float* logits, int64_t n, void* scratch, const StepAdvance& advance, cudaStream_t stream) {
   if (!advance.token || !advance.pos || !advance.host_picks || advance.ring_size <= 0) {
     fail("argmax_and_advance needs the token, the position and a ring of host picks");
   }

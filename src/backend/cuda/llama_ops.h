@@ -40,16 +40,17 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_
 uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n);
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream);
 
-// Greedy decoding without the host between steps: the pick of one row of
-// logits becomes the next step's input token, the position advances by one,
-// and the pick lands in host_picks[position % ring_size] (pinned host memory,
-// written by the GPU) for the host to read once the step's event completes.
-struct GreedyAdvance {
+// Decoding without the host between steps: a step's pick (the argmax, or a
+// draw from the top on the GPU) becomes the next step's input token, the
+// position advances by one, and the pick lands in host_picks[position %
+// ring_size] (pinned host memory, written by the GPU) for the host to read
+// once the step's event completes.
+struct StepAdvance {
   int32_t* token = nullptr;       // device: the next step's input token
   int32_t* pos = nullptr;         // device: the step's position, incremented
   int32_t* host_picks = nullptr;  // pinned host memory
   int ring_size = 0;
 };
-void argmax_and_advance(const float* logits, int64_t n, void* scratch, const GreedyAdvance& advance, cudaStream_t stream);
+void argmax_and_advance(const float* logits, int64_t n, void* scratch, const StepAdvance& advance, cudaStream_t stream);
 
 }  // namespace nt
