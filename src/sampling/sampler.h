@@ -64,7 +64,8 @@ class Sampler {
   // Whether the chain is top-k, top-p, min-p and a draw at a positive
   // temperature with no penalties: it needs only the row's top_k and the
   // random draws, no history, so a backend can run it where the logits are
-  // (ModelRunner::decode_sampled).
+  // (ModelRunner::decode_sampled; the CUDA one repeats these float64 steps in
+  // the same order, and its exp may differ in the last bit).
   bool runs_without_history() const;
 
   // The uniform draw in [0, 1) the next sample() or sample_top() would take;
