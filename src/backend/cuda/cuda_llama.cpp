@@ -272,6 +272,9 @@ class CudaLlamaRunner final : public ModelRunner {
                        const std::function<void(int64_t)>& before_step, const std::function<bool(int32_t)>& on_token);
   // The graph of a one-token step prepared for max_keys keys, captured on first use.
   cudaGraphExec_t decode_graph(int64_t max_keys, StepGraph kind);
+  // top_logits over the last row with k from the inputs; with copy_out, the
+  // top and its poisoned index into host_out().
+  void select_top(bool copy_out);
   // Writes a chunk's inputs into the pinned staging and copies them in.
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
@@ -799,6 +802,13 @@ void CudaLlamaRunner::fail_unsampleable(int32_t poisoned, int64_t top_k) const {
   fail("sampler: the logit of token {} is {}", poisoned, value);
 }
 
+void CudaLlamaRunner::select_top(bool copy_out) {
+  top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+  if (copy_out) {
+    NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+  }
+}
+
 void CudaLlamaRunner::stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k) {
   int32_t* staged = host_io_.as<int32_t>();
   staged[0] = int32_t(pos);
@@ -819,16 +829,14 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
   try {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, max_keys, false);
+    const StepAdvance advance{tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
     if (kind == StepGraph::Greedy) {
-      argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_,
-                         {tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)}, stream_);
+      argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_, advance, stream_);
     } else if (kind == StepGraph::Top) {
-      top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+      select_top(true);
     } else if (kind == StepGraph::Sampled) {
-      top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
-      sample_top_and_advance(top_, top_k_dev_, top_poisoned_, sample_chain_.as<SampleChain>(),
-                             {tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)}, stream_);
+      select_top(false);
+      sample_top_and_advance(top_, top_k_dev_, top_poisoned_, sample_chain_.as<SampleChain>(), advance, stream_);
     }
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
@@ -940,8 +948,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
       argmax_rows(logits_, 1, vocab, argmax_, argmax_scratch_, stream_);
       NT_CUDA_CHECK(cudaMemcpyAsync(host, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
     } else if (last_chunk && out.top && !top_in_graph) {
-      top_logits(logits_, vocab, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host, top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+      select_top(true);
     } else if (last_chunk && !out.top) {
       NT_CUDA_CHECK(cudaMemcpyAsync(host, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     }

@@ -13,15 +13,16 @@
 
 namespace nt {
 
+constexpr int kSampleUniforms = 8;
+
 // Read by the kernel from pinned host memory while the selection runs, so the
 // host sets them per decoding run and per step without capturing a new graph.
 struct SampleChain {
   float temperature = 0.0f;  // > 0
   float top_p = 1.0f;
   float min_p = 0.0f;
-  double uniforms[8] = {};  // the draw of the step at position p in uniforms[p % 8]
+  double uniforms[kSampleUniforms] = {};  // the draw of the step at position p in uniforms[p % kSampleUniforms]
 };
-constexpr int kSampleUniforms = 8;
 
 // Picks from top[0..*k) (highest first) as Candidates::keep_top_p,
 // keep_min_p and draw do on the host, in float64 with the same order of
