@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/default_model.h"
 #include "storage/io_reader.h"
 #include "storage/size_parse.h"
@@ -57,7 +58,10 @@ LoadedModel load_model(const ModelOptions& o) {
     if (!o.ram_budget.empty()) cuda.ram_budget = parse_size(o.ram_budget, "--ram-budget");
     cuda.io = parse_io_backend(o.io);
     cuda.trace_path = o.trace;
+    ProgressLine progress("loading weights onto the GPU", 1.0);
+    cuda.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
     m.runner = make_cuda_runner(*m.file, o.context > 0 ? o.context : std::min<int64_t>(trained, 4096), cuda);
+    progress.finish();
   }
 #else
   if (device == "cuda") fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");

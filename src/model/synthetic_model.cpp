@@ -3,12 +3,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <thread>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "gguf/gguf_writer.h"
 #include "model/tensor_names.h"
 #include "model/rope.h"
@@ -87,27 +87,6 @@ std::vector<float> llama31_rope_factors(const LlamaConfig& c) {
   return factors;
 }
 
-class Progress {
- public:
-  Progress(std::string label, uint64_t total) : label_(std::move(label)), total_(total), start_(clock::now()) {}
-  void update(uint64_t done, bool final = false) {
-    const auto now = clock::now();
-    if (!final && now - last_ < std::chrono::milliseconds(500)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    fmt::print(stderr, "\r{}: {:.2f} / {:.2f} GB ({:.0f}%, {:.2f} GB/s)", label_, double(done) / 1e9,
-               double(total_) / 1e9, total_ ? 100.0 * double(done) / double(total_) : 100.0,
-               secs > 0 ? double(done) / 1e9 / secs : 0.0);
-    if (final) fmt::print(stderr, "\n");
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  std::string label_;
-  uint64_t total_;
-  clock::time_point start_, last_{};
-};
-
 }  // namespace
 
 void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path,
@@ -173,7 +152,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
     return;
   }
 
-  Progress progress(fmt::format("writing {} {}", preset.name, quant_scheme_info(scheme).name), w.total_bytes());
+  ProgressLine progress(fmt::format("writing {} {}", preset.name, quant_scheme_info(scheme).name));
   std::map<std::tuple<TensorType, int64_t, float>, RowPool> pools;
   std::vector<uint8_t> chunk;
   uint64_t tensor_index = 0;
@@ -210,11 +189,12 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
       }
       w.write_tensor_data(chunk);
       r += n;
-      progress.update(w.bytes_written());
+      progress.update(w.bytes_written(), w.total_bytes());
     }
   }
   w.finish();
-  progress.update(w.bytes_written(), true);
+  progress.update(w.bytes_written(), w.total_bytes());
+  progress.finish();
 }
 
 }  // namespace nt

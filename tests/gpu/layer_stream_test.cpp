@@ -67,11 +67,24 @@ struct Run {
   std::vector<int32_t> tokens;  // greedy
 };
 
-Run run(const GgufFile& file, const CudaRunnerOptions& options, const std::vector<int32_t>& prompt, int64_t vocab,
+Run run(const GgufFile& file, CudaRunnerOptions options, const std::vector<int32_t>& prompt, int64_t vocab,
         const std::string& tiers = {}) {
+  std::vector<std::pair<uint64_t, uint64_t>> progress;
+  options.on_load_progress = [&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); };
   auto runner = make_cuda_runner(file, kContext, options);
   std::printf("  %s\n", runner->description().c_str());
   EXPECT_NE(runner->description().find(tiers), std::string::npos) << "expected " << tiers;
+  // Load progress climbs to one total: the resident upload, then the RAM tier.
+  EXPECT_FALSE(progress.empty());
+  for (size_t i = 0; i < progress.size(); ++i) {
+    EXPECT_EQ(progress[i].second, progress.back().second);
+    if (i) {
+      EXPECT_GE(progress[i].first, progress[i - 1].first);
+    }
+  }
+  if (!progress.empty()) {
+    EXPECT_EQ(progress.back().first, progress.back().second);
+  }
   Run r;
   r.prefill_logits.assign(prompt.size() * size_t(vocab), NAN);
   // A GEMM-sized chunk, then a mat-vec-sized one, each with every row's logits.

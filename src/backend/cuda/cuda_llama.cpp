@@ -31,15 +31,17 @@
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
+#include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
 #include "storage/host_memory.h"
 #include "storage/layer_reads.h"
+#include "storage/page_cache.h"
 
 namespace nt {
 namespace {
 
-constexpr uint64_t kUploadStagingBytes = 64ull << 20;
+constexpr uint64_t kUploadStagingBytes = 64ull << 20;  // the weight upload's landing buffer (and each pinned slot)
 constexpr uint64_t kGemmScratchMaxBytes = 256ull << 20;
 constexpr uint64_t kMemoryMarginBytes = 512ull << 20;  // CUDA context, cuBLAS workspace, fragmentation
 
@@ -203,6 +205,20 @@ CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const st
 OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o) {
   ReaderOptions ro;
   ro.backend = o.io;
+  return open_file_reader(path, ro);
+}
+
+// The reader of the resident weights' upload. An explicit --io is used as
+// given. Otherwise a file mostly in the page cache (written or read recently)
+// is copied out of its mapping by a pool of threads, which runs at memory
+// speed, and a cold one is read with O_DIRECT, which is faster from storage
+// than page faults (docs/PERFORMANCE.md, load times).
+OpenedReader open_upload_reader(const std::string& path, const CudaRunnerOptions& o) {
+  constexpr double kWarm = 0.9;
+  ReaderOptions ro;
+  ro.backend = o.io;
+  if (ro.backend == IoBackend::Auto && page_cache_fraction(path) >= kWarm) ro.backend = IoBackend::Mmap;
+  ro.threads = 8;
   return open_file_reader(path, ro);
 }
 
@@ -523,7 +539,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     streamed[j].read = reads[size_t(l)];
     for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
   }
-  DeviceBuffer staging(kUploadStagingBytes, "the weight upload staging buffer");
+  std::vector<UploadPart> uploads;
   for (const Pending& p : matrices) {
     if (p.streamed >= 0) {
       auto* slot = ring_.as<uint8_t>() + uint64_t(p.streamed % slots) * slot_bytes;
@@ -540,10 +556,22 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, base + p.offset);
     int64_t row = 0;
     for (const WeightRef* part : p.parts) {
-      upload_matrix_rows(*p.target, row, part->rows, part->data, staging.get(), staging.size());
+      uploads.push_back({*p.target, row, part->rows, file.header().data_offset + part->info->offset});
       row += part->rows;
     }
   }
+  // Progress counts the resident weights' upload, then the RAM tier's reads.
+  uint64_t ram_tier_bytes = 0;
+  for (const StreamedLayer& l : streamed) ram_tier_bytes += l.tier == Tier::Ram ? l.read.file_bytes : 0;
+  const uint64_t resident_upload = upload_bytes(uploads), load_total = resident_upload + ram_tier_bytes;
+  auto report_from = [&](uint64_t before) -> std::function<void(uint64_t, uint64_t)> {
+    if (!options_.on_load_progress) return {};
+    return [this, before, load_total](uint64_t done, uint64_t) { options_.on_load_progress(before + done, load_total); };
+  };
+  const OpenedReader load = open_upload_reader(file.path(), options_);
+  UploadOptions upload;
+  upload.slot_bytes = kUploadStagingBytes;
+  upload_weights(*load.reader, uploads, upload, report_from(0));
   if (c.tied_embeddings) output_ = token_embd_;
   k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
@@ -557,6 +585,8 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     so.gpu_slots = options_.ring_slots;
     so.staging_slots = options_.ring_slots;
     so.trace_path = options_.trace_path;
+    so.load_reader = load.reader.get();
+    so.on_load_progress = report_from(resident_upload);
     streamer_ = std::make_unique<LayerStreamer>(std::move(opened.reader), std::move(streamed), so);
   }
 }

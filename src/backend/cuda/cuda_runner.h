@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ struct CudaRunnerOptions {
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
   std::string trace_path;               // Chrome-trace JSON of streaming, written when the runner is destroyed
+  // Called as the weights load: the resident ones onto the GPU, then the RAM
+  // tier's into pinned memory; (file bytes so far, their total).
+  std::function<void(uint64_t, uint64_t)> on_load_progress;
 };
 
 // Where the runner would put each layer, with the sizes it planned from (CUDA

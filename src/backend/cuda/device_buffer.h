@@ -38,10 +38,12 @@ class PinnedBuffer {
   PinnedBuffer() = default;
   PinnedBuffer(size_t bytes, const char* what);
   ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(other.bytes_) {}
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(other.bytes_), mapped_(other.mapped_) {}
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
     std::swap(ptr_, other.ptr_);
     std::swap(bytes_, other.bytes_);
+    std::swap(mapped_, other.mapped_);
     return *this;
   }
   PinnedBuffer(const PinnedBuffer&) = delete;
@@ -52,8 +54,10 @@ class PinnedBuffer {
   size_t size() const { return bytes_; }
 
  private:
+  static constexpr size_t kHugePage = 2u << 20;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  size_t mapped_ = 0;  // bytes of the registered mapping; 0: cudaMallocHost
 };
 
 // Rounds a byte count up to the 256-byte alignment cudaMalloc guarantees, so

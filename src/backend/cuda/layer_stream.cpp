@@ -74,16 +74,48 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   resident_begin_ = make_event(true);
 
   // RAM tier: the file bytes of each layer, read once into pinned memory in
-  // the staging layout (the file layout, aligned for the reader).
-  std::vector<ReadTicket> tickets;
-  for (size_t i = 0; i < n; ++i) {
-    if (layers_[i].tier != Tier::Ram) continue;
-    pinned_[i] = PinnedBuffer(layers_[i].read.staging_bytes, "a pinned RAM-tier layer");
-    for (const LayerRead::Run& run : layers_[i].read.runs) {
-      tickets.push_back(reader_->read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset, {}}));
-    }
+  // the staging layout (the file layout, aligned for the storage reader). A
+  // load reader of finer alignment lands each run where that layout puts it.
+  FileReader& load = options_.load_reader ? *options_.load_reader : *reader_;
+  const uint64_t align = reader_->alignment(), load_align = load.alignment();
+  if (align % load_align != 0) {
+    fail("{}: the load reader's alignment {} does not divide the storage reader's {}", reader_->path(), load_align, align);
   }
-  for (const ReadTicket& t : tickets) reader_->wait(t);
+  std::vector<std::pair<size_t, std::vector<ReadTicket>>> loads;  // per RAM-tier layer
+  uint64_t ram_bytes = 0, loaded = 0;
+  for (size_t i = 0; i < n; ++i) ram_bytes += layers_[i].tier == Tier::Ram ? layers_[i].read.file_bytes : 0;
+  size_t waited = 0;  // tickets, in order
+  try {
+    for (size_t i = 0; i < n; ++i) {  // pinning layer i + 1 overlaps the reads of layer i
+      if (layers_[i].tier != Tier::Ram) continue;
+      pinned_[i] = PinnedBuffer(layers_[i].read.staging_bytes, "a pinned RAM-tier layer");
+      loads.emplace_back(i, std::vector<ReadTicket>{});
+      for (const LayerRead::Run& run : layers_[i].read.runs) {
+        const uint64_t shift = run.file.offset % align - run.file.offset % load_align;
+        loads.back().second.push_back(load.read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset + shift, {}}));
+      }
+    }
+    for (const auto& [i, tickets] : loads) {
+      for (const ReadTicket& t : tickets) {
+        ++waited;
+        load.wait(t);
+      }
+      loaded += layers_[i].read.file_bytes;
+      if (options_.on_load_progress) options_.on_load_progress(loaded, ram_bytes);
+    }
+  } catch (...) {  // no read may still be writing into pinned memory this unwinding frees
+    size_t k = 0;
+    for (const auto& layer : loads) {
+      for (const ReadTicket& t : layer.second) {
+        if (k++ < waited) continue;
+        try {
+          load.wait(t);
+        } catch (const Error&) {  // the first failure is the one reported
+        }
+      }
+    }
+    throw;
+  }
 
   // Storage tier: a ring of pinned staging slots, the first reads in flight.
   if (!disk_layers_.empty()) {

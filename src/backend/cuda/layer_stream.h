@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,11 @@ struct LayerStreamOptions {
   int gpu_slots = 2;
   int staging_slots = 2;
   std::string trace_path;  // Chrome-trace JSON written when the streamer is destroyed; empty: none
+  // Reads the RAM-tier layers at load instead of the storage reader (which
+  // may bypass a page cache that already holds the file); its alignment must
+  // divide the storage reader's. Used only by the constructor.
+  FileReader* load_reader = nullptr;
+  std::function<void(uint64_t done, uint64_t total)> on_load_progress;  // file bytes of RAM-tier layers read
 };
 
 // Totals since load, for the benchmarks.
