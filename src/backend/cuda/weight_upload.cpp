@@ -66,11 +66,11 @@ class UploadRing {
       slots_.emplace_back(o.slot_bytes, "a pinned weight upload slot");
       regions.push_back({slots_.back().as<void>(), o.slot_bytes});
     }
-    reader_.register_memory(regions);
     landing_ = DeviceBuffer(o.slot_bytes, "the weight upload landing buffer");
     NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     copied_.resize(slots_.size());
     for (cudaEvent_t& e : copied_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    reader_.register_memory(regions);  // last: nothing after it may throw and leave the reader holding freed slots
   }
   ~UploadRing() {
     for (std::vector<ReadTicket>& batch : tickets_) {
