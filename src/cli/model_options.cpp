@@ -23,7 +23,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
   cmd.add_option("--vram-budget", o.vram_budget, "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM)");
   cmd.add_option("--ram-budget", o.ram_budget, "CUDA: host RAM to pin for streamed layers, e.g. 48GiB (default: from MemAvailable)");
-  cmd.add_option("--io", o.io, "CUDA: file reader of the load and of streamed layers: auto (mmap when the page cache holds the file, else uring), uring, cufile or mmap")
+  cmd.add_option("--io", o.io, "CUDA: file reader for loading and streaming layers: auto, uring, cufile or mmap (auto loads a file the page cache holds through mmap, and otherwise reads with uring)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
   cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
