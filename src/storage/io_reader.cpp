@@ -85,4 +85,13 @@ OpenedReader open_file_reader(const std::string& path, const ReaderOptions& opti
   fail("{}: no reader can open this file ({}; mmap: {})", path, notes, why);
 }
 
+void wait_ignoring_errors(FileReader& reader, std::span<const ReadTicket> tickets) {
+  for (const ReadTicket& t : tickets) {
+    try {
+      reader.wait(t);
+    } catch (const Error&) {
+    }
+  }
+}
+
 }  // namespace nt

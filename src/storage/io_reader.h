@@ -135,4 +135,9 @@ struct OpenedReader {
 // backend that cannot be used throws nt::Error saying why.
 OpenedReader open_file_reader(const std::string& path, const ReaderOptions& options = {});
 
+// Waits for each ticket and ignores read errors: for unwinding after a
+// failure (the error already reported) while reads may still be writing into
+// memory that is about to be freed.
+void wait_ignoring_errors(FileReader& reader, std::span<const ReadTicket> tickets);
+
 }  // namespace nt

@@ -81,7 +81,8 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   if (align % load_align != 0) {
     fail("{}: the load reader's alignment {} does not divide the storage reader's {}", reader_->path(), load_align, align);
   }
-  std::vector<std::pair<size_t, std::vector<ReadTicket>>> loads;  // per RAM-tier layer
+  std::vector<ReadTicket> tickets;
+  std::vector<std::pair<size_t, size_t>> layer_ends;  // (RAM-tier layer, end of its tickets)
   uint64_t ram_bytes = 0, loaded = 0;
   for (size_t i = 0; i < n; ++i) ram_bytes += layers_[i].tier == Tier::Ram ? layers_[i].read.file_bytes : 0;
   size_t waited = 0;  // tickets, in order
@@ -89,31 +90,19 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
     for (size_t i = 0; i < n; ++i) {  // pinning layer i + 1 overlaps the reads of layer i
       if (layers_[i].tier != Tier::Ram) continue;
       pinned_[i] = PinnedBuffer(layers_[i].read.staging_bytes, "a pinned RAM-tier layer");
-      loads.emplace_back(i, std::vector<ReadTicket>{});
       for (const LayerRead::Run& run : layers_[i].read.runs) {
         const uint64_t shift = run.file.offset % align - run.file.offset % load_align;
-        loads.back().second.push_back(load.read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset + shift, {}}));
+        tickets.push_back(load.read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset + shift, {}}));
       }
+      layer_ends.emplace_back(i, tickets.size());
     }
-    for (const auto& [i, tickets] : loads) {
-      for (const ReadTicket& t : tickets) {
-        ++waited;
-        load.wait(t);
-      }
+    for (const auto& [i, end] : layer_ends) {
+      while (waited < end) load.wait(tickets[waited++]);
       loaded += layers_[i].read.file_bytes;
       if (options_.on_load_progress) options_.on_load_progress(loaded, ram_bytes);
     }
   } catch (...) {  // no read may still be writing into pinned memory this unwinding frees
-    size_t k = 0;
-    for (const auto& layer : loads) {
-      for (const ReadTicket& t : layer.second) {
-        if (k++ < waited) continue;
-        try {
-          load.wait(t);
-        } catch (const Error&) {  // the first failure is the one reported
-        }
-      }
-    }
+    wait_ignoring_errors(load, std::span(tickets).subspan(waited));
     throw;
   }
 
@@ -138,14 +127,7 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
 }
 
 LayerStreamer::~LayerStreamer() {
-  for (const PendingRead& r : reads_) {
-    for (const ReadTicket& t : r.tickets) {
-      try {
-        reader_->wait(t);
-      } catch (const Error&) {  // the runner is going away; nothing reads this slot any more
-      }
-    }
-  }
+  for (const PendingRead& r : reads_) wait_ignoring_errors(*reader_, r.tickets);  // nothing reads these slots any more
   if (copy_) cudaStreamSynchronize(copy_);
   if (relay_) cudaStreamSynchronize(relay_);
   if (!options_.trace_path.empty()) {

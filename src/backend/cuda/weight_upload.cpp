@@ -25,8 +25,6 @@ struct Batch {
   uint64_t staging_bytes = 0, file_bytes = 0;
 };
 
-uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
-
 std::vector<Batch> pack(const FileReader& reader, std::span<const UploadPart> parts, uint64_t slot_bytes,
                         std::vector<Piece>& pieces) {
   const uint64_t align = reader.alignment();
@@ -42,7 +40,7 @@ std::vector<Batch> pack(const FileReader& reader, std::span<const UploadPart> pa
     for (int64_t r = 0; r < part.rows; r += per_piece) {
       const int64_t n = std::min(per_piece, part.rows - r);
       const FileRange range{part.file_offset + uint64_t(r) * row, uint64_t(n) * row};
-      const uint64_t staged = round_up(reader.staging_bytes(range), align);
+      const uint64_t staged = reader.staging_bytes(range);  // whole aligned blocks, so the next piece stays aligned
       if (batches.back().staging_bytes + staged > slot_bytes) batches.push_back({pieces.size(), pieces.size(), 0, 0});
       Batch& b = batches.back();
       pieces.push_back({&part, part.first_row + r, n, range, b.staging_bytes});
@@ -73,14 +71,7 @@ class UploadRing {
     reader_.register_memory(regions);  // last: nothing after it may throw and leave the reader holding freed slots
   }
   ~UploadRing() {
-    for (std::vector<ReadTicket>& batch : tickets_) {
-      for (const ReadTicket& t : batch) {
-        try {
-          reader_.wait(t);
-        } catch (const Error&) {  // the upload already failed; the first error is the one reported
-        }
-      }
-    }
+    for (const std::vector<ReadTicket>& batch : tickets_) wait_ignoring_errors(reader_, batch);
     reader_.register_memory({});
     if (stream_) cudaStreamSynchronize(stream_);
     for (cudaEvent_t e : copied_) cudaEventDestroy(e);
@@ -102,13 +93,12 @@ class UploadRing {
   // Waits for batch b's reads, then queues its copy and its pieces' re-lays.
   void copy(size_t b, const Batch& batch, std::span<const Piece> pieces) {
     const size_t s = b % slots_.size();
-    std::vector<ReadTicket> tickets = std::move(tickets_[b]);
-    tickets_[b].clear();
+    std::vector<ReadTicket>& tickets = tickets_[b];
     for (size_t i = 0; i < tickets.size(); ++i) {
       try {
         reader_.wait(tickets[i]);
       } catch (...) {
-        tickets_[b].assign(tickets.begin() + long(i) + 1, tickets.end());  // still to be waited for
+        tickets.erase(tickets.begin(), tickets.begin() + long(i) + 1);  // the rest, for the destructor
         throw;
       }
     }
@@ -120,6 +110,7 @@ class UploadRing {
       const uint64_t data = p.staging_offset + tickets[i - batch.begin].data_offset;
       relay_matrix_rows_async(p.part->target, p.first_row, p.rows, landed + data, stream_);
     }
+    tickets.clear();
   }
 
   void finish() { NT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
