@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -18,20 +19,82 @@ int32_t argmax_first(std::span<const float> row) {
   return int32_t(index);
 }
 
+void ModelRunner::init_pages(KvPages pages) {
+  pages_.emplace(std::move(pages));
+  pages_->allocate();  // the default sequence, id 0
+}
+
+void ModelRunner::seq_free(SeqId seq) {
+  if (seq == 0) fail("sequence 0 is the default sequence and stays allocated (truncate it instead)");
+  pages_->free(seq);
+}
+
+void ModelRunner::seq_copy_prefix(SeqId src, SeqId dst, int64_t n) {
+  const std::vector<PageCopy> copies = pages_->copy_prefix(src, dst, n);
+  if (!copies.empty()) copy_pages(copies);
+}
+
+void ModelRunner::forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule) {
+  const std::vector<SequenceRun> runs = sequence_runs(batch);
+  const std::vector<int32_t> layers = scheduled_layers(schedule, config().n_layers);
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    const int32_t t = batch.entries[i].token;
+    if (t < 0 || t >= config().vocab_size) {
+      fail("batch entry {}: token id {} is outside the vocabulary of {} tokens", i, t, config().vocab_size);
+    }
+  }
+  out.prepare(batch, config().vocab_size);
+  // Make room for every run before anything runs; on an error the runs
+  // written so far end where the batch started them.
+  std::vector<PageCopy> copies;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    try {
+      const auto c = pages_->write(runs[r].seq, runs[r].pos, runs[r].pos + runs[r].count);
+      copies.insert(copies.end(), c.begin(), c.end());
+    } catch (...) {
+      for (size_t back = 0; back < r; ++back) pages_->truncate(runs[back].seq, runs[back].pos);
+      throw;
+    }
+  }
+  if (!copies.empty()) copy_pages(copies);
+  if (!batch.empty()) forward_pages(batch, runs, layers, out);
+}
+
+void ModelRunner::claim_default(int64_t pos, int64_t count) {
+  if (pos < 0 || count < 0 || pos + count > context_size()) {
+    fail("context overflow: positions {}..{} do not fit the context of {} tokens (raise -c, up to the model's {})", pos,
+         pos + count - 1, context_size(), config().context_length);
+  }
+  const auto copies = pages_->write(0, std::min(pos, pages_->length(0)), pos + count);
+  if (!copies.empty()) copy_pages(copies);
+}
+
+void ModelRunner::forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
+  claim_default(pos, int64_t(tokens.size()));
+  one_batch_.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const bool last = i + 1 == tokens.size();
+    one_batch_.add(tokens[i], pos + int64_t(i), 0, all_logits || (last && logits) ? Output::Logits : Output::None);
+  }
+  forward(one_batch_, one_out_);
+  if (logits) std::copy(one_out_.logits.begin(), one_out_.logits.end(), logits);
+}
+
 int32_t ModelRunner::forward_greedy(std::span<const int32_t> tokens, int64_t pos) {
-  row_.resize(size_t(config().vocab_size));
-  forward(tokens, pos, row_.data(), false);
-  return argmax_first(row_);
+  claim_default(pos, int64_t(tokens.size()));
+  one_batch_.clear();
+  one_batch_.add_run(tokens, pos, 0, Output::Argmax);
+  forward(one_batch_, one_out_);
+  return one_out_.argmax.at(0);
 }
 
 void ModelRunner::forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) {
-  if (keep <= 0 || keep >= config().vocab_size) {
-    fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config().vocab_size);
-  }
-  row_.resize(size_t(config().vocab_size));
-  forward(tokens, pos, row_.data(), false);
-  row_top_.assign(row_, keep);
-  top.assign(row_top_.view().begin(), row_top_.view().end());
+  claim_default(pos, int64_t(tokens.size()));
+  one_batch_.clear();
+  one_batch_.add_run(tokens, pos, 0, Output::Top);
+  one_batch_.top_k = keep;
+  forward(one_batch_, one_out_);
+  top = std::move(one_out_.top.at(0));
 }
 
 int64_t ModelRunner::decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,

@@ -1,15 +1,25 @@
-// What the engine needs from a backend: a Llama forward pass over a KV cache.
-// The CPU and CUDA backends implement it; generation, chat, perplexity and
-// benchmarks are written once against it.
+// What the engine needs from a backend: Llama forward passes over a paged KV
+// pool shared by many sequences. A pass takes a Batch (runtime/batch.h) of
+// {token, position, sequence, output} entries and a LayerSchedule; sequence
+// memory (allocate, free, truncate, copy a prefix) is kept here, over the
+// backend's pool. The single-sequence methods work on the default sequence
+// (id 0, always allocated): they are the paths a backend makes fastest for
+// one conversation (graph-captured decode, run-ahead, on-device sampling).
+// The CPU and CUDA backends implement it; generation, batching, chat,
+// perplexity and benchmarks are written once against it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "model/llama_config.h"
+#include "runtime/batch.h"
+#include "runtime/kv_pages.h"
+#include "runtime/layer_schedule.h"
 #include "sampling/candidates.h"
 #include "sampling/sampler.h"
 
@@ -20,8 +30,8 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
 
   virtual const LlamaConfig& config() const = 0;
-  // Tokens the KV cache holds at most.
-  virtual int64_t context_size() const = 0;
+  // Positions one sequence holds at most.
+  int64_t context_size() const { return pages_->max_length(); }
   // Backend and placement, for logs: "cpu (2 threads, avx2)".
   virtual std::string description() const = 0;
   // Bytes of weights read per decoded token (for GB/s reports).
@@ -30,16 +40,33 @@ class ModelRunner {
   // step reads this much per visible key on top of the weights.
   virtual uint64_t kv_bytes_per_position() const = 0;
 
+  // --- Many sequences ---
+  // Runs one pass of the batch over the scheduled layers and hands back what
+  // each entry asked for. Each sequence's run continues it (from at most its
+  // length; later positions are overwritten) and must fit the context and
+  // the pool (nt::Error naming the sequence otherwise; the batch's sequences
+  // then end at their first entry's position). Token ids are checked.
+  void forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule = LayerSchedule::all());
+
+  SeqId seq_alloc() { return pages_->allocate(); }
+  void seq_free(SeqId seq);  // not the default sequence
+  void seq_truncate(SeqId seq, int64_t length) { pages_->truncate(seq, length); }
+  // dst (emptied first) holds the first n positions of src: a shared system prompt.
+  void seq_copy_prefix(SeqId src, SeqId dst, int64_t n);
+  int64_t seq_length(SeqId seq) const { return pages_->length(seq); }
+  const KvPages& kv_pages() const { return *pages_; }
+
+  // --- The default sequence ---
   // Runs `tokens` at positions pos, pos+1, ... (overwriting any cached
   // positions from `pos` on). Writes vocab_size logits per token into `logits`
   // when all_logits, else only the last token's. Throws nt::Error when
-  // pos + tokens.size() exceeds context_size().
-  virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) = 0;
+  // pos + tokens.size() exceeds context_size(). This default runs a batch.
+  virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits);
 
   // Runs `tokens` like forward() and returns the token with the highest logit
   // after the last one (argmax_first of its logits):
   // greedy decoding. A backend may pick it where the logits are instead of
-  // copying them out; this default runs forward() and scans the row.
+  // copying them out; this default runs a batch that asks for the argmax.
   virtual int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
 
   // Greedy decoding: runs `token` at `pos`, hands its pick to on_token, runs
@@ -55,7 +82,7 @@ class ModelRunner {
   // vocab_size) highest logits after the last one, highest first, equal
   // logits lowest id first: what Candidates::assign(row, keep) keeps, with its
   // errors for a NaN or +inf logit. For sampling (Sampler::sample_top): a
-  // backend may select them where the logits are; this default runs forward().
+  // backend may select them where the logits are; this default runs a batch.
   virtual void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
 
   // Sampled decoding for a chain that runs without history
@@ -67,9 +94,25 @@ class ModelRunner {
   virtual int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
                                  const std::function<bool(int32_t)>& on_token);
 
+ protected:
+  // The backend's constructor hands over the books of its pool; the default
+  // sequence is allocated here.
+  void init_pages(KvPages pages);
+  // One pass over a checked batch whose sequences' pages are in place.
+  virtual void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
+                             BatchOutputs& out) = 0;
+  // Copies every layer's K and V of each `from` page to its `to` page.
+  virtual void copy_pages(std::span<const PageCopy> copies) = 0;
+  // Records that a single-sequence method writes positions [pos, pos + count)
+  // of the default sequence (nt::Error on a context overflow, nothing written).
+  void claim_default(int64_t pos, int64_t count);
+  // After a run-ahead: the default sequence holds `length` positions.
+  void settle_default(int64_t length) { pages_->truncate(0, length); }
+
  private:
-  std::vector<float> row_;  // the default forward_greedy's and forward_top's logits
-  Candidates row_top_;
+  std::optional<KvPages> pages_;
+  Batch one_batch_;  // the single-sequence defaults' batch and outputs
+  BatchOutputs one_out_;
   std::vector<Candidate> step_top_;  // the default decode_sampled's
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <complex>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
 #include "core/half.h"
+#include "runtime/kv_pages.h"
 
 namespace nt::cpu {
 namespace {
@@ -120,13 +122,15 @@ Cache make_cache(TensorType type, int64_t n_pos, int kv_heads, int hd, bool head
   return c;
 }
 
-double cache_at(const Cache& c, int64_t pos, int head, int i) {
-  return c.values[pos * c.view.pos_stride + head * c.view.head_stride + i];
+double cache_at(const Cache& c, int64_t row, int head, int i) {
+  return c.values[row * c.view.pos_stride + head * c.view.head_stride + i];
 }
 
-// Naive float64 attention of query row q (position `pos`, sees [0, pos]).
+// Naive float64 attention of query row q (position `pos`, sees [0, pos]);
+// position j of the sequence is cache row row_of(j).
 std::vector<double> naive_attention(const float* q, const Cache& k, const Cache& v, int64_t pos,
-                                    const AttentionShape& s) {
+                                    const AttentionShape& s,
+                                    const std::function<int64_t(int64_t)>& row_of = [](int64_t j) { return j; }) {
   std::vector<double> out(s.n_heads * s.head_dim, 0.0);
   const int group = s.n_heads / s.n_kv_heads;
   for (int h = 0; h < s.n_heads; ++h) {
@@ -134,13 +138,13 @@ std::vector<double> naive_attention(const float* q, const Cache& k, const Cache&
     double max = -INFINITY, sum = 0;
     for (int64_t j = 0; j <= pos; ++j) {
       double d = 0;
-      for (int i = 0; i < s.head_dim; ++i) d += double(q[h * s.head_dim + i]) * cache_at(k, j, h / group, i);
+      for (int i = 0; i < s.head_dim; ++i) d += double(q[h * s.head_dim + i]) * cache_at(k, row_of(j), h / group, i);
       scores[j] = d * s.scale;
       max = std::max(max, scores[j]);
     }
     for (auto& x : scores) sum += (x = std::exp(x - max));
     for (int64_t j = 0; j <= pos; ++j) {
-      for (int i = 0; i < s.head_dim; ++i) out[h * s.head_dim + i] += scores[j] / sum * cache_at(v, j, h / group, i);
+      for (int i = 0; i < s.head_dim; ++i) out[h * s.head_dim + i] += scores[j] / sum * cache_at(v, row_of(j), h / group, i);
     }
   }
   return out;
@@ -172,6 +176,56 @@ TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {
       attention(q.data() + (n_tokens - 1) * width, kc.view, vc.view, n_past + n_tokens, shape, one.data(), pool, k());
       const auto ref = naive_attention(q.data() + (n_tokens - 1) * width, kc, vc, n_past + n_tokens - 1, shape);
       for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(one[i], ref[i], 2e-5) << "i " << i;
+    }
+  }
+}
+
+// Several sequences in one pass over a paged pool: ragged lengths, a run that
+// ends on a full page, one that starts a page, a prefill chunk beside decode
+// queries, and a sequence freed and its pages reused by another.
+TEST_P(CpuOpsTest, PagedAttentionOverSequencesMatchesNaiveFloat64) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ThreadPool pool(2);
+  const AttentionShape shape{8, 2, 64, 0.125f};
+  constexpr int64_t kPage = 8;
+  KvPages pages(12, kPage, 64);
+  const SeqId a = pages.allocate(), gone = pages.allocate(), b = pages.allocate();
+  pages.write(gone, 0, 30);
+  pages.write(a, 0, 5);
+  pages.write(b, 0, 3);
+  pages.free(gone);  // its pages go to the next writes
+  const SeqId c = pages.allocate();
+  pages.write(a, 5, 16);  // ends on a full page
+  pages.write(b, 3, 8);   // a prefill chunk of 3 at positions 5..7, ending its first page
+  pages.write(c, 0, 17);  // its last query starts a page
+  const int64_t rows = pages.page_count() * kPage;
+  for (TensorType type : {TensorType::F16, TensorType::F32}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const Cache kc = make_cache(type, rows, shape.n_kv_heads, shape.head_dim, false, rng_);
+    const Cache vc = make_cache(type, rows, shape.n_kv_heads, shape.head_dim, false, rng_);
+    const int64_t width = shape.n_heads * shape.head_dim;
+    struct Query {
+      SeqId seq;
+      int64_t first_pos;
+      int n;
+    };
+    const std::vector<Query> queries{{a, 15, 1}, {b, 5, 3}, {c, 16, 1}};
+    const auto q = normal(width * 5, 1.5f);
+    std::vector<float> out(width * 5);
+    std::vector<AttentionRun> runs;
+    int64_t row = 0;
+    for (const Query& x : queries) {
+      runs.push_back({&q[row * width], &out[row * width], x.first_pos, x.n, pages.pages(x.seq).data(), kPage});
+      row += x.n;
+    }
+    attention_runs(runs, kc.view, vc.view, shape, pool, k());
+    row = 0;
+    for (const Query& x : queries) {
+      for (int t = 0; t < x.n; ++t, ++row) {
+        const auto ref = naive_attention(&q[row * width], kc, vc, x.first_pos + t, shape,
+                                         [&](int64_t j) { return pages.slot(x.seq, j); });
+        for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(out[row * width + i], ref[i], 2e-5) << "seq " << x.seq << " t " << t;
+      }
     }
   }
 }

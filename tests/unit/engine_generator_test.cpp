@@ -28,25 +28,44 @@ class ScriptedRunner final : public ModelRunner {
     int64_t pos;
   };
 
-  ScriptedRunner(std::vector<int32_t> script, int64_t context) : script_(std::move(script)), context_(context) {
+  ScriptedRunner(std::vector<int32_t> script, int64_t context) : script_(std::move(script)) {
     config_.vocab_size = kVocab;
     config_.context_length = context;
+    init_pages(KvPages(1, context, context));
   }
 
   const LlamaConfig& config() const override { return config_; }
-  int64_t context_size() const override { return context_; }
   std::string description() const override { return "scripted"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   uint64_t kv_bytes_per_position() const override { return 0; }
 
-  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    ASSERT_FALSE(all_logits);
-    ASSERT_LE(pos + int64_t(tokens.size()), context_);
-    calls.push_back({{tokens.begin(), tokens.end()}, pos});
-    const size_t last = size_t(pos) + tokens.size() - 1;
-    std::fill(logits, logits + kVocab, 0.0f);
-    logits[last < script_.size() ? script_[last] : kFallback] = 5.0f;
+  // Each sequence run is one call; an entry's logits put 5 on its scripted token.
+  void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t>,
+                     BatchOutputs& out) override {
+    for (const SequenceRun& run : runs) {
+      Call call{{}, run.pos};
+      for (int64_t i = 0; i < run.count; ++i) call.tokens.push_back(batch.entries[size_t(run.first + i)].token);
+      calls.push_back(std::move(call));
+    }
+    std::vector<float> row(kVocab);
+    // Generation asks for the last token's output only.
+    for (size_t i = 0; i + 1 < batch.size(); ++i) ASSERT_EQ(batch.entries[i].output, Output::None);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const BatchEntry& e = batch.entries[i];
+      if (e.output == Output::None) continue;
+      std::fill(row.begin(), row.end(), 0.0f);
+      row[size_t(e.pos) < script_.size() ? script_[size_t(e.pos)] : kFallback] = 5.0f;
+      const size_t slot = size_t(out.index[i]);
+      if (e.output == Output::Logits) std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab));
+      if (e.output == Output::Argmax) out.argmax[slot] = argmax_first(row);
+      if (e.output == Output::Top) {
+        Candidates top;
+        top.assign(row, batch.top_k);
+        out.top[slot].assign(top.view().begin(), top.view().end());
+      }
+    }
   }
+  void copy_pages(std::span<const PageCopy>) override {}
 
   int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
     ++greedy_calls;
@@ -81,7 +100,6 @@ class ScriptedRunner final : public ModelRunner {
 
  private:
   std::vector<int32_t> script_;
-  int64_t context_;
   LlamaConfig config_;
 };
 

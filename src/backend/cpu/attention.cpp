@@ -33,21 +33,31 @@ void axpy_row(const Kernels& kn, float a, const KvView& c, int64_t offset, float
   }
 }
 
-// One head of one query over positions [0, n_ctx).
-void attend_head(const float* q, const KvView& k, const KvView& v, int64_t n_ctx, int kv_head,
+int64_t cache_row(const AttentionRun& run, int64_t pos) {
+  if (!run.pages) return pos;
+  return int64_t(run.pages[pos / run.page_size]) * run.page_size + pos % run.page_size;
+}
+
+// One head of one query over the run's positions [0, n_ctx).
+void attend_head(const float* q, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx, int kv_head,
                  const AttentionShape& s, float* out, const Kernels& kn) {
   static thread_local std::vector<float> scores;
-  if (scores.size() < size_t(n_ctx)) scores.resize(n_ctx);
+  static thread_local std::vector<int64_t> rows;
+  if (scores.size() < size_t(n_ctx)) {
+    scores.resize(n_ctx);
+    rows.resize(n_ctx);
+  }
   const int hd = s.head_dim;
   float max = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
-    scores[j] = s.scale * dot_row(kn, k, j * k.pos_stride + kv_head * k.head_stride, q, hd);
+    rows[j] = cache_row(run, j);
+    scores[j] = s.scale * dot_row(kn, k, rows[j] * k.pos_stride + kv_head * k.head_stride, q, hd);
     max = std::max(max, scores[j]);
   }
   const float inv_sum = 1.0f / kn.exp_sum(scores.data(), n_ctx, max);
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
-    axpy_row(kn, scores[j] * inv_sum, v, j * v.pos_stride + kv_head * v.head_stride, out, hd);
+    axpy_row(kn, scores[j] * inv_sum, v, rows[j] * v.pos_stride + kv_head * v.head_stride, out, hd);
   }
 }
 
@@ -60,17 +70,30 @@ void attention(const float* q, const KvView& k, const KvView& v, int64_t n_ctx, 
 
 void attention_prefill(const float* q, const KvView& k, const KvView& v, int64_t n_past, int n_tokens,
                        const AttentionShape& s, float* out, ThreadPool& pool, const Kernels& kn) {
+  const AttentionRun run{q, out, n_past, n_tokens, nullptr, 0};
+  attention_runs({&run, 1}, k, v, s, pool, kn);
+}
+
+void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const KvView& v, const AttentionShape& s,
+                    ThreadPool& pool, const Kernels& kn) {
   check(k, v, s);
   const int group = s.n_heads / s.n_kv_heads;
   const int64_t width = int64_t(s.n_heads) * s.head_dim;
-  const int64_t tasks = int64_t(n_tokens) * s.n_heads;
+  // Tasks are (run, token, head) in order; task_start[r] is run r's first.
+  std::vector<int64_t> task_start(runs.size() + 1, 0);
+  for (size_t r = 0; r < runs.size(); ++r) task_start[r + 1] = task_start[r] + int64_t(runs[r].n_tokens) * s.n_heads;
+  const int64_t tasks = task_start.back();
   // Strided so that every thread gets early (short) and late (long) queries.
   pool.run([&](int thread, int n_threads) {
+    size_t r = 0;
     for (int64_t i = thread; i < tasks; i += n_threads) {
-      const int64_t t = i / s.n_heads;
-      const int h = int(i % s.n_heads);
+      while (i >= task_start[r + 1]) ++r;
+      const AttentionRun& run = runs[r];
+      const int64_t local = i - task_start[r];
+      const int64_t t = local / s.n_heads;
+      const int h = int(local % s.n_heads);
       const int64_t offset = t * width + int64_t(h) * s.head_dim;
-      attend_head(q + offset, k, v, n_past + t + 1, h / group, s, out + offset, kn);
+      attend_head(run.q + offset, k, v, run, run.first_pos + t + 1, h / group, s, run.out + offset, kn);
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
@@ -25,6 +26,24 @@ struct AttentionShape {
   int head_dim = 0;
   float scale = 0;  // usually 1 / sqrt(head_dim)
 };
+
+// Queries of one sequence: n_tokens rows (row t at position first_pos + t,
+// n_heads * head_dim values each, at q + t * n_heads * head_dim; output
+// alike), causally masked: row t sees the sequence's positions
+// [0, first_pos + t]. A position p of the sequence is cache row
+// pages[p / page_size] * page_size + p % page_size; no pages: row p.
+struct AttentionRun {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t first_pos = 0;
+  int n_tokens = 0;
+  const int32_t* pages = nullptr;
+  int64_t page_size = 0;
+};
+
+// Every run's queries in one parallel pass (decode of many sequences at once).
+void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const KvView& v, const AttentionShape& shape,
+                    ThreadPool& pool, const Kernels& kernels = cpu::kernels());
 
 // One query (n_heads * head_dim values) against cache positions [0, n_ctx):
 // out[h] = sum_j softmax_j(scale * q[h] . k[j]) v[j]. The cache must already

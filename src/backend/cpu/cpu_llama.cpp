@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/attention.h"
@@ -29,14 +30,17 @@ class CpuLlamaRunner final : public ModelRunner {
         config_(read_llama_config(file_->header(), file_->path())),
         weights_(load_llama_weights(*file_, config_)),
         pool_(opt.threads),
-        context_(opt.context > 0 ? opt.context : std::min<int64_t>(config_.context_length, 4096)),
         max_batch_(std::max<int64_t>(1, opt.max_batch)),
         kv_type_(opt.kv_f32 ? TensorType::F32 : TensorType::F16) {
     const auto& c = config_;
+    const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
+    const int64_t pool = std::max(context, opt.kv_size);
+    init_pages(KvPages((pool + kPageSize - 1) / kPageSize, kPageSize, context));
+    pool_rows_ = kv_pages().page_count() * kPageSize;
     inv_freqs_ = rope_inv_freqs(c, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr);
     // Dimensions past rope_dim are not rotated: a zero frequency is the identity.
     inv_freqs_.resize(size_t(c.head_dim / 2), 0.0f);
-    const size_t kv_elems = size_t(c.n_layers) * size_t(context_) * size_t(c.kv_dim());
+    const size_t kv_elems = size_t(c.n_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
     const size_t elem_bytes = kv_type_ == TensorType::F16 ? 2 : 4;
     k_cache_.resize(kv_elems * elem_bytes);
     v_cache_.resize(kv_elems * elem_bytes);
@@ -49,14 +53,14 @@ class CpuLlamaRunner final : public ModelRunner {
     att_.resize(n * c.q_dim());
     gate_.resize(n * c.ffn_dim);
     up_.resize(n * c.ffn_dim);
+    head_rows_.resize(n);
   }
 
   const LlamaConfig& config() const override { return config_; }
-  int64_t context_size() const override { return context_; }
 
   std::string description() const override {
     return fmt::format("cpu ({} threads, {}, {} KV cache, context {})", pool_.size(), cpu::isa_name(cpu::kernels().isa),
-                       tensor_type_name(kv_type_), context_);
+                       tensor_type_name(kv_type_), context_size());
   }
 
   uint64_t weight_bytes_per_token() const override {
@@ -65,34 +69,52 @@ class CpuLlamaRunner final : public ModelRunner {
     return bytes;
   }
 
-  uint64_t kv_bytes_per_position() const override { return (k_cache_.size() + v_cache_.size()) / uint64_t(context_); }
+  uint64_t kv_bytes_per_position() const override { return (k_cache_.size() + v_cache_.size()) / uint64_t(pool_rows_); }
 
-  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    if (pos < 0 || pos + int64_t(tokens.size()) > context_) {
-      fail("context overflow: {} tokens at position {} exceed the context of {} tokens (raise -c, up to the model's {})",
-           tokens.size(), pos, context_, config_.context_length);
+  void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
+                     BatchOutputs& out) override {
+    // Chunks of up to max_batch entries; a sequence's run may span chunks,
+    // whose later part then attends to what the earlier part cached.
+    const int64_t total = int64_t(batch.size());
+    size_t r = 0;
+    for (int64_t at = 0; at < total; at += max_batch_) {
+      const int64_t n = std::min(total - at, max_batch_);
+      chunk_runs_.clear();
+      for (; r < runs.size() && runs[r].first < at + n; ++r) {
+        const int64_t first = std::max(runs[r].first, at);
+        const int64_t end = std::min(runs[r].first + runs[r].count, at + n);
+        chunk_runs_.push_back({runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first)});
+        if (runs[r].first + runs[r].count > at + n) break;  // continues in the next chunk
+      }
+      forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers);
+      hand_out(batch, at, n, out);
     }
-    for (const auto t : tokens) {
-      if (t < 0 || t >= config_.vocab_size) fail("token id {} is outside the vocabulary (size {})", t, config_.vocab_size);
-    }
-    for (size_t at = 0; at < tokens.size(); at += size_t(max_batch_)) {
-      const size_t n = std::min(tokens.size() - at, size_t(max_batch_));
-      const bool last_chunk = at + n == tokens.size();
-      float* out = all_logits ? logits + at * size_t(config_.vocab_size) : (last_chunk ? logits : nullptr);
-      forward_batch(tokens.subspan(at, n), pos + int64_t(at), out, all_logits);
+  }
+
+  void copy_pages(std::span<const PageCopy> copies) override {
+    const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
+    const size_t page_bytes = size_t(kPageSize) * size_t(config_.kv_dim()) * elem;
+    for (auto* cache : {&k_cache_, &v_cache_}) {
+      for (int64_t l = 0; l < config_.n_layers; ++l) {
+        auto* base = static_cast<uint8_t*>(const_cast<void*>(cache_view(*cache, l).data));
+        for (const PageCopy& c : copies) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
+      }
     }
   }
 
  private:
-  // One pass of n <= max_batch tokens: every weight matrix is read once for all of them.
-  void forward_batch(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
+  static constexpr int64_t kPageSize = 32;
+
+  // One pass of n <= max_batch entries (`runs` index into them): every
+  // weight matrix is read once for all of them.
+  void forward_chunk(std::span<const BatchEntry> entries, std::span<const SequenceRun> runs, std::span<const int32_t> layers) {
     const auto& c = config_;
-    const int64_t n = int64_t(tokens.size());
+    const int64_t n = int64_t(entries.size());
 
     // Embedding lookup, decoded from the table's format.
-    for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), tokens[size_t(t)], &x_[size_t(t * c.dim)]);
+    for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
 
-    for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (const int32_t l : layers) {
       const auto& w = weights_.layers[size_t(l)];
       // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
       rmsnorm_rows(x_.data(), w.attn_norm.f32(), xb_.data(), n);
@@ -100,11 +122,12 @@ class CpuLlamaRunner final : public ModelRunner {
       cpu::matmul(view(w.wk), xb_.data(), k_.data(), int(n), pool_);
       cpu::matmul(view(w.wv), xb_.data(), v_.data(), int(n), pool_);
       for (int64_t t = 0; t < n; ++t) {
-        cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos + t, inv_freqs_.data());
-        cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), pos + t, inv_freqs_.data());
+        const int64_t pos = entries[size_t(t)].pos;
+        cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos, inv_freqs_.data());
+        cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), pos, inv_freqs_.data());
       }
-      store_kv(l, pos, n);
-      attend(l, pos, n);
+      store_kv(l, entries);
+      attend(l, runs);
       cpu::matmul(view(w.wo), att_.data(), xb_.data(), int(n), pool_);
       cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
 
@@ -116,13 +139,35 @@ class CpuLlamaRunner final : public ModelRunner {
       cpu::matmul(view(w.w_down), gate_.data(), xb_.data(), int(n), pool_);
       cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
     }
-    if (!logits) return;
+  }
 
-    // Final norm and output head, for every token or only the last.
-    const int64_t first = all_logits ? 0 : n - 1;
-    const int64_t rows = n - first;
-    rmsnorm_rows(&x_[size_t(first * c.dim)], weights_.output_norm.f32(), xb_.data(), rows);
-    cpu::matmul(view(weights_.output), xb_.data(), logits, int(rows), pool_);
+  // Final norm and output head for the chunk's entries [at, at + n) that
+  // want an output, then each entry's output from its row of logits.
+  void hand_out(const Batch& batch, int64_t at, int64_t n, BatchOutputs& out) {
+    const auto& c = config_;
+    int64_t rows = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      if (batch.entries[size_t(at + t)].output == Output::None) continue;
+      cpu::rmsnorm(&x_[size_t(t * c.dim)], weights_.output_norm.f32(), &xb_[size_t(rows * c.dim)], c.dim, c.rms_eps);
+      head_rows_[size_t(rows++)] = at + t;
+    }
+    if (rows == 0) return;
+    head_logits_.resize(size_t(rows) * size_t(c.vocab_size));
+    cpu::matmul(view(weights_.output), xb_.data(), head_logits_.data(), int(rows), pool_);
+    for (int64_t i = 0; i < rows; ++i) {
+      const size_t entry = size_t(head_rows_[size_t(i)]);
+      const std::span<const float> row{head_logits_.data() + size_t(i) * size_t(c.vocab_size), size_t(c.vocab_size)};
+      const size_t slot = size_t(out.index[entry]);
+      switch (batch.entries[entry].output) {
+        case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * row.size())); break;
+        case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
+        case Output::Top:
+          top_.assign(row, batch.top_k);
+          out.top[slot].assign(top_.view().begin(), top_.view().end());
+          break;
+        case Output::None: break;
+      }
+    }
   }
 
   void rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n) const {
@@ -130,48 +175,51 @@ class CpuLlamaRunner final : public ModelRunner {
     for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * dim, weight, y + t * dim, dim, config_.rms_eps);
   }
 
-  // Layer l's cache holds [context][kv_dim] in kv_type_.
+  // Layer l's cache holds [pool row][kv_dim] in kv_type_; a sequence's
+  // positions map to pool rows through its pages.
   cpu::KvView cache_view(const std::vector<uint8_t>& cache, int64_t layer) const {
     const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
-    const size_t layer_bytes = size_t(context_) * size_t(config_.kv_dim()) * elem;
+    const size_t layer_bytes = size_t(pool_rows_) * size_t(config_.kv_dim()) * elem;
     return {cache.data() + size_t(layer) * layer_bytes, kv_type_, config_.kv_dim(), config_.head_dim};
   }
 
-  void store_kv(int64_t layer, int64_t pos, int64_t n) {
+  void store_kv(int64_t layer, std::span<const BatchEntry> entries) {
     const int64_t kv_dim = config_.kv_dim();
     for (auto [src, cache] : {std::pair{&k_, &k_cache_}, std::pair{&v_, &v_cache_}}) {
       auto* base = const_cast<void*>(cache_view(*cache, layer).data);
-      for (int64_t i = 0; i < n * kv_dim; ++i) {
-        const size_t at = size_t(pos * kv_dim + i);
+      for (size_t t = 0; t < entries.size(); ++t) {
+        const int64_t row = kv_pages().slot(entries[t].seq, entries[t].pos);
+        const float* from = src->data() + t * size_t(kv_dim);
         if (kv_type_ == TensorType::F16) {
-          static_cast<uint16_t*>(base)[at] = fp32_to_fp16((*src)[size_t(i)]);
+          uint16_t* to = static_cast<uint16_t*>(base) + row * kv_dim;
+          for (int64_t i = 0; i < kv_dim; ++i) to[i] = fp32_to_fp16(from[i]);
         } else {
-          static_cast<float*>(base)[at] = (*src)[size_t(i)];
+          std::copy(from, from + kv_dim, static_cast<float*>(base) + row * kv_dim);
         }
       }
     }
   }
 
-  void attend(int64_t layer, int64_t pos, int64_t n) {
+  void attend(int64_t layer, std::span<const SequenceRun> runs) {
     const auto& c = config_;
     const cpu::AttentionShape shape{int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
                                     1.0f / std::sqrt(float(c.head_dim))};
-    const auto k = cache_view(k_cache_, layer), v = cache_view(v_cache_, layer);
-    if (n == 1) {
-      cpu::attention(q_.data(), k, v, pos + 1, shape, att_.data(), pool_);
-    } else {
-      cpu::attention_prefill(q_.data(), k, v, pos, int(n), shape, att_.data(), pool_);
+    attention_runs_.clear();
+    for (const SequenceRun& run : runs) {
+      const size_t row = size_t(run.first) * size_t(c.q_dim());
+      attention_runs_.push_back({&q_[row], &att_[row], run.pos, int(run.count), kv_pages().pages(run.seq).data(), kPageSize});
     }
+    cpu::attention_runs(attention_runs_, cache_view(k_cache_, layer), cache_view(v_cache_, layer), shape, pool_);
   }
 
   std::shared_ptr<const GgufFile> file_;
   LlamaConfig config_;
   LlamaWeights weights_;
   mutable cpu::ThreadPool pool_;
-  int64_t context_;
   int64_t max_batch_;
   TensorType kv_type_;
-  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][context][kv_dim] in kv_type_
+  int64_t pool_rows_ = 0;                   // positions the KV pool holds, over all sequences
+  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][pool row][kv_dim] in kv_type_
   std::vector<float> inv_freqs_;            // per rotated pair, scaling folded in
   // Activations for up to max_batch tokens, named as in the model.
   std::vector<float> x_;          // residual stream [n][dim]
@@ -179,6 +227,11 @@ class CpuLlamaRunner final : public ModelRunner {
   std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]
   std::vector<float> att_;        // attention output [n][q_dim]
   std::vector<float> gate_, up_;  // FFN hidden [n][ffn_dim]
+  std::vector<int64_t> head_rows_;  // entries whose rows go through the head
+  std::vector<float> head_logits_;  // [output rows][vocab]
+  Candidates top_;
+  std::vector<SequenceRun> chunk_runs_;
+  std::vector<cpu::AttentionRun> attention_runs_;
 };
 
 }  // namespace

@@ -10,7 +10,8 @@
 namespace nt {
 
 struct CpuRunnerOptions {
-  int64_t context = 0;     // KV cache length; 0 = the model's trained context (capped at 4096)
+  int64_t context = 0;     // positions one sequence holds; 0 = the model's trained context (capped at 4096)
+  int64_t kv_size = 0;     // positions the KV pool holds over all sequences; at least `context`
   int threads = 0;         // 0 = physical cores
   bool kv_f32 = false;     // F16 KV cache by default
   int64_t max_batch = 256; // prompt tokens per matrix-matrix pass (bounds scratch memory)

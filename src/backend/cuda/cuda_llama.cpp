@@ -81,8 +81,8 @@ constexpr int64_t kInputsHeader = 2;
 
 // Offsets of the activation buffers for chunks of up to `batch` tokens.
 struct ActivationLayout {
-  uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, top,
-      top_scratch;
+  uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, head_rows,
+      top, top_scratch;
   uint64_t norm_q8, norm_q8_scales, norm_sumsq;
   uint64_t partial_floats;
   uint64_t total;
@@ -97,7 +97,7 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
     a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
   }
   ArenaPlan plan;
-  a.inputs = plan.reserve(4 * (kInputsHeader + b));
+  a.inputs = plan.reserve(4 * (kInputsHeader + 3 * b));  // a batch adds sequence positions and head rows
   a.x = plan.reserve(4 * b * uint64_t(c.dim));
   a.xn = plan.reserve(4 * b * max_input);
   a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));
@@ -113,8 +113,9 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.norm_q8 = plan.reserve(uint64_t(c.dim));
   a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
   a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
-  a.argmax = plan.reserve(4);
-  a.argmax_scratch = plan.reserve(argmax_scratch_bytes(1, c.vocab_size));
+  a.argmax = plan.reserve(4 * b);
+  a.argmax_scratch = plan.reserve(argmax_scratch_bytes(int64_t(b), c.vocab_size));
+  a.head_rows = plan.reserve(4 * b);
   a.top = plan.reserve(sizeof(TopLogit) * kMaxTopLogits + 4);  // then the poisoned index
   a.top_scratch = plan.reserve(top_logits_scratch_bytes(c.vocab_size));
   a.total = plan.size();
@@ -151,7 +152,7 @@ struct RunnerBuffers {
 };
 
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                             int64_t max_batch, int multiprocessors) {
+                             const CudaRunnerOptions& o, int multiprocessors) {
   uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
   if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
   for (const LlamaLayerWeights& lw : w.layers) {
@@ -162,9 +163,9 @@ RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_
     }
   }
   RunnerBuffers b;
-  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context);
+  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context) * uint64_t(o.max_sequences);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
-  b.activations = layout_activations(c, max_batch, context, multiprocessors).total;
+  b.activations = layout_activations(c, o.max_batch, context, multiprocessors).total;
   return b;
 }
 
@@ -235,7 +236,6 @@ class CudaLlamaRunner final : public ModelRunner {
   ~CudaLlamaRunner() override;
 
   const LlamaConfig& config() const override { return config_; }
-  int64_t context_size() const override { return context_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
@@ -267,6 +267,11 @@ class CudaLlamaRunner final : public ModelRunner {
     run_tokens(tokens, pos, {.top = &top, .keep = keep});
   }
 
+ protected:
+  void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
+                     BatchOutputs& out) override;
+  void copy_pages(std::span<const PageCopy> copies) override;
+
  private:
   void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
   std::string tier_counts() const;
@@ -294,7 +299,7 @@ class CudaLlamaRunner final : public ModelRunner {
   // Writes a chunk's inputs into the pinned staging and copies them in.
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
-  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + options_.max_batch; }
+  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 3 * options_.max_batch; }
   // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
   void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
   // What a run hands back after its tokens: one of
@@ -306,8 +311,34 @@ class CudaLlamaRunner final : public ModelRunner {
     int64_t keep = 0;
   };
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
-  // Runs n tokens at device-side position; logits of the last token (or all) into logits_.
-  void run_chunk(int64_t n, int64_t max_keys, bool all_logits);
+  // The rows of a chunk that belong to one sequence: its KV slot, the
+  // device-side position of its first row, and the most keys it sees.
+  struct ChunkSequence {
+    int64_t first_row = 0, rows = 0, slot = 0;
+    const int32_t* pos = nullptr;
+    int64_t max_keys = 0;
+  };
+  // The rows that go through the head: the last `count` of the chunk, or
+  // when `gather` (device) is set, those rows in that order.
+  struct HeadRows {
+    int64_t count = 0;
+    const int32_t* gather = nullptr;
+  };
+  // Runs n tokens of the default sequence at the device-side position;
+  // logits of the last token (or all) into logits_.
+  void run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
+    const ChunkSequence one{0, n, 0, pos_dev_, max_keys};
+    run_chunk(n, {&one, 1}, all_layers_, {all_logits ? n : 1, nullptr}, true);
+  }
+  // The general pass: the scheduled layers over rows of several sequences;
+  // the head's rows' logits into logits_.
+  void run_chunk(int64_t n, std::span<const ChunkSequence> seqs, std::span<const int32_t> layers, const HeadRows& head,
+                 bool may_fold);
+  // One chunk of a batch (entries [at, at + n)), and what it hands back.
+  void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
+                       std::span<const int32_t> layers, BatchOutputs& out);
+  uint16_t* k_cache_at(int64_t slot, int64_t layer) const;
+  uint16_t* v_cache_at(int64_t slot, int64_t layer) const;
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
   bool folds_norms(int64_t n, bool use_gemm) const;
   // The keys a one-token step at `pos` is prepared for: the short-context
@@ -336,6 +367,7 @@ class CudaLlamaRunner final : public ModelRunner {
   const float* output_norm_ = nullptr;
   const float* inv_freq_ = nullptr;
   std::vector<LayerOnDevice> layers_;
+  std::vector<int32_t> all_layers_;  // 0, 1, ..., n_layers - 1
 
   DeviceBuffer k_cache_, v_cache_;
   DeviceBuffer activations_;
@@ -352,8 +384,9 @@ class CudaLlamaRunner final : public ModelRunner {
   float2* norm_q8_scales_ = nullptr;
   float* norm_sumsq_ = nullptr;
   uint16_t* f16_ = nullptr;
-  int32_t* argmax_ = nullptr;
+  int32_t* argmax_ = nullptr;  // one per head row
   void* argmax_scratch_ = nullptr;
+  int32_t* head_rows_dev_ = nullptr;
   TopLogit* top_ = nullptr;          // top_logits' output, then
   int32_t* top_poisoned_ = nullptr;  // its poisoned index
   void* top_scratch_ = nullptr;
@@ -366,6 +399,8 @@ class CudaLlamaRunner final : public ModelRunner {
   static constexpr int64_t kGreedyAhead = 3, kGreedyRing = kSampleUniforms;
   PinnedBuffer greedy_picks_;
   std::vector<cudaEvent_t> step_done_;
+  std::vector<float> top_row_;  // a batch's Top row when top_logits cannot select that many
+  Candidates top_candidates_;
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
 
@@ -386,6 +421,11 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
     options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
+  if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
+  // One KV slot of the whole context per sequence: the attention kernels
+  // read a sequence's cache as one contiguous range.
+  init_pages(KvPages(options_.max_sequences, cache_context_, context_, KvPages::Layout::PagePerSequence));
+  for (int64_t l = 0; l < config_.n_layers; ++l) all_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -414,8 +454,9 @@ std::string CudaLlamaRunner::tier_counts() const {
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}, {}{}, {}{})", device_.name, device_.multiprocessors,
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}, {}{}, {}{})", device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
+                     options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, options_.gemm_min_tokens <= 1) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
@@ -426,7 +467,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   OpenedReader opened = open_layer_reader(file.path(), options_);
   const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   const RunnerBuffers buffers =
-      runner_buffers(c, w, context_, cache_context_, options_.max_batch, device_.multiprocessors);
+      runner_buffers(c, w, context_, cache_context_, options_, device_.multiprocessors);
   size_t free_bytes = 0, total_bytes = 0;
   NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
@@ -616,11 +657,12 @@ void CudaLlamaRunner::allocate_activations() {
   f16_ = static_cast<uint16_t*>(at(a.f16));
   argmax_ = static_cast<int32_t*>(at(a.argmax));
   argmax_scratch_ = at(a.argmax_scratch);
+  head_rows_dev_ = static_cast<int32_t*>(at(a.head_rows));
   top_ = static_cast<TopLogit*>(at(a.top));
   top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
   top_scratch_ = at(a.top_scratch);
   const uint64_t out_bytes = std::max<uint64_t>(4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4);
-  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + options_.max_batch) + out_bytes, "token and logit transfers");
+  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 3 * options_.max_batch) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
   step_done_.resize(kGreedyRing);
@@ -676,12 +718,22 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   return true;
 }
 
-void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
+uint16_t* CudaLlamaRunner::k_cache_at(int64_t slot, int64_t layer) const {
+  const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
+  return k_cache_.as<uint16_t>() + (slot * config_.n_layers + layer) * cache_layer;
+}
+
+uint16_t* CudaLlamaRunner::v_cache_at(int64_t slot, int64_t layer) const {
+  const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
+  return v_cache_.as<uint16_t>() + (slot * config_.n_layers + layer) * cache_layer;
+}
+
+void CudaLlamaRunner::run_chunk(int64_t n, std::span<const ChunkSequence> seqs, std::span<const int32_t> layers,
+                                const HeadRows& head, bool may_fold) {
   const LlamaConfig& c = config_;
   const bool use_gemm = n >= options_.gemm_min_tokens;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const int64_t cache_layer = c.n_kv_heads * cache_context_ * c.head_dim;
-  const bool fold = folds_norms(n, use_gemm);
+  const bool fold = may_fold && folds_norms(n, use_gemm);
   const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
   const NormIn folded_in{norm_sumsq_, c.rms_eps};
   // x += m * in; when folding, also the input of the RMSNorm with weight `next_norm`.
@@ -693,12 +745,13 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
   if (streamer_) streamer_->begin_chunk(stream_);
   // Token embeddings into the residual stream x.
   gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const size_t l = size_t(layers[i]);
     const LayerOnDevice& L = layers_[l];
     const bool streamed = streamer_ && streamer_->streams(int64_t(l));
     if (streamed) streamer_->before_layer(int64_t(l), stream_);
     // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-    const bool attn_folded = fold && l > 0;  // the previous layer's down wrote the norm's input
+    const bool attn_folded = fold && i > 0;  // the previous layer's down wrote the norm's input
     if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
     if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
     const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
@@ -716,51 +769,56 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
     }
 
-    uint16_t* k_cache = k_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
-    uint16_t* v_cache = v_cache_.as<uint16_t>() + int64_t(l) * cache_layer;
-    AttentionParams att;
-    att.q = qkv_;
-    att.q_stride = qkv_width;
-    att.k_cache = k_cache;
-    att.v_cache = v_cache;
-    att.context = cache_context_;
-    att.out = att_;
-    att.out_stride = c.q_dim();
-    att.pos = pos_dev_;
-    att.n_tokens = n;
-    att.n_heads = int(c.n_heads);
-    att.n_kv_heads = int(c.n_kv_heads);
-    att.head_dim = int(c.head_dim);
-    att.max_keys = n == 1 ? max_keys : 0;
-    att.n_splits = attention_splits(n, att.n_heads, att.n_kv_heads, att.head_dim, max_keys, device_.multiprocessors);
-    att.partials = partials_;
-    // One token: RoPE, the cache store and wo's q8 input happen inside the
-    // attention launch, so Q/K/V, attention and wo follow each other directly.
-    const bool fused = n == 1 && !use_gemm && attention_decode_fusion_supported(att);
-    if (fused) {
-      att.rope = {inv_freq_, int(c.rope_dim / 2), qkv_ + c.q_dim(), qkv_ + c.q_dim() + c.kv_dim(), k_cache, v_cache};
-      if (matvec_wants_q8(L.wo.type)) {
-        att.out_q8 = q8_;
-        att.out_q8_scales = q8_scales_;
+    // Each sequence's rows attend to its own KV slot.
+    bool att_q8 = false;
+    for (const ChunkSequence& s : seqs) {
+      uint16_t* k_cache = k_cache_at(s.slot, int64_t(l));
+      uint16_t* v_cache = v_cache_at(s.slot, int64_t(l));
+      AttentionParams att;
+      att.q = qkv_ + s.first_row * qkv_width;
+      att.q_stride = qkv_width;
+      att.k_cache = k_cache;
+      att.v_cache = v_cache;
+      att.context = cache_context_;
+      att.out = att_ + s.first_row * c.q_dim();
+      att.out_stride = c.q_dim();
+      att.pos = s.pos;
+      att.n_tokens = s.rows;
+      att.n_heads = int(c.n_heads);
+      att.n_kv_heads = int(c.n_kv_heads);
+      att.head_dim = int(c.head_dim);
+      att.max_keys = s.rows == 1 ? s.max_keys : 0;
+      att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
+      att.partials = partials_;
+      // One token: RoPE, the cache store and wo's q8 input happen inside the
+      // attention launch, so Q/K/V, attention and wo follow each other directly.
+      const bool fused = n == 1 && !use_gemm && attention_decode_fusion_supported(att);
+      if (fused) {
+        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+        if (matvec_wants_q8(L.wo.type)) {
+          att.out_q8 = q8_;
+          att.out_q8_scales = q8_scales_;
+          att_q8 = true;
+        }
+      } else {
+        RopeKvParams rope;
+        rope.qkv = qkv_ + s.first_row * qkv_width;
+        rope.qkv_stride = qkv_width;
+        rope.n_tokens = s.rows;
+        rope.pos = s.pos;
+        rope.inv_freq = inv_freq_;
+        rope.rope_pairs = int(c.rope_dim / 2);
+        rope.n_heads = int(c.n_heads);
+        rope.n_kv_heads = int(c.n_kv_heads);
+        rope.head_dim = int(c.head_dim);
+        rope.k_cache = k_cache;
+        rope.v_cache = v_cache;
+        rope.context = cache_context_;
+        rope_and_store_kv(rope, stream_);
       }
-    } else {
-      RopeKvParams rope;
-      rope.qkv = qkv_;
-      rope.qkv_stride = qkv_width;
-      rope.n_tokens = n;
-      rope.pos = pos_dev_;
-      rope.inv_freq = inv_freq_;
-      rope.rope_pairs = int(c.rope_dim / 2);
-      rope.n_heads = int(c.n_heads);
-      rope.n_kv_heads = int(c.n_kv_heads);
-      rope.head_dim = int(c.head_dim);
-      rope.k_cache = k_cache;
-      rope.v_cache = v_cache;
-      rope.context = cache_context_;
-      rope_and_store_kv(rope, stream_);
+      attention(att, stream_);
     }
-    attention(att, stream_);
-    const Input att_in = att.out_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
+    const Input att_in = att_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
     add_to_residual(L.wo, att_in, L.ffn_norm);
 
     // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
@@ -784,13 +842,18 @@ void CudaLlamaRunner::run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
       swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
     }
     add_to_residual(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm),
-                    l + 1 < layers_.size() ? layers_[l + 1].attn_norm : output_norm_);
+                    i + 1 < layers.size() ? layers_[size_t(layers[i + 1])].attn_norm : output_norm_);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
 
-  // Final norm and classifier, for every token or only the last.
-  const int64_t rows = all_logits ? n : 1;
+  // Final norm and classifier, for the head's rows.
+  const int64_t rows = head.count;
+  if (rows == 0) return;
   const float* x_rows = x_ + (n - rows) * c.dim;
+  if (head.gather) {  // gather_rows_f32 reads x_ as a matrix of n rows; gate_ is free by now
+    gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, x_), head.gather, rows, gate_, stream_);
+    x_rows = gate_;
+  }
   const bool head_gemm = rows >= options_.gemm_min_tokens;
   if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
   if (head_gemm) convert_f32_to_f16(xn_, rows * c.dim, f16_, stream_);
@@ -914,6 +977,7 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
                                       const std::function<bool(int32_t)>& on_token) {
   if (max_steps < 0) fail("decoding {} steps: the count must not be negative", max_steps);
   check_tokens({&token, 1}, pos, max_steps);
+  claim_default(pos, max_steps);
   if (max_steps == 0) return 0;
   stage_inputs({&token, 1}, pos, top_k);
   copy_inputs(1);
@@ -948,12 +1012,14 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
     throw;
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  settle_default(pos + handed);  // the steps queued past the last pick are overwritten later
   return handed;
 }
 
 void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out) {
   const int64_t total = int64_t(tokens.size());
   check_tokens(tokens, pos, total);
+  claim_default(pos, total);
   const int64_t vocab = config_.vocab_size;
   void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
   for (int64_t start = 0; start < total; start += options_.max_batch) {
@@ -1000,6 +1066,100 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   }
 }
 
+void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
+  const uint64_t slot_bytes = k_cache_.size() / uint64_t(options_.max_sequences);
+  for (const PageCopy& copy : copies) {
+    for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
+      auto* base = cache->as<uint8_t>();
+      NT_CUDA_CHECK(cudaMemcpyAsync(base + uint64_t(copy.to) * slot_bytes, base + uint64_t(copy.from) * slot_bytes, slot_bytes,
+                                    cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
+                                    BatchOutputs& out) {
+  if (streamer_ && int64_t(layers.size()) != config_.n_layers) {
+    fail("a layer schedule of {} of {} layers: streamed models run every layer for now", layers.size(), config_.n_layers);
+  }
+  const int64_t total = int64_t(batch.size());
+  for (int64_t at = 0; at < total; at += options_.max_batch) {
+    run_batch_chunk(batch, runs, at, std::min(options_.max_batch, total - at), layers, out);
+  }
+}
+
+// The chunk's inputs move in one copy: [header][tokens][each sequence's first position].
+void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
+                                      std::span<const int32_t> layers, BatchOutputs& out) {
+  const int64_t vocab = config_.vocab_size;
+  int32_t* staged = host_io_.as<int32_t>();
+  staged[0] = int32_t(batch.entries[size_t(at)].pos);
+  staged[1] = int32_t(batch.top_k);
+  std::vector<ChunkSequence> seqs;
+  std::vector<int32_t> head_rows;
+  int32_t* run_pos = staged + kInputsHeader + n;
+  for (const SequenceRun& r : runs) {
+    const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
+    if (first >= end) continue;
+    const int64_t pos = r.pos + (first - r.first);
+    run_pos[seqs.size()] = int32_t(pos);
+    seqs.push_back({first - at, end - first, kv_pages().pages(r.seq)[0], pos_dev_ + kInputsHeader + n + int64_t(seqs.size()),
+                    pos + (end - first)});
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const BatchEntry& e = batch.entries[size_t(at + t)];
+    staged[kInputsHeader + t] = e.token;
+    if (e.output != Output::None) head_rows.push_back(int32_t(t));
+  }
+  std::memcpy(run_pos + seqs.size(), head_rows.data(), head_rows.size() * 4);
+  const size_t bytes = size_t(kInputsHeader + n + int64_t(seqs.size() + head_rows.size())) * 4;
+  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, bytes, cudaMemcpyHostToDevice, stream_));
+  const int32_t* gather = pos_dev_ + kInputsHeader + n + int64_t(seqs.size());
+  // A short decode step stays in the mat-vec; its head rows are gathered.
+  const int64_t rows = int64_t(head_rows.size());
+  if (streamer_) streamer_->begin_chunk(stream_);
+  run_chunk(n, seqs, layers, {rows, gather}, false);
+  if (rows > 0) {
+    argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
+  }
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (streamer_) streamer_->end_chunk();
+  std::vector<int32_t> picks(static_cast<size_t>(rows));
+  if (rows > 0) NT_CUDA_CHECK(cudaMemcpy(picks.data(), argmax_, size_t(rows) * 4, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < rows; ++i) {
+    const size_t entry = size_t(at + head_rows[size_t(i)]);
+    const size_t slot = size_t(out.index[entry]);
+    const float* row = logits_ + i * vocab;
+    switch (batch.entries[entry].output) {
+      case Output::Logits:
+        NT_CUDA_CHECK(cudaMemcpy(out.logits.data() + slot * size_t(vocab), row, size_t(vocab) * 4, cudaMemcpyDeviceToHost));
+        break;
+      case Output::Argmax: out.argmax[slot] = picks[size_t(i)]; break;
+      case Output::Top: {
+        if (!top_logits_fits(vocab, batch.top_k)) {
+          top_row_.resize(size_t(vocab));
+          NT_CUDA_CHECK(cudaMemcpy(top_row_.data(), row, size_t(vocab) * 4, cudaMemcpyDeviceToHost));
+          top_candidates_.assign(top_row_, batch.top_k);
+          out.top[slot].assign(top_candidates_.view().begin(), top_candidates_.view().end());
+          break;
+        }
+        top_logits(row, vocab, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+        std::vector<TopLogit> top(static_cast<size_t>(batch.top_k));
+        int32_t poisoned = -1;
+        NT_CUDA_CHECK(cudaMemcpyAsync(top.data(), top_, top.size() * sizeof(TopLogit), cudaMemcpyDeviceToHost, stream_));
+        NT_CUDA_CHECK(cudaMemcpyAsync(&poisoned, top_poisoned_, 4, cudaMemcpyDeviceToHost, stream_));
+        NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        if (poisoned >= 0) fail_unsampleable(poisoned, batch.top_k);
+        out.top[slot].resize(top.size());
+        for (size_t j = 0; j < top.size(); ++j) out.top[slot][j] = {top[j].logit, top[j].id};
+        break;
+      }
+      case Output::None: break;
+    }
+  }
+}
+
 }  // namespace
 
 CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
@@ -1011,7 +1171,7 @@ CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const C
   const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   const int64_t cache_context = (context + kKvTile - 1) / kKvTile * kKvTile;
   return place_layers(config, weights, reads,
-                      runner_buffers(config, weights, context, cache_context, options.max_batch, device.multiprocessors),
+                      runner_buffers(config, weights, context, cache_context, options, device.multiprocessors),
                       options);
 }
 

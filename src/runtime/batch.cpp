@@ -1,0 +1,57 @@
+#include "runtime/batch.h"
+
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace nt {
+
+void Batch::add_run(std::span<const int32_t> tokens, int64_t pos, SeqId seq, Output last_output) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    add(tokens[i], pos + int64_t(i), seq, i + 1 == tokens.size() ? last_output : Output::None);
+  }
+}
+
+std::vector<SequenceRun> sequence_runs(const Batch& batch) {
+  std::vector<SequenceRun> runs;
+  std::unordered_set<SeqId> seen;
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    const BatchEntry& e = batch.entries[i];
+    if (e.pos < 0) fail("batch entry {}: position {} is negative", i, e.pos);
+    if (!runs.empty() && runs.back().seq == e.seq) {
+      SequenceRun& run = runs.back();
+      if (e.pos != run.pos + run.count) {
+        fail("batch entry {}: sequence {} jumps from position {} to {}; a sequence's entries take consecutive positions",
+             i, e.seq, run.pos + run.count - 1, e.pos);
+      }
+      ++run.count;
+      continue;
+    }
+    if (!seen.insert(e.seq).second) {
+      fail("batch entry {}: sequence {} appears again after other sequences; its entries must be contiguous", i, e.seq);
+    }
+    runs.push_back({e.seq, int64_t(i), 1, e.pos});
+  }
+  return runs;
+}
+
+void BatchOutputs::prepare(const Batch& batch, int64_t vocab_size) {
+  size_t n_logits = 0, n_argmax = 0, n_top = 0;
+  index.resize(batch.entries.size());
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    switch (batch.entries[i].output) {
+      case Output::None: index[i] = -1; break;
+      case Output::Logits: index[i] = int64_t(n_logits++); break;
+      case Output::Argmax: index[i] = int64_t(n_argmax++); break;
+      case Output::Top: index[i] = int64_t(n_top++); break;
+    }
+  }
+  if (n_top > 0 && (batch.top_k <= 0 || batch.top_k >= vocab_size)) {
+    fail("the top {} logits of a vocabulary of {}: keep 1 to one less", batch.top_k, vocab_size);
+  }
+  logits.resize(n_logits * size_t(vocab_size));
+  argmax.resize(n_argmax);
+  top.resize(n_top);
+}
+
+}  // namespace nt

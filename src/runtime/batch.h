@@ -1,0 +1,81 @@
+// A batch: the unit of work of one forward pass. Every entry is one token of
+// one sequence at one position, and says what it wants back. A prompt chunk,
+// a decode step over 64 sequences and K+1 speculative tokens of one sequence
+// are all batches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampling/candidates.h"
+
+namespace nt {
+
+using SeqId = int32_t;
+
+// What an entry's forward pass hands back; the backend computes it where the
+// logits are, so only what is asked for crosses a bus.
+enum class Output : uint8_t {
+  None,    // the token only feeds the KV cache (a prompt token before the last)
+  Logits,  // the row of vocab_size logits
+  Argmax,  // the id of the highest logit (argmax_first)
+  Top,     // the Batch::top_k highest logits, highest first, ties lowest id first
+};
+
+struct BatchEntry {
+  int32_t token = 0;
+  int64_t pos = 0;
+  SeqId seq = 0;
+  Output output = Output::None;
+};
+
+// Entries of one sequence are contiguous and in consecutive positions; the
+// first of them continues the sequence (its position is at most the
+// sequence's length: a smaller one overwrites the cache from there on).
+struct Batch {
+  std::vector<BatchEntry> entries;
+  int64_t top_k = 0;  // how many candidates an Output::Top entry gets
+
+  void add(int32_t token, int64_t pos, SeqId seq, Output output = Output::None) {
+    entries.push_back({token, pos, seq, output});
+  }
+  // The tokens of one sequence from `pos`, the last one asking for `last_output`.
+  void add_run(std::span<const int32_t> tokens, int64_t pos, SeqId seq, Output last_output);
+  size_t size() const { return entries.size(); }
+  bool empty() const { return entries.empty(); }
+  void clear() { entries.clear(); }
+};
+
+// A contiguous stretch of a batch's entries that belongs to one sequence.
+struct SequenceRun {
+  SeqId seq = 0;
+  int64_t first = 0;  // index of its first entry
+  int64_t count = 0;
+  int64_t pos = 0;    // position of its first entry
+};
+
+// Splits the batch into its sequence runs, checking the batch's rules (and
+// naming the entry that breaks one): non-negative positions, consecutive
+// positions within a run, each sequence in one run only.
+std::vector<SequenceRun> sequence_runs(const Batch& batch);
+
+// What a pass hands back, one slot per entry that asked (in entry order
+// within each kind): `logits` holds a vocab_size row per Output::Logits
+// entry, `argmax` an id per Output::Argmax entry, `top` a top_k list per
+// Output::Top entry. `index[i]` is entry i's slot in its kind's list (-1 for
+// Output::None).
+struct BatchOutputs {
+  std::vector<float> logits;
+  std::vector<int32_t> argmax;
+  std::vector<std::vector<Candidate>> top;
+  std::vector<int64_t> index;
+
+  // Sizes the lists for `batch` and fills index.
+  void prepare(const Batch& batch, int64_t vocab_size);
+  std::span<const float> logits_of(size_t entry, int64_t vocab_size) const {
+    return {logits.data() + size_t(index[entry]) * size_t(vocab_size), size_t(vocab_size)};
+  }
+};
+
+}  // namespace nt

@@ -1,0 +1,140 @@
+#include "runtime/kv_pages.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace nt {
+
+KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, Layout layout)
+    : page_size_(page_size), max_length_(max_length), layout_(layout) {
+  if (page_count <= 0 || page_size <= 0) fail("KV pool of {} pages of {} positions: both must be positive", page_count, page_size);
+  if (max_length <= 0 || max_length > page_count * page_size) {
+    fail("a sequence of up to {} positions does not fit a KV pool of {} positions", max_length, page_count * page_size);
+  }
+  if (layout == Layout::PagePerSequence && page_size < max_length) {
+    fail("one page per sequence: pages of {} positions cannot hold a sequence of {}", page_size, max_length);
+  }
+  refs_.assign(size_t(page_count), 0);
+  for (int64_t p = page_count - 1; p >= 0; --p) free_.push_back(int32_t(p));  // page 0 is taken first
+}
+
+KvPages::Sequence& KvPages::live(SeqId seq) {
+  return const_cast<Sequence&>(static_cast<const KvPages&>(*this).live(seq));
+}
+
+const KvPages::Sequence& KvPages::live(SeqId seq) const {
+  if (seq < 0 || size_t(seq) >= seqs_.size() || !seqs_[size_t(seq)].live) fail("sequence {} is not allocated", seq);
+  return seqs_[size_t(seq)];
+}
+
+SeqId KvPages::allocate() {
+  const bool own_page = layout_ == Layout::PagePerSequence;
+  if (own_page && free_.empty()) {
+    fail("KV pool exhausted: all {} sequence slots are in use (raise the number of parallel sequences)", page_count());
+  }
+  auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Sequence& s) { return !s.live; });
+  if (it == seqs_.end()) it = seqs_.insert(seqs_.end(), Sequence{});
+  it->live = true;
+  if (own_page) it->pages.push_back(take_page());
+  return SeqId(it - seqs_.begin());
+}
+
+void KvPages::release(int32_t page) {
+  if (--refs_[size_t(page)] == 0) free_.push_back(page);
+}
+
+int32_t KvPages::take_page() {
+  const int32_t page = free_.back();
+  free_.pop_back();
+  refs_[size_t(page)] = 1;
+  return page;
+}
+
+void KvPages::free(SeqId seq) {
+  Sequence& s = live(seq);
+  for (const int32_t page : s.pages) release(page);
+  s = Sequence{};
+}
+
+void KvPages::truncate(SeqId seq, int64_t length) {
+  Sequence& s = live(seq);
+  if (length < 0) fail("sequence {}: cannot truncate to {} positions", seq, length);
+  if (length >= s.length) return;
+  s.length = length;
+  const int64_t keep = layout_ == Layout::PagePerSequence ? 1 : pages_for(length);
+  while (int64_t(s.pages.size()) > keep) {
+    release(s.pages.back());
+    s.pages.pop_back();
+  }
+}
+
+std::vector<PageCopy> KvPages::copy_prefix(SeqId src, SeqId dst, int64_t n) {
+  const Sequence& from = live(src);
+  if (n < 0 || n > from.length) fail("sequence {} holds {} positions: cannot copy a prefix of {}", src, from.length, n);
+  Sequence& to = live(dst);
+  if (src == dst) return truncate(dst, n), std::vector<PageCopy>{};
+  truncate(dst, 0);
+  to.length = n;
+  if (layout_ == Layout::PagePerSequence) return {{from.pages[0], to.pages[0]}};
+  for (int64_t i = 0; i < pages_for(n); ++i) {
+    const int32_t page = from.pages[size_t(i)];
+    ++refs_[size_t(page)];
+    to.pages.push_back(page);
+  }
+  return {};
+}
+
+std::vector<PageCopy> KvPages::write(SeqId seq, int64_t from, int64_t end) {
+  Sequence& s = live(seq);
+  if (from < 0 || from > s.length) {
+    fail("sequence {} holds {} positions: a write must continue it, not start at {}", seq, s.length, from);
+  }
+  if (end < from) fail("sequence {}: a write from {} to {} runs backwards", seq, from, end);
+  if (end > max_length_) {
+    fail("context overflow: sequence {} would hold {} positions, more than the context of {}", seq, end, max_length_);
+  }
+  // Pages the write needs: new ones past the kept prefix, and a private copy
+  // of the page `from` lands in when another sequence shares it.
+  const int64_t kept = pages_for(from);
+  const bool cow = from % page_size_ != 0 && refs_[size_t(s.pages[size_t(kept - 1)])] > 1;
+  const int64_t kept_after = layout_ == Layout::PagePerSequence ? int64_t(s.pages.size()) : kept;
+  const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept_after) + (cow ? 1 : 0);
+  // The pages past the kept prefix that only this sequence holds come free first.
+  int64_t available = free_pages();
+  for (size_t i = size_t(kept_after); i < s.pages.size(); ++i) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;
+  if (fresh > available) {
+    fail("KV pool exhausted: sequence {} needs {} more pages of {} positions, {} of {} are free", seq, fresh, page_size_,
+         available, page_count());
+  }
+  truncate(seq, from);
+  std::vector<PageCopy> copies;
+  if (cow) {
+    const int32_t shared = s.pages[size_t(kept - 1)];
+    const int32_t own = take_page();
+    copies.push_back({shared, own});
+    release(shared);
+    s.pages[size_t(kept - 1)] = own;
+  }
+  while (int64_t(s.pages.size()) < pages_for(end)) s.pages.push_back(take_page());
+  s.length = end;
+  return copies;
+}
+
+bool KvPages::holds(SeqId seq) const { return seq >= 0 && size_t(seq) < seqs_.size() && seqs_[size_t(seq)].live; }
+
+int64_t KvPages::length(SeqId seq) const { return live(seq).length; }
+
+std::span<const int32_t> KvPages::pages(SeqId seq) const { return live(seq).pages; }
+
+int64_t KvPages::slot(SeqId seq, int64_t pos) const {
+  const Sequence& s = live(seq);
+  if (pos < 0 || pos >= s.length) fail("sequence {} holds {} positions, not position {}", seq, s.length, pos);
+  return int64_t(s.pages[size_t(pos / page_size_)]) * page_size_ + pos % page_size_;
+}
+
+int64_t KvPages::sequences() const {
+  return std::count_if(seqs_.begin(), seqs_.end(), [](const Sequence& s) { return s.live; });
+}
+
+}  // namespace nt

@@ -1,0 +1,82 @@
+// Sequence memory: which pages of the KV pool hold which sequence's positions.
+// The pool is a fixed number of pages of page_size positions each, shared by
+// every sequence, so sequences of any lengths fit without fragmentation. A
+// sequence's position p lives in page pages(seq)[p / page_size] at slot
+// p % page_size. Pages are reference counted: copying a prefix shares its
+// pages, and a write into a shared page first copies it (the backend makes
+// the PageCopy this returns). This class only keeps the books; the backend
+// owns the memory.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/batch.h"
+
+namespace nt {
+
+struct PageCopy {
+  int32_t from = 0, to = 0;  // physical pages: every layer's K and V of `from` go to `to`
+};
+
+class KvPages {
+ public:
+  enum class Layout {
+    Paged,  // pages taken as positions are written, shared by copy_prefix
+    // One page of at least max_length positions per sequence, taken by
+    // allocate() and kept until free() (for kernels that read one contiguous
+    // cache per sequence); copy_prefix copies.
+    PagePerSequence,
+  };
+  // `max_length`: positions one sequence may hold (the context), at most
+  // page_count * page_size.
+  KvPages(int64_t page_count, int64_t page_size, int64_t max_length, Layout layout = Layout::Paged);
+
+  SeqId allocate();  // a new empty sequence; nt::Error when the pool has no page for it (PagePerSequence)
+  void free(SeqId seq);
+  // Forgets positions from `length` on.
+  // (PagePerSequence keeps the page.)
+  void truncate(SeqId seq, int64_t length);
+  // Makes dst (emptied first) hold the first n positions of src.
+  std::vector<PageCopy> copy_prefix(SeqId src, SeqId dst, int64_t n);
+  // Makes room for positions [from, end) of seq, which must continue it
+  // (from <= length; positions from `from` on are dropped first): new pages,
+  // and a copy of a shared page the write lands in. Throws nt::Error naming
+  // the shortfall when the pool or the sequence's maximum length runs out;
+  // nothing changes then. The sequence's length becomes `end`.
+  std::vector<PageCopy> write(SeqId seq, int64_t from, int64_t end);
+
+  bool holds(SeqId seq) const;
+  int64_t length(SeqId seq) const;
+  std::span<const int32_t> pages(SeqId seq) const;
+  // Physical slot (page * page_size + offset) of a held position.
+  int64_t slot(SeqId seq, int64_t pos) const;
+
+  int64_t page_size() const { return page_size_; }
+  int64_t page_count() const { return int64_t(refs_.size()); }
+  int64_t max_length() const { return max_length_; }
+  int64_t free_pages() const { return int64_t(free_.size()); }
+  // Pages a sequence of `length` positions needs, counting none it shares.
+  int64_t pages_for(int64_t length) const { return (length + page_size_ - 1) / page_size_; }
+  int64_t sequences() const;
+
+ private:
+  struct Sequence {
+    bool live = false;
+    int64_t length = 0;
+    std::vector<int32_t> pages;
+  };
+  Sequence& live(SeqId seq);
+  const Sequence& live(SeqId seq) const;
+  void release(int32_t page);
+  int32_t take_page();
+
+  int64_t page_size_, max_length_;
+  Layout layout_;
+  std::vector<int32_t> refs_;   // per page
+  std::vector<int32_t> free_;   // pages with no reference, lowest last
+  std::vector<Sequence> seqs_;  // by id; freed ids are reused
+};
+
+}  // namespace nt

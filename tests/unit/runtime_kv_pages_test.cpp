@@ -1,0 +1,151 @@
+// Sequence memory books: pages taken as positions are written, shared by a
+// copied prefix and copied before a shared page is written, released by
+// truncate and free, and a clear error when the pool or the context runs out.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "runtime/batch.h"
+#include "runtime/kv_pages.h"
+
+namespace nt {
+namespace {
+
+TEST(KvPages, WritesTakePagesAndTruncateReleasesThem) {
+  KvPages pages(4, 8, 32);
+  const SeqId s = pages.allocate();
+  EXPECT_TRUE(pages.write(s, 0, 9).empty());
+  EXPECT_EQ(pages.length(s), 9);
+  EXPECT_EQ(pages.pages(s).size(), 2u);
+  EXPECT_EQ(pages.free_pages(), 2);
+  // Slot = page * page_size + offset.
+  EXPECT_EQ(pages.slot(s, 8), pages.pages(s)[1] * 8);
+  EXPECT_EQ(pages.slot(s, 3), pages.pages(s)[0] * 8 + 3);
+  pages.truncate(s, 8);
+  EXPECT_EQ(pages.pages(s).size(), 1u);
+  EXPECT_EQ(pages.free_pages(), 3);
+  EXPECT_THROW(pages.slot(s, 8), Error);
+  // A write that starts inside the sequence overwrites from there on.
+  pages.write(s, 2, 4);
+  EXPECT_EQ(pages.length(s), 4);
+  EXPECT_THROW(pages.write(s, 6, 7), Error);  // a gap
+}
+
+TEST(KvPages, FreedSequencesReturnPagesAndIdsForReuse) {
+  KvPages pages(4, 8, 32);
+  const SeqId a = pages.allocate(), b = pages.allocate();
+  pages.write(a, 0, 24);
+  pages.write(b, 0, 8);
+  EXPECT_EQ(pages.free_pages(), 0);
+  pages.free(a);
+  EXPECT_EQ(pages.free_pages(), 3);
+  EXPECT_FALSE(pages.holds(a));
+  EXPECT_THROW(pages.length(a), Error);
+  const SeqId c = pages.allocate();
+  EXPECT_EQ(c, a);  // the id is reused
+  EXPECT_EQ(pages.length(c), 0);
+  pages.write(c, 0, 24);
+  std::set<int32_t> used(pages.pages(b).begin(), pages.pages(b).end());
+  for (const int32_t p : pages.pages(c)) EXPECT_TRUE(used.insert(p).second) << "page " << p << " held twice";
+}
+
+TEST(KvPages, CopiedPrefixSharesPagesUntilWritten) {
+  KvPages pages(6, 8, 48);
+  const SeqId src = pages.allocate(), dst = pages.allocate();
+  pages.write(src, 0, 20);  // pages 0, 1 full; 2 holds 4
+  EXPECT_TRUE(pages.copy_prefix(src, dst, 12).empty());
+  EXPECT_EQ(pages.length(dst), 12);
+  ASSERT_EQ(pages.pages(dst).size(), 2u);
+  EXPECT_EQ(pages.pages(dst)[0], pages.pages(src)[0]);
+  EXPECT_EQ(pages.pages(dst)[1], pages.pages(src)[1]);
+  EXPECT_EQ(pages.free_pages(), 3);
+  // dst writes position 12, inside the shared second page: that page is copied first.
+  const auto copies = pages.write(dst, 12, 13);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].from, pages.pages(src)[1]);
+  EXPECT_EQ(copies[0].to, pages.pages(dst)[1]);
+  EXPECT_NE(pages.pages(dst)[1], pages.pages(src)[1]);
+  EXPECT_EQ(pages.pages(dst)[0], pages.pages(src)[0]);  // the full first page stays shared
+  // src's own write into the first page, still shared, copies it too.
+  const auto src_copies = pages.write(src, 3, 4);
+  ASSERT_EQ(src_copies.size(), 1u);
+  EXPECT_NE(pages.pages(dst)[0], pages.pages(src)[0]);
+  // A write that starts a page copies nothing.
+  const SeqId third = pages.allocate();
+  pages.free(src);
+  pages.copy_prefix(dst, third, 8);
+  EXPECT_TRUE(pages.write(third, 8, 10).empty());
+  // Freeing the sharers returns every page.
+  pages.free(dst);
+  pages.free(third);
+  EXPECT_EQ(pages.free_pages(), 6);
+}
+
+TEST(KvPages, ExhaustionAndOverflowNameTheShortfallAndChangeNothing) {
+  KvPages pages(3, 8, 24);
+  const SeqId a = pages.allocate(), b = pages.allocate();
+  pages.write(a, 0, 16);
+  pages.write(b, 0, 4);
+  try {
+    pages.write(b, 4, 12);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV pool exhausted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pages.length(b), 4);
+  EXPECT_EQ(pages.pages(b).size(), 1u);
+  try {
+    pages.write(a, 16, 25);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pages.length(a), 16);
+  // Rewriting a sequence from the start reuses its own pages, even in a full pool.
+  pages.write(b, 0, 8);
+  EXPECT_EQ(pages.free_pages(), 0);
+  EXPECT_TRUE(pages.write(b, 0, 8).empty());
+  EXPECT_TRUE(pages.write(a, 0, 16).empty());
+}
+
+TEST(KvPages, PagePerSequenceKeepsOnePageAndCopiesPrefixes) {
+  KvPages pages(2, 64, 64, KvPages::Layout::PagePerSequence);
+  const SeqId a = pages.allocate(), b = pages.allocate();
+  EXPECT_EQ(pages.free_pages(), 0);
+  EXPECT_THROW(pages.allocate(), Error);  // every slot is held
+  pages.write(a, 0, 40);
+  pages.truncate(a, 0);
+  ASSERT_EQ(pages.pages(a).size(), 1u);  // the slot stays with the sequence
+  pages.write(a, 0, 10);
+  const auto copies = pages.copy_prefix(a, b, 10);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].from, pages.pages(a)[0]);
+  EXPECT_EQ(copies[0].to, pages.pages(b)[0]);
+  EXPECT_TRUE(pages.write(b, 10, 64).empty());
+  pages.free(b);
+  EXPECT_EQ(pages.free_pages(), 1);
+}
+
+TEST(Batch, SequenceRunsFollowTheBatchRules) {
+  Batch batch;
+  batch.add_run(std::vector<int32_t>{5, 6, 7}, 4, 2, Output::Logits);
+  batch.add(9, 0, 0, Output::Argmax);
+  const auto runs = sequence_runs(batch);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].seq, 2);
+  EXPECT_EQ(runs[0].count, 3);
+  EXPECT_EQ(runs[0].pos, 4);
+  EXPECT_EQ(runs[1].first, 3);
+  EXPECT_EQ(batch.entries[2].output, Output::Logits);
+  EXPECT_EQ(batch.entries[1].output, Output::None);
+  batch.add(10, 1, 2);  // sequence 2 again, after sequence 0
+  EXPECT_THROW(sequence_runs(batch), Error);
+  Batch gap;
+  gap.add(1, 0, 0);
+  gap.add(2, 2, 0);
+  EXPECT_THROW(sequence_runs(gap), Error);
+}
+
+}  // namespace
+}  // namespace nt
