@@ -24,7 +24,7 @@ struct ChatOptions {
 
 void chat(const ChatOptions& o) {
   auto loaded = load_model(o.model);
-  const auto tokenizer = Tokenizer::from_gguf(loaded.file->header(), loaded.file->path());
+  const Tokenizer& tokenizer = *loaded.tokenizer;
   const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
   if (!tmpl.warning().empty()) fmt::print(stderr, "warning: {}\n", tmpl.warning());
   GenerationOptions gen;

@@ -28,7 +28,7 @@ void add_perplexity_command(CLI::App& app) {
     ModelOptions opts = model;
     opts.context = n_ctx;
     auto loaded = load_model(opts);
-    const auto tokenizer = Tokenizer::from_gguf(loaded.file->header(), loaded.file->path());
+    const Tokenizer& tokenizer = *loaded.tokenizer;
     const auto tokens = tokenizer.encode(text.str(), true, false);
     fmt::print(stderr, "{} tokens, {} windows of {}\n", tokens.size(), int64_t(tokens.size()) / n_ctx, n_ctx);
     const auto r = perplexity(*loaded.runner, tokens, n_ctx, tokenizer.vocab().add_bos() ? tokenizer.vocab().bos() : -1,

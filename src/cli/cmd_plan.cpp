@@ -5,13 +5,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/default_model.h"
+#include "engine/gpu_probe.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_config.h"
 #include "storage/disk_bench.h"
@@ -19,12 +19,6 @@
 #include "storage/io_reader.h"
 #include "storage/placement.h"
 #include "storage/size_parse.h"
-#if defined(NT_HAVE_CUDA)
-#include <cuda_runtime.h>
-
-#include "backend/cuda/cuda_device.h"
-#endif
-
 namespace nt::cli {
 namespace {
 
@@ -41,44 +35,6 @@ struct PlanOptions {
   double h2d_gbps = 0, disk_gbps = 0;
   uint64_t bench_mib = 256;
 };
-
-struct Gpu {
-  std::string name;
-  uint64_t free_bytes = 0;
-};
-
-std::optional<Gpu> find_gpu(std::string* why) {
-#if defined(NT_HAVE_CUDA)
-  if (const auto d = probe_cuda_device(0, why)) return Gpu{d->name, d->free_memory};
-  return std::nullopt;
-#else
-  *why = "this build has no CUDA backend";
-  return std::nullopt;
-#endif
-}
-
-#if defined(NT_HAVE_CUDA)
-// Pinned host -> device copies of 256 MiB, best of a few: the link's speed.
-double measure_h2d_gbps() {
-  constexpr size_t kBytes = 256ull << 20;
-  void *host = nullptr, *device = nullptr;
-  if (cudaMallocHost(&host, kBytes) != cudaSuccess || cudaMalloc(&device, kBytes) != cudaSuccess) {
-    cudaFreeHost(host);
-    fail("cannot allocate {} MiB to measure the host-to-device speed; pass --h2d-gbps", kBytes >> 20);
-  }
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const cudaError_t e = cudaMemcpy(device, host, kBytes, cudaMemcpyHostToDevice);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (e != cudaSuccess) fail("host-to-device copy failed: {}", cudaGetErrorString(e));
-    if (i > 0) best = std::max(best, double(kBytes) / s / 1e9);  // the first copy warms up the path
-  }
-  cudaFree(device);
-  cudaFreeHost(host);
-  return best;
-}
-#endif
 
 std::string layer_span(const PlacementPlan& p, Tier tier) {
   const auto first = std::find(p.layer_tier.begin(), p.layer_tier.end(), tier);
@@ -179,12 +135,10 @@ void plan(const PlanOptions& o) {
   LinkSpeeds speeds{o.h2d_gbps, o.disk_gbps};
   std::string h2d_source = "given", disk_source = "given";
   if (speeds.h2d_gbps <= 0) {
-#if defined(NT_HAVE_CUDA)
     if (gpu) {
       speeds.h2d_gbps = measure_h2d_gbps();
       h2d_source = "measured: 256 MiB pinned copies";
     }
-#endif
     if (speeds.h2d_gbps <= 0) {
       speeds.h2d_gbps = kNominalH2dGbps;
       h2d_source = "ASSUMED: PCIe 4.0 x16 nominal, no GPU to measure; pass --h2d-gbps";

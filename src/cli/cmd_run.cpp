@@ -32,7 +32,7 @@ void print_stats(const GenerationStats& s) {
 
 void run(const RunOptions& o) {
   auto loaded = load_model(o.model);
-  const auto tokenizer = Tokenizer::from_gguf(loaded.file->header(), loaded.file->path());
+  const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
 
   GenerationOptions gen;

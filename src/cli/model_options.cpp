@@ -2,16 +2,10 @@
 
 #include <fmt/core.h>
 
-#include "backend/cpu/cpu_llama.h"
-#include "core/error.h"
 #include "core/progress.h"
-#include "engine/default_model.h"
+#include "engine/open_model.h"
 #include "storage/io_reader.h"
 #include "storage/size_parse.h"
-#ifdef NT_HAVE_CUDA
-#include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_runner.h"
-#endif
 
 namespace nt::cli {
 
@@ -42,39 +36,23 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
 }
 
 LoadedModel load_model(const ModelOptions& o) {
-  LoadedModel m;
-  const std::string path = o.model.empty() ? default_model_path() : o.model;
-  m.file = GgufFile::open(path);
-  std::string device = o.device;
-#ifdef NT_HAVE_CUDA
-  if (device == "auto") {
-    std::string why;
-    device = probe_cuda_device(0, &why) ? "cuda" : "cpu";
-  }
-  if (device == "cuda") {
-    const int64_t trained = m.file->header().get_int("llama.context_length", 4096);
-    CudaRunnerOptions cuda;
-    if (!o.vram_budget.empty()) cuda.vram_budget = parse_size(o.vram_budget, "--vram-budget");
-    if (!o.ram_budget.empty()) cuda.ram_budget = parse_size(o.ram_budget, "--ram-budget");
-    cuda.io = parse_io_backend(o.io);
-    cuda.trace_path = o.trace;
-    ProgressLine progress("loading weights onto the GPU", 1.0);
-    cuda.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
-    m.runner = make_cuda_runner(*m.file, o.context > 0 ? o.context : std::min<int64_t>(trained, 4096), cuda);
-    progress.finish();
-  }
-#else
-  if (device == "cuda") fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
-#endif
-  if (!m.runner) {
-    CpuRunnerOptions cpu;
-    cpu.context = o.context;
-    cpu.threads = o.threads;
-    cpu.kv_f32 = o.kv_f32;
-    m.runner = make_cpu_runner(m.file, cpu);
-  }
-  fmt::print(stderr, "model: {} on {}\n", path, m.runner->description());
-  return m;
+  OpenModelOptions open;
+  open.path = o.model;
+  open.device = parse_device(o.device, "--device");
+  open.context = o.context;
+  open.sequences = o.sequences;
+  open.threads = o.threads;
+  open.kv_f32 = o.kv_f32;
+  if (!o.vram_budget.empty()) open.vram_budget = parse_size(o.vram_budget, "--vram-budget");
+  if (!o.ram_budget.empty()) open.ram_budget = parse_size(o.ram_budget, "--ram-budget");
+  open.io = parse_io_backend(o.io);
+  open.trace_path = o.trace;
+  ProgressLine progress("loading weights", 1.0);
+  open.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
+  OpenedModel opened = open_model(open);
+  progress.finish();
+  fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
+  return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner)};
 }
 
 }  // namespace nt::cli

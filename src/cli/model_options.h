@@ -10,12 +10,14 @@
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nt::cli {
 
 struct ModelOptions {
   std::string model;       // -m; empty = the default model
-  int64_t context = 0;     // -c; 0 = min(trained context, 4096)
+  int64_t context = 0;     // -c; positions of one sequence, 0 = min(trained context, 4096)
+  int sequences = 1;       // sequences whose KV caches are held at once (batch --parallel)
   int threads = 0;         // -t; 0 = physical cores
   std::string device = "auto";
   bool kv_f32 = false;
@@ -30,10 +32,11 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& params);
 
 struct LoadedModel {
   std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
 };
 
-// Opens the model and builds the runner on the chosen device; logs where it went.
+// Opens the model (engine/open_model.h) with a load progress line; logs where it went.
 LoadedModel load_model(const ModelOptions& options);
 
 }  // namespace nt::cli

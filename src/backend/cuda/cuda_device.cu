@@ -4,9 +4,12 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 
+#include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 
 namespace nt {
@@ -62,6 +65,31 @@ CudaDeviceInfo require_cuda_device(int index) {
   std::string why;
   if (auto info = probe_cuda_device(index, &why)) return *info;
   fail("{}", why);
+}
+
+double measure_pinned_h2d_gbps(int index) {
+  constexpr size_t kBytes = 256ull << 20;
+  NT_CUDA_CHECK(cudaSetDevice(index));
+  void *host = nullptr, *device = nullptr;
+  if (cudaMallocHost(&host, kBytes) != cudaSuccess || cudaMalloc(&device, kBytes) != cudaSuccess) {
+    cudaFreeHost(host);
+    fail("cannot allocate {} MiB to measure the host-to-device speed; pass --h2d-gbps", kBytes >> 20);
+  }
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaMemcpy(device, host, kBytes, cudaMemcpyHostToDevice);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (e != cudaSuccess) {
+      cudaFree(device);
+      cudaFreeHost(host);
+      fail("host-to-device copy failed: {}", cudaGetErrorString(e));
+    }
+    if (i > 0) best = std::max(best, double(kBytes) / s / 1e9);  // the first copy warms up the path
+  }
+  cudaFree(device);
+  cudaFreeHost(host);
+  return best;
 }
 
 }  // namespace nt

@@ -25,6 +25,10 @@ std::optional<CudaDeviceInfo> probe_cuda_device(int index, std::string* why);
 // Like probe_cuda_device but throws nt::Error with the reason.
 CudaDeviceInfo require_cuda_device(int index);
 
+// Pinned host -> device copies of 256 MiB on device `index`, best of a few
+// after a warm-up: the link's speed in GB/s.
+double measure_pinned_h2d_gbps(int index);
+
 namespace cuda {
 // The current device is sm_90 or newer (programmatic launch, thread-block
 // clusters); the answer of the first call.

@@ -1,0 +1,63 @@
+#include "engine/open_model.h"
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_llama.h"
+#include "core/error.h"
+#include "engine/default_model.h"
+#ifdef NT_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_runner.h"
+#endif
+
+namespace nt {
+
+Device parse_device(const std::string& name, const std::string& flag) {
+  if (name == "auto") return Device::Auto;
+  if (name == "cpu") return Device::Cpu;
+  if (name == "cuda") return Device::Cuda;
+  fail("{} {}: expected auto, cpu or cuda", flag, name);
+}
+
+int64_t default_context(const GgufFile& file) {
+  return std::min<int64_t>(file.header().get_int("llama.context_length", 4096), 4096);
+}
+
+OpenedModel open_model(const OpenModelOptions& o) {
+  if (o.sequences < 1) fail("{} parallel sequences: at least 1", o.sequences);
+  OpenedModel m;
+  m.path = o.path.empty() ? default_model_path() : o.path;
+  m.file = GgufFile::open(m.path);
+  m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
+  const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
+  Device device = o.device;
+#ifdef NT_HAVE_CUDA
+  if (device == Device::Auto) {
+    std::string why;
+    device = probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
+  }
+  if (device == Device::Cuda) {
+    CudaRunnerOptions cuda;
+    cuda.max_sequences = o.sequences;
+    cuda.vram_budget = o.vram_budget;
+    cuda.ram_budget = o.ram_budget;
+    cuda.io = o.io;
+    cuda.trace_path = o.trace_path;
+    cuda.on_load_progress = o.on_load_progress;
+    m.runner = make_cuda_runner(*m.file, context, cuda);
+  }
+#else
+  if (device == Device::Cuda) fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
+#endif
+  if (!m.runner) {
+    CpuRunnerOptions cpu;
+    cpu.context = context;
+    cpu.kv_size = context * o.sequences;
+    cpu.threads = o.threads;
+    cpu.kv_f32 = o.kv_f32;
+    m.runner = make_cpu_runner(m.file, cpu);
+  }
+  return m;
+}
+
+}  // namespace nt

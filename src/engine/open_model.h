@@ -1,0 +1,48 @@
+// One model opener for every front end (CLI, batch, a server, a C API):
+// file -> tokenizer + runner, with the backend choice, the context default
+// and the memory budgets. Front ends include no backend header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+#include "storage/io_reader.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nt {
+
+enum class Device { Auto, Cpu, Cuda };
+Device parse_device(const std::string& name, const std::string& flag);
+
+struct OpenModelOptions {
+  std::string path;            // empty: the default model
+  Device device = Device::Auto;  // Auto: CUDA when a usable GPU is there
+  int64_t context = 0;         // positions of one sequence; 0: the model's, at most 4096
+  int sequences = 1;           // sequences whose KV caches are held at once
+  int threads = 0;             // CPU: 0 = physical cores
+  bool kv_f32 = false;         // CPU: F32 KV cache
+  // CUDA tiered streaming; empty: automatic.
+  std::optional<uint64_t> vram_budget, ram_budget;
+  IoBackend io = IoBackend::Auto;
+  std::string trace_path;
+  std::function<void(uint64_t, uint64_t)> on_load_progress;  // weights loaded, total
+};
+
+struct OpenedModel {
+  std::string path;
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+OpenedModel open_model(const OpenModelOptions& options);
+
+// The context a model gets when none is asked for: its trained one, at most 4096.
+int64_t default_context(const GgufFile& file);
+
+}  // namespace nt
