@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
+#include "streaming_budgets.h"
 #include "test_models.h"
 #include "model/llama_config.h"
 #include "model/tensor_names.h"
@@ -33,33 +34,6 @@ ModelSpec streaming_spec() {
 }
 
 constexpr int64_t kContext = 128;
-
-// Budgets that put exactly `vram` layers in VRAM and `ram` in pinned RAM (the
-// rest on storage), from the sizes the runner plans with. The planner pins
-// every streamed layer when that costs no more than the staging slots, and
-// keeps a layer resident when that costs no more than the ring, so a split
-// needs more streamed layers than ring slots, and more disk layers too.
-CudaRunnerOptions budgets_for(const GgufFile& file, int64_t vram, int64_t ram, CudaRunnerOptions o) {
-  CudaRunnerOptions huge = o;
-  huge.vram_budget = uint64_t(1) << 50;
-  huge.ram_budget = uint64_t(1) << 50;
-  const CudaPlacement all = plan_cuda_placement(file, kContext, huge);
-  const int64_t n = int64_t(all.footprint.layers.size());
-  uint64_t resident = 0, slot = 0, staging = 0;
-  for (const LayerFootprint& l : all.footprint.layers) {
-    resident = std::max(resident, l.resident_bytes);
-    slot = std::max({slot, l.resident_bytes, l.staging_bytes});
-    staging = std::max(staging, l.staging_bytes);
-  }
-  const uint64_t rings = uint64_t(o.ring_slots);
-  o.vram_budget = all.plan.vram_fixed + uint64_t(vram) * resident + (vram < n ? rings * slot : 0);
-  o.ram_budget = uint64_t(ram) * staging + (vram + ram < n ? rings * staging : 0);
-  const CudaPlacement p = plan_cuda_placement(file, kContext, o);
-  EXPECT_EQ(p.plan.count(Tier::Vram), vram);
-  EXPECT_EQ(p.plan.count(Tier::Ram), ram);
-  EXPECT_EQ(p.plan.count(Tier::Disk), n - vram - ram);
-  return o;
-}
 
 struct Run {
   std::vector<float> prefill_logits;  // every row of the prompt chunks
@@ -125,7 +99,7 @@ void expect_file_streams_like_resident(const std::string& path, int64_t layers, 
   const Run want = run(*file, base, prompt, vocab);
   for (const auto& [vram, ram] : splits) {
     SCOPED_TRACE(testing::Message() << vram << " vram, " << ram << " ram, " << layers - vram - ram << " disk layers");
-    const Run got = run(*file, budgets_for(*file, vram, ram, base), prompt, vocab,
+    const Run got = run(*file, test::budgets_for(*file, kContext, vram, ram, base), prompt, vocab,
                         fmt::format("layers {} vram + {} ram + {} disk", vram, ram, layers - vram - ram));
     EXPECT_LT(max_relative_difference(got.prefill_logits, want.prefill_logits), 1e-5);
     ASSERT_EQ(got.decode_logits.size(), want.decode_logits.size());

@@ -14,14 +14,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <regex>
-#include <sstream>
 
 #include "backend/cpu/cpu_llama.h"
 #include "backend/cuda/cuda_runner.h"
 #include "gpu_test_util.h"
+#include "stories.h"
 #include "model/llama2c_converter.h"
 #include "model/llama_config.h"
 #include "tokenizer/tokenizer.h"
@@ -29,26 +27,12 @@
 namespace nt {
 namespace {
 
-// llama2.c's first 64 greedy ids after BOS, read from the README beside the model.
-std::vector<int32_t> stories_golden_ids(const std::filesystem::path& readme) {
-  std::ifstream in(readme);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::smatch m;
-  const std::string s = text.str();
-  if (!std::regex_search(s, m, std::regex("The first 64 generated token ids:\n```\n([0-9 \n]+?)\n```"))) return {};
-  std::vector<int32_t> ids;
-  std::istringstream numbers(m[1].str());
-  for (int32_t id; numbers >> id;) ids.push_back(id);
-  return ids;
-}
-
 int32_t argmax(const float* logits, int64_t n) { return int32_t(std::max_element(logits, logits + n) - logits); }
 
 TEST(RealModels, Stories260KFollowsLlama2cGreedyPath) {
   const std::filesystem::path dir = test::shared_models_dir();
   if (!std::filesystem::exists(dir / "stories260K.bin")) GTEST_SKIP() << dir / "stories260K.bin" << " not present";
-  const std::vector<int32_t> golden = stories_golden_ids(dir / "README.md");
+  const std::vector<int32_t> golden = test::stories_golden_ids(dir / "README.md");
   ASSERT_EQ(golden.size(), 64u) << dir / "README.md" << ": golden ids not found (format changed?)";
   const std::string path = (std::filesystem::path(testing::TempDir()) / "nt_stories260k_gpu.gguf").string();
   convert_llama2c((dir / "stories260K.bin").string(), (dir / "tok512.bin").string(), path);

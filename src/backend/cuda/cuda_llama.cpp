@@ -1104,8 +1104,10 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     if (first >= end) continue;
     const int64_t pos = r.pos + (first - r.first);
     run_pos[seqs.size()] = int32_t(pos);
+    // A one-row run attends as a single-sequence decode step at its position does.
+    const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
     seqs.push_back({first - at, end - first, kv_pages().pages(r.seq)[0], pos_dev_ + kInputsHeader + n + int64_t(seqs.size()),
-                    pos + (end - first)});
+                    max_keys});
   }
   for (int64_t t = 0; t < n; ++t) {
     const BatchEntry& e = batch.entries[size_t(at + t)];
