@@ -186,6 +186,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   float* acc_s = p_s + kDecodeWarps * kKeyTile * kMaxGroup;  // [warp][group][hd]
   float* ml_s = acc_s + kDecodeWarps * group * hd;         // [warp][group][2]: m, l
 
+  if (p.n_seqs > 1) {  // this block serves sequence blockIdx.z: its query, output, position and caches
+    const int64_t s = blockIdx.z;
+    p.q += s * p.q_stride;
+    p.out += s * p.out_stride;
+    p.pos += s;
+    p.k_cache += int64_t(p.seq_slots[s]) * p.slot_stride;
+    p.v_cache += int64_t(p.seq_slots[s]) * p.slot_stride;
+  }
   const int kv_head = blockIdx.x, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n_keys = int64_t(*p.pos) + 1;
@@ -417,6 +425,12 @@ bool attention_decode_fusion_supported(const AttentionParams& p) {
          (p.n_splits == 1 || (attention_detail::mma_merges_in_launch(p) && p.partials));
 }
 
+bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_dim) {
+  // The decode kernel's shapes: 2, 4 or 8 dims a lane, up to kMaxGroup query heads a KV head.
+  return n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kMaxGroup &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   if (p.n_kv_heads < 1 || p.n_heads % p.n_kv_heads != 0) {
@@ -437,7 +451,13 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
     fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
   }
-  if (attention_detail::short_decode_supported(p)) {
+  if (p.n_seqs > 1 && (p.n_tokens != 1 || p.n_splits != 1 || p.rope.inv_freq || p.out_q8 || !p.seq_slots ||
+                       !attention_multi_sequence_supported(p.n_heads, p.n_kv_heads, p.head_dim))) {
+    fail("attention: {} sequences in one launch take one token each, no splits, RoPE or q8 output, and head_dim 64, 128 "
+         "or 256 with at most {} query heads per KV head (head_dim {}, {} heads, {} KV heads)",
+         p.n_seqs, kMaxGroup, p.head_dim, p.n_heads, p.n_kv_heads);
+  }
+  if (p.n_seqs == 1 && attention_detail::short_decode_supported(p)) {
     attention_detail::launch_short_decode(p, stream);
     return;
   }
@@ -446,7 +466,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;
   const int dims_per_lane = p.head_dim / 32;
   bool merged = p.n_splits == 1;
-  if (attention_detail::mma_prefill_supported(p)) {
+  if (p.n_seqs == 1 && attention_detail::mma_prefill_supported(p)) {
     merged = attention_detail::launch_mma_prefill(p, stream) || merged;
   } else if (p.n_tokens == 1 && group <= kMaxGroup && p.head_dim % 32 == 0 &&
              (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {
@@ -454,7 +474,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
       fail("attention: {} KV heads exceed the {} split counters of the decode kernel", p.n_kv_heads, kMaxCountedKvHeads);
     }
     const size_t smem = decode_shared_bytes(group, p.head_dim);
-    const dim3 grid(unsigned(p.n_kv_heads), unsigned(p.n_splits));
+    const dim3 grid(unsigned(p.n_kv_heads), unsigned(p.n_splits), unsigned(p.n_seqs));
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024) {
         NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

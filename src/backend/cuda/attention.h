@@ -62,7 +62,17 @@ struct AttentionParams {
   AttentionRope rope;                // decode: RoPE and the cache store folded in
   int8_t* out_q8 = nullptr;          // decode: also the output as q8 activations (quantize_activations' format)
   float2* out_q8_scales = nullptr;
+  // Decode of n_seqs > 1 sequences in one launch, one query each: sequence s's
+  // query at q + s*q_stride, its output at out + s*out_stride, its position
+  // pos[s], its caches at k_cache / v_cache + seq_slots[s] * slot_stride.
+  // No splits, RoPE or q8 output; head_dim 64, 128 or 256.
+  int64_t n_seqs = 1;
+  const int32_t* seq_slots = nullptr;  // device
+  int64_t slot_stride = 0;             // elements from one sequence slot's caches to the next
 };
+
+// Whether attention() runs n_seqs one-token sequences of this shape in one launch.
+bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_dim);
 
 // Whether attention() can fold RoPE, the cache store and the q8 output into a
 // one-token launch of this shape (out_stride == n_heads * head_dim for q8).

@@ -97,7 +97,7 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
     a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
   }
   ArenaPlan plan;
-  a.inputs = plan.reserve(4 * (kInputsHeader + 3 * b));  // a batch adds sequence positions and head rows
+  a.inputs = plan.reserve(4 * (kInputsHeader + 5 * b));  // a batch adds rows' positions and slots, runs' positions, head rows
   a.x = plan.reserve(4 * b * uint64_t(c.dim));
   a.xn = plan.reserve(4 * b * max_input);
   a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));
@@ -261,8 +261,15 @@ class CudaLlamaRunner final : public ModelRunner {
   // The top is selected on the GPU (top_logits): k candidates cross the bus
   // instead of the row.
   void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
-    if (keep <= 0 || keep >= config_.vocab_size || !top_logits_fits(config_.vocab_size, keep)) {
-      return ModelRunner::forward_top(tokens, pos, keep, top);  // which names a keep out of range
+    if (keep <= 0 || keep >= config_.vocab_size) {
+      fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config_.vocab_size);
+    }
+    if (!top_logits_fits(config_.vocab_size, keep)) {  // the row comes over and the host selects
+      top_row_.resize(size_t(config_.vocab_size));
+      forward(tokens, pos, top_row_.data(), false);
+      top_candidates_.assign(top_row_, keep);
+      top.assign(top_candidates_.view().begin(), top_candidates_.view().end());
+      return;
     }
     run_tokens(tokens, pos, {.top = &top, .keep = keep});
   }
@@ -299,7 +306,7 @@ class CudaLlamaRunner final : public ModelRunner {
   // Writes a chunk's inputs into the pinned staging and copies them in.
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
-  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 3 * options_.max_batch; }
+  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 5 * options_.max_batch; }
   // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
   void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
   // What a run hands back after its tokens: one of
@@ -324,16 +331,25 @@ class CudaLlamaRunner final : public ModelRunner {
     int64_t count = 0;
     const int32_t* gather = nullptr;
   };
+  // A chunk's sequences; for a batch also every row's position and slot
+  // (device), so one launch stores the whole chunk's keys and values.
+  struct ChunkRows {
+    std::span<const ChunkSequence> seqs;
+    const int32_t* token_pos = nullptr;
+    const int32_t* token_slot = nullptr;
+  };
   // Runs n tokens of the default sequence at the device-side position;
   // logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
     const ChunkSequence one{0, n, 0, pos_dev_, max_keys};
-    run_chunk(n, {&one, 1}, all_layers_, {all_logits ? n : 1, nullptr}, true);
+    run_chunk(n, {{&one, 1}}, all_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
   // the head's rows' logits into logits_.
-  void run_chunk(int64_t n, std::span<const ChunkSequence> seqs, std::span<const int32_t> layers, const HeadRows& head,
-                 bool may_fold);
+  void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
+  // Layer l's RoPE, cache store and attention over the chunk's rows; whether
+  // attention also wrote wo's q8 input.
+  bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
   // One chunk of a batch (entries [at, at + n)), and what it hands back.
   void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                        std::span<const int32_t> layers, BatchOutputs& out);
@@ -399,7 +415,7 @@ class CudaLlamaRunner final : public ModelRunner {
   static constexpr int64_t kGreedyAhead = 3, kGreedyRing = kSampleUniforms;
   PinnedBuffer greedy_picks_;
   std::vector<cudaEvent_t> step_done_;
-  std::vector<float> top_row_;  // a batch's Top row when top_logits cannot select that many
+  std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
   std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
 };
@@ -662,7 +678,7 @@ void CudaLlamaRunner::allocate_activations() {
   top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
   top_scratch_ = at(a.top_scratch);
   const uint64_t out_bytes = std::max<uint64_t>(4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4);
-  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 3 * options_.max_batch) + out_bytes, "token and logit transfers");
+  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 5 * options_.max_batch) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
   step_done_.resize(kGreedyRing);
@@ -728,8 +744,91 @@ uint16_t* CudaLlamaRunner::v_cache_at(int64_t slot, int64_t layer) const {
   return v_cache_.as<uint16_t>() + (slot * config_.n_layers + layer) * cache_layer;
 }
 
-void CudaLlamaRunner::run_chunk(int64_t n, std::span<const ChunkSequence> seqs, std::span<const int32_t> layers,
-                                const HeadRows& head, bool may_fold) {
+bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
+  const LlamaConfig& c = config_;
+  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  const int64_t slot_stride = c.n_layers * c.n_kv_heads * cache_context_ * c.head_dim;
+  RopeKvParams rope;
+  rope.qkv_stride = qkv_width;
+  rope.inv_freq = inv_freq_;
+  rope.rope_pairs = int(c.rope_dim / 2);
+  rope.n_heads = int(c.n_heads);
+  rope.n_kv_heads = int(c.n_kv_heads);
+  rope.head_dim = int(c.head_dim);
+  rope.context = cache_context_;
+  AttentionParams shape;
+  shape.q_stride = qkv_width;
+  shape.context = cache_context_;
+  shape.out_stride = c.q_dim();
+  shape.n_heads = int(c.n_heads);
+  shape.n_kv_heads = int(c.n_kv_heads);
+  shape.head_dim = int(c.head_dim);
+  shape.partials = partials_;
+  if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its slot
+    rope.qkv = qkv_;
+    rope.n_tokens = n;
+    rope.token_pos = rows.token_pos;
+    rope.token_slot = rows.token_slot;
+    rope.slot_stride = slot_stride;
+    rope.k_cache = k_cache_at(0, l);
+    rope.v_cache = v_cache_at(0, l);
+    rope_and_store_kv(rope, stream_);
+  }
+  const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
+  bool att_q8 = false;
+  for (size_t i = 0; i < rows.seqs.size();) {
+    const ChunkSequence& s = rows.seqs[i];
+    // Consecutive one-token sequences attend in one launch.
+    size_t run = 1;
+    while (multi && s.rows == 1 && i + run < rows.seqs.size() && rows.seqs[i + run].rows == 1) ++run;
+    AttentionParams att = shape;
+    uint16_t* k_cache = k_cache_at(s.slot, l);
+    uint16_t* v_cache = v_cache_at(s.slot, l);
+    att.q = qkv_ + s.first_row * qkv_width;
+    att.out = att_ + s.first_row * c.q_dim();
+    att.k_cache = k_cache;
+    att.v_cache = v_cache;
+    att.pos = s.pos;
+    att.n_tokens = s.rows;
+    att.max_keys = s.rows == 1 ? s.max_keys : 0;
+    att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
+    if (run > 1) {
+      att.n_seqs = int64_t(run);
+      att.pos = rows.token_pos + s.first_row;
+      att.seq_slots = rows.token_slot + s.first_row;
+      att.slot_stride = slot_stride;
+      att.k_cache = k_cache_at(0, l);
+      att.v_cache = v_cache_at(0, l);
+      att.max_keys = 0;
+      att.n_splits = 1;
+    } else if (!rows.token_pos) {
+      // One sequence of the default path. One token: RoPE, the cache store
+      // and wo's q8 input happen inside the attention launch, so Q/K/V,
+      // attention and wo follow each other directly.
+      if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
+        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+        if (matvec_wants_q8(L.wo.type)) {
+          att.out_q8 = q8_;
+          att.out_q8_scales = q8_scales_;
+          att_q8 = true;
+        }
+      } else {
+        rope.qkv = qkv_ + s.first_row * qkv_width;
+        rope.n_tokens = s.rows;
+        rope.pos = s.pos;
+        rope.k_cache = k_cache;
+        rope.v_cache = v_cache;
+        rope_and_store_kv(rope, stream_);
+      }
+    }
+    attention(att, stream_);
+    i += run;
+  }
+  return att_q8;
+}
+
+void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<const int32_t> layers, const HeadRows& head,
+                                bool may_fold) {
   const LlamaConfig& c = config_;
   const bool use_gemm = n >= options_.gemm_min_tokens;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
@@ -769,55 +868,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, std::span<const ChunkSequence> seqs, 
       for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
     }
 
-    // Each sequence's rows attend to its own KV slot.
-    bool att_q8 = false;
-    for (const ChunkSequence& s : seqs) {
-      uint16_t* k_cache = k_cache_at(s.slot, int64_t(l));
-      uint16_t* v_cache = v_cache_at(s.slot, int64_t(l));
-      AttentionParams att;
-      att.q = qkv_ + s.first_row * qkv_width;
-      att.q_stride = qkv_width;
-      att.k_cache = k_cache;
-      att.v_cache = v_cache;
-      att.context = cache_context_;
-      att.out = att_ + s.first_row * c.q_dim();
-      att.out_stride = c.q_dim();
-      att.pos = s.pos;
-      att.n_tokens = s.rows;
-      att.n_heads = int(c.n_heads);
-      att.n_kv_heads = int(c.n_kv_heads);
-      att.head_dim = int(c.head_dim);
-      att.max_keys = s.rows == 1 ? s.max_keys : 0;
-      att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
-      att.partials = partials_;
-      // One token: RoPE, the cache store and wo's q8 input happen inside the
-      // attention launch, so Q/K/V, attention and wo follow each other directly.
-      const bool fused = n == 1 && !use_gemm && attention_decode_fusion_supported(att);
-      if (fused) {
-        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
-        if (matvec_wants_q8(L.wo.type)) {
-          att.out_q8 = q8_;
-          att.out_q8_scales = q8_scales_;
-          att_q8 = true;
-        }
-      } else {
-        RopeKvParams rope;
-        rope.qkv = qkv_ + s.first_row * qkv_width;
-        rope.qkv_stride = qkv_width;
-        rope.n_tokens = s.rows;
-        rope.pos = s.pos;
-        rope.inv_freq = inv_freq_;
-        rope.rope_pairs = int(c.rope_dim / 2);
-        rope.n_heads = int(c.n_heads);
-        rope.n_kv_heads = int(c.n_kv_heads);
-        rope.head_dim = int(c.head_dim);
-        rope.k_cache = k_cache;
-        rope.v_cache = v_cache;
-        rope.context = cache_context_;
-        rope_and_store_kv(rope, stream_);
-      }
-      attention(att, stream_);
-    }
+    const bool att_q8 = attend(L, int64_t(l), n, use_gemm, chunk);
     const Input att_in = att_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
     add_to_residual(L.wo, att_in, L.ffn_norm);
 
@@ -1089,39 +1140,48 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
   }
 }
 
-// The chunk's inputs move in one copy: [header][tokens][each sequence's first position].
+// The chunk's inputs move in one copy: [header][tokens][each row's position]
+// [each row's slot][each sequence's first position][the head's rows].
 void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                                       std::span<const int32_t> layers, BatchOutputs& out) {
   const int64_t vocab = config_.vocab_size;
   int32_t* staged = host_io_.as<int32_t>();
   staged[0] = int32_t(batch.entries[size_t(at)].pos);
   staged[1] = int32_t(batch.top_k);
+  int32_t* tokens = staged + kInputsHeader;
+  int32_t* token_pos = tokens + n;
+  int32_t* token_slot = token_pos + n;
+  int32_t* run_pos = token_slot + n;
+  const auto device = [&](const int32_t* host) { return pos_dev_ + (host - staged); };
   std::vector<ChunkSequence> seqs;
-  std::vector<int32_t> head_rows;
-  int32_t* run_pos = staged + kInputsHeader + n;
   for (const SequenceRun& r : runs) {
     const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
     if (first >= end) continue;
     const int64_t pos = r.pos + (first - r.first);
+    const int32_t slot = kv_pages().pages(r.seq)[0];
+    for (int64_t t = first; t < end; ++t) {
+      token_pos[t - at] = int32_t(pos + (t - first));
+      token_slot[t - at] = slot;
+    }
     run_pos[seqs.size()] = int32_t(pos);
     // A one-row run attends as a single-sequence decode step at its position does.
     const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-    seqs.push_back({first - at, end - first, kv_pages().pages(r.seq)[0], pos_dev_ + kInputsHeader + n + int64_t(seqs.size()),
-                    max_keys});
+    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys});
   }
+  int32_t* head_rows = run_pos + seqs.size();
+  int64_t rows = 0;
   for (int64_t t = 0; t < n; ++t) {
     const BatchEntry& e = batch.entries[size_t(at + t)];
-    staged[kInputsHeader + t] = e.token;
-    if (e.output != Output::None) head_rows.push_back(int32_t(t));
+    tokens[t] = e.token;
+    if (e.output != Output::None) head_rows[rows++] = int32_t(t);
   }
-  std::memcpy(run_pos + seqs.size(), head_rows.data(), head_rows.size() * 4);
-  const size_t bytes = size_t(kInputsHeader + n + int64_t(seqs.size() + head_rows.size())) * 4;
-  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, bytes, cudaMemcpyHostToDevice, stream_));
-  const int32_t* gather = pos_dev_ + kInputsHeader + n + int64_t(seqs.size());
-  // A short decode step stays in the mat-vec; its head rows are gathered.
-  const int64_t rows = int64_t(head_rows.size());
+  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, size_t(head_rows + rows - staged) * 4, cudaMemcpyHostToDevice, stream_));
+  // The head's rows are gathered unless they are the chunk's last ones; a
+  // one-token pass runs as a single-sequence step does (folded norms).
+  const bool trailing = rows == 0 || (head_rows[0] == n - rows && head_rows[rows - 1] == n - 1);
+  const int32_t* gather = trailing ? nullptr : device(head_rows);
   if (streamer_) streamer_->begin_chunk(stream_);
-  run_chunk(n, seqs, layers, {rows, gather}, false);
+  run_chunk(n, {seqs, device(token_pos), device(token_slot)}, layers, {rows, gather}, n == 1);
   if (rows > 0) {
     argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
   }
@@ -1130,7 +1190,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   std::vector<int32_t> picks(static_cast<size_t>(rows));
   if (rows > 0) NT_CUDA_CHECK(cudaMemcpy(picks.data(), argmax_, size_t(rows) * 4, cudaMemcpyDeviceToHost));
   for (int64_t i = 0; i < rows; ++i) {
-    const size_t entry = size_t(at + head_rows[size_t(i)]);
+    const size_t entry = size_t(at + head_rows[i]);
     const size_t slot = size_t(out.index[entry]);
     const float* row = logits_ + i * vocab;
     switch (batch.entries[entry].output) {

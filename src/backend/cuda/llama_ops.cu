@@ -63,7 +63,7 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
   const int pair = int(i % pairs);
   const int slot = int(i / pairs % slots);
   const int64_t t = i / (int64_t(pairs) * slots);
-  const int64_t position = int64_t(*p.pos) + t;
+  const int64_t position = p.token_pos ? int64_t(p.token_pos[t]) : int64_t(*p.pos) + t;
   float* v = p.qkv + t * p.qkv_stride + int64_t(slot) * p.head_dim + 2 * pair;
   float x0 = v[0], x1 = v[1];
   const bool is_v = slot >= p.n_heads + p.n_kv_heads;
@@ -80,8 +80,9 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
     return;
   }
   const int kv_head = is_v ? slot - p.n_heads - p.n_kv_heads : slot - p.n_heads;
-  uint16_t* cache = is_v ? p.v_cache + v_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim)
-                         : p.k_cache + k_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim);
+  const int64_t seq_offset = p.token_slot ? int64_t(p.token_slot[t]) * p.slot_stride : 0;
+  uint16_t* cache = is_v ? p.v_cache + seq_offset + v_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim)
+                         : p.k_cache + seq_offset + k_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim);
   *reinterpret_cast<uint32_t*>(cache) = uint32_t(cuda::float_to_half(x0)) | uint32_t(cuda::float_to_half(x1)) << 16;
 }
 

@@ -25,6 +25,11 @@ struct RopeKvParams {
   uint16_t* k_cache = nullptr;   // this layer, f16, laid out as attention.h says
   uint16_t* v_cache = nullptr;
   int64_t context = 0;           // a multiple of kKvTile
+  // Tokens of many sequences: token t at position token_pos[t], its caches at
+  // k_cache / v_cache + token_slot[t] * slot_stride (pos is unused then).
+  const int32_t* token_pos = nullptr;   // device
+  const int32_t* token_slot = nullptr;  // device
+  int64_t slot_stride = 0;
 };
 
 // Rotates q (in place) and k, and stores k and v at their positions in the cache.
