@@ -29,6 +29,7 @@ struct PlanOptions {
   std::string model;
   std::string vram_budget, ram_budget;
   int64_t context = 0;
+  int64_t sequences = 1;
   int64_t batch = 256;
   int ring = 2;
   std::string io = "auto";
@@ -88,11 +89,15 @@ void plan(const PlanOptions& o) {
   PlanRequest request;
   request.vram_budget = vram_budget;
   request.ram_budget = ram_budget;
-  request.reserve = estimate_vram_reserve(config, context, o.batch);
+  request.reserve = estimate_vram_reserve(config, context, o.batch, o.sequences);
   request.ring_slots = o.ring;
   request.staging_slots = o.ring;
   request.disk_to_device = reader.accepts_device_memory();
   const PlacementPlan p = plan_placement(model, request);
+  // What holding many sequences costs: the plan for one beside it.
+  PlanRequest one_request = request;
+  one_request.reserve = estimate_vram_reserve(config, context, o.batch, 1);
+  const PlacementPlan one = plan_placement(model, one_request);
 
   uint64_t all_layers = 0;
   for (const auto& l : model.layers) all_layers += l.resident_bytes;
@@ -100,7 +105,8 @@ void plan(const PlanOptions& o) {
   fmt::print("         {} layers, {} in layers; head {}, token embedding {}{}\n", config.n_layers, format_size(all_layers),
              format_size(model.output_head_bytes), format_size(model.token_embd_bytes),
              model.tied_embeddings ? " (tied: the head)" : "");
-  fmt::print("context  {} tokens, batches up to {}\n", context, o.batch);
+  fmt::print("context  {} tokens{}, batches up to {}\n", context,
+             o.sequences > 1 ? fmt::format(" for each of {} sequences", o.sequences) : std::string(), o.batch);
   fmt::print("budgets  VRAM {} ({})\n         RAM  {} ({})\n", format_size(vram_budget), vram_source, format_size(ram_budget),
              ram_source);
   fmt::print("I/O      {}: {}\n", io_backend_name(reader.backend()), reader.description());
@@ -109,7 +115,9 @@ void plan(const PlanOptions& o) {
   const VramReserve& r = request.reserve;
   auto row = [](const std::string& label, const std::string& value) { fmt::print("  {:<34} {:>12}\n", label, value); };
   fmt::print("\nVRAM\n");
-  row(fmt::format("KV cache (F16, {} tokens)", context), format_size(r.kv_cache));
+  row(o.sequences > 1 ? fmt::format("KV cache (F16, {} x {} tokens)", o.sequences, context)
+                      : fmt::format("KV cache (F16, {} tokens)", context),
+      format_size(r.kv_cache));
   row(fmt::format("activations (batch {})", o.batch), format_size(r.activations));
   row(fmt::format("logits (batch {})", o.batch), format_size(r.logits));
   row("prefill GEMM scratch", format_size(r.gemm_scratch));
@@ -129,6 +137,11 @@ void plan(const PlanOptions& o) {
   for (Tier t : {Tier::Vram, Tier::Ram, Tier::Disk}) {
     fmt::print("  {:<5} layers {:<8} {:>3} layers {:>12}\n", tier_name(t), layer_span(p, t), p.count(t),
                format_size(p.resident_bytes(model, t)));
+  }
+  if (o.sequences > 1) {
+    fmt::print("  {} sequences' KV caches ({} more than one's) push {} layers out of VRAM ({} resident with one sequence)\n",
+               o.sequences, format_size(r.kv_cache - one_request.reserve.kv_cache),
+               one.count(Tier::Vram) - p.count(Tier::Vram), one.count(Tier::Vram));
   }
 
   // Link speeds: given, measured, or (H2D without a GPU) assumed and said so.
@@ -177,6 +190,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB (default: free VRAM; required without a GPU)");
   cmd->add_option("--ram-budget", o.ram_budget, "Host RAM to pin, e.g. 48GiB (default: from MemAvailable)");
   cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--parallel,--sequences", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--io", o.io, "Storage reader: auto, uring, cufile or mmap")->capture_default_str()->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));

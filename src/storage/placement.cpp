@@ -42,12 +42,13 @@ ModelFootprint model_footprint(const GgufHeader& header, const LlamaConfig& conf
   return m;
 }
 
-VramReserve estimate_vram_reserve(const LlamaConfig& c, int64_t context, int64_t max_batch) {
+VramReserve estimate_vram_reserve(const LlamaConfig& c, int64_t context, int64_t max_batch, int64_t sequences) {
   const uint64_t b = uint64_t(std::max<int64_t>(max_batch, 1));
   const uint64_t dim = uint64_t(c.dim), q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim()), ffn = uint64_t(c.ffn_dim);
   const uint64_t widest_input = std::max({dim, q, ffn});
   VramReserve r;
-  r.kv_cache = uint64_t(c.n_layers) * uint64_t(context) * kv * 2 * 2;
+  // A KV slot of the whole context per sequence, as the CUDA runner holds them.
+  r.kv_cache = uint64_t(c.n_layers) * uint64_t(context) * kv * 2 * 2 * uint64_t(std::max<int64_t>(sequences, 1));
   // F32 hidden state, normed input, fused QKV, attention output, gate, up, and
   // the FFN product; then the widest input again as int8 codes with 8 bytes of
   // scales per 32 (mat-vec path) and as F16 (GEMM path).

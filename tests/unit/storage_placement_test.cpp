@@ -172,6 +172,10 @@ TEST(StoragePlacement, ReserveArithmetic) {
   EXPECT_EQ(batch.kv_cache, 32ull * 1342177280ull);
   EXPECT_EQ(batch.logits, 256ull * 513024);
   EXPECT_EQ(batch.activations, 256 * one.activations);
+  // Each of 16 sequences holds a slot of the whole context; nothing else grows.
+  const VramReserve many = estimate_vram_reserve(c, 4096, 1, 16);
+  EXPECT_EQ(many.kv_cache, 16 * one.kv_cache);
+  EXPECT_EQ(many.total() - many.kv_cache, one.total() - one.kv_cache);
 }
 
 TEST(StoragePlacement, AutomaticRamBudget) {

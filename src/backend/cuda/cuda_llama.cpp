@@ -1134,6 +1134,19 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
   if (streamer_ && int64_t(layers.size()) != config_.n_layers) {
     fail("a layer schedule of {} of {} layers: streamed models run every layer for now", layers.size(), config_.n_layers);
   }
+  // One token of the default sequence through every layer is a decode step
+  // of the single-sequence path: its captured graphs serve it.
+  const BatchEntry& first = batch.entries[0];
+  if (batch.size() == 1 && first.seq == 0 && first.output != Output::None && int64_t(layers.size()) == config_.n_layers &&
+      decodes_in_graphs()) {
+    const std::span<const int32_t> token{&first.token, 1};
+    switch (first.output) {
+      case Output::Argmax: out.argmax[0] = forward_greedy(token, first.pos); return;
+      case Output::Logits: forward(token, first.pos, out.logits.data(), false); return;
+      case Output::Top: forward_top(token, first.pos, batch.top_k, out.top[0]); return;
+      case Output::None: break;
+    }
+  }
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
     run_batch_chunk(batch, runs, at, std::min(options_.max_batch, total - at), layers, out);
@@ -1180,7 +1193,6 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   // one-token pass runs as a single-sequence step does (folded norms).
   const bool trailing = rows == 0 || (head_rows[0] == n - rows && head_rows[rows - 1] == n - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  if (streamer_) streamer_->begin_chunk(stream_);
   run_chunk(n, {seqs, device(token_pos), device(token_slot)}, layers, {rows, gather}, n == 1);
   if (rows > 0) {
     argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
