@@ -52,7 +52,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   if (!m.runner) {
     CpuRunnerOptions cpu;
     cpu.context = context;
-    cpu.kv_size = context * o.sequences;
+    cpu.sequences = o.sequences;
     cpu.threads = o.threads;
     cpu.kv_f32 = o.kv_f32;
     m.runner = make_cpu_runner(m.file, cpu);

@@ -124,3 +124,43 @@ def test_logits_match_float64_reference(stories_gguf, golden_path_logits, tmp_pa
     assert rel.max() <= bound, f"worst position {rel.argmax()}: relative error {rel.max():.2e} > {bound:.0e}"
     # Teacher forcing along llama2.c's greedy path: every position predicts the next golden id.
     assert list(np.argmax(logits[:-1], axis=1)) == tokens[1:]
+
+
+def run_logits_tool(model, sequences, out, *flags):
+    ids = ";".join(",".join(map(str, s)) for s in sequences)
+    subprocess.run([str(LOGITS_TOOL), str(model), ids, str(out), *flags], check=True)
+    rows = np.fromfile(out, dtype=np.float32).reshape(sum(map(len, sequences)), -1).astype(np.float64)
+    return np.split(rows, np.cumsum([len(s) for s in sequences])[:-1])
+
+
+def assert_close(logits, expected, bound, what):
+    rel = np.linalg.norm(logits - expected, axis=1) / np.linalg.norm(expected, axis=1)
+    assert rel.max() <= bound, f"{what}: worst position {rel.argmax()}: relative error {rel.max():.2e} > {bound:.0e}"
+
+
+@pytest.mark.parametrize("path", ["prefill", "decode"])
+def test_sequences_side_by_side_in_one_batch_match_float64_reference(stories_gguf, tmp_path, path):
+    """Sequences of ragged lengths share each pass (prefill: one batch of them all;
+    decode: one batch per position of every sequence still that long), each in
+    its own pages of the KV pool: every sequence's logits are what the float64
+    reference computes for it alone."""
+    ids, _ = golden()
+    sequences = [[1] + ids[:40], [1] + ids[5:12], [1], [1] + ids[20:53], [1] + ids[:40][::-1]]
+    flags = ["--batch", "--kv-f32"] + (["--step"] if path == "decode" else [])
+    got = run_logits_tool(stories_gguf, sequences, tmp_path / "logits.f32", *flags)
+    model = llama_ref.Model(str(stories_gguf))
+    for i, (tokens, logits) in enumerate(zip(sequences, got)):
+        assert_close(logits, llama_ref.generate(model, tokens, 0)[0], TIGHT_REL, f"sequence {i}")
+
+
+def test_layer_schedule_runs_only_its_layers(stories_gguf, tmp_path):
+    """A schedule of layers 0, 2 and 4 computes the model with only those layers,
+    as the float64 reference does with its other layers removed."""
+    ids, _ = golden()
+    tokens = [1] + ids[:30]
+    got = run_logits_tool(stories_gguf, [tokens], tmp_path / "logits.f32", "--layers", "0,2,4", "--kv-f32")[0]
+    model = llama_ref.Model(str(stories_gguf))
+    model.layers = [model.layers[i] for i in (0, 2, 4)]
+    assert_close(got, llama_ref.generate(model, tokens, 0)[0], TIGHT_REL, "layers 0, 2, 4")
+    full = llama_ref.generate(llama_ref.Model(str(stories_gguf)), tokens, 0)[0]
+    assert np.linalg.norm(got - full) > 0.1 * np.linalg.norm(full), "skipping layers changed nothing"

@@ -34,8 +34,8 @@ class CpuLlamaRunner final : public ModelRunner {
         kv_type_(opt.kv_f32 ? TensorType::F32 : TensorType::F16) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
-    const int64_t pool = std::max(context, opt.kv_size);
-    init_pages(KvPages((pool + kPageSize - 1) / kPageSize, kPageSize, context));
+    const int64_t pages_per_sequence = (context + kPageSize - 1) / kPageSize;
+    init_pages(KvPages(std::max<int64_t>(1, opt.sequences) * pages_per_sequence, kPageSize, context));
     pool_rows_ = kv_pages().page_count() * kPageSize;
     inv_freqs_ = rope_inv_freqs(c, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr);
     // Dimensions past rope_dim are not rotated: a zero frequency is the identity.
