@@ -1,6 +1,7 @@
 // `ntransformer bench -m MODEL [-t N] [-p 128] [-n 64] [-r 3]`: prefill and
 // decode speed, and the bandwidth decode achieves: weights alone, and weights
 // plus the KV cache entries each step reads (every visible key's K and V).
+// With -npl, the batched mode of cli/bench_batched.h instead.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cli/bench_batched.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -21,6 +23,7 @@ struct BenchOptions {
   int64_t n_gen = 64;
   std::vector<int64_t> depths = {0};  // decode starts after this many cached tokens
   int repetitions = 3;
+  BatchedBenchOptions batched;
 };
 
 double median(std::vector<double> v) {
@@ -35,7 +38,17 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
   return ids;
 }
 
+void bench_many_sequences(const BenchOptions& o) {
+  check_batched_bench(o.batched);
+  ModelOptions mo = o.model;
+  if (mo.context == 0) mo.context = o.batched.context();
+  mo.sequences = o.batched.sequences();
+  auto loaded = load_model(mo);
+  bench_batched(*loaded.runner, loaded.file->header().get_string("general.name", std::string("?")), o.batched);
+}
+
 void bench(const BenchOptions& o) {
+  if (o.batched.enabled()) return bench_many_sequences(o);
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
   if (mo.context == 0) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
@@ -93,6 +106,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o.n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
   cmd->add_option("-d,--depth", o.depths, "Cached tokens before decode (repeatable)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o.repetitions, "Repetitions (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--npp", o.batched.prompt_tokens, "Batched mode: prompt tokens per sequence, a comma list (also -npp)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--ntg", o.batched.generated_tokens, "Batched mode: generated tokens per sequence, a comma list (also -ntg)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
+      ->delimiter(',');
   cmd->callback([] { bench(o); });
 }
 

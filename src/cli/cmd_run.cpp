@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "engine/generator.h"
-#include "tokenizer/chat_template.h"
+#include "engine/prompts.h"
 
 namespace nt::cli {
 namespace {
@@ -38,7 +38,7 @@ void run(const RunOptions& o) {
   GenerationOptions gen;
   gen.max_tokens = o.n_predict;
   gen.stop_strings = o.stop;
-  std::vector<int32_t> prompt;
+  EncodedPrompt prompt;
   const bool use_template = !o.raw && (!tokenizer.vocab().chat_template().empty() || !o.chat_template.empty());
   if (use_template) {
     const auto chat = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
@@ -46,19 +46,17 @@ void run(const RunOptions& o) {
     std::vector<ChatMessage> messages;
     if (!o.system.empty()) messages.push_back({"system", o.system});
     messages.push_back({"user", o.prompt});
-    prompt = encode_chat(tokenizer, chat, messages, true);
-    gen.stop_tokens = chat_stop_tokens(tokenizer, chat);
+    prompt = encode_conversation(tokenizer, chat, messages);
   } else {
-    prompt = tokenizer.encode(o.prompt, true, false);
-    gen.stop_tokens = {tokenizer.vocab().eos()};
-    if (tokenizer.vocab().eot() >= 0) gen.stop_tokens.push_back(tokenizer.vocab().eot());
+    prompt = encode_completion(tokenizer, o.prompt);
     // Echo the prompt only once it is known to fit.
-    if (int64_t(prompt.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
+    if (int64_t(prompt.tokens.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
   }
+  gen.stop_tokens = prompt.stop_tokens;
 
   Sampler sampler(o.sampling, loaded.runner->config().vocab_size);
   Generator generator(*loaded.runner, tokenizer);
-  const auto stats = generator.generate(prompt, sampler, gen, [](std::string_view text) {
+  const auto stats = generator.generate(prompt.tokens, sampler, gen, [](std::string_view text) {
     fmt::print("{}", text);
     std::fflush(stdout);
   });

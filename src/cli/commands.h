@@ -14,5 +14,6 @@ void add_chat_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_batch_command(CLI::App& app);
 
 }  // namespace nt::cli

@@ -1,7 +1,11 @@
 // ntransformer: one binary, one subcommand per job.
 #include <fmt/core.h>
 
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "cli/llama_style_flags.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -16,8 +20,12 @@ int main(int argc, char** argv) {
   nt::cli::add_perplexity_command(app);
   nt::cli::add_bench_command(app);
   nt::cli::add_plan_command(app);
+  nt::cli::add_batch_command(app);
+  const std::vector<std::string> args = nt::cli::expand_llama_style_flags(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     // --help exits 0; every usage error exits 1 like every other error.
     return app.exit(e) == 0 ? 0 : 1;

@@ -7,8 +7,12 @@
 
 namespace nt {
 
-ProgressLine::ProgressLine(std::string label, double quiet_seconds)
-    : label_(std::move(label)), quiet_seconds_(quiet_seconds), terminal_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
+ProgressLine::ProgressLine(std::string label, double quiet_seconds, double log_seconds)
+    : label_(std::move(label)),
+      quiet_seconds_(quiet_seconds),
+      log_seconds_(log_seconds),
+      terminal_(isatty(STDERR_FILENO) == 1),
+      start_(Clock::now()) {}
 
 ProgressLine::~ProgressLine() {
   if (open_) std::fputc('\n', stderr);
@@ -17,25 +21,45 @@ ProgressLine::~ProgressLine() {
 void ProgressLine::update(uint64_t done, uint64_t total) {
   done_ = done;
   total_ = total;
+  redraw();
+}
+
+void ProgressLine::update(std::string figures) {
+  figures_ = std::move(figures);
+  redraw();
+}
+
+void ProgressLine::redraw() {
   const auto now = Clock::now();
-  if (!terminal_ || now - start_ < std::chrono::duration<double>(quiet_seconds_)) return;
-  if (drawn_ && now - last_ < std::chrono::milliseconds(500)) return;
+  if (now - start_ < std::chrono::duration<double>(quiet_seconds_)) return;
+  if (terminal_) {
+    if (drawn_ && now - last_ < std::chrono::milliseconds(500)) return;
+  } else {
+    const auto since = now - (drawn_ ? last_ : start_);
+    if (log_seconds_ <= 0 || since < std::chrono::duration<double>(log_seconds_)) return;
+  }
   last_ = now;
   print(false);
 }
 
 void ProgressLine::finish() {
-  if (total_ == 0 && !drawn_) return;  // nothing was reported
+  if (total_ == 0 && figures_.empty() && !drawn_) return;  // nothing was reported
   if (drawn_ || Clock::now() - start_ >= std::chrono::duration<double>(quiet_seconds_)) print(true);
 }
 
 void ProgressLine::print(bool final) {
   const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-  fmt::print(stderr, "{}{}: {:.2f} / {:.2f} GB ({:.0f}%, {:.2f} GB/s){}", terminal_ ? "\r" : "", label_, double(done_) / 1e9,
-             double(total_) / 1e9, total_ ? 100.0 * double(done_) / double(total_) : 100.0,
-             secs > 0 ? double(done_) / 1e9 / secs : 0.0, final ? "\n" : "");
+  const std::string figures =
+      !figures_.empty() ? figures_
+                        : fmt::format("{:.2f} / {:.2f} GB ({:.0f}%, {:.2f} GB/s)", double(done_) / 1e9, double(total_) / 1e9,
+                                      total_ ? 100.0 * double(done_) / double(total_) : 100.0,
+                                      secs > 0 ? double(done_) / 1e9 / secs : 0.0);
+  // A redrawn line is cleared to its end, in case the figures got shorter.
+  const bool redrawn = terminal_ && !final;
+  fmt::print(stderr, "{}{}: {}{}{}", terminal_ ? "\r" : "", label_, figures, terminal_ ? "\x1b[K" : "",
+             redrawn ? "" : "\n");
   drawn_ = true;
-  open_ = terminal_ && !final;
+  open_ = redrawn;
 }
 
 }  // namespace nt

@@ -4,8 +4,6 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "sampling/stop_strings.h"
-#include "tokenizer/token_stream_decoder.h"
 
 namespace nt {
 namespace {
@@ -15,16 +13,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
-
-std::string_view stop_reason_name(StopReason reason) {
-  switch (reason) {
-    case StopReason::TokenLimit: return "token limit";
-    case StopReason::StopToken: return "end of text";
-    case StopReason::StopString: return "stop string";
-    case StopReason::ContextFull: return "context full";
-  }
-  return "?";
-}
 
 double GenerationStats::prefill_tokens_per_second() const {
   const int64_t evaluated = prompt_tokens - reused_tokens;
@@ -74,33 +62,12 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   stats.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
-  TokenStreamDecoder decoder(tokenizer_);
-  StopStringMatcher stops(options.stop_strings);
-  generated_.clear();
-
+  Completion completion(tokenizer_, options, runner_.context_size());
   // Takes a sampled token: false when generation stops before evaluating it.
-  stats.stop = StopReason::TokenLimit;
   const auto take = [&](int32_t token) {
-    if (stats.generated_tokens == options.max_tokens) return false;
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
-      stats.stop = StopReason::StopToken;
-      return false;
-    }
-    sampler.accept(token);
-    generated_.push_back(token);
-    ++stats.generated_tokens;
-    const auto step = stops.feed(decoder.push(token));
-    if (!step.released.empty()) on_text(step.released);
-    if (step.stopped) {
-      stats.stop = StopReason::StopString;
-      return false;
-    }
-    if (stats.generated_tokens == options.max_tokens) return false;
-    if (int64_t(context_.size()) >= runner_.context_size()) {
-      stats.stop = StopReason::ContextFull;
-      return false;
-    }
-    return true;
+    const bool more = completion.take(token, int64_t(context_.size()), sampler, on_text);
+    stats.generated_tokens = int64_t(completion.generated().size());
+    return more;
   };
   const auto decode_start = std::chrono::steady_clock::now();
   if (runner_picks || sampler.runs_without_history()) {
@@ -128,10 +95,9 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   }
   stats.decode_seconds = seconds_since(decode_start);
   // The last sampled token is not in the KV cache yet; the next prompt re-evaluates it.
-  if (stats.stop != StopReason::StopString) {
-    const auto rest = stops.feed(decoder.flush()).released + stops.flush();
-    if (!rest.empty()) on_text(rest);
-  }
+  completion.finish(on_text);
+  stats.stop = completion.stop();
+  generated_ = completion.generated();
   return stats;
 }
 

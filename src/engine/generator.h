@@ -9,20 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/completion.h"
 #include "engine/model_runner.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
-
-struct GenerationOptions {
-  int64_t max_tokens = 256;
-  std::vector<int32_t> stop_tokens;      // EOS, EOT, end of turn
-  std::vector<std::string> stop_strings;
-};
-
-enum class StopReason { TokenLimit, StopToken, StopString, ContextFull };
-std::string_view stop_reason_name(StopReason reason);
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;   // prompt length

@@ -273,6 +273,37 @@ TEST_P(CpuKernelTest, MatmulMatchesFloat64Reference) {
   check_matmul(k(), TensorType::Q8_0, 1, 32, 5, rng_, pool);
 }
 
+// Each group's tokens get, bit for bit, what a matmul call of its `alone`
+// tokens gives them, whatever else shares the call: the property that lets a
+// batched sequence reproduce its single-sequence output exactly.
+TEST(CpuMatmul, TokenGroupsGetTheNumbersOfTheirOwnCallsBitForBit) {
+  std::mt19937_64 rng(fresh_seed());
+  ThreadPool pool(2);
+  const int64_t rows = 37, cols = 512;
+  for (TensorType type : {TensorType::Q4_1, TensorType::Q4_K, TensorType::F32}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const std::vector<uint8_t> w = random_rows(type, rows, cols, rng);
+    const WeightView view = WeightView::dense(w.data(), type, rows, cols, "test");
+    // A decode step, a prompt of 5, one of 2, two tokens cut from a call of 9, a decode step.
+    const std::vector<TokenGroup> groups = {{0, 1, 1}, {1, 5, 5}, {6, 2, 2}, {8, 2, 9}, {10, 1, 1}};
+    const std::vector<float> x = random_activations(cols * 11, rng);
+    std::vector<float> y(size_t(rows * 11), NAN);
+    matmul_groups(view, x.data(), y.data(), groups, pool);
+    for (const TokenGroup& g : groups) {
+      SCOPED_TRACE("group at " + std::to_string(g.first));
+      // The group's own call: its tokens first, then the rest of its `alone`.
+      std::vector<float> own(x.begin() + g.first * cols, x.begin() + (g.first + g.count) * cols);
+      if (g.alone > g.count) {
+        const std::vector<float> rest = random_activations(cols * (g.alone - g.count), rng);
+        own.insert(own.end(), rest.begin(), rest.end());
+      }
+      std::vector<float> want(size_t(rows * g.alone));
+      matmul(view, own.data(), want.data(), int(g.alone), pool);
+      for (int64_t i = 0; i < rows * g.count; ++i) ASSERT_EQ(y[size_t(g.first * rows + i)], want[size_t(i)]) << i;
+    }
+  }
+}
+
 TEST(CpuMatmul, RejectsBadShapes) {
   ThreadPool pool(1);
   std::vector<uint8_t> w(1024);

@@ -74,20 +74,32 @@ class CpuLlamaRunner final : public ModelRunner {
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override {
     // Chunks of up to max_batch entries; a sequence's run may span chunks,
-    // whose later part then attends to what the earlier part cached.
+    // whose later part then attends to what the earlier part cached. Each
+    // run's tokens take the kernels the whole run takes alone (a
+    // cpu::TokenGroup's `alone`), so the chunking changes no result.
+    run_outputs_.assign(runs.size(), 0);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      for (int64_t e = runs[i].first; e < runs[i].first + runs[i].count; ++e) {
+        run_outputs_[i] += batch.entries[size_t(e)].output != Output::None ? 1 : 0;
+      }
+    }
     const int64_t total = int64_t(batch.size());
     size_t r = 0;
     for (int64_t at = 0; at < total; at += max_batch_) {
       const int64_t n = std::min(total - at, max_batch_);
       chunk_runs_.clear();
+      run_groups_.clear();
+      head_alone_.clear();
       for (; r < runs.size() && runs[r].first < at + n; ++r) {
         const int64_t first = std::max(runs[r].first, at);
         const int64_t end = std::min(runs[r].first + runs[r].count, at + n);
         chunk_runs_.push_back({runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first)});
+        run_groups_.push_back({first - at, end - first, runs[r].count});
+        head_alone_.push_back(run_outputs_[r]);
         if (runs[r].first + runs[r].count > at + n) break;  // continues in the next chunk
       }
       forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers);
-      hand_out(batch, at, n, out);
+      hand_out(batch, at, out);
     }
   }
 
@@ -105,11 +117,14 @@ class CpuLlamaRunner final : public ModelRunner {
  private:
   static constexpr int64_t kPageSize = 32;
 
-  // One pass of n <= max_batch entries (`runs` index into them): every
-  // weight matrix is read once for all of them.
+  // One pass of n <= max_batch entries (`runs` index into them, run_groups_
+  // groups them for the kernels): every weight matrix is read once for all.
   void forward_chunk(std::span<const BatchEntry> entries, std::span<const SequenceRun> runs, std::span<const int32_t> layers) {
     const auto& c = config_;
     const int64_t n = int64_t(entries.size());
+    const auto matmul = [&](const WeightRef& w, const float* x, float* y) {
+      cpu::matmul_groups(view(w), x, y, run_groups_, pool_);
+    };
 
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
@@ -118,9 +133,9 @@ class CpuLlamaRunner final : public ModelRunner {
       const auto& w = weights_.layers[size_t(l)];
       // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
       rmsnorm_rows(x_.data(), w.attn_norm.f32(), xb_.data(), n);
-      cpu::matmul(view(w.wq), xb_.data(), q_.data(), int(n), pool_);
-      cpu::matmul(view(w.wk), xb_.data(), k_.data(), int(n), pool_);
-      cpu::matmul(view(w.wv), xb_.data(), v_.data(), int(n), pool_);
+      matmul(w.wq, xb_.data(), q_.data());
+      matmul(w.wk, xb_.data(), k_.data());
+      matmul(w.wv, xb_.data(), v_.data());
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = entries[size_t(t)].pos;
         cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos, inv_freqs_.data());
@@ -128,32 +143,39 @@ class CpuLlamaRunner final : public ModelRunner {
       }
       store_kv(l, entries);
       attend(l, runs);
-      cpu::matmul(view(w.wo), att_.data(), xb_.data(), int(n), pool_);
+      matmul(w.wo, att_.data(), xb_.data());
       cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
 
       // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
       rmsnorm_rows(x_.data(), w.ffn_norm.f32(), xb_.data(), n);
-      cpu::matmul(view(w.w_gate), xb_.data(), gate_.data(), int(n), pool_);
-      cpu::matmul(view(w.w_up), xb_.data(), up_.data(), int(n), pool_);
+      matmul(w.w_gate, xb_.data(), gate_.data());
+      matmul(w.w_up, xb_.data(), up_.data());
       cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
-      cpu::matmul(view(w.w_down), gate_.data(), xb_.data(), int(n), pool_);
+      matmul(w.w_down, gate_.data(), xb_.data());
       cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
     }
   }
 
-  // Final norm and output head for the chunk's entries [at, at + n) that
-  // want an output, then each entry's output from its row of logits.
-  void hand_out(const Batch& batch, int64_t at, int64_t n, BatchOutputs& out) {
+  // Final norm and output head for the chunk's entries (from `at` on) that
+  // want an output (grouped by run), then each entry's output from its row
+  // of logits.
+  void hand_out(const Batch& batch, int64_t at, BatchOutputs& out) {
     const auto& c = config_;
     int64_t rows = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      if (batch.entries[size_t(at + t)].output == Output::None) continue;
-      cpu::rmsnorm(&x_[size_t(t * c.dim)], weights_.output_norm.f32(), &xb_[size_t(rows * c.dim)], c.dim, c.rms_eps);
-      head_rows_[size_t(rows++)] = at + t;
+    head_groups_.clear();
+    for (size_t i = 0; i < chunk_runs_.size(); ++i) {
+      const SequenceRun& run = chunk_runs_[i];
+      const int64_t first = rows;
+      for (int64_t t = run.first; t < run.first + run.count; ++t) {
+        if (batch.entries[size_t(at + t)].output == Output::None) continue;
+        cpu::rmsnorm(&x_[size_t(t * c.dim)], weights_.output_norm.f32(), &xb_[size_t(rows * c.dim)], c.dim, c.rms_eps);
+        head_rows_[size_t(rows++)] = at + t;
+      }
+      head_groups_.push_back({first, rows - first, head_alone_[i]});
     }
     if (rows == 0) return;
     head_logits_.resize(size_t(rows) * size_t(c.vocab_size));
-    cpu::matmul(view(weights_.output), xb_.data(), head_logits_.data(), int(rows), pool_);
+    cpu::matmul_groups(view(weights_.output), xb_.data(), head_logits_.data(), head_groups_, pool_);
     for (int64_t i = 0; i < rows; ++i) {
       const size_t entry = size_t(head_rows_[size_t(i)]);
       const std::span<const float> row{head_logits_.data() + size_t(i) * size_t(c.vocab_size), size_t(c.vocab_size)};
@@ -231,6 +253,9 @@ class CpuLlamaRunner final : public ModelRunner {
   std::vector<float> head_logits_;  // [output rows][vocab]
   Candidates top_;
   std::vector<SequenceRun> chunk_runs_;
+  std::vector<int64_t> run_outputs_;  // per run of the batch: its entries that want an output
+  std::vector<cpu::TokenGroup> run_groups_, head_groups_;  // the chunk's runs, and their rows through the head
+  std::vector<int64_t> head_alone_;  // per chunk run: the whole run's rows through the head
   std::vector<cpu::AttentionRun> attention_runs_;
 };
 

@@ -23,6 +23,11 @@ T* scratch(std::vector<T>& buffer, size_t count) {
   return buffer.data();
 }
 
+// Whether matmul takes n tokens through the GEMM.
+bool takes_gemm(const WeightView& w, int64_t n_tokens) {
+  return n_tokens >= kGemmMinTokens && act_format(w.type) != ActFormat::F32;
+}
+
 void check(const WeightView& w) {
   const TensorTypeInfo& info = tensor_type_info(w.type);
   if (!info.weight_format) fail("matmul {}: unsupported weight type {}", w.name, info.name);
@@ -143,10 +148,29 @@ void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadP
 void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
   check(w);
   if (n_tokens <= 0) return;
-  if (n_tokens >= kGemmMinTokens && act_format(w.type) != ActFormat::F32) {
+  if (takes_gemm(w, n_tokens)) {
     matmul_gemm(w, x, y, n_tokens, pool, k);
   } else {
     matmul_dots(w, x, y, n_tokens, pool, k);
+  }
+}
+
+void matmul_groups(const WeightView& w, const float* x, float* y, std::span<const TokenGroup> groups, ThreadPool& pool) {
+  check(w);
+  const Kernels& k = kernels();
+  for (size_t g = 0; g < groups.size();) {
+    const bool gemm = takes_gemm(w, groups[g].alone);
+    const int64_t first = groups[g].first;
+    int64_t end = first;
+    for (; g < groups.size() && groups[g].first == end && takes_gemm(w, groups[g].alone) == gemm; ++g) end += groups[g].count;
+    if (end == first) continue;  // an empty group
+    const float* xs = x + first * w.cols;
+    float* ys = y + first * w.rows;
+    if (gemm) {
+      matmul_gemm(w, xs, ys, int(end - first), pool, k);
+    } else {
+      matmul_dots(w, xs, ys, int(end - first), pool, k);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "backend/cpu/kernels.h"
@@ -36,6 +37,23 @@ struct WeightView {
 void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool);
 void matmul(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool,
             const Kernels& kernels);
+
+// Tokens of one caller (a sequence's run in a batch): X and Y rows
+// [first, first + count), of a call of `alone` tokens in all (a run the
+// backend cuts into pieces).
+struct TokenGroup {
+  int64_t first = 0;
+  int64_t count = 0;
+  int64_t alone = 0;
+};
+
+// matmul over token groups in order, each taking the kernel matmul would
+// take for its `alone` tokens. A token's result depends only on its own row
+// of X and that kernel, so a sequence batched with others gets the very
+// numbers it would get alone: the model turns even last-bit differences into
+// different tokens within a few steps. Adjacent groups of one kernel run as
+// one call, reading each weight row once for all of them.
+void matmul_groups(const WeightView& w, const float* x, float* y, std::span<const TokenGroup> groups, ThreadPool& pool);
 
 // Decodes row `row` of W to cols floats (an embedding lookup).
 void embedding_row(const WeightView& w, int64_t row, float* out);

@@ -1,0 +1,135 @@
+#include "cli/bench_batched.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace nt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Token ids spread over the vocabulary, different for each sequence.
+int32_t bench_token(int64_t i, int64_t seq, int64_t vocab) { return int32_t((i * 7919 + seq * 104729 + 13) % vocab); }
+
+struct Row {
+  int64_t pp, tg, b;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// The runner's sequences for one row: the default one and b - 1 more.
+class Sequences {
+ public:
+  Sequences(ModelRunner& runner, int64_t b) : runner_(runner) {
+    runner_.seq_truncate(0, 0);
+    ids_.push_back(0);
+    while (int64_t(ids_.size()) < b) ids_.push_back(runner_.seq_alloc());
+  }
+  ~Sequences() {
+    for (const SeqId s : ids_) {
+      if (s == 0) {
+        runner_.seq_truncate(0, 0);
+      } else {
+        runner_.seq_free(s);
+      }
+    }
+  }
+  const std::vector<SeqId>& ids() const { return ids_; }
+
+ private:
+  ModelRunner& runner_;
+  std::vector<SeqId> ids_;
+};
+
+Row run_row(ModelRunner& runner, int64_t pp, int64_t tg, int64_t b) {
+  const int64_t vocab = runner.config().vocab_size;
+  Sequences seqs(runner, b);
+  Row row{pp, tg, b};
+  Batch batch;
+  BatchOutputs out;
+  // Prefill: every sequence's prompt in one batch, each asking for its next token.
+  for (const SeqId s : seqs.ids()) {
+    for (int64_t i = 0; i < pp; ++i) batch.add(bench_token(i, s, vocab), i, s, i + 1 == pp ? Output::Argmax : Output::None);
+  }
+  auto t0 = Clock::now();
+  if (pp > 0) runner.forward(batch, out);
+  row.prefill_seconds = seconds_since(t0);
+  std::vector<int32_t> next(size_t(b), 1);
+  if (pp > 0) next = out.argmax;
+  // Decode: one batch per step, each sequence's pick fed back.
+  t0 = Clock::now();
+  for (int64_t step = 0; step < tg; ++step) {
+    batch.clear();
+    for (size_t i = 0; i < seqs.ids().size(); ++i) batch.add(next[i], pp + step, seqs.ids()[i], Output::Argmax);
+    runner.forward(batch, out);
+    next = out.argmax;
+  }
+  row.decode_seconds = seconds_since(t0);
+  return row;
+}
+
+}  // namespace
+
+int64_t BatchedBenchOptions::context() const {
+  return *std::max_element(prompt_tokens.begin(), prompt_tokens.end()) +
+         *std::max_element(generated_tokens.begin(), generated_tokens.end());
+}
+
+int BatchedBenchOptions::sequences() const { return int(*std::max_element(parallel.begin(), parallel.end())); }
+
+void check_batched_bench(const BatchedBenchOptions& o) {
+  const auto check = [](const std::vector<int64_t>& values, const char* flag, int64_t lo) {
+    if (values.empty()) fail("{}: give at least one value (a comma list, e.g. 128,512)", flag);
+    for (const int64_t v : values) {
+      if (v < lo) fail("{} {}: each value must be at least {}", flag, v, lo);
+    }
+  };
+  check(o.prompt_tokens, "-npp", 0);
+  check(o.generated_tokens, "-ntg", 0);
+  check(o.parallel, "-npl", 1);
+  if (o.context() < 1) fail("-npp and -ntg: a row must run at least one token per sequence");
+}
+
+void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& o) {
+  // Warm-up: first-touch of weights and scratch stays out of the numbers.
+  {
+    Sequences seqs(runner, 1);
+    Batch warm;
+    BatchOutputs out;
+    for (int64_t i = 0; i < std::min<int64_t>(8, runner.context_size()); ++i) warm.add(int32_t(i + 1), i, 0);
+    warm.entries.back().output = Output::Argmax;
+    runner.forward(warm, out);
+  }
+  const double weights = double(runner.weight_bytes_per_token());
+  const double kv_per_key = double(runner.kv_bytes_per_position());
+  fmt::print("{} on {}\n\n", model_name, runner.description());
+  fmt::print("| PP | TG | B | N_KV | T_PP s | S_PP tok/s | T_TG s | S_TG tok/s | T s | S tok/s | weights/pass GB | weight GB/s | weight + KV GB/s |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const int64_t pp : o.prompt_tokens) {
+    for (const int64_t tg : o.generated_tokens) {
+      if (pp + tg == 0) continue;
+      for (const int64_t b : o.parallel) {
+        const Row r = run_row(runner, pp, tg, b);
+        const double total = r.prefill_seconds + r.decode_seconds;
+        const auto rate = [](double tokens, double secs) { return secs > 0 ? fmt::format("{:.1f}", tokens / secs) : std::string("-"); };
+        std::string bandwidth = "- | - | -";
+        if (weights > 0 && tg > 0 && r.decode_seconds > 0) {
+          // Each step reads the weights once, and every sequence's keys: on average pp + (tg + 1) / 2 of them.
+          const double step = r.decode_seconds / double(tg);
+          const double kv = kv_per_key * double(b) * (double(pp) + double(tg + 1) / 2.0);
+          bandwidth = fmt::format("{:.3f} | {:.1f} | {:.1f}", weights / 1e9, weights / step / 1e9, (weights + kv) / step / 1e9);
+        }
+        fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", pp, tg, b, b * (pp + tg),
+                   r.prefill_seconds, rate(double(b * pp), r.prefill_seconds), r.decode_seconds,
+                   rate(double(b * tg), r.decode_seconds), total, rate(double(b * (pp + tg)), total), bandwidth);
+      }
+    }
+  }
+}
+
+}  // namespace nt::cli

@@ -1,0 +1,210 @@
+// `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]`:
+// many generations through continuous batching (engine/batch_scheduler.h).
+// Input lines are described in cli/batch_lines.h; each gets one output line,
+// in input order, written as soon as it and every line before it are done:
+//   {"id", "text", "prompt_tokens", "completion_tokens", "stop_reason", "seconds"}
+// or, for a line that could not run, {"id", "line", "field", "error"}.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/batch_lines.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "engine/batch_scheduler.h"
+#include "engine/prompts.h"
+
+namespace nt::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct BatchOptions {
+  ModelOptions model;
+  SamplingParams sampling;
+  std::string input, output;  // empty: stdin, stdout
+  int parallel = 4;
+  int64_t n_predict = 256;
+  int64_t batch_size = 256;
+  std::string chat_template;
+  std::vector<std::string> stop;
+};
+
+struct InputLine {
+  int64_t number;  // 1-based, counting blank lines
+  BatchLine parsed;
+};
+
+std::vector<InputLine> read_lines(std::istream& in, const BatchDefaults& defaults) {
+  std::vector<InputLine> lines;
+  std::string text;
+  for (int64_t number = 1; std::getline(in, text); ++number) {
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    lines.push_back({number, parse_batch_line(text, defaults)});
+  }
+  return lines;
+}
+
+ordered_json error_object(const InputLine& line, const std::string& error, const std::string& field) {
+  ordered_json j;
+  j["id"] = line.parsed.id;
+  j["line"] = line.number;
+  if (!field.empty()) j["field"] = field;
+  j["error"] = field.empty() ? fmt::format("line {}: {}", line.number, error)
+                             : fmt::format("line {}: field \"{}\": {}", line.number, field, error);
+  return j;
+}
+
+ordered_json result_object(const InputLine& line, const GenerationResult& r) {
+  if (!r.error.empty()) {
+    ordered_json j = error_object(line, r.error, "");
+    j["prompt_tokens"] = r.prompt_tokens;
+    return j;
+  }
+  ordered_json j;
+  j["id"] = line.parsed.id;
+  j["text"] = r.text;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["completion_tokens"] = r.completion_tokens;
+  j["stop_reason"] = std::string(stop_reason_name(r.stop));
+  j["seconds"] = std::round(r.seconds * 1e3) / 1e3;
+  return j;
+}
+
+// Writes each line's object once it and every line before it are known.
+class OrderedWriter {
+ public:
+  OrderedWriter(std::ostream& out, size_t lines) : out_(out), objects_(lines) {}
+  void set(size_t index, ordered_json object) {
+    objects_[index] = std::move(object);
+    for (; next_ < objects_.size() && objects_[next_]; ++next_) {
+      out_ << objects_[next_]->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+      objects_[next_].reset();
+    }
+    out_.flush();
+  }
+
+ private:
+  std::ostream& out_;
+  std::vector<std::optional<ordered_json>> objects_;
+  size_t next_ = 0;
+};
+
+void batch(const BatchOptions& o) {
+  BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
+  std::vector<InputLine> lines;
+  if (o.input.empty()) {
+    lines = read_lines(std::cin, defaults);
+  } else {
+    std::ifstream in(o.input);
+    if (!in) fail("-i {}: cannot open the input file", o.input);
+    lines = read_lines(in, defaults);
+  }
+  std::ofstream file_out;
+  if (!o.output.empty()) {
+    file_out.open(o.output);
+    if (!file_out) fail("-o {}: cannot create the output file", o.output);
+  }
+  std::ostream& out = o.output.empty() ? std::cout : file_out;
+
+  ModelOptions mo = o.model;
+  mo.sequences = o.parallel;
+  auto loaded = load_model(mo);
+  const Tokenizer& tokenizer = *loaded.tokenizer;
+  for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
+  // Made when first needed (a model without a template warns only then), or now to check --chat-template.
+  std::optional<ChatTemplate> chat;
+  const auto chat_template = [&]() -> const ChatTemplate& {
+    if (!chat) {
+      chat = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
+      if (!chat->warning().empty()) fmt::print(stderr, "warning: {}\n", chat->warning());
+    }
+    return *chat;
+  };
+  if (!o.chat_template.empty()) chat_template();
+
+  OrderedWriter writer(out, lines.size());
+  std::vector<size_t> line_of_request;
+  ProgressLine progress("batch", 0.0, 10.0);
+  SchedulerCallbacks callbacks;
+  callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
+    const size_t index = line_of_request[request];
+    writer.set(index, result_object(lines[index], r));
+  };
+  callbacks.on_progress = [&](const SchedulerProgress& p) {
+    progress.update(fmt::format("{}/{} done, {} running, {} tokens generated ({:.1f} tok/s), {} prompt tokens ({:.1f} tok/s)",
+                                p.finished, p.requests, p.running, p.generated_tokens, p.generated_per_second(),
+                                p.prompt_tokens, p.prompt_per_second()));
+  };
+  SchedulerOptions so;
+  so.parallel = o.parallel;
+  so.prompt_budget = o.batch_size;
+  BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
+
+  size_t errors = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const BatchLine& line = lines[i].parsed;
+    if (!line.error.empty()) {
+      writer.set(i, error_object(lines[i], line.error, line.field));
+      ++errors;
+      continue;
+    }
+    EncodedPrompt prompt;
+    if (line.prompt) {
+      prompt = encode_completion(tokenizer, *line.prompt);
+    } else {
+      try {
+        prompt = encode_conversation(tokenizer, chat_template(), line.messages);
+      } catch (const Error& e) {  // a conversation the template cannot render
+        writer.set(i, error_object(lines[i], e.what(), "messages"));
+        ++errors;
+        continue;
+      }
+    }
+    GenerationRequest request;
+    request.prompt = std::move(prompt.tokens);
+    request.sampling = line.sampling;
+    request.options.max_tokens = line.max_tokens;
+    request.options.stop_tokens = std::move(prompt.stop_tokens);
+    request.options.stop_strings = line.stop;
+    line_of_request.push_back(i);
+    scheduler.submit(std::move(request));
+  }
+  scheduler.run();
+  progress.finish();
+  for (size_t r = 0; r < line_of_request.size(); ++r) errors += scheduler.result(r).error.empty() ? 0 : 1;
+  if (errors > 0) fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects)\n", errors, lines.size());
+}
+
+}  // namespace
+
+void add_batch_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("batch", "Run many generations from JSONL through continuous batching");
+  static BatchOptions o;
+  add_model_options(*cmd, o.model);
+  add_sampling_options(*cmd, o.sampling);
+  cmd->add_option("-i,--input", o.input, "JSONL input, one request per line (default: stdin)");
+  cmd->add_option("-o,--output", o.output, "JSONL output, one object per input line in input order (default: stdout)");
+  cmd->add_option("--parallel", o.parallel, "Sequences decoded at once (also -np)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most, for lines without max_tokens")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-b,--batch-size", o.batch_size, "Prompt tokens per forward pass at most (decode steps ride along)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
+  cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
+  cmd->callback([] { batch(o); });
+}
+
+}  // namespace nt::cli

@@ -1,0 +1,254 @@
+#include "engine/batch_scheduler.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+
+namespace nt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// How many of a prompt's `remaining` tokens go in a pass with `budget` prompt
+// tokens left; 0: it waits for the next pass. A cut leaves at least
+// kMinPromptChunk tokens on either side.
+int64_t prompt_chunk(int64_t remaining, int64_t budget) {
+  if (remaining <= budget) return remaining;
+  const int64_t n = std::min(budget, remaining - kMinPromptChunk);
+  return n >= kMinPromptChunk ? n : 0;
+}
+
+}  // namespace
+
+BatchScheduler::BatchScheduler(ModelRunner& runner, const Tokenizer& tokenizer, SchedulerOptions options,
+                               SchedulerCallbacks callbacks)
+    : runner_(runner), tokenizer_(tokenizer), options_(options), callbacks_(std::move(callbacks)) {
+  if (options_.parallel < 1) fail("{} parallel sequences: at least 1", options_.parallel);
+  if (options_.prompt_budget < 2 * kMinPromptChunk) {
+    fail("a prompt budget of {} tokens per pass: at least {}", options_.prompt_budget, 2 * kMinPromptChunk);
+  }
+  runner_.seq_truncate(0, 0);
+  slots_.push_back({0, 0, false});
+  try {
+    while (int(slots_.size()) < options_.parallel) slots_.push_back({runner_.seq_alloc(), 0, false});
+  } catch (const Error& e) {
+    for (size_t i = 1; i < slots_.size(); ++i) runner_.seq_free(slots_[i].seq);
+    fail("{} parallel sequences do not fit the runner ({}); open the model for that many sequences", options_.parallel,
+         e.what());
+  }
+  const KvPages& pages = runner_.kv_pages();
+  capacity_ = pages.page_count();
+  for (Slot& s : slots_) {
+    s.empty_pages = int64_t(pages.pages(s.seq).size());
+    capacity_ -= s.empty_pages;
+  }
+}
+
+BatchScheduler::~BatchScheduler() {
+  for (const Slot& s : slots_) {
+    if (s.seq == 0) {
+      runner_.seq_truncate(0, 0);
+    } else {
+      runner_.seq_free(s.seq);
+    }
+  }
+}
+
+size_t BatchScheduler::submit(GenerationRequest request) {
+  requests_.push_back(std::move(request));
+  results_.emplace_back();
+  results_.back().prompt_tokens = int64_t(requests_.back().prompt.size());
+  results_.back().error = check(requests_.back());
+  waiting_.push_back(requests_.size() - 1);
+  ++progress_.requests;
+  return requests_.size() - 1;
+}
+
+std::string BatchScheduler::check(const GenerationRequest& request) const {
+  const int64_t n = int64_t(request.prompt.size());
+  if (n == 0) return "empty prompt: nothing to condition generation on";
+  if (n > runner_.context_size()) {
+    return fmt::format("the prompt has {} tokens but the context holds {} (raise -c, up to the model's {})", n,
+                       runner_.context_size(), runner_.config().context_length);
+  }
+  const int64_t vocab = runner_.config().vocab_size;
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= vocab) {
+      return fmt::format("prompt token {} (id {}) is outside the vocabulary of {} tokens", i, request.prompt[i], vocab);
+    }
+  }
+  if (request.options.max_tokens < 0) return fmt::format("max_tokens {}: at least 0", request.options.max_tokens);
+  try {
+    Sampler(request.sampling, vocab);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void BatchScheduler::admit() {
+  const KvPages& pages = runner_.kv_pages();
+  while (!waiting_.empty()) {
+    const size_t id = waiting_.front();
+    const GenerationRequest& request = requests_[id];
+    // Done before it starts: it cannot run, or has nothing to generate.
+    if (!results_[id].error.empty() || request.options.max_tokens == 0) {
+      waiting_.pop_front();
+      end_waiting(id);
+      continue;
+    }
+    const auto slot = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
+    if (slot == slots_.end()) return;
+    // The positions it may come to hold: the last sampled token is never evaluated, but reserve it anyway.
+    const int64_t positions = std::min<int64_t>(int64_t(request.prompt.size()) + request.options.max_tokens,
+                                                runner_.context_size());
+    const int64_t claim = std::max<int64_t>(0, pages.pages_for(positions) - slot->empty_pages);
+    if (claim > capacity_) {
+      waiting_.pop_front();
+      results_[id].error = fmt::format("the KV pool holds {} positions for these sequences; the prompt ({} tokens) and "
+                                   "max_tokens ({}) need {} (raise -c or lower --parallel or max_tokens)",
+                                   capacity_ * pages.page_size(), request.prompt.size(), request.options.max_tokens,
+                                   positions);
+      end_waiting(id);
+      continue;
+    }
+    if (claimed_ + claim > capacity_) return;  // waits for running requests to free pages
+    waiting_.pop_front();
+    start(id, size_t(slot - slots_.begin()), claim);
+  }
+}
+
+void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
+  const GenerationRequest& r = requests_[request];
+  Sampler sampler(r.sampling, runner_.config().vocab_size);
+  // The penalty window holds the prompt before its last token is evaluated, as in the Generator.
+  for (const int32_t t : r.prompt) sampler.accept(t);
+  TextSink sink = [this, request](std::string_view piece) {
+    results_[request].text += piece;
+    if (callbacks_.on_text) callbacks_.on_text(request, piece);
+  };
+  running_.push_back({request, slot, claim, std::move(sampler), Completion(tokenizer_, r.options, runner_.context_size()),
+                      std::move(sink), std::chrono::steady_clock::now(), 0, std::nullopt});
+  slots_[slot].busy = true;
+  claimed_ += claim;
+  ++progress_.running;
+}
+
+Output BatchScheduler::output_for(const Sampler& sampler) {
+  // Only what the chain needs crosses from the backend: the best token, the
+  // top (one list length serves the batch; a longer one samples the same), or the row.
+  if (sampler.picks_highest_logit()) return Output::Argmax;
+  if (const int64_t needed = sampler.top_needed(); needed > 0) {
+    batch_.top_k = std::max(batch_.top_k, needed);
+    return Output::Top;
+  }
+  return Output::Logits;
+}
+
+bool BatchScheduler::step() {
+  if (!first_step_) first_step_ = std::chrono::steady_clock::now();
+  admit();
+  const bool work = !running_.empty();
+  if (work) run_batch();
+  progress_.seconds = seconds_since(*first_step_);
+  if (callbacks_.on_progress) callbacks_.on_progress(progress_);
+  return work || !waiting_.empty();
+}
+
+void BatchScheduler::run_batch() {
+  batch_.clear();
+  batch_.top_k = 0;
+  owner_.clear();
+  // Decode steps first, then prompt chunks in admission order within the budget
+  // (the head prompt always gets one: the budget holds two minimal chunks).
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Running& r = running_[i];
+    if (!r.next) continue;
+    batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r.sampler));
+    owner_.push_back(i);
+  }
+  int64_t budget = options_.prompt_budget;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Running& r = running_[i];
+    if (r.next) continue;
+    const std::vector<int32_t>& prompt = requests_[r.request].prompt;
+    const int64_t n = prompt_chunk(int64_t(prompt.size()) - r.cached, budget);
+    if (n == 0) continue;
+    const bool last = r.cached + n == int64_t(prompt.size());
+    batch_.add_run(std::span(prompt).subspan(size_t(r.cached), size_t(n)), r.cached, slots_[r.slot].seq,
+                   last ? output_for(r.sampler) : Output::None);
+    owner_.insert(owner_.end(), size_t(n), i);
+    budget -= n;
+    progress_.prompt_tokens += n;
+  }
+  runner_.forward(batch_, out_);
+  ++progress_.passes;
+
+  std::vector<size_t> done;
+  for (size_t e = 0; e < batch_.size(); ++e) {
+    Running& r = running_[owner_[e]];
+    ++r.cached;
+    if (batch_.entries[e].output == Output::None) continue;
+    try {
+      const int32_t token = sample(r, e);
+      const int64_t before = int64_t(r.completion.generated().size());
+      const bool more = r.completion.take(token, r.cached, r.sampler, r.sink);
+      progress_.generated_tokens += int64_t(r.completion.generated().size()) - before;
+      if (more) {
+        r.next = token;
+      } else {
+        done.push_back(owner_[e]);
+      }
+    } catch (const Error& ex) {
+      results_[r.request].error = ex.what();
+      done.push_back(owner_[e]);
+    }
+  }
+  // From the back, so the indices still to erase stay valid.
+  std::sort(done.begin(), done.end());
+  for (auto it = done.rbegin(); it != done.rend(); ++it) finish(*it);
+}
+
+int32_t BatchScheduler::sample(Running& r, size_t entry) {
+  const size_t slot = size_t(out_.index[entry]);
+  switch (batch_.entries[entry].output) {
+    case Output::Argmax: return out_.argmax[slot];
+    case Output::Top: return r.sampler.sample_top(out_.top[slot]);
+    case Output::Logits: {
+      const size_t vocab = size_t(runner_.config().vocab_size);
+      return r.sampler.sample(std::span(out_.logits).subspan(slot * vocab, vocab));
+    }
+    case Output::None: break;
+  }
+  fail("batch entry {} asked for no output", entry);
+}
+
+void BatchScheduler::finish(size_t running_index) {
+  Running& r = running_[running_index];
+  GenerationResult& result = results_[r.request];
+  if (result.error.empty()) r.completion.finish(r.sink);
+  result.tokens = r.completion.generated();
+  result.completion_tokens = int64_t(result.tokens.size());
+  result.stop = r.completion.stop();
+  result.seconds = seconds_since(r.start);
+  requests_[r.request].prompt = {};
+  runner_.seq_truncate(slots_[r.slot].seq, 0);
+  slots_[r.slot].busy = false;
+  claimed_ -= r.claim;
+  const size_t request = r.request;
+  running_.erase(running_.begin() + ptrdiff_t(running_index));
+  --progress_.running;
+  ++progress_.finished;
+  if (callbacks_.on_finish) callbacks_.on_finish(request, results_[request]);
+}
+
+void BatchScheduler::end_waiting(size_t request) {
+  requests_[request].prompt = {};
+  ++progress_.finished;
+  if (callbacks_.on_finish) callbacks_.on_finish(request, results_[request]);
+}
+
+}  // namespace nt

@@ -1,0 +1,154 @@
+// Continuous batching: many generation requests over one ModelRunner, one
+// forward pass per step. A step's batch holds the next token of every
+// decoding sequence plus chunks of admitted prompts, at most prompt_budget
+// prompt tokens per pass, so a long prompt delays the others' next tokens by
+// one chunk at a time rather than by its whole prefill. Each request samples
+// on the host with its own Sampler from the least its chain needs (the
+// argmax, the top, or the row) and stops and streams its text through a
+// Completion, exactly as the Generator would run it alone. A request is
+// admitted, in submission order, when a sequence slot is free and the KV
+// pool can hold its prompt plus max_tokens (clamped to the context); a
+// finished request empties its slot for the next one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/completion.h"
+#include "engine/model_runner.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nt {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS included when the model wants one
+  SamplingParams sampling;      // the request's own sampler is seeded with sampling.seed
+  GenerationOptions options;    // max_tokens, stop tokens, stop strings
+};
+
+struct GenerationResult {
+  std::string text;
+  std::vector<int32_t> tokens;  // the generated ids, without a stop token
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  StopReason stop = StopReason::TokenLimit;
+  double seconds = 0;  // from admission to the end
+  std::string error;   // why the request could not run or went wrong; empty when it ran
+};
+
+struct SchedulerProgress {
+  int64_t requests = 0;  // submitted
+  int64_t finished = 0;
+  int64_t running = 0;
+  int64_t prompt_tokens = 0;     // prompt positions evaluated
+  int64_t generated_tokens = 0;  // tokens taken into completions
+  int64_t passes = 0;            // forward passes run
+  double seconds = 0;            // since the first step
+
+  double generated_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
+  double prompt_per_second() const { return seconds > 0 ? double(prompt_tokens) / seconds : 0.0; }
+};
+
+// A prompt is cut into chunks of at least this many tokens (a shorter prompt
+// goes whole): a sliver reads all the weights for almost nothing, and a
+// backend may take other kernels for a short run than for the whole prompt
+// (the CPU does under 4 tokens), which would change the sequence's numbers
+// from what it gets alone.
+inline constexpr int64_t kMinPromptChunk = 16;
+
+struct SchedulerOptions {
+  int parallel = 1;             // sequences in flight at once
+  int64_t prompt_budget = 256;  // prompt tokens per pass at most; at least 2 * kMinPromptChunk
+};
+
+struct SchedulerCallbacks {
+  std::function<void(size_t request, std::string_view text)> on_text;  // complete UTF-8 pieces as they come
+  std::function<void(size_t request, const GenerationResult& result)> on_finish;
+  std::function<void(const SchedulerProgress& progress)> on_progress;  // after each step
+};
+
+class BatchScheduler {
+ public:
+  // Takes over the runner's sequences while it lives: the default sequence
+  // (emptied) and parallel - 1 more that it allocates (nt::Error when the
+  // runner cannot hold that many).
+  BatchScheduler(ModelRunner& runner, const Tokenizer& tokenizer, SchedulerOptions options,
+                 SchedulerCallbacks callbacks = {});
+  ~BatchScheduler();
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+
+  // Queues a request; its index (0, 1, ... in submission order) names it in
+  // the callbacks and in result().
+  size_t submit(GenerationRequest request);
+
+  // Admits what fits, runs one pass, samples, and finishes what stopped (a
+  // request that cannot run finishes here with an error). False once no
+  // request is left.
+  bool step();
+  void run() {
+    while (step()) {
+    }
+  }
+
+  const GenerationResult& result(size_t request) const { return results_.at(request); }
+  const SchedulerProgress& progress() const { return progress_; }
+
+ private:
+  struct Slot {
+    SeqId seq = 0;
+    int64_t empty_pages = 0;  // pages the sequence holds when empty (one per sequence in some layouts)
+    bool busy = false;
+  };
+  // A request holding a slot.
+  struct Running {
+    size_t request;
+    size_t slot;
+    int64_t claim;  // pages of the pool it may come to hold, beyond its slot's empty_pages
+    Sampler sampler;
+    Completion completion;
+    TextSink sink;  // into the result's text and on_text
+    std::chrono::steady_clock::time_point start;
+    int64_t cached = 0;  // positions in its sequence's cache
+    std::optional<int32_t> next;  // the sampled token to evaluate; empty while prefilling
+  };
+
+  void admit();
+  // Why the request can never run, or empty.
+  std::string check(const GenerationRequest& request) const;
+  void start(size_t request, size_t slot, int64_t claim);
+  Output output_for(const Sampler& sampler);
+  void run_batch();
+  // The token sampled from entry i's output.
+  int32_t sample(Running& r, size_t entry);
+  void finish(size_t running_index);
+  void end_waiting(size_t request);
+
+  ModelRunner& runner_;
+  const Tokenizer& tokenizer_;
+  SchedulerOptions options_;
+  SchedulerCallbacks callbacks_;
+  std::vector<Slot> slots_;
+  int64_t capacity_ = 0;  // pool pages the slots may claim between them
+  int64_t claimed_ = 0;   // claimed by the running requests
+
+  std::vector<GenerationRequest> requests_;  // a request's prompt is dropped once it finishes
+  std::vector<GenerationResult> results_;
+  std::deque<size_t> waiting_;
+  std::vector<Running> running_;  // in admission order
+
+  Batch batch_;
+  BatchOutputs out_;
+  std::vector<size_t> owner_;  // per batch entry: its index in running_
+  std::optional<std::chrono::steady_clock::time_point> first_step_;
+  SchedulerProgress progress_;
+};
+
+}  // namespace nt

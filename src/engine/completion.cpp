@@ -1,0 +1,50 @@
+#include "engine/completion.h"
+
+#include <algorithm>
+
+namespace nt {
+
+std::string_view stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::TokenLimit: return "token limit";
+    case StopReason::StopToken: return "end of text";
+    case StopReason::StopString: return "stop string";
+    case StopReason::ContextFull: return "context full";
+  }
+  return "?";
+}
+
+Completion::Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context)
+    : options_(std::move(options)), context_(context), decoder_(tokenizer), stops_(options_.stop_strings) {}
+
+bool Completion::take(int32_t token, int64_t cached, Sampler& sampler, const TextSink& on_text) {
+  const int64_t taken = int64_t(generated_.size());
+  if (taken == options_.max_tokens) return false;
+  const auto& stop_tokens = options_.stop_tokens;
+  if (std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
+    stop_ = StopReason::StopToken;
+    return false;
+  }
+  sampler.accept(token);
+  generated_.push_back(token);
+  const auto step = stops_.feed(decoder_.push(token));
+  if (!step.released.empty()) on_text(step.released);
+  if (step.stopped) {
+    stop_ = StopReason::StopString;
+    return false;
+  }
+  if (taken + 1 == options_.max_tokens) return false;
+  if (cached >= context_) {
+    stop_ = StopReason::ContextFull;
+    return false;
+  }
+  return true;
+}
+
+void Completion::finish(const TextSink& on_text) {
+  if (stop_ == StopReason::StopString) return;
+  const auto rest = stops_.feed(decoder_.flush()).released + stops_.flush();
+  if (!rest.empty()) on_text(rest);
+}
+
+}  // namespace nt

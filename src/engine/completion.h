@@ -1,0 +1,58 @@
+// The output side of one generation: takes each sampled token, applies the
+// stop rules (token limit, stop tokens, stop strings, a full context) and
+// releases complete UTF-8 text, holding back what may begin a stop string.
+// The Generator and the batch scheduler both run their sequences through it,
+// so one sequence stops and reads the same either way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "sampling/stop_strings.h"
+#include "tokenizer/token_stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nt {
+
+struct GenerationOptions {
+  int64_t max_tokens = 256;
+  std::vector<int32_t> stop_tokens;      // EOS, EOT, end of turn
+  std::vector<std::string> stop_strings;
+};
+
+enum class StopReason { TokenLimit, StopToken, StopString, ContextFull };
+std::string_view stop_reason_name(StopReason reason);
+
+using TextSink = std::function<void(std::string_view)>;
+
+class Completion {
+ public:
+  // `context`: positions the sequence's cache holds at most.
+  Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context);
+
+  // Takes the token sampled after `cached` positions of the sequence: false
+  // when generation stops here, before the token would be evaluated (a stop
+  // token is not taken; a token that ends a stop string, fills max_tokens or
+  // finds the context full is). A taken token goes to the sampler's history.
+  bool take(int32_t token, int64_t cached, Sampler& sampler, const TextSink& on_text);
+
+  // Releases what was held back, unless a stop string ended the text.
+  void finish(const TextSink& on_text);
+
+  StopReason stop() const { return stop_; }
+  const std::vector<int32_t>& generated() const { return generated_; }
+
+ private:
+  GenerationOptions options_;
+  int64_t context_;
+  TokenStreamDecoder decoder_;
+  StopStringMatcher stops_;
+  std::vector<int32_t> generated_;
+  StopReason stop_ = StopReason::TokenLimit;
+};
+
+}  // namespace nt

@@ -1,0 +1,18 @@
+#include "engine/prompts.h"
+
+namespace nt {
+
+EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view text) {
+  EncodedPrompt p;
+  p.tokens = tokenizer.encode(text, true, false);
+  p.stop_tokens = {tokenizer.vocab().eos()};
+  if (tokenizer.vocab().eot() >= 0) p.stop_tokens.push_back(tokenizer.vocab().eot());
+  return p;
+}
+
+EncodedPrompt encode_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                  std::span<const ChatMessage> messages) {
+  return {encode_chat(tokenizer, chat, messages, true), chat_stop_tokens(tokenizer, chat)};
+}
+
+}  // namespace nt

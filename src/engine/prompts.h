@@ -1,0 +1,28 @@
+// The two kinds of prompt the front ends take, as token ids together with the
+// ids that end the reply, so `run`, `batch` and a server encode them alike.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nt {
+
+struct EncodedPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> stop_tokens;
+};
+
+// Raw completion: the text as it is (BOS when the vocabulary wants one); EOS and EOT end it.
+EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view text);
+
+// A conversation rendered by the chat template with the assistant's turn
+// opened; the template's end-of-turn tokens end it.
+EncodedPrompt encode_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                  std::span<const ChatMessage> messages);
+
+}  // namespace nt

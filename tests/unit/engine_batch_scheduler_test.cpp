@@ -1,0 +1,558 @@
+// Continuous batching against the single-sequence Generator as the
+// reference: each request's tokens, text and stop reason must be what the
+// Generator produces for it alone. First over a fake runner whose next-token
+// logits hash the sequence's cached tokens (so a mixed-up position, sequence
+// or page shows), then on the real models: stories260K exactly (and its
+// BOS-only sequence must reproduce llama2.c's golden ids), SmolLM2 for at
+// least 7 of 8 prompts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_llama.h"
+#include "core/error.h"
+#include "engine/batch_scheduler.h"
+#include "engine/generator.h"
+#include "engine_test_models.h"
+#include "tokenizer/synthetic_vocab.h"
+
+namespace nt {
+namespace {
+
+constexpr int32_t kVocab = 600;
+constexpr int64_t kPage = 16;
+
+// Logits that depend on every token the sequence's cache holds up to the
+// entry's position, read back through its pages.
+class FakeRunner final : public ModelRunner {
+ public:
+  // Paged: a pool of pool_positions; PagePerSequence: `sequences` slots of the whole context.
+  FakeRunner(int64_t context, int64_t pool_positions, KvPages::Layout layout = KvPages::Layout::Paged, int sequences = 1) {
+    config_.vocab_size = kVocab;
+    config_.context_length = context;
+    config_.n_layers = 1;
+    if (layout == KvPages::Layout::Paged) {
+      init_pages(KvPages((pool_positions + kPage - 1) / kPage, kPage, context));
+    } else {
+      init_pages(KvPages(sequences, context, context, layout));
+    }
+    cache_.assign(size_t(kv_pages().page_count() * kv_pages().page_size()), -1);
+  }
+
+  const LlamaConfig& config() const override { return config_; }
+  std::string description() const override { return "fake"; }
+  uint64_t weight_bytes_per_token() const override { return 0; }
+  uint64_t kv_bytes_per_position() const override { return 0; }
+
+  void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t>,
+                     BatchOutputs& out) override {
+    batches.push_back(batch);
+    live_max = std::max(live_max, int64_t(runs.size()));
+    for (const BatchEntry& e : batch.entries) cache_[size_t(kv_pages().slot(e.seq, e.pos))] = e.token;
+    std::vector<float> row(kVocab);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const BatchEntry& e = batch.entries[i];
+      if (e.output == Output::None) continue;
+      logits_of(e.seq, e.pos, row);
+      const size_t slot = size_t(out.index[i]);
+      switch (e.output) {
+        case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab)); break;
+        case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
+        case Output::Top: {
+          Candidates top;
+          top.assign(row, batch.top_k);
+          out.top[slot].assign(top.view().begin(), top.view().end());
+          break;
+        }
+        case Output::None: break;
+      }
+    }
+  }
+
+  void copy_pages(std::span<const PageCopy> copies) override {
+    const int64_t n = kv_pages().page_size();
+    for (const PageCopy& c : copies) {
+      std::copy_n(cache_.begin() + c.from * n, n, cache_.begin() + c.to * n);
+    }
+  }
+
+  std::vector<Batch> batches;
+  int64_t live_max = 0;  // most sequences in one pass
+
+ private:
+  void logits_of(SeqId seq, int64_t pos, std::vector<float>& row) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t p = 0; p <= pos; ++p) h = (h ^ uint64_t(cache_[size_t(kv_pages().slot(seq, p))] + 1)) * 1099511628211ull;
+    // A clear favourite among 200 ordinary tokens, and a spread for sampling to choose from.
+    for (int32_t i = 0; i < kVocab; ++i) row[size_t(i)] = float((h >> (i % 40)) % 7) * 0.3f;
+    row[size_t(300 + h % 200)] += 3.0f;
+  }
+
+  LlamaConfig config_;
+  std::vector<int32_t> cache_;  // the token at each physical position
+};
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+SamplingParams top_k_sampling(uint64_t seed, int32_t top_k = 40) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = top_k;
+  p.seed = seed;
+  return p;
+}
+
+GenerationRequest request(std::vector<int32_t> prompt, SamplingParams sampling, int64_t max_tokens,
+                          std::vector<std::string> stop_strings = {}, std::vector<int32_t> stop_tokens = {}) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = sampling;
+  r.options.max_tokens = max_tokens;
+  r.options.stop_strings = std::move(stop_strings);
+  r.options.stop_tokens = std::move(stop_tokens);
+  return r;
+}
+
+std::vector<int32_t> prompt_of(int64_t n, int32_t salt) {
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back(int32_t(20 + (i * 37 + salt * 101) % 500));
+  return p;
+}
+
+// What the Generator makes of the request alone, on a fresh runner.
+template <typename MakeRunner>
+GenerationResult alone(MakeRunner make_runner, const Tokenizer& tokenizer, const GenerationRequest& r) {
+  auto runner = make_runner();
+  Generator g(*runner, tokenizer);
+  Sampler sampler(r.sampling, runner->config().vocab_size);
+  GenerationResult out;
+  const auto stats = g.generate(r.prompt, sampler, r.options, [&](std::string_view piece) { out.text += piece; });
+  out.tokens = g.generated();
+  out.prompt_tokens = stats.prompt_tokens;
+  out.completion_tokens = stats.generated_tokens;
+  out.stop = stats.stop;
+  return out;
+}
+
+void expect_same(const GenerationResult& got, const GenerationResult& want, size_t i) {
+  EXPECT_EQ(got.error, "") << "request " << i;
+  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+  EXPECT_EQ(got.text, want.text) << "request " << i;
+  EXPECT_EQ(got.stop, want.stop) << "request " << i << ": " << stop_reason_name(got.stop) << " vs "
+                                 << stop_reason_name(want.stop);
+  EXPECT_EQ(got.prompt_tokens, want.prompt_tokens) << "request " << i;
+  EXPECT_EQ(got.completion_tokens, want.completion_tokens) << "request " << i;
+}
+
+class BatchSchedulerTest : public ::testing::Test {
+ protected:
+  Tokenizer tokenizer{make_synthetic_bpe_vocab(kVocab, SyntheticVocabStyle::SmolLM2)};
+};
+
+TEST_F(BatchSchedulerTest, EachRequestGetsWhatItWouldAlone) {
+  const int64_t context = 96;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  SamplingParams penalised = top_k_sampling(7);
+  penalised.repeat_penalty = 1.3f;
+  SamplingParams whole_row = top_k_sampling(8, 0);
+  std::vector<GenerationRequest> requests = {
+      request(prompt_of(1, 1), greedy(), 20),
+      request(prompt_of(40, 2), top_k_sampling(3), 25),
+      request(prompt_of(75, 3), greedy(), 30),  // 75 + 30 > 96: the context fills
+      request(prompt_of(9, 4), penalised, 18),
+      request(prompt_of(2, 5), whole_row, 22),
+      request(prompt_of(20, 6), top_k_sampling(4), 16),
+      request(prompt_of(33, 7), greedy(), 24),
+  };
+  // Stop strings and a stop token taken from the requests' own text alone.
+  const GenerationResult free6 = alone(make_runner, tokenizer, requests[6]);
+  ASSERT_GE(free6.text.size(), 8u);
+  requests[6].options.stop_strings = {free6.text.substr(free6.text.size() / 2, 2)};
+  requests[0].options.stop_tokens = {alone(make_runner, tokenizer, requests[0]).tokens.at(11)};
+
+  FakeRunner runner(context, 3 * context);
+  SchedulerOptions options;
+  options.parallel = 3;
+  options.prompt_budget = 32;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+  EXPECT_EQ(scheduler.result(0).stop, StopReason::StopToken);
+  EXPECT_EQ(scheduler.result(2).stop, StopReason::ContextFull);
+  EXPECT_EQ(scheduler.result(6).stop, StopReason::StopString);
+
+  // Continuous batching: three sequences served seven requests; a pass holds
+  // at most one decode step per sequence and 32 prompt tokens, and prompt
+  // chunks ran beside other sequences' steps.
+  std::set<SeqId> seqs;
+  bool mixed = false;
+  for (const Batch& b : runner.batches) {
+    const auto runs = sequence_runs(b);
+    for (const SequenceRun& run : runs) seqs.insert(run.seq);
+    EXPECT_LE(int64_t(b.size()), options.parallel + options.prompt_budget);
+    mixed |= runs.size() > 1 && std::any_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count > 1; });
+  }
+  EXPECT_EQ(seqs.size(), 3u);
+  EXPECT_LE(runner.live_max, 3);
+  EXPECT_TRUE(mixed) << "no pass ran a prompt chunk beside another sequence";
+}
+
+TEST_F(BatchSchedulerTest, CutsLongPromptsIntoChunksOfAtLeastTheMinimum) {
+  FakeRunner runner(160, 3 * 160);
+  SchedulerOptions options;
+  options.parallel = 3;
+  options.prompt_budget = 40;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  const std::vector<int64_t> lengths = {70, 45, 3};
+  for (size_t i = 0; i < lengths.size(); ++i) scheduler.submit(request(prompt_of(lengths[i], int32_t(i)), greedy(), 4));
+  scheduler.run();
+  std::map<SeqId, std::vector<int64_t>> chunks;  // each sequence's prompt runs, in order
+  for (const Batch& b : runner.batches) {
+    int64_t prompt_tokens = 0;
+    for (const SequenceRun& run : sequence_runs(b)) {
+      if (run.pos >= lengths[size_t(run.seq)]) continue;  // a decode step
+      chunks[run.seq].push_back(run.count);
+      prompt_tokens += run.count;
+    }
+    EXPECT_LE(prompt_tokens, options.prompt_budget);
+  }
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const auto& c = chunks[SeqId(s)];
+    EXPECT_EQ(std::accumulate(c.begin(), c.end(), int64_t(0)), lengths[s]) << s;
+    if (c.size() > 1) {
+      for (const int64_t n : c) EXPECT_GE(n, kMinPromptChunk) << "sequence " << s;
+    }
+  }
+  EXPECT_GT(chunks[0].size(), 1u);  // the long prompts were cut
+  EXPECT_GT(chunks[1].size(), 1u);
+}
+
+TEST_F(BatchSchedulerTest, AsksForTheLeastEachChainNeeds) {
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(64, 64); };
+  FakeRunner runner(64, 3 * 64);
+  SchedulerOptions options;
+  options.parallel = 3;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  const std::vector<GenerationRequest> requests = {
+      request(prompt_of(3, 1), greedy(), 4),
+      request(prompt_of(3, 2), top_k_sampling(1, 5), 12),
+      request(prompt_of(3, 3), top_k_sampling(2, 0), 4),
+      request(prompt_of(3, 4), top_k_sampling(3, 12), 4),  // waits for a slot
+  };
+  for (const auto& r : requests) scheduler.submit(r);
+  ASSERT_TRUE(scheduler.step());
+  const Batch& first = runner.batches.at(0);
+  std::map<SeqId, Output> asked;
+  for (const BatchEntry& e : first.entries) {
+    if (e.output != Output::None) asked[e.seq] = e.output;
+  }
+  ASSERT_EQ(asked.size(), 3u);
+  EXPECT_EQ(asked[0], Output::Argmax);
+  EXPECT_EQ(asked[1], Output::Top);
+  EXPECT_EQ(asked[2], Output::Logits);
+  EXPECT_EQ(first.top_k, 5);
+  scheduler.run();
+  // Beside the top-5 request, the top-12 one gets one list of 12 for both.
+  EXPECT_TRUE(std::any_of(runner.batches.begin(), runner.batches.end(), [](const Batch& b) {
+    return b.top_k == 12 && std::count_if(b.entries.begin(), b.entries.end(),
+                                          [](const BatchEntry& e) { return e.output == Output::Top; }) == 2;
+  }));
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+}
+
+TEST_F(BatchSchedulerTest, ARequestThatCannotRunFailsAloneAndTheOthersFinish) {
+  const int64_t context = 64;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  SamplingParams bad_top_p = greedy();
+  bad_top_p.top_p = 2.0f;
+  std::vector<GenerationRequest> requests = {
+      request(prompt_of(5, 1), greedy(), 10),
+      request(prompt_of(65, 2), greedy(), 10),  // longer than the context
+      request({}, greedy(), 10),
+      request(prompt_of(5, 3), bad_top_p, 10),
+      request({1, kVocab, 2}, greedy(), 10),
+      request(prompt_of(5, 4), greedy(), 0),
+      request(prompt_of(8, 5), top_k_sampling(9), 12),
+  };
+  FakeRunner runner(context, 2 * context);
+  SchedulerOptions options;
+  options.parallel = 2;
+  std::vector<int> finished(requests.size(), 0);
+  SchedulerCallbacks callbacks;
+  callbacks.on_finish = [&](size_t i, const GenerationResult&) { ++finished.at(i); };
+  BatchScheduler scheduler(runner, tokenizer, options, callbacks);
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+
+  EXPECT_EQ(finished, std::vector<int>(requests.size(), 1));
+  EXPECT_NE(scheduler.result(1).error.find("the prompt has 65 tokens but the context holds 64"), std::string::npos)
+      << scheduler.result(1).error;
+  EXPECT_EQ(scheduler.result(1).prompt_tokens, 65);
+  EXPECT_NE(scheduler.result(2).error.find("empty prompt"), std::string::npos) << scheduler.result(2).error;
+  EXPECT_NE(scheduler.result(3).error.find("top_p"), std::string::npos) << scheduler.result(3).error;
+  EXPECT_NE(scheduler.result(4).error.find("outside the vocabulary"), std::string::npos) << scheduler.result(4).error;
+  for (size_t i : {1, 2, 3, 4}) EXPECT_TRUE(scheduler.result(i).tokens.empty()) << i;
+  for (size_t i : {0, 5, 6}) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+  EXPECT_EQ(scheduler.result(5).completion_tokens, 0);
+}
+
+TEST_F(BatchSchedulerTest, AdmitsOnlyWhatThePoolCanHold) {
+  // A pool of 128 positions for three slots: each request may reach 64
+  // positions (prompt 10 + 54 tokens), so only two run at once.
+  const int64_t context = 64;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  FakeRunner runner(context, 128);
+  SchedulerOptions options;
+  options.parallel = 3;
+  int64_t most_running = 0;
+  SchedulerCallbacks callbacks;
+  callbacks.on_progress = [&](const SchedulerProgress& p) { most_running = std::max(most_running, p.running); };
+  BatchScheduler scheduler(runner, tokenizer, options, callbacks);
+  std::vector<GenerationRequest> requests;
+  for (int32_t i = 0; i < 4; ++i) requests.push_back(request(prompt_of(10, i), top_k_sampling(uint64_t(i)), 54));
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+  EXPECT_EQ(most_running, 2);
+  EXPECT_LE(runner.live_max, 2);
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+}
+
+TEST_F(BatchSchedulerTest, RunsOnASlotPerSequenceAndRefusesMoreSlotsThanTheRunnerHas) {
+  const int64_t context = 48;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  FakeRunner runner(context, 0, KvPages::Layout::PagePerSequence, 3);
+  {
+    SchedulerOptions four;
+    four.parallel = 4;
+    try {
+      BatchScheduler too_many(runner, tokenizer, four);
+      FAIL() << "four parallel sequences on a runner of three";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("4 parallel sequences"), std::string::npos) << e.what();
+    }
+  }
+  SchedulerOptions options;
+  options.parallel = 3;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  std::vector<GenerationRequest> requests;
+  for (int32_t i = 0; i < 5; ++i) requests.push_back(request(prompt_of(3 + 7 * i, i), greedy(), 40));
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+}
+
+TEST_F(BatchSchedulerTest, StreamsEachRequestsTextAndCountsProgress) {
+  FakeRunner runner(64, 2 * 64);
+  SchedulerOptions options;
+  options.parallel = 2;
+  std::map<size_t, std::string> streamed;
+  SchedulerCallbacks callbacks;
+  callbacks.on_text = [&](size_t i, std::string_view piece) { streamed[i] += piece; };
+  BatchScheduler scheduler(runner, tokenizer, options, callbacks);
+  int64_t prompt_tokens = 0;
+  for (int32_t i = 0; i < 5; ++i) {
+    scheduler.submit(request(prompt_of(4 + i, i), top_k_sampling(uint64_t(i)), 10 + i));
+    prompt_tokens += 4 + i;
+  }
+  scheduler.run();
+  int64_t generated = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(streamed[i], scheduler.result(i).text) << i;
+    generated += scheduler.result(i).completion_tokens;
+  }
+  const SchedulerProgress& p = scheduler.progress();
+  EXPECT_EQ(p.requests, 5);
+  EXPECT_EQ(p.finished, 5);
+  EXPECT_EQ(p.running, 0);
+  EXPECT_EQ(p.prompt_tokens, prompt_tokens);
+  EXPECT_EQ(p.generated_tokens, generated);
+  EXPECT_EQ(p.passes, int64_t(runner.batches.size()));
+}
+
+// --- Real models on the CPU backend ---
+
+std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context, int sequences) {
+  CpuRunnerOptions o;
+  o.context = context;
+  o.kv_size = context * sequences;
+  return make_cpu_runner(file, o);
+}
+
+// Runs the requests through a scheduler of `parallel` slots (prompts in
+// chunks of `budget`), and each alone through the Generator on its own runner.
+struct BatchedAndAlone {
+  std::vector<GenerationResult> batched, alone;
+};
+
+BatchedAndAlone run_both(const std::string& path, int64_t context, const std::vector<GenerationRequest>& requests,
+                         int parallel, int64_t budget) {
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  BatchedAndAlone out;
+  {
+    auto runner = cpu_runner(file, context, parallel);
+    SchedulerOptions options;
+    options.parallel = parallel;
+    options.prompt_budget = budget;
+    BatchScheduler scheduler(*runner, tokenizer, options);
+    for (const auto& r : requests) scheduler.submit(r);
+    scheduler.run();
+    for (size_t i = 0; i < requests.size(); ++i) out.batched.push_back(scheduler.result(i));
+  }
+  for (const auto& r : requests) out.alone.push_back(alone([&] { return cpu_runner(file, context, 1); }, tokenizer, r));
+  return out;
+}
+
+std::vector<GenerationRequest> stories_requests(const Tokenizer& tokenizer, const std::vector<SamplingParams>& sampling) {
+  const std::vector<std::string> prompts = {
+      "",  // BOS alone, as llama2.c starts
+      "Once upon a time",
+      "Lily",
+      "One day, Tom went to the park with his mom. He saw a big red ball under a tree and wanted to play with it, "
+      "but a dog",
+      "The cat sat on the mat",
+      "Sam and his sister",
+  };
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests.push_back(request(tokenizer.encode(prompts[i], true), sampling[i % sampling.size()], 64));
+  }
+  return requests;
+}
+
+TEST(BatchSchedulerModels, Stories260KBatchedGreedyIsExactlyTheSingleSequenceOutput) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::vector<int32_t> golden = test::stories260k_golden_ids();
+  ASSERT_EQ(golden.size(), 64u) << "golden ids not found in the shared models' README (format changed?)";
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const auto requests = stories_requests(tokenizer, {greedy()});
+  ASSERT_EQ(requests[0].prompt, std::vector<int32_t>{1});
+  ASSERT_GT(requests[3].prompt.size(), 32u);  // spans prompt chunks and KV pages
+  // Three slots for six requests, prompts in chunks of up to 32.
+  const BatchedAndAlone r = run_both(path, 128, requests, 3, 32);
+  EXPECT_EQ(r.batched[0].tokens, golden) << "the BOS-only sequence leaves llama2.c's greedy path";
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(r.batched[i], r.alone[i], i);
+}
+
+TEST(BatchSchedulerModels, Stories260KSampledRequestsAreExactlyTheirSingleSequenceOutput) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  SamplingParams penalised = top_k_sampling(11);
+  penalised.repeat_penalty = 1.2f;
+  const auto requests = stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+  const BatchedAndAlone r = run_both(path, 128, requests, 4, 32);
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(r.batched[i], r.alone[i], i);
+}
+
+// Greedy picks of `steps` tokens of seq after its cached positions, the
+// first input being `token` at `pos`.
+std::vector<int32_t> greedy_steps(ModelRunner& runner, SeqId seq, int32_t token, int64_t pos, int steps) {
+  std::vector<int32_t> picks;
+  Batch batch;
+  BatchOutputs out;
+  for (int i = 0; i < steps; ++i) {
+    batch.clear();
+    batch.add(token, pos + i, seq, Output::Argmax);
+    runner.forward(batch, out);
+    token = out.argmax[0];
+    picks.push_back(token);
+  }
+  return picks;
+}
+
+TEST(BatchSchedulerModels, ACopiedPrefixContinuesExactlyAsAFullPrefill) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::vector<int32_t> prompt = tokenizer.encode(
+      "One day, Tom went to the park with his mom. He saw a big red ball under a tree and wanted to play", true);
+  ASSERT_GT(prompt.size(), 33u);
+  const int64_t n = int64_t(prompt.size());
+  auto runner = cpu_runner(file, 128, 4);
+  Batch batch;
+  BatchOutputs out;
+  // The source: the whole prompt, then 24 greedy tokens.
+  const SeqId src = runner->seq_alloc();
+  batch.add_run(prompt, 0, src, Output::Argmax);
+  runner->forward(batch, out);
+  const int32_t first = out.argmax[0];
+  const std::vector<int32_t> want = greedy_steps(*runner, src, first, n, 24);
+  // Copies of a page-aligned prefix (32: whole shared pages) and of one that
+  // ends inside a page (n - 1: the shared last page is copied when written);
+  // each prefills only the rest of the prompt.
+  for (const int64_t shared : {int64_t(32), n - 1}) {
+    SCOPED_TRACE(shared);
+    const SeqId dst = runner->seq_alloc();
+    runner->seq_copy_prefix(src, dst, shared);
+    batch.clear();
+    batch.add_run(std::span(prompt).subspan(size_t(shared)), shared, dst, Output::Argmax);
+    runner->forward(batch, out);
+    EXPECT_EQ(out.argmax[0], first);
+    EXPECT_EQ(greedy_steps(*runner, dst, out.argmax[0], n, 24), want);
+    runner->seq_free(dst);
+  }
+  // The source's own cache was not written through the shared pages.
+  runner->seq_truncate(src, n - 1);
+  batch.clear();
+  batch.add(prompt.back(), n - 1, src, Output::Argmax);
+  runner->forward(batch, out);
+  EXPECT_EQ(out.argmax[0], first);
+  EXPECT_EQ(greedy_steps(*runner, src, first, n, 24), want);
+}
+
+TEST(BatchSchedulerModels, SmolLM2BatchedGreedyMatchesTheSingleSequenceOutputForSevenOfEightPrompts) {
+  const std::string path = test::smollm2_gguf();
+  if (path.empty()) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::vector<std::string> prompts = {
+      "The capital of France is",
+      "Once upon a time, in a small village by the sea, there lived an old fisherman and his granddaughter. Every "
+      "morning before dawn they pushed their little blue boat into the waves, and every evening",
+      "def fibonacci(n):",
+      "1, 2, 3, 4, 5,",
+      "The three primary colors are",
+      "Water boils at",
+      "In 1969, the first humans to walk on the Moon were",
+      "Here is a simple recipe for fluffy pancakes that anyone can make at home on a weekend morning, with "
+      "ingredients you probably already have in the kitchen. First,",
+  };
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) requests.push_back(request(tokenizer.encode(p, true), greedy(), 64));
+  // Four slots for eight requests.
+  const BatchedAndAlone r = run_both(path, 256, requests, 4, 32);
+  int same = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& got = r.batched[i].tokens;
+    const auto& want = r.alone[i].tokens;
+    if (got == want) {
+      ++same;
+      continue;
+    }
+    const auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin(), want.end());
+    std::printf("prompt %zu (\"%s\") differs from token %td: batched %s | alone %s\n", i, prompts[i].c_str(),
+                a - got.begin(), r.batched[i].text.c_str(), r.alone[i].text.c_str());
+  }
+  EXPECT_GE(same, 7);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.batched[i].completion_tokens, 64) << i;
+}
+
+}  // namespace
+}  // namespace nt
