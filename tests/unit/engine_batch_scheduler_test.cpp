@@ -386,7 +386,7 @@ TEST_F(BatchSchedulerTest, StreamsEachRequestsTextAndCountsProgress) {
 std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context, int sequences) {
   CpuRunnerOptions o;
   o.context = context;
-  o.kv_size = context * sequences;
+  o.sequences = sequences;
   return make_cpu_runner(file, o);
 }
 
