@@ -6,7 +6,8 @@
 # previous build against this one (a regression check of the fast path).
 #   bench/batched.sh BUILD_DIR REF_BIN_DIR OLD_NTRANSFORMER MODEL...
 # MODEL = preset:type[:vram budget], e.g. llama3-8b:q4_k, llama3-70b:q4_k_m:24GiB.
-# Env: NT_NPP (128), NT_NTG (64), NT_NPL (1,4,16,64); NT_BENCH_DIR (/tmp/nt-bench).
+# Env: NT_NPP (128), NT_NTG (64), NT_NPL (1,4,16,64); NT_BENCH_DIR (/tmp/nt-bench);
+# NT_RUN: which parts run, a subset of "ours single ref" (default all three).
 set -uo pipefail
 build=${1:?build dir}; ref=${2:?reference engine bin dir (or -)}; old=${3:?previous ntransformer (or -)}
 shift 3
@@ -18,6 +19,7 @@ cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/l
 [[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nt="$build/src/ntransformer"
 largest=${npl##*,}
+runs=" ${NT_RUN:-ours single ref} "
 ctx=$((npp + ntg))
 for spec in "$@"; do
   IFS=: read -r preset type budget <<<"$spec"
@@ -26,14 +28,16 @@ for spec in "$@"; do
     || { echo "make-model $spec failed"; continue; }
   flags=(--device cuda); ref_flags=(-ngl 99)
   [[ -n "$budget" ]] && flags+=(--vram-budget "$budget")
-  echo "== $spec: ours"
-  "$nt" bench -m "$file" "${flags[@]}" -npp "$npp" -ntg "$ntg" -npl "$npl" 2>&1 | tee -a "$out/batched.md"
-  if [[ -z "$budget" && "$old" != - ]]; then
+  if [[ "$runs" == *" ours "* ]]; then
+    echo "== $spec: ours"
+    "$nt" bench -m "$file" "${flags[@]}" -npp "$npp" -ntg "$ntg" -npl "$npl" 2>&1 | tee -a "$out/batched.md"
+  fi
+  if [[ "$runs" == *" single "* && -z "$budget" && "$old" != - ]]; then
     echo "== $spec: single-sequence decode, previous build then this one"
     for bin in "$old" "$nt" "$old" "$nt"; do "$bin" bench -m "$file" --device cuda -p 0 -n 64 -d 512 -r 3 2>&1 | grep ' tg'; done \
       | tee -a "$out/single.md"
   fi
-  if [[ -z "$budget" && "$ref" != - ]]; then
+  if [[ "$runs" == *" ref "* && -z "$budget" && "$ref" != - ]]; then
     echo "== $spec: reference llama-batched-bench"
     "$ref/llama-batched-bench" -m "$file" "${ref_flags[@]}" -c $((largest * ctx)) -b 2048 -ub 512 -npp "$npp" -ntg "$ntg" \
       -npl "$npl" -fa on 2>&1 | grep -E '^\|' | tee -a "$out/reference.md"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call for the batched-decode figures (docs/PERFORMANCE.md): the
+# reference engine builds in the background while our batched GPU tests and
+# benchmarks run, then its llama-batched-bench runs on the same files.
+#   bench/device_batched.sh BIN_DIR OLD_NTRANSFORMER MODEL...   (models as bench/batched.sh takes them)
+# Carry: the binaries, the previous build's ntransformer, .devref (reference-engine.sh fetch output and the script).
+set -uo pipefail
+bin=${1:?bin dir}; old=${2:?previous ntransformer}; shift 2
+out=${OUT:-out}
+mkdir -p "$out"
+if [[ ! -x /tmp/lb/bin/llama-batched-bench ]]; then
+  (bash .devref/reference-engine.sh build .devref > "$out/refbuild.log" 2>&1 &)
+fi
+cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib/python3*/dist-packages/nvidia \
+  -name 'libcublas.so.13*' 2>/dev/null | head -1)
+[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ -x "$bin/tests/nt_gpu_tests" && -z "${NT_SKIP_TESTS:-}" ]]; then
+  "$bin/tests/nt_gpu_tests" --gtest_brief=1 --gtest_filter="${NT_TESTS:-BatchedDecode.*:AttentionSequences.*}" > "$out/gpu.log" 2>&1
+  echo "gpu tests exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]|batched picks" "$out/gpu.log" | head -20
+fi
+NT_RUN="ours single" bash bench/batched.sh "$bin" - "$old" "$@"
+for ((i = 0; i < 90 && ! -x /tmp/lb/bin/llama-batched-bench; i++)); do sleep 5; done
+NT_RUN=ref bash bench/batched.sh "$bin" /tmp/lb/bin - "$@"
