@@ -8,8 +8,9 @@ set -uo pipefail
 bin=${1:?bin dir}; old=${2:?previous ntransformer}; shift 2
 out=${OUT:-out}
 mkdir -p "$out"
-if [[ ! -x /tmp/lb/bin/llama-batched-bench ]]; then
-  (bash .devref/reference-engine.sh build .devref > "$out/refbuild.log" 2>&1 &)
+# setsid: a process the call leaves behind outlives it only in a session of its own.
+if [[ ! -x /tmp/lb/bin/llama-batched-bench ]] && ! pgrep -f "reference-engine.sh build" >/dev/null; then
+  setsid bash .devref/reference-engine.sh build .devref > /tmp/refbuild.log 2>&1 < /dev/null &
 fi
 cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib/python3*/dist-packages/nvidia \
   -name 'libcublas.so.13*' 2>/dev/null | head -1)
@@ -19,5 +20,6 @@ if [[ -x "$bin/tests/nt_gpu_tests" && -z "${NT_SKIP_TESTS:-}" ]]; then
   echo "gpu tests exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]|batched picks" "$out/gpu.log" | head -20
 fi
 NT_RUN="ours single" bash bench/batched.sh "$bin" - "$old" "$@"
-for ((i = 0; i < 90 && ! -x /tmp/lb/bin/llama-batched-bench; i++)); do sleep 5; done
+for i in $(seq 100); do pgrep -f "reference-engine.sh build" >/dev/null || break; sleep 5; done
+tail -3 /tmp/refbuild.log
 NT_RUN=ref bash bench/batched.sh "$bin" /tmp/lb/bin - "$@"
