@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -165,10 +164,7 @@ RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_
   }
   RunnerBuffers b;
   b.kv = cache_bytes_per_position(c) * uint64_t(cache_context) * uint64_t(o.max_sequences);
-  // EXPERIMENT (temporary): the scratch size and the GEMM threshold from the environment.
-  uint64_t cap = kGemmScratchMaxBytes;
-  if (const char* e = std::getenv("NT_EXP_GEMM_SCRATCH_MIB")) cap = std::strtoull(e, nullptr, 10) << 20;
-  b.gemm = std::min(cap, largest * 2);
+  b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
   b.activations = layout_activations(c, o.max_batch, context, multiprocessors).total;
   return b;
 }
@@ -438,7 +434,6 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   // The dequantize + GEMM prefill and the q8 activations work in 32-element
   // chunks; a float model of other widths (stories260K's FFN is 172 wide)
   // prefills through the mat-vec, which reads float rows 4 or 8 elements at a time.
-  if (const char* e = std::getenv("NT_EXP_GEMM_MIN_TOKENS")) options_.gemm_min_tokens = std::strtoll(e, nullptr, 10);
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
     options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
