@@ -84,12 +84,12 @@ std::vector<ChatMessage> chat_messages(const json& value) {
 
 void read_fields(const json& j, BatchLine& line) {
   if (!j.is_object()) bad("", fmt::format("expected a JSON object, got {}", shown(j)));
+  if (j.contains("id")) line.id = j["id"];  // first, so that every error object echoes it
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
       bad(key, "unknown field (known: id, prompt, messages, max_tokens, temperature, top_k, top_p, min_p, seed, stop)");
     }
   }
-  if (j.contains("id")) line.id = j["id"];
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
   if (has_prompt == has_messages) {
     bad(has_prompt ? "messages" : "prompt", has_prompt ? "give either prompt or messages, not both"

@@ -4,7 +4,9 @@
 //   {"id": ..., "prompt": "..."}                 raw completion
 //   {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}   chat template
 // plus optional max_tokens, temperature, top_k, top_p, min_p, seed and stop
-// (a string or a list of them), which override the command line's.
+// (a string or a list of them), which override the command line's. Any
+// other field is an error: a misspelt one would otherwise change nothing
+// without a word.
 #pragma once
 
 #include <nlohmann/json.hpp>

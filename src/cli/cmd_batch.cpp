@@ -201,7 +201,7 @@ void add_batch_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-b,--batch-size", o.batch_size, "Prompt tokens per forward pass at most (decode steps ride along)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
   cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
   cmd->callback([] { batch(o); });

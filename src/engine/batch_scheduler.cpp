@@ -1,7 +1,6 @@
 #include "engine/batch_scheduler.h"
 
 #include <algorithm>
-#include <exception>
 
 #include "core/error.h"
 
@@ -108,10 +107,10 @@ void BatchScheduler::admit() {
     const int64_t claim = std::max<int64_t>(0, pages.pages_for(positions) - slot->empty_pages);
     if (claim > capacity_) {
       waiting_.pop_front();
-      results_[id].error = fmt::format("the KV pool holds {} positions for these sequences; the prompt ({} tokens) and "
-                                   "max_tokens ({}) need {} (raise -c or lower --parallel or max_tokens)",
-                                   capacity_ * pages.page_size(), request.prompt.size(), request.options.max_tokens,
-                                   positions);
+      results_[id].error =
+          fmt::format("the KV pool holds {} positions for these sequences; the prompt ({} tokens) and max_tokens ({}) "
+                      "need {} (raise -c or lower --parallel or max_tokens)",
+                      capacity_ * pages.page_size(), request.prompt.size(), request.options.max_tokens, positions);
       end_waiting(id);
       continue;
     }

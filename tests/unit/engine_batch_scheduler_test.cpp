@@ -3,8 +3,8 @@
 // Generator produces for it alone. First over a fake runner whose next-token
 // logits hash the sequence's cached tokens (so a mixed-up position, sequence
 // or page shows), then on the real models: stories260K exactly (and its
-// BOS-only sequence must reproduce llama2.c's golden ids), SmolLM2 for at
-// least 7 of 8 prompts.
+// BOS-only sequence must reproduce llama2.c's golden ids), and SmolLM2 for
+// all of 8 prompts over 64 tokens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -517,7 +517,7 @@ TEST(BatchSchedulerModels, ACopiedPrefixContinuesExactlyAsAFullPrefill) {
   EXPECT_EQ(greedy_steps(*runner, src, first, n, 24), want);
 }
 
-TEST(BatchSchedulerModels, SmolLM2BatchedGreedyMatchesTheSingleSequenceOutputForSevenOfEightPrompts) {
+TEST(BatchSchedulerModels, SmolLM2BatchedGreedyIsTheSingleSequenceOutputForEveryPrompt) {
   const std::string path = test::smollm2_gguf();
   if (path.empty()) GTEST_SKIP() << "the default SmolLM2 model is absent";
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
@@ -550,7 +550,9 @@ TEST(BatchSchedulerModels, SmolLM2BatchedGreedyMatchesTheSingleSequenceOutputFor
     std::printf("prompt %zu (\"%s\") differs from token %td: batched %s | alone %s\n", i, prompts[i].c_str(),
                 a - got.begin(), r.batched[i].text.c_str(), r.alone[i].text.c_str());
   }
-  EXPECT_GE(same, 7);
+  // The issue allows one near-tie flip in 8; the CPU runner gives a batched
+  // run its single-sequence kernels (cpu::matmul_groups), so none may flip.
+  EXPECT_EQ(same, 8);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.batched[i].completion_tokens, 64) << i;
 }
 

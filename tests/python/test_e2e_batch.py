@@ -1,0 +1,177 @@
+"""`ntransformer batch` end to end on the default model (SmolLM2) on the CPU:
+JSONL in, one object per input line out, in input order; bad lines get an
+error object naming their line and field while the others complete.
+
+The references are independent of the batch path: each completed line's text
+must be what `ntransformer run` (the single-sequence Generator) prints for the
+same prompt, seed and sampling parameters, and its prompt_tokens what the
+tokenizer (which has its own oracle tests) gives for the prompt.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, require_built
+
+MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+TOKENIZE_TOOL = BUILD_DIR / "tests" / "tokenize_tool"
+STOP_REASONS = {"token limit", "end of text", "stop string", "context full"}
+
+GOOD = {
+    "greedy": {"id": "greedy", "prompt": "The capital of France is", "max_tokens": 12, "temperature": 0},
+    "chat": {"id": "chat", "messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 16,
+             "temperature": 0},
+    "sampled": {"id": 7, "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0.9, "top_k": 20,
+                "top_p": 0.9, "min_p": 0.02, "seed": 1234},
+    "stopped": {"id": "stopped", "prompt": "Here is a list of fruits:\n1.", "max_tokens": 40, "seed": 99,
+                "stop": ["\n3."]},
+}
+
+# (input line, id echoed back, field the error must name, words it must
+# contain); field None: the error is about the whole line.
+BAD = [
+    ('{"id": "broken", "prompt": ', None, None, "malformed JSON"),  # no id to echo from a broken line
+    ('{"id": "hot", "prompt": "x", "temperature": "hot"}', "hot", "temperature", "expected a number"),
+    ('{"id": "wide", "prompt": "x", "top_p": 1.5}', "wide", "top_p", "out of range"),
+    ('{"id": "empty"}', "empty", "prompt", "missing"),
+    ('{"id": "typo", "prompt": "x", "max_token": 3}', "typo", "max_token", "unknown field"),
+    ('{"id": 12, "messages": [{"role": "user"}]}', 12, "messages[0].content", "missing"),
+    ('["not", "an", "object"]', None, None, "expected a JSON object"),
+]
+
+
+def input_lines():
+    """The JSONL lines, a blank one among them, with what each output line must be."""
+    lines, expected = [], []
+    good = list(GOOD.items())
+    for i in range(max(len(good), len(BAD))):
+        if i < len(good):
+            lines.append(json.dumps(good[i][1]))
+            expected.append(("good", good[i][0]))
+        if i == 1:
+            lines.append("   ")  # skipped, but counted in line numbers
+        if i < len(BAD):
+            lines.append(BAD[i][0])
+            expected.append(("bad", i))
+    return lines, expected
+
+
+def run_batch(*args, stdin=None, timeout=600):
+    result = subprocess.run([str(NTRANSFORMER), "batch", "-m", str(MODEL), "--device", "cpu", *map(str, args)],
+                            input=stdin, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def without_seconds(objects):
+    return [{k: v for k, v in o.items() if k != "seconds"} for o in objects]
+
+
+@pytest.fixture(scope="module")
+def model():
+    require_built(NTRANSFORMER, TOKENIZE_TOOL)
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} is absent (scripts/setup.sh fetches it)")
+    return MODEL
+
+
+@pytest.fixture(scope="module")
+def batch_output(model):
+    lines, expected = input_lines()
+    result = run_batch("-np", 2, stdin="\n".join(lines) + "\n")
+    return lines, expected, [json.loads(line) for line in result.stdout.splitlines()], result.stderr
+
+
+def run_alone(request):
+    """What `ntransformer run` prints for the request: the single-sequence reference."""
+    args = ["run", "-m", str(MODEL), "--device", "cpu", "-n", str(request["max_tokens"])]
+    if "prompt" in request:
+        args += ["--raw", "-p", request["prompt"]]
+    else:
+        args += ["-p", request["messages"][-1]["content"]]
+    for field, flag in [("temperature", "--temp"), ("top_k", "--top-k"), ("top_p", "--top-p"), ("min_p", "--min-p"),
+                        ("seed", "--seed")]:
+        if field in request:
+            args += [flag, str(request[field])]
+    for stop in request.get("stop", []):
+        args += ["--stop", stop]
+    result = subprocess.run([str(NTRANSFORMER), *args], capture_output=True, text=True, timeout=300, check=True)
+    echo = request.get("prompt", "")  # a raw prompt is echoed before the text
+    assert result.stdout.startswith(echo)
+    return result.stdout[len(echo):]
+
+
+def prompt_token_count(request):
+    op = {"op": "encode", "text": request["prompt"]} if "prompt" in request else \
+        {"op": "chat", "messages": request["messages"]}
+    result = subprocess.run([str(TOKENIZE_TOOL), str(MODEL)], input=json.dumps(op) + "\n", capture_output=True,
+                            text=True, check=True)
+    return len(json.loads(result.stdout)["ids"])
+
+
+def test_one_object_per_line_in_input_order(batch_output):
+    _, expected, out, _ = batch_output
+    assert len(out) == len(expected)
+    for (kind, key), obj in zip(expected, out):
+        assert obj["id"] == (GOOD[key]["id"] if kind == "good" else BAD[key][1]), obj
+
+
+def test_bad_lines_name_their_line_and_field(batch_output):
+    lines, expected, out, stderr = batch_output
+    for (kind, key), obj in zip(expected, out):
+        if kind != "bad":
+            continue
+        text, _, field, words = BAD[key]
+        number = lines.index(text) + 1
+        assert obj["line"] == number
+        assert obj["error"].startswith(f"line {number}: "), obj
+        assert words in obj["error"], obj
+        if field is None:
+            assert "field" not in obj
+        else:
+            assert obj["field"] == field
+            assert f'field "{field}"' in obj["error"]
+        assert "text" not in obj
+    assert f"{len(BAD)} of {len(expected)} lines could not run" in stderr
+    assert "tok/s" in stderr  # the progress line
+
+
+def test_good_lines_match_the_single_sequence_run(batch_output):
+    _, expected, out, _ = batch_output
+    for (kind, key), obj in zip(expected, out):
+        if kind != "good":
+            continue
+        request = GOOD[key]
+        assert set(obj) == {"id", "text", "prompt_tokens", "completion_tokens", "stop_reason", "seconds"}, obj
+        assert obj["text"] == run_alone(request), key
+        assert obj["prompt_tokens"] == prompt_token_count(request), key
+        assert 0 < obj["completion_tokens"] <= request["max_tokens"]
+        assert obj["stop_reason"] in STOP_REASONS
+        assert obj["seconds"] >= 0
+    stopped = out[[k for _, k in expected].index("stopped")]
+    assert stopped["stop_reason"] == "stop string" and "\n3." not in stopped["text"]
+
+
+def test_files_in_and_out_give_what_stdin_and_stdout_give(batch_output, tmp_path):
+    lines, _, out, _ = batch_output
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    result = run_batch("-i", src, "-o", dst, "--parallel", 3)
+    assert result.stdout == ""
+    from_file = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert without_seconds(from_file) == without_seconds(out)
+
+
+def test_a_prompt_past_the_context_fails_alone(model):
+    long_prompt = " ".join(["word"] * 80)
+    lines = [json.dumps({"id": "short", "prompt": "Hello", "max_tokens": 4, "temperature": 0}),
+             json.dumps({"id": "long", "prompt": long_prompt, "max_tokens": 4}),
+             json.dumps({"id": "after", "prompt": "The sky is", "max_tokens": 4, "temperature": 0})]
+    out = [json.loads(line) for line in run_batch("-c", 32, "-np", 2, stdin="\n".join(lines) + "\n").stdout.splitlines()]
+    assert [o["id"] for o in out] == ["short", "long", "after"]
+    assert out[1]["line"] == 2 and "context holds 32" in out[1]["error"], out[1]
+    assert out[1]["prompt_tokens"] > 32
+    for o in (out[0], out[2]):
+        assert o["completion_tokens"] == 4 and o["stop_reason"] == "token limit", o
