@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_runner.h"
 #include "gpu_test_util.h"
+#include "greedy_decode.h"
 #include "model/llama2c_converter.h"
 #include "stories.h"
 #include "streaming_budgets.h"
@@ -22,16 +23,6 @@
 
 namespace nt {
 namespace {
-
-// The prompt's pick, then decode_greedy feeding each pick back on the device.
-std::vector<int32_t> alone(ModelRunner& runner, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out = {runner.forward_greedy(prompt, 0)};
-  runner.decode_greedy(out[0], int64_t(prompt.size()), n - 1, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
-  return out;
-}
 
 // How the prompts are prefilled: all in one pass beside each other, or each
 // in a pass of its own (as continuous batching admits them) so that its
@@ -83,7 +74,7 @@ struct Agreement {
 Agreement compare_with_alone(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts, int n,
                              Prefill prefill = Prefill::Together) {
   std::vector<std::vector<int32_t>> want;
-  for (const auto& p : prompts) want.push_back(alone(runner, p, n));
+  for (const auto& p : prompts) want.push_back(test::greedy_decode(runner, p, n));
   const auto got = together(runner, prompts, n, prefill);
   Agreement a;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -213,7 +204,7 @@ TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {
   const std::vector<int32_t> system = tokenizer.encode("You are a helpful assistant. Answer briefly.");
   std::vector<int32_t> prompt = system;
   for (const int32_t t : tokenizer.encode(" The capital of France is")) prompt.push_back(t);
-  const auto want = alone(*runner, prompt, 16);
+  const auto want = test::greedy_decode(*runner, prompt, 16);
   const SeqId shared = runner->seq_alloc(), copy = runner->seq_alloc();
   Batch batch;
   BatchOutputs out;

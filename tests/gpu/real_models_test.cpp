@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_llama.h"
 #include "backend/cuda/cuda_runner.h"
 #include "gpu_test_util.h"
+#include "greedy_decode.h"
 #include "stories.h"
 #include "model/llama2c_converter.h"
 #include "model/llama_config.h"
@@ -76,17 +77,6 @@ std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& pro
   return out;
 }
 
-// As generation runs it: the prompt's pick, then decode_greedy feeding each
-// pick back on the device.
-std::vector<int32_t> greedy_decode(ModelRunner& runner, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out = {runner.forward_greedy(prompt, 0)};
-  runner.decode_greedy(out[0], int64_t(prompt.size()), n - 1, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
-  return out;
-}
-
 TEST(RealModels, SmolLM2GreedyContinuationsMatchTheCpuBackend) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
@@ -101,7 +91,7 @@ TEST(RealModels, SmolLM2GreedyContinuationsMatchTheCpuBackend) {
     const std::vector<int32_t> prompt = tokenizer.encode(text);
     const std::vector<int32_t> want = greedy(*cpu, prompt, 32);
     EXPECT_EQ(greedy(*cuda, prompt, 32), want) << "CPU continuation: " << tokenizer.decode(want);
-    EXPECT_EQ(greedy_decode(*cuda, prompt, 32), want) << "CPU continuation: " << tokenizer.decode(want);
+    EXPECT_EQ(test::greedy_decode(*cuda, prompt, 32), want) << "CPU continuation: " << tokenizer.decode(want);
   }
 }
 
