@@ -353,6 +353,10 @@ class CudaLlamaRunner final : public ModelRunner {
   // One chunk of a batch (entries [at, at + n)), and what it hands back.
   void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                        std::span<const int32_t> layers, BatchOutputs& out);
+  // The captured graph of a batched decode step of n sequences, or null when
+  // this batch cannot replay one; captured from `pass` on first use.
+  cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
+                                     std::span<const int32_t> layers, const std::function<void()>& pass);
   uint16_t* k_cache_at(int64_t slot, int64_t layer) const;
   uint16_t* v_cache_at(int64_t slot, int64_t layer) const;
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
@@ -406,9 +410,10 @@ class CudaLlamaRunner final : public ModelRunner {
   TopLogit* top_ = nullptr;          // top_logits' output, then
   int32_t* top_poisoned_ = nullptr;  // its poisoned index
   void* top_scratch_ = nullptr;
-  PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick or the top
+  PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick, the top or a batch's picks
   // [StepGraph][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
   cudaGraphExec_t decode_graphs_[4][2] = {};
+  std::map<int64_t, cudaGraphExec_t> batch_graphs_;  // batched decode steps, by sequence count
   PinnedBuffer sample_chain_;  // SampleChain: decode_sampled's parameters and draws
   // decode_ahead keeps up to kGreedyAhead steps queued; step i's pick lands in
   // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
@@ -460,6 +465,7 @@ CudaLlamaRunner::~CudaLlamaRunner() {
       if (g) cudaGraphExecDestroy(g);
     }
   }
+  for (const auto& [n, g] : batch_graphs_) cudaGraphExecDestroy(g);
   for (cudaEvent_t e : step_done_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -677,7 +683,8 @@ void CudaLlamaRunner::allocate_activations() {
   top_ = static_cast<TopLogit*>(at(a.top));
   top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
   top_scratch_ = at(a.top_scratch);
-  const uint64_t out_bytes = std::max<uint64_t>(4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4);
+  const uint64_t out_bytes = std::max({4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4,
+                                       4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
   host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 5 * options_.max_batch) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
@@ -1117,6 +1124,41 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   }
 }
 
+// A decode step of n >= 2 sequences, one token each, every one asking for
+// its argmax, over every resident layer: its launches depend on n alone (the
+// positions, slots and tokens are device inputs at fixed places, the
+// sequences attend in one multi-sequence launch), so one graph per n serves
+// every such step. Null for any other batch.
+cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
+                                                    int64_t n, std::span<const int32_t> layers,
+                                                    const std::function<void()>& pass) {
+  const LlamaConfig& c = config_;
+  if (!decodes_in_graphs() || n < 2 || n >= options_.gemm_min_tokens || int64_t(runs.size()) != n || at != 0 ||
+      int64_t(batch.size()) != n || int64_t(layers.size()) != c.n_layers ||
+      !attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim))) {
+    return nullptr;
+  }
+  for (const BatchEntry& e : batch.entries) {
+    if (e.output != Output::Argmax) return nullptr;
+  }
+  cudaGraphExec_t& exec = batch_graphs_[n];
+  if (exec) return exec;
+  cudaGraph_t graph = nullptr;
+  NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    pass();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  NT_CUDA_CHECK(err);
+  return exec;
+}
+
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
   const uint64_t slot_bytes = k_cache_.size() / uint64_t(options_.max_sequences);
   for (const PageCopy& copy : copies) {
@@ -1188,19 +1230,29 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     tokens[t] = e.token;
     if (e.output != Output::None) head_rows[rows++] = int32_t(t);
   }
-  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, size_t(head_rows + rows - staged) * 4, cudaMemcpyHostToDevice, stream_));
+  const size_t input_bytes = size_t(head_rows + rows - staged) * 4;
   // The head's rows are gathered unless they are the chunk's last ones; a
   // one-token pass runs as a single-sequence step does (folded norms).
   const bool trailing = rows == 0 || (head_rows[0] == n - rows && head_rows[rows - 1] == n - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  run_chunk(n, {seqs, device(token_pos), device(token_slot)}, layers, {rows, gather}, n == 1);
-  if (rows > 0) {
-    argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
+  const ChunkRows chunk{seqs, device(token_pos), device(token_slot)};
+  auto* picks = static_cast<int32_t*>(host_out());
+  // The pass: the inputs in, the layers, the head, every row's argmax out.
+  const auto pass = [&] {
+    NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
+    run_chunk(n, chunk, layers, {rows, gather}, n == 1);
+    if (rows > 0) {
+      argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(picks, argmax_, size_t(rows) * 4, cudaMemcpyDeviceToHost, stream_));
+    }
+  };
+  if (cudaGraphExec_t graph = batch_decode_graph(batch, runs, at, n, layers, pass)) {
+    NT_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
+  } else {
+    pass();
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (streamer_) streamer_->end_chunk();
-  std::vector<int32_t> picks(static_cast<size_t>(rows));
-  if (rows > 0) NT_CUDA_CHECK(cudaMemcpy(picks.data(), argmax_, size_t(rows) * 4, cudaMemcpyDeviceToHost));
   for (int64_t i = 0; i < rows; ++i) {
     const size_t entry = size_t(at + head_rows[i]);
     const size_t slot = size_t(out.index[entry]);
@@ -1209,7 +1261,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
       case Output::Logits:
         NT_CUDA_CHECK(cudaMemcpy(out.logits.data() + slot * size_t(vocab), row, size_t(vocab) * 4, cudaMemcpyDeviceToHost));
         break;
-      case Output::Argmax: out.argmax[slot] = picks[size_t(i)]; break;
+      case Output::Argmax: out.argmax[slot] = picks[i]; break;
       case Output::Top: {
         if (!top_logits_fits(vocab, batch.top_k)) {
           top_row_.resize(size_t(vocab));
