@@ -5,7 +5,9 @@
 // attention needs no key splits, one for the rest); the position and token
 // live in device memory, so the graphs never need updating. Prefill runs in chunks of
 // up to max_batch tokens: short chunks through the multi-column mat-vec, long
-// ones through dequantize + cuBLAS GEMM.
+// ones through dequantize + cuBLAS GEMM. Batches of many sequences run the
+// same layer loop, each sequence in its own KV slot (runner_memory.h plans
+// the device memory; batched decode steps replay a graph per sequence count).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -29,35 +31,17 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/runner_memory.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
-#include "storage/host_memory.h"
 #include "storage/layer_reads.h"
 #include "storage/page_cache.h"
 
 namespace nt {
 namespace {
-
-constexpr uint64_t kUploadStagingBytes = 64ull << 20;  // the weight upload's landing buffer (and each pinned slot)
-constexpr uint64_t kGemmScratchMaxBytes = 256ull << 20;
-constexpr uint64_t kMemoryMarginBytes = 512ull << 20;  // CUDA context, cuBLAS workspace, fragmentation
-
-// Offsets of sub-allocations inside one device block, each 256-byte aligned.
-class ArenaPlan {
- public:
-  uint64_t reserve(uint64_t bytes) {
-    const uint64_t at = size_;
-    size_ += align_device(bytes);
-    return at;
-  }
-  uint64_t size() const { return size_; }
-
- private:
-  uint64_t size_ = 0;
-};
 
 // One input of the matrix products, in each form a consumer may need.
 struct Input {
@@ -74,140 +58,6 @@ struct MatrixPart {
   DeviceMatrix m;
   int64_t out_offset = 0;
 };
-
-// A step's inputs, on the device and in the pinned staging alike, so one copy
-// moves them: the position, the top_logits k, then the tokens.
-constexpr int64_t kInputsHeader = 2;
-
-// Offsets of the activation buffers for chunks of up to `batch` tokens.
-struct ActivationLayout {
-  uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, head_rows,
-      top, top_scratch;
-  uint64_t norm_q8, norm_q8_scales, norm_sumsq;
-  uint64_t partial_floats;
-  uint64_t total;
-};
-
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors) {
-  const uint64_t b = uint64_t(batch);
-  const uint64_t max_input = uint64_t(std::max({c.dim, c.q_dim(), c.ffn_dim}));
-  ActivationLayout a{};
-  for (int64_t n = 1; n <= batch; ++n) {  // the partials of the widest key split any chunk length uses
-    const int splits = attention_splits(n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), context, multiprocessors);
-    a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
-  }
-  ArenaPlan plan;
-  a.inputs = plan.reserve(4 * (kInputsHeader + 5 * b));  // a batch adds rows' positions and slots, runs' positions, head rows
-  a.x = plan.reserve(4 * b * uint64_t(c.dim));
-  a.xn = plan.reserve(4 * b * max_input);
-  a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));
-  a.att = plan.reserve(4 * b * uint64_t(c.q_dim()));
-  a.gate = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.up = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.h = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.logits = plan.reserve(4 * b * uint64_t(c.vocab_size));
-  a.partials = plan.reserve(4 * a.partial_floats);
-  a.q8 = plan.reserve(b * max_input);
-  a.q8_scales = plan.reserve(8 * b * max_input / 32);
-  a.f16 = plan.reserve(2 * b * max_input);
-  a.norm_q8 = plan.reserve(uint64_t(c.dim));
-  a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
-  a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
-  a.argmax = plan.reserve(4 * b);
-  a.argmax_scratch = plan.reserve(argmax_scratch_bytes(int64_t(b), c.vocab_size));
-  a.head_rows = plan.reserve(4 * b);
-  a.top = plan.reserve(sizeof(TopLogit) * kMaxTopLogits + 4);  // then the poisoned index
-  a.top_scratch = plan.reserve(top_logits_scratch_bytes(c.vocab_size));
-  a.total = plan.size();
-  return a;
-}
-
-// The matrices of a layer as uploaded: groups of row-stacked parts (Q, K and V
-// fused when they share a format).
-std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw) {
-  std::vector<std::vector<const WeightRef*>> g;
-  if (lw.wq.type == lw.wk.type && lw.wq.type == lw.wv.type) {
-    g.push_back({&lw.wq, &lw.wk, &lw.wv});
-  } else {
-    g.push_back({&lw.wq});
-    g.push_back({&lw.wk});
-    g.push_back({&lw.wv});
-  }
-  for (const WeightRef* m : {&lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) g.push_back({m});
-  return g;
-}
-
-uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
-  int64_t rows = 0;
-  for (const WeightRef* p : parts) rows += p->rows;
-  return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
-}
-
-// K and V of one position over all layers, in f16.
-uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
-
-// Device memory besides the weights, shared by the planner and the allocation.
-struct RunnerBuffers {
-  uint64_t kv = 0, gemm = 0, activations = 0;
-};
-
-RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                             const CudaRunnerOptions& o, int multiprocessors) {
-  uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
-  if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
-  for (const LlamaLayerWeights& lw : w.layers) {
-    for (const auto& g : layer_matrix_groups(lw)) {
-      int64_t rows = 0;
-      for (const WeightRef* p : g) rows += p->rows;
-      largest = std::max(largest, uint64_t(rows) * uint64_t(g[0]->cols));
-    }
-  }
-  RunnerBuffers b;
-  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context) * uint64_t(o.max_sequences);
-  b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
-  b.activations = layout_activations(c, o.max_batch, context, multiprocessors).total;
-  return b;
-}
-
-// The placement of layers in VRAM, pinned RAM and storage, in device-layout
-// bytes. Norm vectors, the token embedding and the head always stay resident.
-CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
-                           const RunnerBuffers& buffers, const CudaRunnerOptions& o) {
-  if (reads.size() != w.layers.size()) fail("the file has tensors for {} layers but block_count says {}", reads.size(), w.layers.size());
-  CudaPlacement p;
-  uint64_t max_staging = 0;
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    uint64_t bytes = 0;
-    for (const auto& g : layer_matrix_groups(w.layers[l])) bytes += group_device_bytes(g);
-    p.footprint.layers.push_back({bytes, reads[l].file_bytes, reads[l].staging_bytes});
-    max_staging = std::max(max_staging, reads[l].staging_bytes);
-  }
-  p.footprint.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
-  p.footprint.small_bytes = 2 * uint64_t(c.n_layers) * align_device(4 * uint64_t(c.dim)) + 2 * align_device(4 * uint64_t(c.dim)) +
-                            (c.tied_embeddings ? 0 : group_device_bytes({&w.token_embd}));
-  p.request.reserve.kv_cache = buffers.kv;
-  p.request.reserve.gemm_scratch = buffers.gemm;
-  // Activations, the upload staging and the landing buffers of streamed layers' H2D copies.
-  p.request.reserve.activations = buffers.activations + kUploadStagingBytes + kLandingBuffers * max_staging;
-  if (o.vram_budget) {
-    p.request.vram_budget = *o.vram_budget;
-  } else {
-    size_t free_bytes = 0, total_bytes = 0;
-    NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    p.request.vram_budget = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
-  }
-  p.request.ram_budget = o.ram_budget ? *o.ram_budget : automatic_ram_budget(host_mem_available(), c, o.max_batch).budget;
-  p.request.ring_slots = o.ring_slots;
-  p.request.staging_slots = o.ring_slots;
-  p.plan = plan_placement(p.footprint, p.request);
-  return p;
-}
-
-OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o) {
-  ReaderOptions ro;
-  ro.backend = o.io;
-  return open_file_reader(path, ro);
-}
 
 // The reader of the resident weights' upload. An explicit --io is used as
 // given. Otherwise a file mostly in the page cache (written or read recently)
@@ -1287,19 +1137,6 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
 }
 
 }  // namespace
-
-CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
-  const LlamaConfig config = read_llama_config(file.header(), file.path());
-  const LlamaWeights weights = load_llama_weights(file, config);
-  const CudaDeviceInfo device = require_cuda_device(options.device);
-  NT_CUDA_CHECK(cudaSetDevice(device.index));
-  const OpenedReader opened = open_layer_reader(file.path(), options);
-  const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
-  const int64_t cache_context = (context + kKvTile - 1) / kKvTile * kKvTile;
-  return place_layers(config, weights, reads,
-                      runner_buffers(config, weights, context, cache_context, options, device.multiprocessors),
-                      options);
-}
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
   return std::make_unique<CudaLlamaRunner>(file, context, options);
