@@ -14,8 +14,11 @@ std::string_view stop_reason_name(StopReason reason) {
   return "?";
 }
 
-Completion::Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context)
-    : options_(std::move(options)), context_(context), decoder_(tokenizer), stops_(options_.stop_strings) {}
+Completion::Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context,
+                       std::span<const int32_t> prompt)
+    : options_(std::move(options)), context_(context), decoder_(tokenizer), stops_(options_.stop_strings) {
+  decoder_.continue_after(prompt);
+}
 
 bool Completion::take(int32_t token, int64_t cached, Sampler& sampler, const TextSink& on_text) {
   const int64_t taken = int64_t(generated_.size());

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,8 +32,10 @@ using TextSink = std::function<void(std::string_view)>;
 
 class Completion {
  public:
-  // `context`: positions the sequence's cache holds at most.
-  Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context);
+  // `context`: positions the sequence's cache holds at most. `prompt`: the ids
+  // the text continues, so that a reply to a prompt with text keeps its first
+  // SentencePiece space (TokenStreamDecoder::continue_after).
+  Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context, std::span<const int32_t> prompt);
 
   // Takes the token sampled after `cached` positions of the sequence: false
   // when generation stops here, before the token would be evaluated (a stop

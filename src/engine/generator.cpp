@@ -62,7 +62,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
   stats.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
-  Completion completion(tokenizer_, options, runner_.context_size());
+  Completion completion(tokenizer_, options, runner_.context_size(), prompt);
   // Takes a sampled token: false when generation stops before evaluating it.
   const auto take = [&](int32_t token) {
     const bool more = completion.take(token, int64_t(context_.size()), sampler, on_text);

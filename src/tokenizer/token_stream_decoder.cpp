@@ -7,8 +7,18 @@ namespace nt {
 TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 
+bool TokenStreamDecoder::skipped(int32_t id) const {
+  return skip_special_ && tokenizer_->vocab().contains(id) && tokenizer_->is_special(id);
+}
+
+void TokenStreamDecoder::continue_after(std::span<const int32_t> context) {
+  for (int32_t id : context) {
+    if (!skipped(id)) at_start_ = false;
+  }
+}
+
 std::string TokenStreamDecoder::push(int32_t id) {
-  if (skip_special_ && tokenizer_->vocab().contains(id) && tokenizer_->is_special(id)) return {};
+  if (skipped(id)) return {};
   pending_ += tokenizer_->piece_bytes(id, at_start_);
   at_start_ = false;
   std::string out;

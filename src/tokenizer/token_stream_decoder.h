@@ -1,10 +1,13 @@
 // Incremental detokenization for streaming output: feed token ids one at a time and
 // get back only complete UTF-8 characters. A character whose bytes are spread over
 // several tokens (an emoji as byte-fallback or byte-level pieces) is held back until
-// its last byte arrives; malformed bytes come out as U+FFFD.
+// its last byte arrives; malformed bytes come out as U+FFFD. Text that continues
+// a context (a prompt) keeps the space of its first SentencePiece piece, which only
+// the start of a text loses.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "tokenizer/tokenizer.h"
@@ -16,15 +19,22 @@ class TokenStreamDecoder {
   // The tokenizer must outlive the decoder. skip_special as in Tokenizer::decode.
   explicit TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special = true);
 
+  // The tokens pushed next continue `context` (e.g. the prompt they were generated
+  // from): they decode as the end of Tokenizer::decode(context + pushed), past the
+  // context's own text. A context of skipped special tokens only (BOS) starts no text.
+  void continue_after(std::span<const int32_t> context);
   // Text that became complete with this token (often empty, or several characters).
   std::string push(int32_t id);
   // Everything still held back, with an unfinished character as U+FFFD; then reset.
   std::string flush();
+  // The next token starts a new text.
   void reset();
 
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
+  bool skipped(int32_t id) const;
+
   bool at_start_ = true;  // the next token is the first piece of the text
   std::string pending_;   // bytes of an unfinished character
 };

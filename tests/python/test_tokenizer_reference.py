@@ -232,6 +232,21 @@ def test_spm_decode_round_trip(spm, name):
     check_stream(tool, ids, text)
 
 
+@pytest.mark.parametrize("name", TEXT_NAMES)
+def test_spm_stream_continues_a_prompt(spm, name):
+    """Cut at each word: the stream of the rest, continuing the ids before the cut, is what
+    sentencepiece's decoding of the whole adds to its decoding of the part before."""
+    tool, sp, _, spec = spm
+    ids = tool.encode(FIXED_TEXTS[name], add_special=True)
+    cuts = [k for k in range(2, len(ids)) if spec["tokens"][ids[k]].startswith("\u2581")]
+    whole = sp.decode(ids)
+    for k in cuts:
+        head = sp.decode(ids[:k])
+        assert whole.startswith(head)
+        chunks = tool.request(op="stream", ids=ids[k:], context=ids[:k])["chunks"]
+        assert "".join(chunks) == whole[len(head):], (k, ids)
+
+
 def spm_raw_bytes(spec, ids):
     """The bytes the pieces spell: "▁" as a space, <0xXX> as that byte; the first piece loses
     a leading "▁" (the dummy prefix) as in sentencepiece."""

@@ -6,7 +6,8 @@
 // Requests ({"op": ...}):
 //   encode  text, add_special=true, parse_special=false      -> ids
 //   decode  ids, skip_special=true                           -> text (invalid UTF-8 as U+FFFD), hex (raw bytes)
-//   stream  ids, skip_special=true                           -> chunks (TokenStreamDecoder output, then flush)
+//   stream  ids, skip_special=true, context=[] (ids the text continues)
+//                                                            -> chunks (TokenStreamDecoder output, then flush)
 //   chat    messages [{role, content}], add_generation_prompt=true, template (name, optional),
 //           template_text (Jinja source, optional; default: the model's)
 //                                                            -> text, format, warning, ids, stop
@@ -93,6 +94,7 @@ json handle(const nt::Tokenizer& tok, const json& req) {
   }
   if (op == "stream") {
     nt::TokenStreamDecoder decoder(tok, req.value("skip_special", true));
+    decoder.continue_after(req.value("context", std::vector<int32_t>{}));
     json chunks = json::array();
     for (int32_t id : req.at("ids").get<std::vector<int32_t>>()) chunks.push_back(decoder.push(id));
     chunks.push_back(decoder.flush());

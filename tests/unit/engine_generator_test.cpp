@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "spm_test_vocab.h"
 #include "tokenizer/synthetic_vocab.h"
 
 namespace nt {
@@ -324,6 +325,25 @@ TEST_F(GeneratorTest, StopStringCutsTheTextAndEndsGeneration) {
   const auto stats = generate(g, {10}, options(50, {}, {" world"}));
   EXPECT_EQ(stats.stop, StopReason::StopString);
   EXPECT_EQ(text, "hello");
+}
+
+// With a SentencePiece vocabulary a reply to a prompt with text continues that
+// text: its first piece keeps its space. After BOS alone it starts the text.
+TEST(GeneratorText, ContinuesThePromptsTextWithSentencePiece) {
+  const Tokenizer spm(test::byte_fallback_spm_vocab({"\xE2\x96\x81" "dog", "\xE2\x96\x81" "was"}));
+  const int32_t bos = 1, dog = 259, was = 260;
+  Sampler sampler{greedy(), kVocab};
+  auto reply = [&](std::vector<int32_t> prompt) {
+    std::vector<int32_t> script(prompt.size() - 1, 0);
+    script.insert(script.end(), {was, dog});
+    ScriptedRunner runner(script, 64);
+    Generator g(runner, spm);
+    std::string text;
+    g.generate(prompt, sampler, options(2), [&](std::string_view piece) { text += piece; });
+    return text;
+  };
+  EXPECT_EQ(reply({bos, dog}), " was dog");  // "dog" was printed as the prompt
+  EXPECT_EQ(reply({bos}), "was dog");
 }
 
 TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {

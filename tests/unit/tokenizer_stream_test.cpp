@@ -37,6 +37,32 @@ TEST(TokenStreamDecoder, HoldsBackAnEmojiSplitOverByteTokens) {
   EXPECT_EQ(tok.decode(ids), text);
 }
 
+// SentencePiece's dummy-prefix space goes only at the start of a text (after BOS):
+// a piece that continues a prompt keeps its space, as sentencepiece decodes the
+// prompt and the continuation as one text.
+TEST(TokenStreamDecoder, OnlyTheStartOfATextLosesTheDummyPrefixSpace) {
+  Tokenizer tok(tiny_spm_vocab());
+  const int32_t bos = 1, space_a = 262, b = 261;
+  ASSERT_EQ(tok.vocab().text(space_a), "\xE2\x96\x81" "a");
+  const std::vector<int32_t> reply = {space_a, b, space_a};
+  auto stream = [&](std::vector<int32_t> context) {
+    TokenStreamDecoder decoder(tok);
+    decoder.continue_after(context);
+    std::string text;
+    for (int32_t id : reply) text += decoder.push(id);
+    return text + decoder.flush();
+  };
+  EXPECT_EQ(stream({}), "ab a");
+  EXPECT_EQ(stream({bos}), "ab a");                  // BOS starts no text
+  EXPECT_EQ(stream({bos, space_a}), " ab a");        // "a" then " ab a"
+  EXPECT_EQ(stream({bos, space_a, bos}), " ab a");   // a later BOS does not restart it
+
+  TokenStreamDecoder decoder(tok);
+  decoder.continue_after({std::vector<int32_t>{bos, space_a}});
+  decoder.reset();  // a new text
+  EXPECT_EQ(decoder.push(space_a), "a");
+}
+
 TEST(TokenStreamDecoder, MalformedBytesBecomeReplacementCharacters) {
   Tokenizer tok(tiny_spm_vocab());
   const std::string replacement = "\xEF\xBF\xBD";
