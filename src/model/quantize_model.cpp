@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "quant/quant.h"
@@ -60,13 +60,19 @@ void quantize_model(const std::string& in_path, const std::string& out_path, Qua
     out.add_tensor(t.name, type, t.shape);
   }
 
-  const auto start = std::chrono::steady_clock::now();
+  // Progress in bytes of the input read: redrawn on a terminal; in a log a
+  // plain line every half minute (a large model takes many) and the last one.
+  uint64_t total = 0, done = 0;
+  for (const auto& t : h.tensors) total += t.n_bytes;
+  ProgressLine progress(fmt::format("quantizing to {}", quant_scheme_info(scheme).name), 0.0, 30.0);
   std::vector<uint8_t> buffer;
   for (size_t i = 0; i < h.tensors.size(); ++i) {
     const auto& t = h.tensors[i];
     const auto src = in->bytes(t);
     if (types[i] == t.type) {
       out.write_tensor_data(src);
+      done += t.n_bytes;
+      progress.update(done, total);
     } else {
       // Chunks of rows keep memory constant however large the tensor.
       const int64_t cols = t.row_length(), rows = t.n_rows();
@@ -77,14 +83,14 @@ void quantize_model(const std::string& in_path, const std::string& out_path, Qua
         buffer.resize(size_t(n) * dst_stride);
         convert_rows(src.data() + size_t(r) * src_stride, t.type, buffer.data(), types[i], n, cols, threads);
         out.write_tensor_data(buffer);
+        done += uint64_t(n) * src_stride;
+        progress.update(done, total);
       }
     }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print(stderr, "\r[{:>4}/{}] {:<32} {:>5} -> {:<5}  {:.1f} s", i + 1, h.tensors.size(), t.name,
-               tensor_type_name(t.type), tensor_type_name(types[i]), secs);
   }
   out.finish();
-  fmt::print(stderr, "\nwrote {} ({:.2f} GB, was {:.2f} GB)\n", out_path, double(out.bytes_written()) / 1e9,
+  progress.finish();
+  fmt::print(stderr, "wrote {} ({:.2f} GB, was {:.2f} GB)\n", out_path, double(out.bytes_written()) / 1e9,
              double(in->file_size()) / 1e9);
 }
 
