@@ -1,4 +1,5 @@
-// `ntransformer perplexity -m MODEL -f TEXT [-c CTX]`
+// `ntransformer perplexity -m MODEL -f TEXT [-c CTX]`: -c is the context, and
+// the text is scored in windows that fill it.
 #include <fmt/core.h>
 
 #include <fstream>
@@ -13,21 +14,23 @@
 namespace nt::cli {
 
 void add_perplexity_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows, second half scored)");
+  auto* cmd = app.add_subcommand(
+      "perplexity", "Perplexity of a text file: windows of the context length, each from BOS, second half scored");
   static ModelOptions model;
   static std::string text_path;
-  static int64_t n_ctx = 512;
+  model.context = 512;  // the usual perplexity context, as llama-perplexity's default
   add_model_options(*cmd, model);
+  // -c is the context here as everywhere; each window fills it, as in llama-perplexity.
+  cmd->get_option("-c")
+      ->description("Context length in tokens, which is also each scored window's (0: the model's, at most 4096)")
+      ->capture_default_str();
   cmd->add_option("-f,--file", text_path, "Text file")->required()->check(CLI::ExistingFile);
-  cmd->remove_option(cmd->get_option("-c"));
-  cmd->add_option("-c,--ctx-size", n_ctx, "Window length in tokens")->capture_default_str();
   cmd->callback([] {
     std::ifstream in(text_path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
-    ModelOptions opts = model;
-    opts.context = n_ctx;
-    auto loaded = load_model(opts);
+    auto loaded = load_model(model);
+    const int64_t n_ctx = loaded.runner->context_size();
     const Tokenizer& tokenizer = *loaded.tokenizer;
     const auto tokens = tokenizer.encode(text.str(), true, false);
     fmt::print(stderr, "{} tokens, {} windows of {}\n", tokens.size(), int64_t(tokens.size()) / n_ctx, n_ctx);
