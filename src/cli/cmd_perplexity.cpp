@@ -2,12 +2,9 @@
 // the text is scored in windows that fill it.
 #include <fmt/core.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "cli/commands.h"
 #include "cli/model_options.h"
-#include "core/error.h"
+#include "core/read_file.h"
 #include "engine/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,13 +23,11 @@ void add_perplexity_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-f,--file", text_path, "Text file")->required()->check(CLI::ExistingFile);
   cmd->callback([] {
-    std::ifstream in(text_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
+    const std::string text = read_file(text_path);
     auto loaded = load_model(model);
     const int64_t n_ctx = loaded.runner->context_size();
     const Tokenizer& tokenizer = *loaded.tokenizer;
-    const auto tokens = tokenizer.encode(text.str(), true, false);
+    const auto tokens = tokenizer.encode(text, true, false);
     fmt::print(stderr, "{} tokens, {} windows of {}\n", tokens.size(), int64_t(tokens.size()) / n_ctx, n_ctx);
     const auto r = perplexity(*loaded.runner, tokens, n_ctx, tokenizer.vocab().add_bos() ? tokenizer.vocab().bos() : -1,
                               [](int64_t w, double ppl) { fmt::print(stderr, "[{}] {:.4f}\n", w + 1, ppl); });
