@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/llama_style_flags.h"
 #include "core/error.h"
@@ -11,6 +12,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"ntransformer: Llama-architecture GGUF inference, streamed through VRAM, RAM and NVMe"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", nt::cli::version_text(), "Print the version, git commit and CUDA architectures, then exit");
   nt::cli::add_inspect_command(app);
   nt::cli::add_convert_llama2c_command(app);
   nt::cli::add_quantize_command(app);

@@ -1,11 +1,12 @@
 """What the commands print around their work, as a user or a log sees it:
 progress in a log, option help, the version, the benchmark table."""
 
+import re
 import subprocess
 
 import pytest
 
-from project_paths import NTRANSFORMER, require_built
+from project_paths import BUILD_DIR, NTRANSFORMER, SOURCE_DIR, require_built
 
 
 def ntransformer(*args):
@@ -30,3 +31,21 @@ def test_quantize_writes_plain_lines_to_a_log(tiny, tmp_path):
     assert len(lines) == 2, lines
     assert lines[0].startswith("quantizing to Q8_0: ") and "(100%" in lines[0], lines
     assert lines[1].startswith(f"wrote {out} ("), lines
+
+
+def test_version_names_the_commit_and_cuda_architectures():
+    require_built(NTRANSFORMER)
+    lines = ntransformer("--version").stdout.decode().splitlines()
+    version = re.search(r"project\(ntransformer VERSION ([\d.]+)", (SOURCE_DIR / "CMakeLists.txt").read_text())[1]
+    assert lines[0] == f"ntransformer {version}"
+    head = subprocess.run(["git", "-C", str(SOURCE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("the sources are not a git checkout")
+    commit = re.fullmatch(r"commit: (?:.*-g)?([0-9a-f]{12})(-dirty)?", lines[1])
+    assert commit and head.stdout.startswith(commit[1]), (lines[1], head.stdout)
+    cache = (BUILD_DIR / "CMakeCache.txt").read_text()
+    archs = re.search(r"^CMAKE_CUDA_ARCHITECTURES:\w+=(.*)$", cache, re.M)
+    if not (BUILD_DIR / "src" / "libntcuda.a").exists():
+        assert lines[2] == "CUDA: off"
+    elif archs:  # given at configure time (scripts/setup.sh gives it)
+        assert lines[2].startswith("CUDA: architectures ") and archs[1].replace(";", " ") in lines[2], lines[2]
