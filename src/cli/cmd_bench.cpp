@@ -1,18 +1,18 @@
 // `ntransformer bench -m MODEL [-t N] [-p 128] [-n 64] [-r 3]`: prefill and
 // decode speed, and the bandwidth decode achieves: weights alone, and weights
 // plus the KV cache entries each step reads (every visible key's K and V).
-// With -npl, the batched mode of cli/bench_batched.h instead.
+// Each test runs once uncounted, then -r times; tok/s is their mean ± standard
+// deviation, as llama-bench reports it. With -npl, the batched mode of
+// cli/bench_batched.h instead.
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
-#include <numeric>
 #include <vector>
 
 #include "cli/bench_batched.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
-#include "core/error.h"
+#include "core/repetitions.h"
 
 namespace nt::cli {
 namespace {
@@ -26,9 +26,11 @@ struct BenchOptions {
   BatchedBenchOptions batched;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+// Per-repetition speeds from per-repetition seconds for `tokens` tokens.
+Spread tokens_per_second(const std::vector<double>& seconds, int64_t tokens) {
+  std::vector<double> rates;
+  for (const double s : seconds) rates.push_back(double(tokens) / s);
+  return spread(rates);
 }
 
 // Token ids spread over the vocabulary: real-looking work without a tokenizer.
@@ -57,55 +59,45 @@ void bench(const BenchOptions& o) {
   const int64_t vocab = runner.config().vocab_size;
   const auto prompt = bench_tokens(std::max({o.n_prompt, max_depth, int64_t(8)}), vocab);
   std::vector<float> logits(static_cast<size_t>(vocab));
-  using clock = std::chrono::steady_clock;
-  auto seconds = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
-
-  // Warm-up: first-touch of weights and scratch stays out of the numbers.
-  runner.forward({prompt.data(), 8}, 0, logits.data(), false);
 
   const double bytes = double(runner.weight_bytes_per_token());
   fmt::print("| model | backend | test | tok/s | ms/token | weight GB/s | weight + KV GB/s |\n|---|---|---|---|---|---|---|\n");
   const auto name = loaded.file->header().get_string("general.name", std::string("?"));
   if (o.n_prompt > 0) {
-    std::vector<double> times;
-    for (int r = 0; r < o.repetitions; ++r) {
-      const auto t0 = clock::now();
+    const auto seconds = time_repetitions(o.repetitions, [&] {
       runner.forward({prompt.data(), size_t(o.n_prompt)}, 0, logits.data(), false);
-      times.push_back(seconds(t0));
-    }
-    const double t = median(times);
+    });
+    const Spread ts = tokens_per_second(seconds, o.n_prompt);
     // Prefill reads the weights once for the whole prompt: its GB/s is not a roofline figure.
-    fmt::print("| {} | {} | pp{} | {:.1f} | {:.3f} | - | - |\n", name, runner.description(), o.n_prompt,
-               double(o.n_prompt) / t, 1e3 * t / double(o.n_prompt));
+    fmt::print("| {} | {} | pp{} | {:.1f} ± {:.1f} | {:.3f} | - | - |\n", name, runner.description(), o.n_prompt, ts.mean,
+               ts.stdev, 1e3 * spread(seconds).mean / double(o.n_prompt));
   }
   for (const int64_t depth : o.depths) {
     if (o.n_gen <= 0) break;
     if (depth > 0) runner.forward({prompt.data(), size_t(depth)}, 0, logits.data(), false);
-    std::vector<double> times;
-    for (int r = 0; r < o.repetitions; ++r) {
-      const auto t0 = clock::now();
+    const auto seconds = time_repetitions(o.repetitions, [&] {
       // What greedy generation costs: each step's pick is the next step's input.
       runner.decode_greedy(prompt[0], depth, o.n_gen, [](int32_t) { return true; });
-      times.push_back(seconds(t0) / double(o.n_gen));
-    }
-    const double t = median(times);
+    });
+    const Spread ts = tokens_per_second(seconds, o.n_gen);
+    const double t = spread(seconds).mean / double(o.n_gen);
     // Step i sees depth + i + 1 keys: on average depth + (n_gen + 1) / 2.
     const double kv_bytes = double(runner.kv_bytes_per_position()) * (double(depth) + double(o.n_gen + 1) / 2.0);
-    fmt::print("| {} | {} | tg{} @ {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(), o.n_gen, depth,
-               1.0 / t, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
+    fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
+               o.n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
   }
 }
 
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (median of repetitions)");
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed: one uncounted warm-up run, then the mean ± standard deviation of the repetitions");
   static BenchOptions o;
   add_model_options(*cmd, o.model);
   cmd->add_option("-p,--n-prompt", o.n_prompt, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o.n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
   cmd->add_option("-d,--depth", o.depths, "Cached tokens before decode (repeatable)")->capture_default_str();
-  cmd->add_option("-r,--repetitions", o.repetitions, "Repetitions (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--repetitions", o.repetitions, "Timed repetitions of each test, after one uncounted warm-up")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--npp", o.batched.prompt_tokens, "Batched mode: prompt tokens per sequence, a comma list (also -npp)")
       ->delimiter(',')
       ->capture_default_str();

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from project_paths import BUILD_DIR, NTRANSFORMER, SOURCE_DIR, require_built
+from project_paths import BUILD_DIR, NTRANSFORMER, SOURCE_DIR, convert_stories260k, require_built
 
 
 def ntransformer(*args):
@@ -49,3 +49,19 @@ def test_version_names_the_commit_and_cuda_architectures():
         assert lines[2] == "CUDA: off"
     elif archs:  # given at configure time (scripts/setup.sh gives it)
         assert lines[2].startswith("CUDA: architectures ") and archs[1].replace(";", " ") in lines[2], lines[2]
+
+
+def test_bench_prints_mean_and_spread_of_the_repetitions(tmp_path):
+    model = convert_stories260k(tmp_path)
+    for reps in (1, 3):
+        out = ntransformer("bench", "-m", model, "-p", 16, "-n", 4, "-r", reps, "-t", 1).stdout.decode()
+        rows = {}
+        for line in out.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 7 and cells[2] in ("pp16", "tg4 @ 0"):
+                rows[cells[2]] = cells[3]
+        assert set(rows) == {"pp16", "tg4 @ 0"}, out
+        for test, cell in rows.items():
+            m = re.fullmatch(r"([\d.]+) ± ([\d.]+)", cell)
+            assert m and float(m[1]) > 0, (test, cell)
+            assert (float(m[2]) == 0) == (reps == 1), (test, cell)  # one sample has no spread
