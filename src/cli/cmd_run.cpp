@@ -1,12 +1,27 @@
 // `ntransformer run -m MODEL -p PROMPT -n N`: one generation, streamed, then speed.
+// For comparisons with other engines it also gives out the ids (--show-ids,
+// --ids-out), the logits (--logits-out), and scores a reference continuation
+// instead of generating (--teacher-ids).
 #include <fmt/core.h>
+#include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/id_list.h"
+#include "cli/logits_file.h"
 #include "cli/model_options.h"
+#include "core/error.h"
 #include "engine/generator.h"
+#include "engine/logit_rows.h"
 #include "engine/prompts.h"
+#include "engine/teacher_forcing.h"
 
 namespace nt::cli {
 namespace {
@@ -20,6 +35,11 @@ struct RunOptions {
   bool raw = false;
   std::string chat_template;
   std::vector<std::string> stop;
+  bool show_ids = false;
+  std::string ids_out;
+  std::string logits_out;
+  bool all_logits = false;
+  std::string teacher_ids;
 };
 
 void print_stats(const GenerationStats& s) {
@@ -30,10 +50,84 @@ void print_stats(const GenerationStats& s) {
              s.decode_seconds, s.decode_tokens_per_second(), stop_reason_name(s.stop));
 }
 
+// A piece as a JSON string: quoted, escaped, split characters as U+FFFD.
+std::string quoted(const std::string& bytes) {
+  return nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+
+// Created before the work, so that a bad path fails at once.
+File create_ids_file(const std::string& path) {
+  if (path.empty()) return File(nullptr, &std::fclose);
+  File file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) fail("--ids-out: cannot create '{}': {}", path, std::strerror(errno));
+  return file;
+}
+
+void write_ids(const RunOptions& o, File ids_file, const std::vector<int32_t>& prompt,
+               const std::vector<int32_t>& generated) {
+  if (o.show_ids) {
+    fmt::print(stderr, "prompt ids: [{}]\ngenerated ids: [{}]\n", fmt::join(prompt, ", "), fmt::join(generated, ", "));
+  }
+  if (!ids_file) return;
+  fmt::print(ids_file.get(), "{{\"prompt\": [{}], \"generated\": [{}]}}\n", fmt::join(prompt, ", "),
+             fmt::join(generated, ", "));
+  if (std::fclose(ids_file.release()) != 0) fail("--ids-out: cannot write '{}': {}", o.ids_out, std::strerror(errno));
+}
+
+// Evaluates prompt + reference in one pass of the model: each position's logits
+// go to the logits file (from `first_logits` on), and each reference token is
+// scored against the row that predicts it. Prints a tab-separated table.
+void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+              const std::vector<int32_t>& reference, const RunOptions& o) {
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), reference.begin(), reference.end());
+  const int64_t n = int64_t(tokens.size()), n_prompt = int64_t(prompt.size());
+  if (n_prompt == 0) fail("empty prompt: --logits-out and --teacher-ids need at least one prompt token");
+  if (n > runner.context_size()) {
+    fail("{} tokens ({} of the prompt, {} of --teacher-ids) but the context holds {} (raise -c, up to the model's {})",
+         n, n_prompt, reference.size(), runner.context_size(), runner.config().context_length);
+  }
+  const int64_t vocab = runner.config().vocab_size;
+  const int64_t first_logits = o.all_logits ? 0 : n - 1;
+  std::optional<LogitsFile> logits;
+  if (!o.logits_out.empty()) logits.emplace(o.logits_out, n - first_logits, vocab, first_logits);
+  const int64_t first_scored = n_prompt - 1;  // the last prompt position predicts reference[0]
+  if (!reference.empty()) fmt::print("position\treference\ttop\tmargin\tgap\treference_piece\ttop_piece\n");
+  int64_t agree = 0;
+  float smallest_disagreeing = INFINITY;
+  for_each_logit_row(runner, tokens, logits ? std::min(first_logits, first_scored) : first_scored,
+                     [&](int64_t pos, std::span<const float> row) {
+    if (logits && pos >= first_logits) logits->write_row(row);
+    if (pos < first_scored || pos + 1 >= n) return;
+    const ForcedStep s = score_step(row, tokens[size_t(pos + 1)]);
+    fmt::print("{}\t{}\t{}\t{:.4f}\t{:.4f}\t{}\t{}\n", pos, s.reference, s.top, s.margin, s.gap,
+               quoted(tokenizer.token_bytes(s.reference)), quoted(tokenizer.token_bytes(s.top)));
+    if (s.top == s.reference) {
+      ++agree;
+    } else {
+      smallest_disagreeing = std::min(smallest_disagreeing, s.margin);
+    }
+  });
+  if (logits) logits->close();
+  if (!reference.empty()) {
+    fmt::print(stderr, "teacher forcing: our top token is the reference's at {} of {} positions{}\n", agree,
+               reference.size(), agree == int64_t(reference.size()) ? ""
+                   : fmt::format("; the smallest margin where they differ is {:.4f}", smallest_disagreeing));
+  }
+}
+
 void run(const RunOptions& o) {
   auto loaded = load_model(o.model);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
+  File ids_file = create_ids_file(o.ids_out);
+  std::vector<int32_t> reference;
+  if (!o.teacher_ids.empty()) {
+    reference = read_id_list(o.teacher_ids, "--teacher-ids");
+    check_ids_in_vocabulary(reference, loaded.runner->config().vocab_size, "--teacher-ids");
+  }
 
   GenerationOptions gen;
   gen.max_tokens = o.n_predict;
@@ -49,10 +143,18 @@ void run(const RunOptions& o) {
     prompt = encode_conversation(tokenizer, chat, messages);
   } else {
     prompt = encode_completion(tokenizer, o.prompt);
-    // Echo the prompt only once it is known to fit.
-    if (int64_t(prompt.tokens.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
   }
   gen.stop_tokens = prompt.stop_tokens;
+
+  // The logits and the teacher's scores come from their own pass over the prompt.
+  const bool generating = reference.empty();
+  if (!o.logits_out.empty() || !generating) evaluate(*loaded.runner, tokenizer, prompt.tokens, reference, o);
+  if (!generating) {
+    write_ids(o, std::move(ids_file), prompt.tokens, {});
+    return;
+  }
+  // Echo a plain prompt only once it is known to fit.
+  if (!use_template && int64_t(prompt.tokens.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
 
   Sampler sampler(o.sampling, loaded.runner->config().vocab_size);
   Generator generator(*loaded.runner, tokenizer);
@@ -61,6 +163,7 @@ void run(const RunOptions& o) {
     std::fflush(stdout);
   });
   print_stats(stats);
+  write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
 }
 
 }  // namespace
@@ -76,6 +179,15 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");
+  cmd->add_flag("--show-ids", o.show_ids, "After the run, print the prompt's and the generated token ids to stderr");
+  cmd->add_option("--ids-out", o.ids_out, "After the run, write the ids to this file as JSON: {\"prompt\": [...], \"generated\": [...]}");
+  auto* logits = cmd->add_option("--logits-out", o.logits_out,
+      "Write the logits of the prompt's last position (with --teacher-ids: of the last reference token) to this "
+      "file: a JSON header line with the shape, then float32 rows");
+  cmd->add_flag("--all-logits", o.all_logits, "--logits-out writes every position's logits, one row each")->needs(logits);
+  cmd->add_option("--teacher-ids", o.teacher_ids,
+      "Instead of generating, read these reference ids after the prompt (a file, or a list: 1,2,3 or [1, 2, 3]) and "
+      "print for each our top token, its margin over our second and its gap over the reference's, tab-separated");
   cmd->callback([] { run(o); });
 }
 

@@ -15,6 +15,7 @@ References, never our own output:
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -42,10 +43,23 @@ BPE_PROMPTS = ["Once upon a time", "def fibonacci(n):", "1, 2, 3, 4, 5, 6, 7, 8,
 BPE_TOKENS = 24
 
 
+def run(model, prompt, n, *flags):
+    """What `run` prints, and the prompt and generated ids it reports (--show-ids)."""
+    result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(model), "-p", prompt, "-n", str(n), "--temp", "0",
+                             "--show-ids", *flags], check=True, capture_output=True, text=True)
+    ids = dict(re.findall(r"^(prompt|generated) ids: (\[.*\])$", result.stderr, re.M))
+    return result.stdout, json.loads(ids["prompt"]), json.loads(ids["generated"])
+
+
 def run_text(model, prompt, n, *flags):
-    result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(model), "--raw", "-p", prompt, "-n", str(n),
-                             "--temp", "0", *flags], check=True, capture_output=True, text=True)
-    return result.stdout
+    return run(model, prompt, n, "--raw", *flags)[0]
+
+
+def reply_text(decode, prompt_ids, ids):
+    """What a reference decoder's text of prompt + ids adds to its text of the prompt."""
+    whole, head = decode(prompt_ids + ids), decode(prompt_ids)
+    assert whole.startswith(head)
+    return whole[len(head):]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +99,13 @@ def test_sentencepiece_run_prints_the_reference_text(stories, spm, prompt):
     assert run_text(stories, prompt, SPM_TOKENS, "--kv-f32") == spm.decode(text_ids)
 
 
+def test_sentencepiece_chat_reply_continues_the_template(stories, spm):
+    """A chat reply follows the template's "[/INST]": it keeps its first space."""
+    text, prompt_ids, ids = run(stories, "Tell me a story.", SPM_TOKENS, "--chat-template", "llama2", "--kv-f32")
+    assert prompt_ids[0] == STORIES_BOS and spm.decode(prompt_ids) == "[INST] Tell me a story. [/INST]"
+    assert text == reply_text(spm.decode, prompt_ids, [t for t in ids if t != STORIES_EOS])
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     if not SMOLLM2_GGUF.exists():
@@ -100,10 +121,14 @@ def generate(*args):
 
 @pytest.mark.parametrize("prompt", BPE_PROMPTS)
 def test_bpe_run_prints_the_reference_text(smollm2, prompt):
-    out = generate("--prompt", prompt, "-n", str(BPE_TOKENS))
-    assert out["prompt_ids"] == smollm2.encode(prompt).ids
-    expected = smollm2.decode(out["prompt_ids"] + out["ids"], skip_special_tokens=True)
-    assert run_text(SMOLLM2_GGUF, prompt, BPE_TOKENS) == expected
+    text, prompt_ids, ids = run(SMOLLM2_GGUF, prompt, BPE_TOKENS, "--raw")
+    assert prompt_ids == smollm2.encode(prompt).ids
+    assert text == smollm2.decode(prompt_ids + ids, skip_special_tokens=True)
+
+
+def test_bpe_chat_reply(smollm2):
+    text, prompt_ids, ids = run(SMOLLM2_GGUF, "What is 2+2?", BPE_TOKENS)
+    assert text == reply_text(lambda t: smollm2.decode(t, skip_special_tokens=True), prompt_ids, ids)
 
 
 def test_bpe_text_after_a_special_token_alone(smollm2):
