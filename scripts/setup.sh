@@ -28,9 +28,9 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pyt
   step "creating .venv with the test oracles (tests/requirements.txt)"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  # One line per package, so that the download is seen to progress.
+  # One short line per package, so that the download is seen to progress.
   .venv/bin/pip install --progress-bar off -r tests/requirements.txt |
-    { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } | sed -u 's/^/setup:   /'
+    awk '/^Collecting/ { print "setup:   " $2; fflush() } /^Successfully installed/ { print "setup:   installed " NF - 2 " packages" }'
 fi
 
 step "fetching the default model (98 MB, checksummed)"
