@@ -1,6 +1,8 @@
 """Whole generated text: what `ntransformer run` prints (the prompt, then its
 continuation as it streams) is what the reference decoders make of the same
-ids, with and without a prompt.
+ids, with and without a prompt. `batch` prints each continuation alone, and a
+chat only its reply: what the reference's text of prompt and continuation adds
+to its text of the prompt.
 
 References, never our own output:
 - SentencePiece (stories260K, llama2.c's tok512 vocabulary): the ids come from
@@ -97,6 +99,22 @@ def test_sentencepiece_run_prints_the_reference_text(stories, spm, prompt):
     assert margin >= SPM_MIN_MARGIN, f"near tie on the reference's path (margin {margin:.2e}): choose another prompt"
     text_ids = prompt_ids[1:] + [t for t in ids if t != STORIES_EOS]
     assert run_text(stories, prompt, SPM_TOKENS, "--kv-f32") == spm.decode(text_ids)
+
+
+def test_sentencepiece_batch_texts_continue_their_prompts(stories, spm):
+    """`batch` prints each request's continuation alone: after a prompt with
+    text it starts with the space of its first piece."""
+    requests = "".join(json.dumps({"prompt": p, "max_tokens": SPM_TOKENS, "temperature": 0}) + "\n"
+                       for p in SPM_PROMPTS)
+    result = subprocess.run([str(NTRANSFORMER), "batch", "-m", str(stories), "--kv-f32", "--parallel", "2"],
+                            input=requests, check=True, capture_output=True, text=True)
+    replies = [json.loads(line)["text"] for line in result.stdout.splitlines()]
+    model = llama_ref.Model(str(stories))
+    for prompt, reply in zip(SPM_PROMPTS, replies, strict=True):
+        prompt_ids = [STORIES_BOS] + spm.encode(prompt)
+        ids, margin = reference_greedy(model, prompt_ids, SPM_TOKENS)
+        assert margin >= SPM_MIN_MARGIN, f"near tie on the reference's path (margin {margin:.2e})"
+        assert reply == reply_text(spm.decode, prompt_ids, [t for t in ids if t != STORIES_EOS]), prompt
 
 
 def test_sentencepiece_chat_reply_continues_the_template(stories, spm):
