@@ -30,7 +30,8 @@ if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pyt
   .venv/bin/pip install -q --upgrade pip
   # One short line per package, so that the download is seen to progress.
   .venv/bin/pip install --progress-bar off -r tests/requirements.txt |
-    awk '/^Collecting/ { print "setup:   " $2; fflush() } /^Successfully installed/ { print "setup:   installed " NF - 2 " packages" }'
+    awk '/^Collecting/ { print "setup:   " $2; fflush() }
+         /^Successfully installed/ { print "setup:   installed " NF - 2 " packages" }'
 fi
 
 step "fetching the default model (98 MB, checksummed)"
@@ -49,7 +50,11 @@ if ! configure; then
     echo "setup: build/ did not reconfigure (build/setup-configure.log); configuring it afresh" >&2
     rm -rf build/CMakeCache.txt build/CMakeFiles
   fi
-  configure || { tail -30 build/setup-configure.log >&2; echo "setup: configuring failed (full log: $root/build/setup-configure.log)" >&2; exit 1; }
+  if ! configure; then
+    tail -30 build/setup-configure.log >&2
+    echo "setup: configuring failed (full log: $root/build/setup-configure.log)" >&2
+    exit 1
+  fi
 fi
 
 # ninja's progress lines on the terminal; everything (warnings, errors) in the log.

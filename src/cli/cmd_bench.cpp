@@ -91,13 +91,16 @@ void bench(const BenchOptions& o) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed: one uncounted warm-up run, then the mean ± standard deviation of the repetitions");
+  auto* cmd = app.add_subcommand(
+      "bench", "Measure prefill and decode speed: one uncounted warm-up run, then the mean ± standard deviation of the repetitions");
   static BenchOptions o;
   add_model_options(*cmd, o.model);
   cmd->add_option("-p,--n-prompt", o.n_prompt, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o.n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
   cmd->add_option("-d,--depth", o.depths, "Cached tokens before decode (repeatable)")->capture_default_str();
-  cmd->add_option("-r,--repetitions", o.repetitions, "Timed repetitions of each test, after one uncounted warm-up")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--repetitions", o.repetitions, "Timed repetitions of each test, after one uncounted warm-up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--npp", o.batched.prompt_tokens, "Batched mode: prompt tokens per sequence, a comma list (also -npp)")
       ->delimiter(',')
       ->capture_default_str();

@@ -180,7 +180,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");
   cmd->add_flag("--show-ids", o.show_ids, "After the run, print the prompt's and the generated token ids to stderr");
-  cmd->add_option("--ids-out", o.ids_out, "After the run, write the ids to this file as JSON: {\"prompt\": [...], \"generated\": [...]}");
+  cmd->add_option("--ids-out", o.ids_out,
+                  "After the run, write the ids to this file as JSON: {\"prompt\": [...], \"generated\": [...]}");
   auto* logits = cmd->add_option("--logits-out", o.logits_out,
       "Write the logits of the prompt's last position (with --teacher-ids: of the last reference token) to this "
       "file: a JSON header line with the shape, then float32 rows");

@@ -55,7 +55,8 @@ void tokenize(const TokenizeOptions& o, bool from_file) {
 }  // namespace
 
 void add_tokenize_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (and each token's piece), as llama-tokenize does");
+  auto* cmd = app.add_subcommand("tokenize",
+                                 "Print the token ids of a text (and each token's piece), as llama-tokenize does");
   static TokenizeOptions o;
   cmd->add_option("-m,--model", o.model, "GGUF model whose vocabulary to use (default: SmolLM2-135M-Instruct from the models cache)");
   auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Text to tokenize, taken as given");

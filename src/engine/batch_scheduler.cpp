@@ -129,8 +129,9 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
     results_[request].text += piece;
     if (callbacks_.on_text) callbacks_.on_text(request, piece);
   };
-  running_.push_back({request, slot, claim, std::move(sampler), Completion(tokenizer_, r.options, runner_.context_size(), r.prompt),
-                      std::move(sink), std::chrono::steady_clock::now(), 0, std::nullopt});
+  running_.push_back({request, slot, claim, std::move(sampler),
+                      Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
+                      std::chrono::steady_clock::now(), 0, std::nullopt});
   slots_[slot].busy = true;
   claimed_ += claim;
   ++progress_.running;
