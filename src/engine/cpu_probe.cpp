@@ -37,11 +37,12 @@ CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double secon
   probe.threads = pool.size();
   const int n = int(std::max<int64_t>(tokens, 1));
   std::vector<float> x(size_t(n) * size_t(widest), 0.25f), y(size_t(n) * size_t(tallest));
+  // One untimed token over every piece pages the mapping in and wakes the pool.
+  for (const auto& w : pieces) cpu::matmul(w, x.data(), y.data(), 1, pool);
   auto compute = [&](const cpu::WeightView& w) {
     cpu::matmul(w, x.data(), y.data(), n, pool);
     return uint64_t(w.rows) * w.row_stride;
   };
-  for (const auto& w : pieces) compute(w);  // pages in the mapping, warms the pool
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   for (size_t i = 0;; i = (i + 1) % pieces.size()) {

@@ -18,10 +18,10 @@ struct CpuRateProbe {
 };
 
 // Times cpu::matmul with `tokens` tokens per call over the file's layer
-// matrices, in order, for about `seconds` after one untimed pass. The working
-// set is the first layers' matrices up to 256 MiB (every layer of a smaller
-// model), so a big model is read from DRAM, as its CPU layers would be; a
-// model smaller than the caches measures the caches. threads 0: one a core.
+// matrices, in order, for about `seconds` after one untimed one-token pass.
+// The working set is the first layers' matrices up to 256 MiB (every layer of
+// a smaller model), so a big model is read from DRAM, as its CPU layers would
+// be; a model smaller than the caches measures the caches. threads 0: one a core.
 CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double seconds, int threads = 0);
 
 }  // namespace nt
