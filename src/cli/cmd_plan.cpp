@@ -1,7 +1,8 @@
 // `ntransformer plan -m MODEL [--vram-budget 24GiB] [--ram-budget 48GiB] ...`:
 // which layers would stay in VRAM, stream from pinned RAM, or stream from
 // storage; the bytes each token moves, and the time that takes at the link
-// speeds (measured where possible, else given or clearly labelled as assumed).
+// speeds (measured where possible, else given or clearly labelled as assumed);
+// then which RAM layers the CPU would compute while the link streams the rest.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/plan_hybrid.h"
 #include "core/error.h"
+#include "engine/cpu_probe.h"
 #include "engine/default_model.h"
 #include "engine/gpu_probe.h"
 #include "gguf/gguf_file.h"
@@ -24,6 +27,12 @@ namespace {
 
 // PCIe 4.0 x16 moves about 25 GB/s of pinned H2D copies in practice (32 GB/s raw).
 constexpr double kNominalH2dGbps = 25.0;
+// A layer's GPU compute when no rate is given: the 70B Q4_K_M's resident
+// decode on the H200 read its weights at 79% of the 4,215 GB/s copy ceiling
+// (docs/PERFORMANCE.md). plan has no GPU kernel timing to measure it with.
+constexpr double kAssumedGpuGbps = 3330.0;
+// Seconds the CPU rate measurement runs at each pass size.
+constexpr double kCpuProbeSeconds = 0.4;
 
 struct PlanOptions {
   std::string model;
@@ -35,6 +44,11 @@ struct PlanOptions {
   std::string io = "auto";
   double h2d_gbps = 0, disk_gbps = 0;
   uint64_t bench_mib = 256;
+  std::string cpu_layers = "auto";
+  int64_t batch_tokens = 16;
+  double cpu_gbps = 0, cpu_batch_gbps = 0, gpu_gbps = 0;
+  int threads = 0;
+  bool project = false;
 };
 
 std::string layer_span(const PlacementPlan& p, Tier tier) {
@@ -45,12 +59,34 @@ std::string layer_span(const PlacementPlan& p, Tier tier) {
   return a == b ? fmt::format("{}", a) : fmt::format("{}-{}", a, b);
 }
 
+// The CPU's rate at one token and at batch_tokens per pass: given, or timed
+// on this model's own layers with cpu::matmul.
+CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file) {
+  CpuRate rate{o.cpu_gbps, o.cpu_batch_gbps, o.batch_tokens};
+  auto probe = [&](int64_t tokens, double& gbps) {
+    if (gbps > 0) {
+      fmt::print("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (given)\n", tokens, tokens == 1 ? " " : "s", gbps);
+      return;
+    }
+    const CpuRateProbe m = measure_cpu_rate(file, tokens, kCpuProbeSeconds, o.threads);
+    gbps = m.gbps;
+    fmt::print("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (measured: cpu::matmul, {} threads, {} of layer "
+               "matrices cycled, {} in {:.2f} s{})\n",
+               tokens, tokens == 1 ? " " : "s", gbps, m.threads, format_size(m.working_set), format_size(m.bytes),
+               m.seconds, m.working_set < (256ull << 20) ? "; a model this small may measure the caches" : "");
+  };
+  probe(1, rate.decode_gbps);
+  if (o.batch_tokens > 1) probe(o.batch_tokens, rate.batch_gbps);
+  return rate;
+}
+
 void plan(const PlanOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   const auto file = GgufFile::open(path);
   const LlamaConfig config = read_llama_config(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
   const IoBackend io = parse_io_backend(o.io);
+  const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
 
   std::string no_gpu;
   const auto gpu = find_gpu(&no_gpu);
@@ -94,6 +130,7 @@ void plan(const PlanOptions& o) {
   request.staging_slots = o.ring;
   request.disk_to_device = reader.accepts_device_memory();
   const PlacementPlan p = plan_placement(model, request);
+  check_cpu_layers(cpu_layers, p);
   // What holding many sequences costs: the plan for one beside it.
   PlanRequest one_request = request;
   one_request.reserve = estimate_vram_reserve(config, context, o.batch, 1);
@@ -179,6 +216,25 @@ void plan(const PlanOptions& o) {
   } else {
     fmt::print("  predicted           nothing streamed: every layer is resident, speed is compute bound\n");
   }
+
+  HybridReportInput hybrid;
+  hybrid.model = &model;
+  hybrid.base = &p;
+  hybrid.cpu_layers = cpu_layers;
+  hybrid.batch_tokens = o.batch_tokens;
+  hybrid.rates.link = speeds;
+  hybrid.rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
+  if (p.count(Tier::Ram) > 0) {
+    fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
+    hybrid.rates.cpu = cpu_rate(o, *file);
+    hybrid.rates.gpu_gbps = o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuGbps;
+    fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps,
+               o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps");
+    fmt::print("  hand-off            {:.0f} us + the hidden state over the link, each way (ASSUMED)\n",
+               hybrid.rates.handoff_latency_s * 1e6);
+  }
+  print_hybrid_plan(hybrid);
+  if (o.project) print_hybrid_projection(model, request, hybrid.rates.hidden_bytes_per_token);
 }
 
 }  // namespace
@@ -199,6 +255,16 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--h2d-gbps", o.h2d_gbps, "Host-to-device GB/s (default: measured; without a GPU an assumed 25)")->check(CLI::PositiveNumber);
   cmd->add_option("--disk-gbps", o.disk_gbps, "Storage read GB/s (default: measured on the model file)")->check(CLI::PositiveNumber);
   cmd->add_option("--bench-mib", o.bench_mib, "MiB of the model file read to measure storage speed")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-layers", o.cpu_layers, "Layers the CPU computes from host RAM: a count, 0, or auto (the planner's choice when it predicts a gain)")
+      ->capture_default_str();
+  cmd->add_option("--batch-tokens", o.batch_tokens, "Tokens per pass of the second hybrid plan (a decode batch or prefill chunk)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-gbps", o.cpu_gbps, "CPU GB/s of weights at one token per pass (default: measured)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--project", o.project, "Also project decode on consumer machines (RTX 4090, RTX 3090) from published rates");
   cmd->callback([] { plan(o); });
 }
 

@@ -1,0 +1,27 @@
+// The CPU backend's rate on a model's own layers: GB of weights per second
+// that the matmul kernel computes with the available threads, at one token
+// per pass and at a batch, for the four-tier planner (storage/hybrid_plan.h).
+#pragma once
+
+#include <cstdint>
+
+#include "gguf/gguf_file.h"
+
+namespace nt {
+
+struct CpuRateProbe {
+  double gbps = 0;           // weight bytes over seconds
+  uint64_t working_set = 0;  // bytes of layer matrices cycled through
+  uint64_t bytes = 0;        // bytes computed while timed
+  double seconds = 0;
+  int threads = 0;
+};
+
+// Times cpu::matmul with `tokens` tokens per call over the file's layer
+// matrices, in order, for about `seconds` after one untimed one-token pass.
+// The working set is the first layers' matrices up to 256 MiB (every layer of
+// a smaller model), so a big model is read from DRAM, as its CPU layers would
+// be; a model smaller than the caches measures the caches. threads 0: one a core.
+CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double seconds, int threads = 0);
+
+}  // namespace nt

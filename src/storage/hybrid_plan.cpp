@@ -1,0 +1,109 @@
+#include "storage/hybrid_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace nt {
+
+double CpuRate::seconds(uint64_t bytes, int64_t tokens) const {
+  if (decode_gbps <= 0) fail("a CPU decode rate is needed to predict CPU layers");
+  const double one = 1.0 / (decode_gbps * 1e9);  // seconds per weight byte at one token
+  double per_token = 0;                          // added seconds per weight byte per further token
+  if (batch_tokens > 1) {
+    if (batch_gbps <= 0) fail("a CPU rate at {} tokens per pass is needed to predict CPU layers", batch_tokens);
+    per_token = std::max(0.0, (1.0 / (batch_gbps * 1e9) - one) / double(batch_tokens - 1));
+  }
+  return double(bytes) * (one + double(std::max<int64_t>(tokens, 1) - 1) * per_token);
+}
+
+std::string_view path_name(Path path) {
+  switch (path) {
+    case Path::Vram: return "vram";
+    case Path::Ram: return "ram";
+    case Path::Disk: return "disk";
+    case Path::Cpu: return "cpu";
+  }
+  return "?";
+}
+
+double HybridStep::overlapped() const { return std::max({link, disk, cpu + gpu_streamed}); }
+
+int64_t HybridPlan::count(Path p) const { return std::count(path.begin(), path.end(), p); }
+
+HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Path>& path, const HybridRates& rates,
+                               int64_t tokens) {
+  if (path.size() != model.layers.size()) fail("{} layer paths for {} layers", path.size(), model.layers.size());
+  uint64_t resident = model.output_head_bytes, streamed = 0, streamed_resident = 0, disk = 0, cpu_layers = 0;
+  HybridStep s;
+  for (size_t i = 0; i < path.size(); ++i) {
+    const LayerFootprint& l = model.layers[i];
+    switch (path[i]) {
+      case Path::Vram: resident += l.resident_bytes; break;
+      case Path::Disk: disk += l.streamed_bytes; [[fallthrough]];
+      case Path::Ram:
+        streamed += l.streamed_bytes;
+        streamed_resident += l.resident_bytes;
+        break;
+      case Path::Cpu:
+        s.cpu += rates.cpu.seconds(l.resident_bytes, tokens);
+        ++cpu_layers;
+        break;
+    }
+  }
+  const bool uses_link = streamed > 0 || cpu_layers > 0;
+  if (uses_link && rates.link.h2d_gbps <= 0) fail("a host-to-device speed is needed to predict streamed and CPU layers");
+  if (disk > 0 && rates.link.disk_gbps <= 0) fail("a storage read speed is needed to predict disk layers");
+  if (rates.gpu_gbps <= 0) fail("a GPU compute rate is needed to predict a pass");
+  const double h2d = rates.link.h2d_gbps * 1e9;  // 0 only when nothing crosses the link
+  s.gpu_resident = double(resident) / (rates.gpu_gbps * 1e9);
+  s.gpu_streamed = double(streamed_resident) / (rates.gpu_gbps * 1e9);
+  s.link = streamed > 0 ? double(streamed) / h2d : 0;
+  s.disk = disk > 0 ? double(disk) / (rates.link.disk_gbps * 1e9) : 0;
+  s.handoff = cpu_layers > 0 ? 2.0 * double(cpu_layers) *
+                                   (rates.handoff_latency_s +
+                                    double(std::max<int64_t>(tokens, 1)) * double(rates.hidden_bytes_per_token) / h2d)
+                             : 0;
+  return s;
+}
+
+HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
+                             int64_t tokens, int64_t cpu_layers) {
+  std::vector<size_t> ram;  // indices of the RAM tier, in order
+  HybridPlan plan;
+  plan.tokens = tokens;
+  for (size_t i = 0; i < base.layer_tier.size(); ++i) {
+    const Tier t = base.layer_tier[i];
+    plan.path.push_back(t == Tier::Vram ? Path::Vram : t == Tier::Ram ? Path::Ram : Path::Disk);
+    if (t == Tier::Ram) ram.push_back(i);
+  }
+  if (cpu_layers < 0 || cpu_layers > int64_t(ram.size())) {
+    fail("{} CPU layers asked for, but the CPU computes only layers held in host RAM: 0 to {} here", cpu_layers,
+         ram.size());
+  }
+  // The j-th CPU layer sits in the middle of the j-th of cpu_layers equal
+  // stretches of the RAM tier: with k <= M/2 no two are adjacent, so each
+  // has a streamed layer after it whose copy runs while it computes.
+  const size_t m = ram.size(), k = size_t(cpu_layers);
+  for (size_t j = 0; j < k; ++j) plan.path[ram[(2 * j + 1) * m / (2 * k)]] = Path::Cpu;
+  plan.step = predict_hybrid_step(model, plan.path, rates, tokens);
+  return plan;
+}
+
+std::vector<HybridPlan> hybrid_alternatives(const ModelFootprint& model, const PlacementPlan& base,
+                                            const HybridRates& rates, int64_t tokens) {
+  std::vector<HybridPlan> all;
+  for (int64_t k = 0; k <= base.count(Tier::Ram); ++k) all.push_back(spread_cpu_layers(model, base, rates, tokens, k));
+  return all;
+}
+
+HybridPlan plan_hybrid(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates, int64_t tokens) {
+  std::vector<HybridPlan> all = hybrid_alternatives(model, base, rates, tokens);
+  size_t best = 0;
+  for (size_t k = 1; k < all.size(); ++k) {
+    if (all[k].step.seconds() < all[best].step.seconds()) best = k;
+  }
+  return std::move(all[best]);
+}
+
+}  // namespace nt

@@ -1,0 +1,101 @@
+// The CPU as a fourth tier: of the layers that plan_placement leaves in host
+// RAM, which ones the CPU computes in place while the link streams the others
+// into the GPU, and the predicted time of one forward pass for each choice.
+//
+// Cost model of one pass of T tokens (a decode step of T sequences, or a
+// prefill chunk of T tokens). Four resources work at once, and the layers run
+// in index order, so the hidden state passes through every layer in turn:
+//   gpu_resident = (resident layers + output head bytes) / gpu_gbps
+//   link         = bytes of the streamed layers (RAM and disk) / h2d_gbps
+//   disk         = bytes of the disk layers / disk_gbps
+//   cpu          = sum over CPU layers of CpuRate::seconds(bytes, T)
+//   gpu_streamed = streamed layers' resident bytes / gpu_gbps
+//   handoff      = 2 x CPU layers x (handoff_latency + T x hidden bytes / h2d_gbps)
+//   pass         = gpu_resident + handoff + max(link, disk, cpu + gpu_streamed)
+// Assumptions:
+//  * The link copies the next streamed layer into a free ring slot while the
+//    CPU or the GPU computes the layers before it, so copies overlap all of
+//    the non-resident compute; the CPU layers are spread among the streamed
+//    ones (spread_cpu_layers) so that each has a copy to hide behind. CPU work
+//    and the GPU work of streamed layers do not overlap each other: the hidden
+//    state goes from one to the next.
+//  * Resident layers come first and their compute is not overlapped: the
+//    ring fills in its first few layers and then waits (conservative by at
+//    most ring-slots layers of copying).
+//  * Each CPU layer costs two hidden-state copies (GPU -> host, host -> GPU),
+//    which is what the spread order gives while CPU layers are at most the
+//    streamed ones; adjacent CPU layers would share them, so beyond that the
+//    model overcharges by a few microseconds a layer.
+//  * GPU time per layer is memory bound: the same for 1 and 64 tokens. The
+//    CPU's grows with T (CpuRate), which is why larger passes give the CPU
+//    fewer layers. The CPU's attention reads of its layers' host KV cache are
+//    left out (for a 70B at 4096 positions, 16 MiB against 500 MB of weights).
+//  * A CPU layer's weights are the RAM tier's pinned copy (nothing is copied
+//    twice), so the RAM budget is unchanged by the choice; its KV cache on the
+//    host would free VRAM, which the plan does not count (conservative).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "storage/placement.h"
+
+namespace nt {
+
+// What the CPU backend computes per second, in GB (1e9 bytes) of weights.
+struct CpuRate {
+  double decode_gbps = 0;    // one token per pass
+  double batch_gbps = 0;     // batch_tokens per pass: weight bytes over pass seconds
+  int64_t batch_tokens = 1;  // 1: no batch measurement, the cost is taken as flat in T
+
+  // A pass over `bytes` of weights with `tokens` tokens: linear in T through
+  // the two measured points (the integer kernels re-read each weight block
+  // once per group of tokens, so the work per token is constant past the
+  // decode read), never cheaper than one token.
+  double seconds(uint64_t bytes, int64_t tokens) const;
+};
+
+struct HybridRates {
+  LinkSpeeds link;
+  CpuRate cpu;
+  double gpu_gbps = 0;                 // GPU compute of a layer: its resident bytes at this rate
+  double handoff_latency_s = 10e-6;    // fixed cost of one hidden-state copy and its wait
+  uint64_t hidden_bytes_per_token = 0;  // dim x 4 (F32 hidden state)
+};
+
+enum class Path : uint8_t { Vram, Ram, Disk, Cpu };  // Ram and Disk: streamed over the link
+std::string_view path_name(Path path);                // "vram", "ram", "disk", "cpu"
+
+struct HybridStep {
+  double gpu_resident = 0, link = 0, disk = 0, cpu = 0, gpu_streamed = 0, handoff = 0;
+  double overlapped() const;  // max(link, disk, cpu + gpu_streamed)
+  double seconds() const { return gpu_resident + handoff + overlapped(); }
+};
+
+struct HybridPlan {
+  std::vector<Path> path;  // per layer
+  int64_t tokens = 1;      // tokens per pass the plan is for
+  HybridStep step;         // one pass of `tokens` tokens
+  int64_t count(Path p) const;
+};
+
+// The time of one pass of `tokens` tokens with each layer on `path`.
+HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Path>& path, const HybridRates& rates,
+                               int64_t tokens);
+
+// The placement with `cpu_layers` of its RAM layers computed on the CPU,
+// spread evenly among them so that streamed copies overlap CPU work. Throws
+// nt::Error when cpu_layers is negative or more than the RAM layers.
+HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
+                             int64_t tokens, int64_t cpu_layers);
+
+// Every CPU-layer count from 0 to the RAM layers, index = count.
+std::vector<HybridPlan> hybrid_alternatives(const ModelFootprint& model, const PlacementPlan& base,
+                                            const HybridRates& rates, int64_t tokens);
+
+// The fastest of hybrid_alternatives (the fewest CPU layers among equals):
+// 0 CPU layers unless the CPU predicts a gain.
+HybridPlan plan_hybrid(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates, int64_t tokens);
+
+}  // namespace nt

@@ -1,0 +1,86 @@
+"""`ntransformer plan` without a GPU: given a VRAM budget and a link speed it
+prints a four-tier plan for the default model (SmolLM2-135M), the CPU's share
+follows the rates, --cpu-layers overrides it, and bad values name the flag."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from project_paths import MODELS_DIR, NTRANSFORMER, require_built
+
+MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+# A budget that keeps some of SmolLM2's 30 layers resident and streams the rest
+# (a 512-token context and 16-token batches keep the reserve small).
+BASE = ["plan", "--vram-budget", "130MiB", "--ram-budget", "1GiB", "-c", "512", "--batch", "16",
+        "--h2d-gbps", "8", "--disk-gbps", "2", "--gpu-gbps", "500", "--batch-tokens", "16"]
+
+
+def plan(*extra, code=0):
+    require_built(NTRANSFORMER)
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} is absent")
+    env = {**os.environ, "NT_MODELS_DIR": str(MODELS_DIR), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, as the acceptance asks
+    r = subprocess.run([str(NTRANSFORMER), *BASE, *extra], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == code, r.stdout + r.stderr
+    return r
+
+
+def passes(out):
+    """{tokens: (vram, ram, disk, cpu)} from the 'pass of N tokens' sections."""
+    found = {}
+    for m in re.finditer(r"pass of (\d+) tokens?: .*\n  split +(\d+) vram \+ (\d+) ram-streamed \+ (\d+) disk-streamed "
+                         r"\+ (\d+) cpu", out):
+        found[int(m[1])] = tuple(int(x) for x in m.groups()[1:])
+    return found
+
+
+def tiers(out):
+    return {t: int(n) for t, n in re.findall(r"^  (vram|ram|disk) +layers \S+ +(\d+) layers", out, re.M)}
+
+
+def test_prints_a_hybrid_plan_without_a_gpu():
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20").stdout
+    t = tiers(out)
+    assert t["vram"] > 0 and t["ram"] > 0, out
+    p = passes(out)
+    assert set(p) == {1, 16}, out
+    for split in p.values():
+        assert sum(split) == 30 and split[0] == t["vram"] and split[1] + split[3] == t["ram"], out
+    assert p[1][3] > 0, "a CPU far faster than the link takes layers at one token"
+    assert p[16][3] <= p[1][3], "more tokens per pass never give the CPU more layers"
+    assert "other splits" in out and "<- chosen" in out
+
+
+def test_slow_cpu_gets_no_layers():
+    out = plan("--cpu-gbps", "0.01", "--cpu-batch-gbps", "0.001").stdout
+    assert all(split[3] == 0 for split in passes(out).values()), out
+    assert "auto: no split beats streaming alone" in out
+
+
+def test_cpu_layers_override():
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--cpu-layers", "3").stdout
+    assert all(split[3] == 3 for split in passes(out).values()), out
+    assert "given by --cpu-layers" in out
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--cpu-layers", "0").stdout
+    assert all(split[3] == 0 for split in passes(out).values()), out
+
+
+def test_cpu_rate_is_measured_when_not_given():
+    out = plan().stdout
+    assert re.search(r"CPU at +1 token .* GB/s of weights \(measured: cpu::matmul", out), out
+    assert re.search(r"CPU at +16 tokens .* GB/s of weights \(measured: cpu::matmul", out), out
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "2.5", "999"])
+def test_bad_cpu_layers_name_the_flag(value):
+    r = plan("--cpu-gbps", "200", "--cpu-layers", value, code=1)
+    assert "--cpu-layers" in r.stderr, r.stderr
+    for crash in ("terminate called", "what():"):
+        assert crash not in r.stderr
+
+
+def test_projection_is_marked():
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--project").stdout
+    assert "PROJECTION" in out and "RTX 4090" in out and "RTX 3090" in out, out

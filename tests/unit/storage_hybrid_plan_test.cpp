@@ -1,0 +1,205 @@
+// The four-tier planner: its cost model against the formula worked out by
+// hand, its choice against a brute-force search over every assignment of the
+// non-resident layers to RAM streaming, disk streaming or the CPU, the batch
+// dependence, and the CPU-layer override's bounds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "storage/hybrid_plan.h"
+
+namespace nt {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+ModelFootprint equal_layers(int n, uint64_t bytes) {
+  ModelFootprint m;
+  m.layers.assign(n, LayerFootprint{bytes, bytes, bytes});
+  m.output_head_bytes = bytes / 4;
+  return m;
+}
+
+// Budgets for `resident` VRAM layers (with a ring of two) and `in_ram` RAM
+// layers (with two staging buffers when any layer is left to disk). Layers
+// are equal, so the ring and staging take two layers' room: resident n-2 or
+// n-1 makes every layer resident, and in_ram within two of the rest puts them
+// all in RAM.
+PlanRequest budgets(const ModelFootprint& m, int resident, int in_ram) {
+  const uint64_t layer = m.layers[0].staging_bytes;
+  PlanRequest r;
+  const bool streams = resident < int(m.layers.size());
+  r.vram_budget = m.output_head_bytes + uint64_t(resident) * layer + (streams ? 2 * layer : 0);
+  const bool any_disk = resident + in_ram < int(m.layers.size());
+  r.ram_budget = uint64_t(in_ram) * layer + (any_disk ? 2 * layer : 0);
+  return r;
+}
+
+HybridRates rates(double h2d, double disk, double cpu1, double cpu16, double gpu) {
+  HybridRates r;
+  r.link = {h2d, disk};
+  r.cpu = {cpu1, cpu16, 16};
+  r.gpu_gbps = gpu;
+  r.hidden_bytes_per_token = 8192 * 4;
+  return r;
+}
+
+TEST(StorageHybridPlan, StepFollowsTheFormulaWorkedByHand) {
+  // 2 resident, 1 RAM-streamed, 1 disk-streamed, 2 CPU layers of 1 GB each; head 0.25 GB.
+  ModelFootprint m = equal_layers(6, 1'000'000'000);
+  const std::vector<Path> path{Path::Vram, Path::Vram, Path::Ram, Path::Cpu, Path::Disk, Path::Cpu};
+  const HybridRates r = rates(20, 4, 50, 10, 2000);
+  for (int64_t t : {1, 16, 31}) {
+    const HybridStep s = predict_hybrid_step(m, path, r, t);
+    const double per_byte = 1 / 50e9 + double(t - 1) * (1 / 10e9 - 1 / 50e9) / 15;
+    EXPECT_DOUBLE_EQ(s.gpu_resident, 2.25e9 / 2000e9);
+    EXPECT_DOUBLE_EQ(s.link, 2e9 / 20e9);
+    EXPECT_DOUBLE_EQ(s.disk, 1e9 / 4e9);
+    EXPECT_DOUBLE_EQ(s.cpu, 2 * 1e9 * per_byte);
+    EXPECT_DOUBLE_EQ(s.gpu_streamed, 2e9 / 2000e9);
+    EXPECT_DOUBLE_EQ(s.handoff, 2 * 2 * (10e-6 + double(t) * 8192 * 4 / 20e9));
+    EXPECT_DOUBLE_EQ(s.seconds(), s.gpu_resident + s.handoff + std::max({s.link, s.disk, s.cpu + s.gpu_streamed}));
+  }
+  EXPECT_DOUBLE_EQ(predict_hybrid_step(m, path, r, 16).cpu, 2 * 1e9 / 10e9) << "the measured point at 16 tokens";
+}
+
+TEST(StorageHybridPlan, CpuLayersAreSpreadAmongTheStreamedOnes) {
+  const ModelFootprint m = equal_layers(12, 100 * MiB);
+  const PlacementPlan base = plan_placement(m, budgets(m, 2, 10));
+  const HybridRates r = rates(25, 2, 60, 12, 3000);
+  std::string s;
+  for (Path p : spread_cpu_layers(m, base, r, 1, 3).path) s += path_name(p)[0];
+  EXPECT_EQ(s, "vvrcrrrcrrcr");
+  s.clear();
+  for (Path p : spread_cpu_layers(m, base, r, 1, 5).path) s += path_name(p)[0];
+  EXPECT_EQ(s, "vvrcrcrcrcrc") << "at half the RAM tier they alternate";
+}
+
+TEST(StorageHybridPlan, OverrideOutsideTheRamTierFails) {
+  const ModelFootprint m = equal_layers(10, 100 * MiB);
+  const PlacementPlan base = plan_placement(m, budgets(m, 2, 4));  // 2 vram, 4 ram, 4 disk
+  ASSERT_EQ(base.count(Tier::Ram), 4);
+  const HybridRates r = rates(25, 2, 60, 12, 3000);
+  EXPECT_EQ(spread_cpu_layers(m, base, r, 1, 4).count(Path::Cpu), 4);
+  EXPECT_THROW(spread_cpu_layers(m, base, r, 1, 5), Error);
+  EXPECT_THROW(spread_cpu_layers(m, base, r, 1, -1), Error);
+}
+
+// Every assignment of the non-resident layers to RAM, disk or CPU that fits
+// the RAM budget (the CPU's layers stay in RAM; any disk layer needs the
+// staging buffers), evaluated with the cost model; returns the fastest, the
+// fewest CPU layers among equals.
+struct Best {
+  double seconds = INFINITY;
+  int64_t cpu = 0, ram = 0, disk = 0;
+};
+Best brute_force(const ModelFootprint& m, const PlanRequest& req, int resident, const HybridRates& r, int64_t tokens) {
+  const int n = int(m.layers.size()), free = n - resident;
+  int64_t combos = 1;
+  for (int i = 0; i < free; ++i) combos *= 3;
+  Best best;
+  std::vector<Path> path(n, Path::Vram);
+  for (int64_t c = 0; c < combos; ++c) {
+    int64_t code = c;
+    uint64_t ram_bytes = 0, max_disk_staging = 0;
+    for (int i = resident; i < n; ++i) {
+      path[i] = std::array{Path::Ram, Path::Disk, Path::Cpu}[code % 3];
+      code /= 3;
+      if (path[i] == Path::Disk) {
+        max_disk_staging = std::max(max_disk_staging, m.layers[i].staging_bytes);
+      } else {
+        ram_bytes += m.layers[i].staging_bytes;
+      }
+    }
+    if (ram_bytes + uint64_t(req.staging_slots) * max_disk_staging > req.ram_budget) continue;
+    const double s = predict_hybrid_step(m, path, r, tokens).seconds();
+    const int64_t cpu = std::count(path.begin(), path.end(), Path::Cpu);
+    const double tie = 1e-12 * s;
+    if (s < best.seconds - tie || (std::abs(s - best.seconds) <= tie && cpu < best.cpu)) {
+      best = {s, cpu, std::count(path.begin(), path.end(), Path::Ram), std::count(path.begin(), path.end(), Path::Disk)};
+    }
+  }
+  return best;
+}
+
+TEST(StorageHybridPlan, ChoiceMatchesBruteForceOverAllAssignments) {
+  std::mt19937_64 rng(22);
+  auto uniform = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); };
+  int with_cpu = 0, without_cpu = 0, with_disk = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 7;
+    const ModelFootprint m = equal_layers(n, uint64_t(uniform(50, 600)) * MiB);
+    const int resident = std::array{0, 1, 2, 3, 4, n}[rng() % 6];  // n-2 and n-1 cannot be (see budgets)
+    const int in_ram = int(rng() % (n - resident + 1));
+    const PlanRequest req = budgets(m, resident, in_ram);
+    const double cpu1 = uniform(5, 120);
+    const HybridRates r = rates(uniform(5, 60), uniform(0.5, 8), cpu1, cpu1 / uniform(1, 16), uniform(500, 4000));
+    const int64_t tokens = std::array{1, 2, 8, 16, 64}[rng() % 5];
+
+    const PlacementPlan base = plan_placement(m, req);
+    ASSERT_EQ(base.count(Tier::Vram), resident);
+    const HybridPlan p = plan_hybrid(m, base, r, tokens);
+    const Best b = brute_force(m, req, resident, r, tokens);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << resident << " resident, " << in_ram
+                                      << " fit in RAM, " << tokens << " tokens");
+    EXPECT_NEAR(p.step.seconds(), b.seconds, 1e-12 * b.seconds);
+    EXPECT_EQ(p.count(Path::Cpu), b.cpu);
+    EXPECT_EQ(p.count(Path::Ram), b.ram);
+    EXPECT_EQ(p.count(Path::Disk), b.disk);
+    EXPECT_DOUBLE_EQ(p.step.seconds(), predict_hybrid_step(m, p.path, r, tokens).seconds());
+    (b.cpu > 0 ? with_cpu : without_cpu) += 1;
+    with_disk += b.disk > 0;
+  }
+  // The draw must exercise both outcomes, or the comparison proves little.
+  EXPECT_GT(with_cpu, 30);
+  EXPECT_GT(without_cpu, 30);
+  EXPECT_GT(with_disk, 30);
+}
+
+TEST(StorageHybridPlan, MoreTokensPerPassGiveTheCpuFewerLayers) {
+  // The 70B at 24 GiB: 40 resident, 40 in RAM (0.51 GB each), a
+  // 55 GB/s link, a CPU at 52 GB/s for one token and 11.4 GB/s at 16.
+  const ModelFootprint m = equal_layers(80, 510'000'000);
+  const PlacementPlan base = plan_placement(m, budgets(m, 40, 40));
+  const HybridRates r = rates(55.3, 1.0, 52, 11.4, 3000);
+  int64_t previous = base.count(Tier::Ram);
+  for (int64_t t : {1, 2, 4, 8, 16, 32, 64, 256}) {
+    const int64_t k = plan_hybrid(m, base, r, t).count(Path::Cpu);
+    EXPECT_LE(k, previous) << t << " tokens per pass";
+    previous = k;
+  }
+  EXPECT_GT(plan_hybrid(m, base, r, 1).count(Path::Cpu), 10) << "decode: the CPU takes a large share";
+  // Where one layer on the CPU outlasts the whole streamed pass, no split can gain.
+  const double streaming_alone = spread_cpu_layers(m, base, r, 1, 0).step.seconds();
+  int64_t t = 1;
+  while (r.cpu.seconds(m.layers[0].resident_bytes, t) <= streaming_alone) t *= 2;
+  EXPECT_EQ(plan_hybrid(m, base, r, t).count(Path::Cpu), 0) << t << " tokens per pass: streaming alone";
+  EXPECT_GT(plan_hybrid(m, base, r, t / 2).count(Path::Cpu), 0) << "the bound is not loose by more than 2x";
+  EXPECT_LT(plan_hybrid(m, base, r, 1).step.seconds(), spread_cpu_layers(m, base, r, 1, 0).step.seconds());
+}
+
+TEST(StorageHybridPlan, NoCpuLayersWhenTheCpuIsSlow) {
+  const ModelFootprint m = equal_layers(10, 100 * MiB);
+  const PlacementPlan base = plan_placement(m, budgets(m, 5, 5));
+  // A CPU far slower than the link: every CPU layer costs more than it saves.
+  const HybridPlan p = plan_hybrid(m, base, rates(50, 1, 1, 0.5, 3000), 1);
+  EXPECT_EQ(p.count(Path::Cpu), 0);
+  EXPECT_EQ(p.count(Path::Ram), 5);
+}
+
+TEST(StorageHybridPlan, RatesThatAreMissingFailClearly) {
+  const ModelFootprint m = equal_layers(4, 100 * MiB);
+  const std::vector<Path> cpu_path{Path::Vram, Path::Cpu, Path::Ram, Path::Ram};
+  HybridRates r = rates(25, 2, 0, 0, 3000);
+  EXPECT_THROW(predict_hybrid_step(m, cpu_path, r, 1), Error);
+  r = rates(0, 2, 50, 10, 3000);
+  EXPECT_THROW(predict_hybrid_step(m, cpu_path, r, 1), Error);
+  r = rates(25, 2, 50, 10, 0);
+  EXPECT_THROW(predict_hybrid_step(m, cpu_path, r, 1), Error);
+}
+
+}  // namespace
+}  // namespace nt
