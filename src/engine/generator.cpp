@@ -20,7 +20,7 @@ double GenerationStats::prefill_tokens_per_second() const {
 }
 
 double GenerationStats::decode_tokens_per_second() const {
-  return decode_seconds > 0 ? double(decode_passes) / decode_seconds : 0.0;
+  return decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0;
 }
 
 Generator::Generator(ModelRunner& runner, const Tokenizer& tokenizer)
@@ -94,6 +94,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
     }
   }
   stats.decode_seconds = seconds_since(decode_start);
+  stats.decode_tokens = stats.decode_passes;
   // The last sampled token is not in the KV cache yet; the next prompt re-evaluates it.
   completion.finish(on_text);
   stats.stop = completion.stop();

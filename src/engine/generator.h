@@ -23,6 +23,7 @@ struct GenerationStats {
   double prefill_seconds = 0;  // evaluating prompt_tokens - reused_tokens
   double decode_seconds = 0;   // the decode phase: forward passes, sampling and text
   int64_t decode_passes = 0;
+  int64_t decode_tokens = 0;   // picked by the decode passes (one per pass without speculation)
   StopReason stop = StopReason::TokenLimit;
 
   double prefill_tokens_per_second() const;

@@ -24,13 +24,16 @@ std::vector<SequenceRun> sequence_runs(const Batch& batch) {
         fail("batch entry {}: sequence {} jumps from position {} to {}; a sequence's entries take consecutive positions",
              i, e.seq, run.pos + run.count - 1, e.pos);
       }
+      if (e.stepwise != run.stepwise) {
+        fail("batch entry {}: sequence {} mixes stepwise and chunked entries in one run", i, e.seq);
+      }
       ++run.count;
       continue;
     }
     if (!seen.insert(e.seq).second) {
       fail("batch entry {}: sequence {} appears again after other sequences; its entries must be contiguous", i, e.seq);
     }
-    runs.push_back({e.seq, int64_t(i), 1, e.pos});
+    runs.push_back({e.seq, int64_t(i), 1, e.pos, e.stepwise});
   }
   return runs;
 }

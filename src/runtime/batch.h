@@ -28,6 +28,13 @@ struct BatchEntry {
   int64_t pos = 0;
   SeqId seq = 0;
   Output output = Output::None;
+  // Compute this entry's run token by token, with the kernels a one-token
+  // decode step takes, instead of as a prompt chunk (whose matrix kernels
+  // round differently): a speculative verification run then gives exactly
+  // the numbers greedy decoding gives, which the model would otherwise turn
+  // into other tokens. Entries of one run agree on it. Honoured by the CPU
+  // backend; the CUDA backend does not honour it yet.
+  bool stepwise = false;
 };
 
 // Entries of one sequence are contiguous and in consecutive positions; the
@@ -37,8 +44,8 @@ struct Batch {
   std::vector<BatchEntry> entries;
   int64_t top_k = 0;  // how many candidates an Output::Top entry gets
 
-  void add(int32_t token, int64_t pos, SeqId seq, Output output = Output::None) {
-    entries.push_back({token, pos, seq, output});
+  void add(int32_t token, int64_t pos, SeqId seq, Output output = Output::None, bool stepwise = false) {
+    entries.push_back({token, pos, seq, output, stepwise});
   }
   // The tokens of one sequence from `pos`, the last one asking for `last_output`.
   void add_run(std::span<const int32_t> tokens, int64_t pos, SeqId seq, Output last_output);
@@ -53,11 +60,12 @@ struct SequenceRun {
   int64_t first = 0;  // index of its first entry
   int64_t count = 0;
   int64_t pos = 0;    // position of its first entry
+  bool stepwise = false;  // its entries' BatchEntry::stepwise
 };
 
 // Splits the batch into its sequence runs, checking the batch's rules (and
 // naming the entry that breaks one): non-negative positions, consecutive
-// positions within a run, each sequence in one run only.
+// positions within a run, each sequence in one run only, one stepwise flag per run.
 std::vector<SequenceRun> sequence_runs(const Batch& batch);
 
 // What a pass hands back, one slot per entry that asked (in entry order

@@ -93,9 +93,11 @@ class CpuLlamaRunner final : public ModelRunner {
       for (; r < runs.size() && runs[r].first < at + n; ++r) {
         const int64_t first = std::max(runs[r].first, at);
         const int64_t end = std::min(runs[r].first + runs[r].count, at + n);
-        chunk_runs_.push_back({runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first)});
-        run_groups_.push_back({first - at, end - first, runs[r].count});
-        head_alone_.push_back(run_outputs_[r]);
+        chunk_runs_.push_back({runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first), runs[r].stepwise});
+        // A stepwise run takes the kernels of one token at a time.
+        const bool stepwise = runs[r].stepwise;
+        run_groups_.push_back({first - at, end - first, stepwise ? 1 : runs[r].count});
+        head_alone_.push_back(stepwise ? 1 : run_outputs_[r]);
         if (runs[r].first + runs[r].count > at + n) break;  // continues in the next chunk
       }
       forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers);

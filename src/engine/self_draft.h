@@ -1,0 +1,32 @@
+// Self-speculative drafting: the target's own first layers, its final norm
+// and head draft token by token on the same sequence, with no second model
+// and no extra weights. Their cache positions are the target's, and the
+// verification pass (every layer) overwrites them.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/model_runner.h"
+#include "engine/speculative.h"
+
+namespace nt {
+
+class SelfDraft final : public DraftSource {
+ public:
+  // Drafts with the first `layers` of the model's layers (1 to n_layers - 1).
+  SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers);
+
+  void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
+
+ private:
+  ModelRunner& runner_;
+  SeqId seq_;
+  LayerSchedule schedule_;
+  Batch batch_;
+  BatchOutputs out_;
+};
+
+// The draft depth when none is asked for: half the layers.
+int64_t default_self_draft_layers(int64_t n_layers);
+
+}  // namespace nt

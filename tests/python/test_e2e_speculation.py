@@ -1,0 +1,53 @@
+"""`ntransformer run` with speculative decoding: the text is what plain greedy
+decoding prints, the closing statistics report acceptance and tokens per
+pass, and unsupported flag combinations end with an error naming the flag."""
+
+import subprocess
+
+import pytest
+
+from project_paths import NTRANSFORMER, convert_stories260k
+
+
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory):
+    return convert_stories260k(tmp_path_factory.mktemp("speculation"))
+
+
+def run(*args, code=0):
+    result = subprocess.run([str(NTRANSFORMER), "run", *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, f"exit {result.returncode}, stderr: {result.stderr}"
+    for crash in ("terminate called", "Segmentation", "Aborted", "what():"):
+        assert crash not in result.stderr
+    return result
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self"], ["--draft-self", "1", "--draft-max", "3"]])
+def test_speculative_text_is_plain_greedy_text(stories, source):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0"]
+    plain = run(*common)
+    spec = run(*common, *source)
+    assert spec.stdout == plain.stdout
+    assert "speculation:" not in plain.stderr
+    line = next(l for l in spec.stderr.splitlines() if l.startswith("speculation:"))
+    assert "drafted tokens accepted" in line and "tokens per pass" in line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lookup"], "--lookup with --temp 0.8: sampling with speculation is not supported yet"),
+    (["--draft-self", "--temp", "0.5"], "--draft-self with --temp 0.5: sampling with speculation is not supported yet"),
+    (["--lookup", "--draft-self", "--temp", "0"], "--lookup and --draft-self: choose one draft source"),
+    (["--draft-max", "4", "--temp", "0"], "--draft-max needs a draft source"),
+    (["--lookup", "--temp", "0", "--repeat-penalty", "1.1"], "--repeat-penalty"),
+    (["--draft-self", "5", "--temp", "0"], "--draft-self 5: the model has 5 layers, so draft with 1 to 4"),
+    (["--lookup", "--temp", "0", "--teacher-ids", "1,2"], "--lookup with --teacher-ids: teacher forcing generates nothing"),
+])
+def test_bad_speculation_flags_name_the_flag(stories, args, message):
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", *args, code=1).stderr
+    assert message in stderr
+
+
+@pytest.mark.parametrize("args", [["--lookup", "--draft-max", "0"], ["--draft-self", "0"]])
+def test_non_positive_counts_are_refused_by_the_parser(stories, args):
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--temp", "0", *args, code=1).stderr
+    assert args[-2] in stderr

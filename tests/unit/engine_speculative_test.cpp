@@ -1,0 +1,377 @@
+// Speculative greedy decoding: the n-gram lookup draft on its own; then on
+// the real models, every draft source against plain greedy decoding (whose
+// stories260K output is llama2.c's golden ids), the pass accounting with
+// drafts that are known to be right or wrong, rollback, and the stepwise run
+// that keeps a verification pass's numbers those of one-token steps.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_llama.h"
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/lookup_draft.h"
+#include "engine/prompts.h"
+#include "engine/self_draft.h"
+#include "engine/speculative.h"
+#include "engine_test_models.h"
+
+namespace nt {
+namespace {
+
+std::vector<int32_t> lookup(std::vector<int32_t> context, int64_t max, int64_t max_ngram = 3) {
+  LookupDraft draft(max_ngram);
+  std::vector<int32_t> out;
+  draft.propose(context, max, out);
+  return out;
+}
+
+TEST(LookupDraft, ProposesWhatFollowedTheLongestMatchingSuffix) {
+  // "1 2 3" recurs: what followed it, up to max.
+  EXPECT_EQ(lookup({1, 2, 3, 9, 8, 7, 1, 2, 3}, 2), (std::vector<int32_t>{9, 8}));
+  // The 2-gram "5 6" beats the more recent 1-gram "6".
+  EXPECT_EQ(lookup({5, 6, 4, 6, 7, 5, 6}, 1), (std::vector<int32_t>{4}));
+  // Only the last token recurs: its most recent earlier occurrence.
+  EXPECT_EQ(lookup({4, 8, 2, 6, 9, 2, 7, 2}, 4), (std::vector<int32_t>{7, 2}));
+  // The continuation stops at the end of the context.
+  EXPECT_EQ(lookup({3, 3}, 5), (std::vector<int32_t>{3}));
+  // max_ngram bounds the match: with 1, the last "3" is matched alone.
+  EXPECT_EQ(lookup({1, 2, 3, 5, 0, 3, 6, 1, 2, 3}, 1, 1), (std::vector<int32_t>{6, 1}));
+}
+
+TEST(LookupDraft, ProposesNothingForANewTokenOrNoRoom) {
+  EXPECT_TRUE(lookup({1, 2, 3, 4}, 8).empty());
+  EXPECT_TRUE(lookup({7}, 8).empty());
+  EXPECT_TRUE(lookup({1, 2, 1, 2}, 0).empty());
+  EXPECT_THROW(LookupDraft(0), Error);
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context,
+                                        int64_t sequences = 1) {
+  CpuRunnerOptions options;
+  options.context = context;
+  options.sequences = sequences;
+  return make_cpu_runner(file, options);
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::string text;
+  StopReason stop = StopReason::TokenLimit;
+};
+
+Result plain_greedy(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                    const GenerationOptions& options) {
+  Generator generator(runner, tokenizer);
+  Sampler sampler(greedy(), runner.config().vocab_size);
+  Result r;
+  r.stop = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.text += t; }).stop;
+  r.tokens = generator.generated();
+  return r;
+}
+
+struct SpecResult {
+  Result result;
+  SpeculativeStats stats;
+  int64_t cached = 0;  // the sequence's length afterwards
+};
+
+SpecResult speculative(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
+                       const std::vector<int32_t>& prompt, const GenerationOptions& options) {
+  SpeculativeGenerator generator(runner, tokenizer, draft, draft_max);
+  SpecResult r;
+  r.stats = generator.generate(prompt, options, [&](std::string_view t) { r.result.text += t; });
+  r.result.stop = r.stats.generation.stop;
+  r.result.tokens = generator.generated();
+  r.cached = runner.seq_length(0);
+  EXPECT_EQ(r.cached, int64_t(generator.context().size()));
+  return r;
+}
+
+// The invariants of any speculative run, whatever drafts it.
+void expect_consistent(const SpecResult& r, const std::vector<int32_t>& prompt) {
+  const SpeculationStats& s = r.stats.speculation;
+  EXPECT_LE(s.accepted, s.drafted);
+  EXPECT_EQ(r.stats.generation.decode_tokens, s.passes + s.accepted);
+  const int64_t generated = int64_t(r.result.tokens.size());
+  // The prefill's pick, then each pass's confirmed drafts and own pick;
+  // only a stop token or string ends a pass early.
+  if (r.result.stop == StopReason::TokenLimit || r.result.stop == StopReason::ContextFull) {
+    EXPECT_EQ(generated, 1 + s.passes + s.accepted);
+  } else {
+    EXPECT_LE(generated, 1 + s.passes + s.accepted);
+  }
+  // Rollback: the cache holds the prompt and what was generated, but the last token.
+  const int64_t in_cache = int64_t(prompt.size()) + generated - (r.result.stop == StopReason::StopToken ? 0 : 1);
+  EXPECT_EQ(r.cached, in_cache);
+}
+
+void expect_same(const Result& got, const Result& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.text, want.text) << what;
+  EXPECT_EQ(got.stop, want.stop) << what;
+}
+
+// Each draft source, on a fresh runner, against plain greedy decoding.
+void expect_every_source_matches(const std::shared_ptr<const GgufFile>& file, const Tokenizer& tokenizer,
+                                 int64_t context, const std::vector<int32_t>& prompt, const GenerationOptions& options,
+                                 const std::vector<int64_t>& self_layers, const std::vector<int64_t>& draft_maxes,
+                                 const std::string& what) {
+  auto plain_runner = cpu_runner(file, context);
+  const Result want = plain_greedy(*plain_runner, tokenizer, prompt, options);
+  for (const int64_t draft_max : draft_maxes) {
+    {
+      auto runner = cpu_runner(file, context);
+      LookupDraft draft;
+      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options);
+      expect_same(got.result, want, what + ", lookup, draft-max " + std::to_string(draft_max));
+      expect_consistent(got, prompt);
+    }
+    for (const int64_t layers : self_layers) {
+      auto runner = cpu_runner(file, context);
+      SelfDraft draft(*runner, 0, layers);
+      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options);
+      expect_same(got.result, want,
+                  what + ", self " + std::to_string(layers) + " layers, draft-max " + std::to_string(draft_max));
+      expect_consistent(got, prompt);
+    }
+  }
+}
+
+struct Stories {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Stories open_stories() {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) return {};
+  Stories s;
+  s.file = GgufFile::open(path);
+  s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(s.file->header(), path));
+  return s;
+}
+
+TEST(SpeculativeStories, PlainGreedyIsLlama2csAndEveryDraftSourceIsPlainGreedy) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::vector<int32_t> golden = test::stories260k_golden_ids();
+  ASSERT_EQ(golden.size(), 64u) << "golden ids not found in the shared models' README (format changed?)";
+  GenerationOptions options;
+  options.max_tokens = 64;
+  auto runner = cpu_runner(s.file, 256);
+  ASSERT_EQ(plain_greedy(*runner, *s.tokenizer, {1}, options).tokens, golden) << "plain greedy left llama2.c's path";
+
+  const int64_t n_layers = runner->config().n_layers;
+  ASSERT_GE(n_layers, 3);
+  const std::vector<int64_t> self_layers = {1, default_self_draft_layers(n_layers), n_layers - 1};
+  expect_every_source_matches(s.file, *s.tokenizer, 256, {1}, options, self_layers, {1, 3, 8}, "BOS");
+  options.max_tokens = 200;
+  for (const std::string prompt : {"Once upon a time", "Lily and Tom went to the park. Lily and Tom"}) {
+    expect_every_source_matches(s.file, *s.tokenizer, 256, s.tokenizer->encode(prompt, true), options, self_layers,
+                                {2, 8}, prompt);
+  }
+}
+
+TEST(SpeculativeStories, StopsLikePlainGreedyAtStopStringsTokensAndAFullContext) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
+  GenerationOptions options;
+  options.max_tokens = 300;
+  options.stop_strings = {"."};
+  expect_every_source_matches(s.file, *s.tokenizer, 256, prompt, options, {2}, {8}, "stop string");
+  options.stop_strings = {};
+  options.stop_tokens = {2};  // EOS
+  expect_every_source_matches(s.file, *s.tokenizer, 512, prompt, options, {2}, {8}, "stop token");
+  options.stop_tokens = {};
+  expect_every_source_matches(s.file, *s.tokenizer, 40, prompt, options, {2}, {8}, "context full");
+}
+
+// Drafts what plain greedy decoding gives (`truth`: prompt and output), with
+// `right` tokens of each draft correct and the rest wrong; checks that each
+// pass finds the cache rolled back to just before the context's last token.
+class ScriptedDraft final : public DraftSource {
+ public:
+  ScriptedDraft(const ModelRunner& runner, std::vector<int32_t> truth, int64_t right)
+      : runner_(runner), truth_(std::move(truth)), right_(right) {}
+  void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override {
+    EXPECT_EQ(runner_.seq_length(0), int64_t(context.size()) - 1) << "the cache was not rolled back";
+    for (int64_t i = 0; i < max; ++i) {
+      const int32_t t = truth_.at(context.size() + size_t(i));
+      draft.push_back(i < right_ ? t : (t + 1) % runner_.config().vocab_size);
+    }
+  }
+
+ private:
+  const ModelRunner& runner_;
+  std::vector<int32_t> truth_;
+  int64_t right_;
+};
+
+TEST(SpeculativeStories, AcceptsExactlyTheRightPrefixOfEachDraft) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
+  GenerationOptions options;
+  options.max_tokens = 61;
+  auto plain_runner = cpu_runner(s.file, 256);
+  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
+  ASSERT_EQ(want.tokens.size(), 61u);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), want.tokens.begin(), want.tokens.end());
+
+  const int64_t draft_max = 5;
+  for (const int64_t right : {int64_t(0), int64_t(2), draft_max}) {
+    auto runner = cpu_runner(s.file, 256);
+    ScriptedDraft draft(*runner, truth, right);
+    const SpecResult got = speculative(*runner, *s.tokenizer, draft, draft_max, prompt, options);
+    expect_same(got.result, want, "right " + std::to_string(right));
+    expect_consistent(got, prompt);
+    // After the prefill's pick, 60 tokens from passes of up to right + 1
+    // (a full draft of 5 yields 6); each pass drafts min(5, what is left - 1).
+    const int64_t per_pass = right + 1;
+    const int64_t passes = (60 + per_pass - 1) / per_pass;
+    EXPECT_EQ(got.stats.speculation.passes, passes) << right;
+    EXPECT_EQ(got.stats.speculation.accepted, 60 - passes) << right;
+    if (right == draft_max) EXPECT_EQ(got.stats.speculation.drafted, 60 - passes);
+    // One token a pass: pass i drafts min(5, 59 - i).
+    if (right == 0) EXPECT_EQ(got.stats.speculation.drafted, 55 * 5 + 4 + 3 + 2 + 1 + 0);
+  }
+}
+
+TEST(SpeculativeStories, TheCacheAfterRollbackContinuesLikeAFreshOne) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Lily", true);
+  GenerationOptions options;
+  options.max_tokens = 40;
+  auto runner = cpu_runner(s.file, 256);
+  SelfDraft draft(*runner, 0, 1);  // a shallow draft: many rejected positions were written
+  SpeculativeGenerator generator(*runner, *s.tokenizer, draft, 8);
+  generator.generate(prompt, options, [](std::string_view) {});
+  // The next prompt reuses the cache up to where the two diverge.
+  std::vector<int32_t> next = generator.context();
+  next.resize(next.size() - 5);
+  next.push_back(s.tokenizer->encode(" dog", false).at(0));
+  std::string text;
+  const SpeculativeStats stats = generator.generate(next, options, [&](std::string_view t) { text += t; });
+  EXPECT_EQ(stats.generation.reused_tokens, int64_t(next.size()) - 1);
+  auto fresh = cpu_runner(s.file, 256);
+  const Result want = plain_greedy(*fresh, *s.tokenizer, next, options);
+  EXPECT_EQ(generator.generated(), want.tokens);
+  EXPECT_EQ(text, want.text);
+}
+
+TEST(SpeculativeStories, RefusesAnEmptyDraftBudgetAndSelfDraftsOfNoOrEveryLayer) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  auto runner = cpu_runner(s.file, 64);
+  const int64_t n_layers = runner->config().n_layers;
+  EXPECT_THROW(SelfDraft(*runner, 0, 0), Error);
+  EXPECT_THROW(SelfDraft(*runner, 0, n_layers), Error);
+  LookupDraft draft;
+  EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 0), Error);
+}
+
+struct SmolLM2 {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+SmolLM2 open_smollm2() {
+  const std::string path = test::smollm2_gguf();
+  if (path.empty()) return {};
+  SmolLM2 m;
+  m.file = GgufFile::open(path);
+  m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), path));
+  return m;
+}
+
+EncodedPrompt chat(const Tokenizer& tokenizer, const std::string& user) {
+  const auto templ = ChatTemplate::for_tokenizer(tokenizer, "");
+  const std::vector<ChatMessage> messages = {{"user", user}};
+  return encode_conversation(tokenizer, templ, messages);
+}
+
+const char* kPassage =
+    "The lighthouse stood at the end of the harbour wall. Every night the keeper climbed its hundred and twelve "
+    "steps, trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book.";
+
+TEST(SpeculativeSmolLM2, StepwiseRunsGiveTheLogitsOfOneTokenSteps) {
+  const SmolLM2 m = open_smollm2();
+  if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  auto runner = cpu_runner(m.file, 128, 2);
+  const int64_t vocab = runner->config().vocab_size;
+  const std::vector<int32_t> prompt = m.tokenizer->encode("The capital of France is", true);
+  const std::vector<int32_t> run = m.tokenizer->encode(" Paris, and the capital of Italy is Rome.", false);
+  ASSERT_GE(run.size(), 8u);  // past the CPU's GEMM threshold
+  const SeqId steps = 0, stepwise = runner->seq_alloc();
+  BatchOutputs out;
+  Batch batch;
+  for (const SeqId seq : {steps, stepwise}) {
+    batch.clear();
+    batch.add_run(prompt, 0, seq, Output::None);
+    runner->forward(batch, out);
+  }
+  std::vector<float> want;
+  for (size_t i = 0; i < run.size(); ++i) {
+    batch.clear();
+    batch.add(run[i], int64_t(prompt.size() + i), steps, Output::Logits);
+    runner->forward(batch, out);
+    want.insert(want.end(), out.logits.begin(), out.logits.end());
+  }
+  batch.clear();
+  for (size_t i = 0; i < run.size(); ++i) batch.add(run[i], int64_t(prompt.size() + i), stepwise, Output::Logits, true);
+  runner->forward(batch, out);
+  ASSERT_EQ(out.logits.size(), size_t(vocab) * run.size());
+  EXPECT_EQ(std::memcmp(out.logits.data(), want.data(), want.size() * sizeof(float)), 0)
+      << "a stepwise run's logits are not bit-identical to one-token steps";
+}
+
+TEST(SpeculativeSmolLM2, EveryDraftSourceIsPlainGreedyOnChatCodeAndRepetition) {
+  const SmolLM2 m = open_smollm2();
+  if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  const int64_t n_layers = cpu_runner(m.file, 16)->config().n_layers;
+  GenerationOptions options;
+  options.max_tokens = 80;
+  const std::vector<EncodedPrompt> prompts = {
+      chat(*m.tokenizer, "Give me three tips for staying healthy."),
+      encode_completion(*m.tokenizer, "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+      chat(*m.tokenizer, std::string("Repeat this text word for word:\n\n") + kPassage),
+  };
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    options.stop_tokens = prompts[i].stop_tokens;
+    expect_every_source_matches(m.file, *m.tokenizer, 512, prompts[i].tokens, options,
+                                {default_self_draft_layers(n_layers)}, {3, 8}, "prompt " + std::to_string(i));
+  }
+}
+
+TEST(SpeculativeSmolLM2, LookupYieldsSeveralTokensPerPassWhenTheReplyRepeatsAPassage) {
+  const SmolLM2 m = open_smollm2();
+  if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  const EncodedPrompt prompt = chat(*m.tokenizer, std::string("Repeat this text word for word:\n\n") + kPassage);
+  GenerationOptions options;
+  options.max_tokens = 64;
+  options.stop_tokens = prompt.stop_tokens;
+  auto runner = cpu_runner(m.file, 512);
+  LookupDraft draft;
+  const SpecResult got = speculative(*runner, *m.tokenizer, draft, 8, prompt.tokens, options);
+  std::printf("lookup on a repeated passage: %.2f tokens per pass, %lld of %lld drafted accepted\n",
+              got.stats.speculation.tokens_per_pass(), (long long)got.stats.speculation.accepted,
+              (long long)got.stats.speculation.drafted);
+  EXPECT_GT(got.stats.speculation.tokens_per_pass(), 2.0);
+}
+
+}  // namespace
+}  // namespace nt
