@@ -344,7 +344,7 @@ TEST(SpeculativeSmolLM2, EveryDraftSourceIsPlainGreedyOnChatCodeAndRepetition) {
   if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
   const int64_t n_layers = cpu_runner(m.file, 16)->config().n_layers;
   GenerationOptions options;
-  options.max_tokens = 80;
+  options.max_tokens = 64;
   const std::vector<EncodedPrompt> prompts = {
       chat(*m.tokenizer, "Give me three tips for staying healthy."),
       encode_completion(*m.tokenizer, "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
