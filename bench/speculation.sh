@@ -21,7 +21,7 @@ $passage"
 $passage"
 )
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-field() { sed -nE "s/$1/\\1/p" "$2" | head -1; }
+field() { sed -nE "s|$1|\\1|p" "$2" | head -1; }
 echo "| prompt | mode | decode tok/s | speedup | accepted / drafted | tokens per pass |"
 echo "|---|---|---|---|---|---|"
 for kind in chat code summarise repeat; do

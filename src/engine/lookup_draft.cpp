@@ -6,15 +6,18 @@
 
 namespace nt {
 
-LookupDraft::LookupDraft(int64_t max_ngram) : max_ngram_(max_ngram) {
-  if (max_ngram < 1) fail("prompt lookup matches n-grams of at least 1 token, not {}", max_ngram);
+LookupDraft::LookupDraft(int64_t max_ngram, int64_t min_ngram) : max_ngram_(max_ngram), min_ngram_(min_ngram) {
+  if (min_ngram < 1 || max_ngram < min_ngram) {
+    fail("prompt lookup matches n-grams of {} to {} tokens: the shortest must be at least 1 and at most the longest",
+         min_ngram, max_ngram);
+  }
 }
 
 void LookupDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
   const int64_t size = int64_t(context.size());
   if (max <= 0) return;
   // Longer n-grams first: they predict better than the last token alone.
-  for (int64_t n = std::min(max_ngram_, size - 1); n >= 1; --n) {
+  for (int64_t n = std::min(max_ngram_, size - 1); n >= min_ngram_; --n) {
     const auto suffix = context.subspan(size_t(size - n));
     // The most recent occurrence that ends before the suffix's own last token.
     for (int64_t start = size - n - 1; start >= 0; --start) {

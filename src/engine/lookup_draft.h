@@ -11,16 +11,19 @@ namespace nt {
 
 class LookupDraft final : public DraftSource {
  public:
-  // Matches suffixes of up to max_ngram (>= 1) tokens.
-  explicit LookupDraft(int64_t max_ngram = 3);
+  // Matches suffixes of min_ngram to max_ngram tokens (1 <= min <= max). The
+  // default skips one-token matches: they propose a wrong draft so often that
+  // verifying it costs more than it saves (on the 2-core CPU, SmolLM2 chat
+  // decoded at 0.66 of plain speed with them and 0.96 without).
+  explicit LookupDraft(int64_t max_ngram = 3, int64_t min_ngram = 2);
 
   // The tokens that followed the most recent earlier occurrence of the
-  // context's longest suffix of max_ngram tokens down to 1 (up to `max`, as
-  // far as the context goes); nothing when even its last token is new.
+  // context's longest suffix of max_ngram tokens down to min_ngram (up to
+  // `max`, as far as the context goes); nothing when none recurs.
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
 
  private:
-  int64_t max_ngram_;
+  int64_t max_ngram_, min_ngram_;
 };
 
 }  // namespace nt

@@ -23,8 +23,8 @@
 namespace nt {
 namespace {
 
-std::vector<int32_t> lookup(std::vector<int32_t> context, int64_t max, int64_t max_ngram = 3) {
-  LookupDraft draft(max_ngram);
+std::vector<int32_t> lookup(std::vector<int32_t> context, int64_t max, int64_t max_ngram = 3, int64_t min_ngram = 1) {
+  LookupDraft draft(max_ngram, min_ngram);
   std::vector<int32_t> out;
   draft.propose(context, max, out);
   return out;
@@ -47,7 +47,17 @@ TEST(LookupDraft, ProposesNothingForANewTokenOrNoRoom) {
   EXPECT_TRUE(lookup({1, 2, 3, 4}, 8).empty());
   EXPECT_TRUE(lookup({7}, 8).empty());
   EXPECT_TRUE(lookup({1, 2, 1, 2}, 0).empty());
-  EXPECT_THROW(LookupDraft(0), Error);
+  EXPECT_THROW(LookupDraft(0, 0), Error);
+  EXPECT_THROW(LookupDraft(2, 3), Error);
+}
+
+TEST(LookupDraft, ByDefaultIgnoresOneTokenMatches) {
+  LookupDraft draft;
+  std::vector<int32_t> out;
+  draft.propose(std::vector<int32_t>{4, 8, 2, 6, 9, 2}, 4, out);
+  EXPECT_TRUE(out.empty());
+  draft.propose(std::vector<int32_t>{4, 8, 2, 6, 8, 2}, 4, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 2}));
 }
 
 SamplingParams greedy() {
