@@ -58,7 +58,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
   context_.assign(prompt.begin(), prompt.end());
 
   greedy_.reset();
-  Completion completion(tokenizer_, options, context_size);
+  Completion completion(tokenizer_, options, context_size, prompt);
   const auto take = [&](int32_t token) {
     const bool more = completion.take(token, int64_t(context_.size()), greedy_, on_text);
     gen.generated_tokens = int64_t(completion.generated().size());
