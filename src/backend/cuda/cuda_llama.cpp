@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -71,6 +72,25 @@ OpenedReader open_upload_reader(const std::string& path, const CudaRunnerOptions
   if (ro.backend == IoBackend::Auto && page_cache_fraction(path) >= kWarm) ro.backend = IoBackend::Mmap;
   ro.threads = 8;
   return open_file_reader(path, ro);
+}
+
+// The work `queue` puts on `stream`, captured and instantiated as a graph.
+cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void()>& queue) {
+  cudaGraph_t graph = nullptr;
+  NT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    queue();
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  NT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  NT_CUDA_CHECK(err);
+  return exec;
 }
 
 struct LayerOnDevice {
@@ -825,9 +845,7 @@ void CudaLlamaRunner::copy_inputs(int64_t n_tokens) {
 cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) {
   cudaGraphExec_t& exec = decode_graphs_[int(kind)][max_keys != context_];
   if (exec) return exec;
-  cudaGraph_t graph = nullptr;
-  NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  try {
+  exec = capture_graph(stream_, [&] {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, max_keys, false);
     const StepAdvance advance{tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
@@ -839,15 +857,7 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
       select_top(false);
       sample_top_and_advance(top_, top_k_dev_, top_poisoned_, sample_chain_.as<SampleChain>(), advance, stream_);
     }
-  } catch (...) {
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  NT_CUDA_CHECK(err);
+  });
   return exec;
 }
 
@@ -992,20 +1002,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     if (e.output != Output::Argmax) return nullptr;
   }
   cudaGraphExec_t& exec = batch_graphs_[n];
-  if (exec) return exec;
-  cudaGraph_t graph = nullptr;
-  NT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  try {
-    pass();
-  } catch (...) {
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  NT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  NT_CUDA_CHECK(err);
+  if (!exec) exec = capture_graph(stream_, pass);
   return exec;
 }
 
