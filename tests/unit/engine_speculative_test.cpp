@@ -60,6 +60,19 @@ TEST(LookupDraft, ByDefaultIgnoresOneTokenMatches) {
   EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 2}));
 }
 
+TEST(StepwiseRuns, ARunIsStepwiseOrNotAsAWhole) {
+  Batch batch;
+  batch.add(5, 0, 0, Output::None, true);
+  batch.add(6, 1, 0, Output::Argmax, true);
+  batch.add(7, 0, 1, Output::Argmax);
+  const std::vector<SequenceRun> runs = sequence_runs(batch);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_TRUE(runs[0].stepwise);
+  EXPECT_FALSE(runs[1].stepwise);
+  batch.add(8, 1, 1, Output::Argmax, true);
+  EXPECT_THROW(sequence_runs(batch), Error);
+}
+
 SamplingParams greedy() {
   SamplingParams p;
   p.temperature = 0.0f;
