@@ -80,7 +80,9 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   const int group = s.n_heads / s.n_kv_heads;
   const int64_t width = int64_t(s.n_heads) * s.head_dim;
   // Tasks are (run, token, head) in order; task_start[r] is run r's first.
-  std::vector<int64_t> task_start(runs.size() + 1, 0);
+  // Kept across calls: decode calls this once per layer.
+  static thread_local std::vector<int64_t> task_start;
+  task_start.assign(runs.size() + 1, 0);
   for (size_t r = 0; r < runs.size(); ++r) task_start[r + 1] = task_start[r] + int64_t(runs[r].n_tokens) * s.n_heads;
   const int64_t tasks = task_start.back();
   // Strided so that every thread gets early (short) and late (long) queries.
