@@ -80,18 +80,20 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   const int group = s.n_heads / s.n_kv_heads;
   const int64_t width = int64_t(s.n_heads) * s.head_dim;
   // Tasks are (run, token, head) in order; task_start[r] is run r's first.
-  // Kept across calls: decode calls this once per layer.
+  // Kept across calls (decode calls this once per layer); the workers read
+  // the caller's copy through `start`, not their own thread's.
   static thread_local std::vector<int64_t> task_start;
   task_start.assign(runs.size() + 1, 0);
   for (size_t r = 0; r < runs.size(); ++r) task_start[r + 1] = task_start[r] + int64_t(runs[r].n_tokens) * s.n_heads;
+  const int64_t* start = task_start.data();
   const int64_t tasks = task_start.back();
   // Strided so that every thread gets early (short) and late (long) queries.
   pool.run([&](int thread, int n_threads) {
     size_t r = 0;
     for (int64_t i = thread; i < tasks; i += n_threads) {
-      while (i >= task_start[r + 1]) ++r;
+      while (i >= start[r + 1]) ++r;
       const AttentionRun& run = runs[r];
-      const int64_t local = i - task_start[r];
+      const int64_t local = i - start[r];
       const int64_t t = local / s.n_heads;
       const int h = int(local % s.n_heads);
       const int64_t offset = t * width + int64_t(h) * s.head_dim;
