@@ -177,8 +177,8 @@ class CudaLlamaRunner final : public ModelRunner {
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
   void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 5 * options_.max_batch; }
-  // Fails unless positions pos.. of `count` tokens fit and `tokens` are in the vocabulary.
-  void check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const;
+  // Fails unless `tokens` are in the vocabulary (claim_default checks the positions).
+  void check_token_ids(std::span<const int32_t> tokens) const;
   // What a run hands back after its tokens: one of
   struct Readout {
     float* logits = nullptr;  // forward(): the last token's row, or every token's
@@ -805,10 +805,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   }
 }
 
-void CudaLlamaRunner::check_tokens(std::span<const int32_t> tokens, int64_t pos, int64_t count) const {
-  if (pos < 0 || pos + count > context_) {
-    fail("context overflow: positions {}..{} do not fit the KV cache of {} tokens", pos, pos + count - 1, context_);
-  }
+void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
       fail("token id {} at index {} is outside the vocabulary of {} tokens", tokens[i], i, config_.vocab_size);
@@ -894,7 +891,7 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
                                       const std::function<void(int64_t)>& before_step,
                                       const std::function<bool(int32_t)>& on_token) {
   if (max_steps < 0) fail("decoding {} steps: the count must not be negative", max_steps);
-  check_tokens({&token, 1}, pos, max_steps);
+  check_token_ids({&token, 1});
   claim_default(pos, max_steps);
   if (max_steps == 0) return 0;
   stage_inputs({&token, 1}, pos, top_k);
@@ -936,7 +933,7 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
 
 void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out) {
   const int64_t total = int64_t(tokens.size());
-  check_tokens(tokens, pos, total);
+  check_token_ids(tokens);
   claim_default(pos, total);
   const int64_t vocab = config_.vocab_size;
   void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
