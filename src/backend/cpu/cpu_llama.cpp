@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/attention.h"
+#include "backend/cpu/llama_layer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -31,15 +31,13 @@ class CpuLlamaRunner final : public ModelRunner {
         weights_(load_llama_weights(*file_, config_)),
         pool_(opt.threads),
         max_batch_(std::max<int64_t>(1, opt.max_batch)),
-        kv_type_(opt.kv_f32 ? TensorType::F32 : TensorType::F16) {
+        kv_type_(opt.kv_f32 ? TensorType::F32 : TensorType::F16),
+        layer_(config_, rope_inv_freqs(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr), max_batch_) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
     const int64_t pages_per_sequence = (context + kPageSize - 1) / kPageSize;
     init_pages(KvPages(std::max<int64_t>(1, opt.sequences) * pages_per_sequence, kPageSize, context));
     pool_rows_ = kv_pages().page_count() * kPageSize;
-    inv_freqs_ = rope_inv_freqs(c, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr);
-    // Dimensions past rope_dim are not rotated: a zero frequency is the identity.
-    inv_freqs_.resize(size_t(c.head_dim / 2), 0.0f);
     const size_t kv_elems = size_t(c.n_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
     const size_t elem_bytes = kv_type_ == TensorType::F16 ? 2 : 4;
     k_cache_.resize(kv_elems * elem_bytes);
@@ -47,12 +45,6 @@ class CpuLlamaRunner final : public ModelRunner {
     const size_t n = size_t(max_batch_);
     x_.resize(n * c.dim);
     xb_.resize(n * c.dim);
-    q_.resize(n * c.q_dim());
-    k_.resize(n * c.kv_dim());
-    v_.resize(n * c.kv_dim());
-    att_.resize(n * c.q_dim());
-    gate_.resize(n * c.ffn_dim);
-    up_.resize(n * c.ffn_dim);
     head_rows_.resize(n);
   }
 
@@ -110,7 +102,7 @@ class CpuLlamaRunner final : public ModelRunner {
     const size_t page_bytes = size_t(kPageSize) * size_t(config_.kv_dim()) * elem;
     for (auto* cache : {&k_cache_, &v_cache_}) {
       for (int64_t l = 0; l < config_.n_layers; ++l) {
-        auto* base = static_cast<uint8_t*>(const_cast<void*>(cache_view(*cache, l).data));
+        auto* base = static_cast<uint8_t*>(layer_cache(*cache, l).data);
         for (const PageCopy& c : copies) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
       }
     }
@@ -124,37 +116,11 @@ class CpuLlamaRunner final : public ModelRunner {
   void forward_chunk(std::span<const BatchEntry> entries, std::span<const SequenceRun> runs, std::span<const int32_t> layers) {
     const auto& c = config_;
     const int64_t n = int64_t(entries.size());
-    const auto matmul = [&](const WeightRef& w, const float* x, float* y) {
-      cpu::matmul_groups(view(w), x, y, run_groups_, pool_);
-    };
-
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
-
+    const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_};
     for (const int32_t l : layers) {
-      const auto& w = weights_.layers[size_t(l)];
-      // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
-      rmsnorm_rows(x_.data(), w.attn_norm.f32(), xb_.data(), n);
-      matmul(w.wq, xb_.data(), q_.data());
-      matmul(w.wk, xb_.data(), k_.data());
-      matmul(w.wv, xb_.data(), v_.data());
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t pos = entries[size_t(t)].pos;
-        cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos, inv_freqs_.data());
-        cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), pos, inv_freqs_.data());
-      }
-      store_kv(l, entries);
-      attend(l, runs);
-      matmul(w.wo, att_.data(), xb_.data());
-      cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
-
-      // Feed-forward block: x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
-      rmsnorm_rows(x_.data(), w.ffn_norm.f32(), xb_.data(), n);
-      matmul(w.w_gate, xb_.data(), gate_.data());
-      matmul(w.w_up, xb_.data(), up_.data());
-      cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
-      matmul(w.w_down, gate_.data(), xb_.data());
-      cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
+      layer_.run(weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
     }
   }
 
@@ -194,46 +160,11 @@ class CpuLlamaRunner final : public ModelRunner {
     }
   }
 
-  void rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n) const {
-    const int64_t dim = config_.dim;
-    for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * dim, weight, y + t * dim, dim, config_.rms_eps);
-  }
-
-  // Layer l's cache holds [pool row][kv_dim] in kv_type_; a sequence's
-  // positions map to pool rows through its pages.
-  cpu::KvView cache_view(const std::vector<uint8_t>& cache, int64_t layer) const {
+  // Layer l's cache holds [pool row][kv_dim] in kv_type_.
+  cpu::LayerCache layer_cache(std::vector<uint8_t>& cache, int64_t layer) {
     const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
     const size_t layer_bytes = size_t(pool_rows_) * size_t(config_.kv_dim()) * elem;
-    return {cache.data() + size_t(layer) * layer_bytes, kv_type_, config_.kv_dim(), config_.head_dim};
-  }
-
-  void store_kv(int64_t layer, std::span<const BatchEntry> entries) {
-    const int64_t kv_dim = config_.kv_dim();
-    for (auto [src, cache] : {std::pair{&k_, &k_cache_}, std::pair{&v_, &v_cache_}}) {
-      auto* base = const_cast<void*>(cache_view(*cache, layer).data);
-      for (size_t t = 0; t < entries.size(); ++t) {
-        const int64_t row = kv_pages().slot(entries[t].seq, entries[t].pos);
-        const float* from = src->data() + t * size_t(kv_dim);
-        if (kv_type_ == TensorType::F16) {
-          uint16_t* to = static_cast<uint16_t*>(base) + row * kv_dim;
-          for (int64_t i = 0; i < kv_dim; ++i) to[i] = fp32_to_fp16(from[i]);
-        } else {
-          std::copy(from, from + kv_dim, static_cast<float*>(base) + row * kv_dim);
-        }
-      }
-    }
-  }
-
-  void attend(int64_t layer, std::span<const SequenceRun> runs) {
-    const auto& c = config_;
-    const cpu::AttentionShape shape{int(c.n_heads), int(c.n_kv_heads), int(c.head_dim),
-                                    1.0f / std::sqrt(float(c.head_dim))};
-    attention_runs_.clear();
-    for (const SequenceRun& run : runs) {
-      const size_t row = size_t(run.first) * size_t(c.q_dim());
-      attention_runs_.push_back({&q_[row], &att_[row], run.pos, int(run.count), kv_pages().pages(run.seq).data(), kPageSize});
-    }
-    cpu::attention_runs(attention_runs_, cache_view(k_cache_, layer), cache_view(v_cache_, layer), shape, pool_);
+    return {cache.data() + size_t(layer) * layer_bytes, kv_type_};
   }
 
   std::shared_ptr<const GgufFile> file_;
@@ -244,13 +175,9 @@ class CpuLlamaRunner final : public ModelRunner {
   TensorType kv_type_;
   int64_t pool_rows_ = 0;                   // positions the KV pool holds, over all sequences
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][pool row][kv_dim] in kv_type_
-  std::vector<float> inv_freqs_;            // per rotated pair, scaling folded in
-  // Activations for up to max_batch tokens, named as in the model.
-  std::vector<float> x_;          // residual stream [n][dim]
-  std::vector<float> xb_;         // normed input / projection output [n][dim]
-  std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]
-  std::vector<float> att_;        // attention output [n][q_dim]
-  std::vector<float> gate_, up_;  // FFN hidden [n][ffn_dim]
+  cpu::LlamaLayer layer_;                   // every layer's pass, with its scratch
+  std::vector<float> x_;   // residual stream [n][dim]
+  std::vector<float> xb_;  // the head's normed rows [n][dim]
   std::vector<int64_t> head_rows_;  // entries whose rows go through the head
   std::vector<float> head_logits_;  // [output rows][vocab]
   Candidates top_;
@@ -258,7 +185,6 @@ class CpuLlamaRunner final : public ModelRunner {
   std::vector<int64_t> run_outputs_;  // per run of the batch: its entries that want an output
   std::vector<cpu::TokenGroup> run_groups_, head_groups_;  // the chunk's runs, and their rows through the head
   std::vector<int64_t> head_alone_;  // per chunk run: the whole run's rows through the head
-  std::vector<cpu::AttentionRun> attention_runs_;
 };
 
 }  // namespace

@@ -1,0 +1,64 @@
+// One Llama decoder layer on the CPU, over the rows of one pass in place: the
+// CPU runner runs every layer through it, and the CUDA runner the layers its
+// hybrid split gives the host (the CPU as a fourth tier).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/thread_pool.h"
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+#include "runtime/batch.h"
+#include "runtime/kv_pages.h"
+
+namespace nt::cpu {
+
+// A layer's K or V cache: [pool row][kv_dim] in F16 or F32, a sequence's
+// positions mapping to pool rows through its pages.
+struct LayerCache {
+  void* data = nullptr;
+  TensorType type = TensorType::F16;
+};
+
+// The rows of one pass: `runs` (first = row index) say which sequence and
+// positions each row is, `pages` where they are cached, and `groups` which
+// matmul kernel each row takes (matmul_groups).
+struct LayerRows {
+  int64_t n = 0;
+  std::span<const SequenceRun> runs;
+  const KvPages* pages = nullptr;
+  std::span<const TokenGroup> groups;
+};
+
+class LlamaLayer {
+ public:
+  // Scratch for passes of up to max_rows rows.
+  LlamaLayer(const LlamaConfig& config, std::vector<float> inv_freqs, int64_t max_rows);
+
+  // x [n][dim] += attention block, then += feed-forward block, storing every
+  // row's K and V in the caches before attending.
+  void run(const LlamaLayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows, float* x,
+           ThreadPool& pool);
+
+  KvView view(const LayerCache& cache) const;
+
+ private:
+  void rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n) const;
+  void store_kv(const LayerCache& k, const LayerCache& v, const LayerRows& rows);
+  void attend(const LayerCache& k, const LayerCache& v, const LayerRows& rows, ThreadPool& pool);
+
+  LlamaConfig config_;
+  std::vector<float> inv_freqs_;  // per rotated pair, scaling folded in; 0 past rope_dim
+  // Activations for up to max_rows rows, named as in the model.
+  std::vector<float> xb_;         // normed input / projection output [n][dim]
+  std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]
+  std::vector<float> att_;        // attention output [n][q_dim]
+  std::vector<float> gate_, up_;  // FFN hidden [n][ffn_dim]
+  std::vector<AttentionRun> attention_runs_;
+};
+
+}  // namespace nt::cpu
