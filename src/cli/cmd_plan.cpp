@@ -27,10 +27,6 @@ namespace {
 
 // PCIe 4.0 x16 moves about 25 GB/s of pinned H2D copies in practice (32 GB/s raw).
 constexpr double kNominalH2dGbps = 25.0;
-// A layer's GPU compute when no rate is given: the 70B Q4_K_M's resident
-// decode on the H200 read its weights at 79% of the 4,215 GB/s copy ceiling
-// (docs/PERFORMANCE.md). plan has no GPU kernel timing to measure it with.
-constexpr double kAssumedGpuGbps = 3330.0;
 // Seconds the CPU rate measurement runs at each pass size.
 constexpr double kCpuProbeSeconds = 0.4;
 
@@ -227,7 +223,7 @@ void plan(const PlanOptions& o) {
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
     hybrid.rates.cpu = cpu_rate(o, *file);
-    hybrid.rates.gpu_gbps = o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuGbps;
+    hybrid.rates.gpu_gbps = o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps;
     fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps,
                o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps");
     fmt::print("  hand-off            {:.0f} us + the hidden state over the link, each way (ASSUMED)\n",

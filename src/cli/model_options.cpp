@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include "cli/plan_hybrid.h"
 #include "core/progress.h"
 #include "engine/open_model.h"
 #include "storage/io_reader.h"
@@ -20,6 +21,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--io", o.io, "CUDA: file reader for loading and streaming layers: auto, uring, cufile or mmap (auto loads a file the page cache holds through mmap, and otherwise reads with uring)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
+  cmd.add_option("--cpu-layers", o.cpu_layers,
+                 "CUDA: of the layers in pinned RAM, how many the CPU computes in place while the link streams the "
+                 "others: N, 0 (stream them all) or auto (the planner's choice from rates measured at load, when it "
+                 "predicts a gain)")
+      ->capture_default_str();
   cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
 }
 
@@ -47,10 +53,12 @@ LoadedModel load_model(const ModelOptions& o) {
   if (!o.ram_budget.empty()) open.ram_budget = parse_size(o.ram_budget, "--ram-budget");
   open.io = parse_io_backend(o.io);
   open.trace_path = o.trace;
+  open.cpu_layers = parse_cpu_layers(o.cpu_layers);
   ProgressLine progress("loading weights", 1.0);
   open.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
   OpenedModel opened = open_model(open);
   progress.finish();
+  if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
   return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner)};
 }

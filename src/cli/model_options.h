@@ -24,6 +24,7 @@ struct ModelOptions {
   // CUDA tiered streaming (see plan_cuda_placement); empty = automatic.
   std::string vram_budget, ram_budget;
   std::string io = "auto";
+  std::string cpu_layers = "auto";  // CUDA: RAM-tier layers the CPU computes: N, 0 or auto
   std::string trace;  // Chrome-trace JSON of streamed layers' reads, copies and compute
 };
 

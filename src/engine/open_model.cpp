@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
 #include "engine/default_model.h"
+#include "engine/hybrid_split.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
@@ -44,12 +45,26 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.io = o.io;
     cuda.trace_path = o.trace_path;
     cuda.on_load_progress = o.on_load_progress;
+    cuda.cpu_threads = o.threads;
+    std::optional<CudaPlacement> placement;
+    try {
+      placement = plan_cuda_placement(*m.file, context, cuda);
+    } catch (const Error&) {
+      // Nothing fits: the runner says why, with the free memory beside it.
+    }
+    if (placement) {
+      const HybridSplit split = choose_hybrid_split(*m.file, placement->footprint, placement->plan, o.cpu_layers, o.threads);
+      cuda.cpu_layers = split.cpu_layers;
+      cuda.cpu_max_tokens = split.max_tokens;
+      m.hybrid_summary = split.summary;
+    }
     m.runner = make_cuda_runner(*m.file, context, cuda);
   }
 #else
   if (device == Device::Cuda) fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
 #endif
   if (!m.runner) {
+    if (o.cpu_layers.value_or(0) > 0) fail("--cpu-layers {}: a hybrid split needs the CUDA backend", *o.cpu_layers);
     CpuRunnerOptions cpu;
     cpu.context = context;
     cpu.sequences = o.sequences;

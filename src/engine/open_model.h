@@ -29,6 +29,8 @@ struct OpenModelOptions {
   // CUDA tiered streaming; empty: automatic.
   std::optional<uint64_t> vram_budget, ram_budget;
   IoBackend io = IoBackend::Auto;
+  // CUDA: RAM-tier layers the CPU computes (engine/hybrid_split.h); nullopt: auto.
+  std::optional<int64_t> cpu_layers;
   std::string trace_path;
   std::function<void(uint64_t, uint64_t)> on_load_progress;  // weights loaded, total
 };
@@ -38,6 +40,7 @@ struct OpenedModel {
   std::shared_ptr<const GgufFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
+  std::string hybrid_summary;  // how the CUDA hybrid split was chosen; empty when nothing is in host RAM
 };
 
 OpenedModel open_model(const OpenModelOptions& options);

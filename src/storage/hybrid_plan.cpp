@@ -67,14 +67,12 @@ HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Pa
   return s;
 }
 
-HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
-                             int64_t tokens, int64_t cpu_layers) {
+std::vector<Path> spread_cpu_paths(const PlacementPlan& base, int64_t cpu_layers) {
   std::vector<size_t> ram;  // indices of the RAM tier, in order
-  HybridPlan plan;
-  plan.tokens = tokens;
+  std::vector<Path> path;
   for (size_t i = 0; i < base.layer_tier.size(); ++i) {
     const Tier t = base.layer_tier[i];
-    plan.path.push_back(t == Tier::Vram ? Path::Vram : t == Tier::Ram ? Path::Ram : Path::Disk);
+    path.push_back(t == Tier::Vram ? Path::Vram : t == Tier::Ram ? Path::Ram : Path::Disk);
     if (t == Tier::Ram) ram.push_back(i);
   }
   if (cpu_layers < 0 || cpu_layers > int64_t(ram.size())) {
@@ -85,7 +83,15 @@ HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& b
   // stretches of the RAM tier: with k <= M/2 no two are adjacent, so each
   // has a streamed layer after it whose copy runs while it computes.
   const size_t m = ram.size(), k = size_t(cpu_layers);
-  for (size_t j = 0; j < k; ++j) plan.path[ram[(2 * j + 1) * m / (2 * k)]] = Path::Cpu;
+  for (size_t j = 0; j < k; ++j) path[ram[(2 * j + 1) * m / (2 * k)]] = Path::Cpu;
+  return path;
+}
+
+HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
+                             int64_t tokens, int64_t cpu_layers) {
+  HybridPlan plan;
+  plan.tokens = tokens;
+  plan.path = spread_cpu_paths(base, cpu_layers);
   plan.step = predict_hybrid_step(model, plan.path, rates, tokens);
   return plan;
 }

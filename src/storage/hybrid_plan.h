@@ -56,6 +56,11 @@ struct CpuRate {
   double seconds(uint64_t bytes, int64_t tokens) const;
 };
 
+// A layer's GPU compute when no rate is given: the 70B Q4_K_M's resident
+// decode on the H200 read its weights at 79% of the 4,215 GB/s copy ceiling
+// (docs/PERFORMANCE.md). Nothing times GPU kernels per layer before a load.
+inline constexpr double kAssumedGpuLayerGbps = 3330.0;
+
 struct HybridRates {
   LinkSpeeds link;
   CpuRate cpu;
@@ -84,9 +89,12 @@ struct HybridPlan {
 HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Path>& path, const HybridRates& rates,
                                int64_t tokens);
 
-// The placement with `cpu_layers` of its RAM layers computed on the CPU,
-// spread evenly among them so that streamed copies overlap CPU work. Throws
-// nt::Error when cpu_layers is negative or more than the RAM layers.
+// Each layer's path when `cpu_layers` of the RAM layers are computed on the
+// CPU, spread evenly among them so that streamed copies overlap CPU work.
+// Throws nt::Error when cpu_layers is negative or more than the RAM layers.
+std::vector<Path> spread_cpu_paths(const PlacementPlan& base, int64_t cpu_layers);
+
+// spread_cpu_paths with its predicted pass of `tokens` tokens.
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
                              int64_t tokens, int64_t cpu_layers);
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/host_layers.h"
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
@@ -38,6 +40,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
+#include "storage/hybrid_plan.h"
 #include "storage/layer_reads.h"
 #include "storage/page_cache.h"
 
@@ -98,6 +101,14 @@ struct LayerOnDevice {
   const float* ffn_norm = nullptr;
   std::vector<MatrixPart> qkv;  // one fused matrix when Q, K and V share a format
   DeviceMatrix wo, gate, up, down;
+
+  // A streamed layer's matrices (placed in GPU slot 0) `bytes` further on, in another slot.
+  LayerOnDevice in_slot(uint64_t bytes) const {
+    LayerOnDevice l = *this;
+    for (MatrixPart& part : l.qkv) part.m = offset_device_matrix(part.m, bytes);
+    for (DeviceMatrix* m : {&l.wo, &l.gate, &l.up, &l.down}) *m = offset_device_matrix(*m, bytes);
+    return l;
+  }
 };
 
 class CudaLlamaRunner final : public ModelRunner {
@@ -194,6 +205,8 @@ class CudaLlamaRunner final : public ModelRunner {
     int64_t first_row = 0, rows = 0, slot = 0;
     const int32_t* pos = nullptr;
     int64_t max_keys = 0;
+    SeqId seq = 0;          // the host's view, for the layers it computes
+    int64_t first_pos = 0;
   };
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
@@ -208,10 +221,10 @@ class CudaLlamaRunner final : public ModelRunner {
     const int32_t* token_pos = nullptr;
     const int32_t* token_slot = nullptr;
   };
-  // Runs n tokens of the default sequence at the device-side position;
-  // logits of the last token (or all) into logits_.
-  void run_chunk(int64_t n, int64_t max_keys, bool all_logits) {
-    const ChunkSequence one{0, n, 0, pos_dev_, max_keys};
+  // Runs n tokens of the default sequence at `pos` (on the device at
+  // pos_dev_); logits of the last token (or all) into logits_.
+  void run_chunk(int64_t n, int64_t pos, int64_t max_keys, bool all_logits) {
+    const ChunkSequence one{0, n, 0, pos_dev_, max_keys, 0, pos};
     run_chunk(n, {{&one, 1}}, all_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
@@ -220,6 +233,11 @@ class CudaLlamaRunner final : public ModelRunner {
   // Layer l's RoPE, cache store and attention over the chunk's rows; whether
   // attention also wrote wo's q8 input.
   bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
+  // Whether the host computes layer l in a pass of n tokens (the hybrid split).
+  bool on_host(int64_t l, int64_t n) const { return host_ && n <= options_.cpu_max_tokens && host_->computes(l); }
+  // Consecutive layers the host computes: the hidden state crosses to the
+  // host and back once for all of them.
+  void run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows);
   // One chunk of a batch (entries [at, at + n)), and what it hands back.
   void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                        std::span<const int32_t> layers, BatchOutputs& out);
@@ -292,7 +310,14 @@ class CudaLlamaRunner final : public ModelRunner {
   std::vector<cudaEvent_t> step_done_;
   std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
-  std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared last: uses ring_
+  std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared late: uses ring_
+  uint64_t slot_bytes_ = 0;                  // from one GPU slot of the ring to the next
+  std::vector<int32_t> gpu_layers_;          // a pass's layers that the GPU runs
+  std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
+  std::vector<SequenceRun> host_runs_;
+  std::vector<HostLayers::SlotRows> host_rows_;
+  double host_seconds_ = 0;  // the host's layer compute, over all passes
+  int64_t host_passes_ = 0;
 };
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
@@ -325,6 +350,12 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
+  if (host_ && host_passes_ > 0) {
+    std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass computing them (%d threads)\n",
+                 static_cast<long long>(host_->count()), static_cast<long long>(host_passes_),
+                 host_seconds_ / double(host_passes_) * 1e3, host_->threads());
+  }
+  host_.reset();
   if (streamer_) {
     if (stream_) cudaStreamSynchronize(stream_);
     std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
@@ -342,7 +373,10 @@ CudaLlamaRunner::~CudaLlamaRunner() {
 
 std::string CudaLlamaRunner::tier_counts() const {
   const auto n = [&](Tier t) { return std::count(layer_tier_.begin(), layer_tier_.end(), t); };
-  return fmt::format("layers {} vram + {} ram + {} disk", n(Tier::Vram), n(Tier::Ram), n(Tier::Disk));
+  const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens, {} threads)",
+                                              host_->count(), options_.cpu_max_tokens, host_->threads())
+                                : std::string();
+  return fmt::format("layers {} vram + {} ram{} + {} disk", n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk));
 }
 
 std::string CudaLlamaRunner::description() const {
@@ -371,6 +405,10 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
          file.path(), device_.name, e.what(), gib(free_bytes), gib(total_bytes));
   }
   layer_tier_ = placement.plan.layer_tier;
+  if (options_.cpu_layers > 0 && options_.cpu_max_tokens < 1) {
+    fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options_.cpu_layers, options_.cpu_max_tokens);
+  }
+  const std::vector<Path> paths = spread_cpu_paths(placement.plan, options_.cpu_layers);
 
   ArenaPlan plan;  // resident weights
   struct Pending {
@@ -475,8 +513,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   std::vector<UploadPart> uploads;
   for (const Pending& p : matrices) {
     if (p.streamed >= 0) {
-      auto* slot = ring_.as<uint8_t>() + uint64_t(p.streamed % slots) * slot_bytes;
-      *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, slot + p.offset);
+      *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
       StreamedMatrix m{*p.target, {}};
       int64_t row = 0;
       for (const WeightRef* part : p.parts) {
@@ -516,11 +553,32 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     LayerStreamOptions so;
     so.device = device_.index;
     so.gpu_slots = options_.ring_slots;
+    so.slot_bytes = slot_bytes;
     so.staging_slots = options_.ring_slots;
     so.trace_path = options_.trace_path;
     so.load_reader = load.reader.get();
     so.on_load_progress = report_from(resident_upload);
     streamer_ = std::make_unique<LayerStreamer>(std::move(opened.reader), std::move(streamed), so);
+  }
+  slot_bytes_ = slot_bytes;
+  std::vector<int64_t> host_layers;
+  std::vector<const uint8_t*> pinned;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (paths[size_t(l)] != Path::Cpu) continue;
+    host_layers.push_back(l);
+    pinned.push_back(streamer_->pinned_bytes(l));
+  }
+  if (!host_layers.empty()) {
+    KvRowsParams device_caches;
+    device_caches.k_cache = k_cache_.as<uint16_t>();
+    device_caches.v_cache = v_cache_.as<uint16_t>();
+    device_caches.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
+    device_caches.slot_stride = c.n_layers * device_caches.layer_stride;
+    device_caches.context = cache_context_;
+    device_caches.n_kv_heads = int(c.n_kv_heads);
+    device_caches.head_dim = int(c.head_dim);
+    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), device_caches,
+                                         std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
   }
 }
 
@@ -596,6 +654,8 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
 // down write the next norm's q8 input, so two launches a layer drop out
 // (+3% 8B Q4_K_M, +6% 8B Q8_0 decode on the H200, bench/cuda_NOTES.md).
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
+  // A host layer's output is the next GPU layer's plain input.
+  if (host_) return false;
   if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
@@ -717,15 +777,36 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     matmul(m, in, n, x_, c.dim, true, fold ? NormOut{next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
   };
 
+  // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
+  host_rows_.clear();
+  if (host_) {
+    for (const ChunkSequence& s : chunk.seqs) host_rows_.push_back({s.slot, s.first_pos, s.rows});
+    if (n > options_.cpu_max_tokens) host_->before_gpu_pass(host_rows_, stream_);
+  }
   // Streamed layers start arriving before anything computes.
-  if (streamer_) streamer_->begin_chunk(stream_);
+  if (streamer_) {
+    gpu_layers_.clear();
+    for (const int32_t l : layers) {
+      if (!on_host(l, n)) gpu_layers_.push_back(l);
+    }
+    streamer_->begin_chunk(stream_, gpu_layers_);
+  }
   // Token embeddings into the residual stream x.
   gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
+  LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
   for (size_t i = 0; i < layers.size(); ++i) {
     const size_t l = size_t(layers[i]);
-    const LayerOnDevice& L = layers_[l];
+    if (on_host(int64_t(l), n)) {
+      size_t end = i + 1;
+      while (end < layers.size() && on_host(layers[end], n)) ++end;
+      run_on_host(layers.subspan(i, end - i), n, chunk);
+      i = end - 1;
+      continue;
+    }
     const bool streamed = streamer_ && streamer_->streams(int64_t(l));
-    if (streamed) streamer_->before_layer(int64_t(l), stream_);
+    const LayerOnDevice& L =
+        streamed ? (slotted = layers_[l].in_slot(uint64_t(streamer_->before_layer(int64_t(l), stream_)) * slot_bytes_))
+                 : layers_[l];
     // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
     const bool attn_folded = fold && i > 0;  // the previous layer's down wrote the norm's input
     if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
@@ -773,6 +854,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
                     i + 1 < layers.size() ? layers_[size_t(layers[i + 1])].attn_norm : output_norm_);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
+  if (host_ && n > options_.cpu_max_tokens) host_->after_gpu_pass(host_rows_, stream_);
+  if (host_ && n <= options_.cpu_max_tokens) host_->after_host_pass(host_rows_);
 
   // Final norm and classifier, for the head's rows.
   const int64_t rows = head.count;
@@ -803,6 +886,23 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
       matvec(p, columns, stream_);
     }
   }
+}
+
+void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
+  const size_t bytes = size_t(n * config_.dim) * sizeof(float);
+  NT_CUDA_CHECK(cudaMemcpyAsync(host_->host_x(), x_, bytes, cudaMemcpyDeviceToHost, stream_));
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  host_runs_.clear();
+  for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos});
+  for (const int32_t l : layers) {
+    const auto begin = std::chrono::steady_clock::now();
+    host_->run(l, host_runs_, n, kv_pages());
+    const auto end = std::chrono::steady_clock::now();
+    host_seconds_ += std::chrono::duration<double>(end - begin).count();
+    streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
+  }
+  ++host_passes_;
+  NT_CUDA_CHECK(cudaMemcpyAsync(x_, host_->host_x(), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
@@ -844,7 +944,7 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
   if (exec) return exec;
   exec = capture_graph(stream_, [&] {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
-    run_chunk(1, max_keys, false);
+    run_chunk(1, 0, max_keys, false);  // the position is the device's: graphs run no host layers
     const StepAdvance advance{tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
     if (kind == StepGraph::Greedy) {
       argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_, advance, stream_);
@@ -951,7 +1051,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
       // A decode step runs the attention the captured graphs run at its
       // position, so decode results do not depend on whether a graph runs
       // (the tensor-core attention rounds probabilities per split).
-      run_chunk(n, n == 1 ? decode_max_keys(pos + start) : pos + start + n, out.all_logits);
+      run_chunk(n, pos + start, n == 1 ? decode_max_keys(pos + start) : pos + start + n, out.all_logits);
     }
     if (out.all_logits) {
       NT_CUDA_CHECK(cudaMemcpyAsync(out.logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
@@ -1013,13 +1113,11 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
     }
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (host_) host_->copy_pages(copies);
 }
 
 void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                     BatchOutputs& out) {
-  if (streamer_ && int64_t(layers.size()) != config_.n_layers) {
-    fail("a layer schedule of {} of {} layers: streamed models run every layer for now", layers.size(), config_.n_layers);
-  }
   // One token of the default sequence through every layer is a decode step
   // of the single-sequence path: its captured graphs serve it.
   const BatchEntry& first = batch.entries[0];
@@ -1065,7 +1163,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     run_pos[seqs.size()] = int32_t(pos);
     // A one-row run attends as a single-sequence decode step at its position does.
     const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys});
+    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos});
   }
   int32_t* head_rows = run_pos + seqs.size();
   int64_t rows = 0;

@@ -28,6 +28,13 @@ struct CudaRunnerOptions {
   std::optional<uint64_t> ram_budget;   // default: automatic_ram_budget(MemAvailable)
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
+  // The CPU as a fourth tier (engine/hybrid_split.h): this many of the RAM
+  // tier's layers, spread among the streamed ones, are computed by the host
+  // from their pinned copy in passes of up to cpu_max_tokens tokens; larger
+  // passes stream them like the rest.
+  int64_t cpu_layers = 0;
+  int64_t cpu_max_tokens = 1;
+  int cpu_threads = 0;  // 0: one a physical core
   std::string trace_path;               // Chrome-trace JSON of streaming, written when the runner is destroyed
   // Called as the weights load: the resident ones onto the GPU, then the RAM
   // tier's into pinned memory; (file bytes so far, their total).

@@ -171,6 +171,14 @@ DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, vo
   return m;
 }
 
+DeviceMatrix offset_device_matrix(const DeviceMatrix& m, uint64_t bytes) {
+  DeviceMatrix shifted = m;
+  for (uint8_t*& plane : shifted.plane) {
+    if (plane) plane += bytes;
+  }
+  return shifted;
+}
+
 void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, const void* host_rows,
                         void* staging, uint64_t staging_bytes) {
   const WeightLayout& l = weight_layout(m.type);

@@ -44,6 +44,9 @@ uint64_t device_matrix_bytes(TensorType type, int64_t rows, int64_t cols);
 // Lays the planes out at `memory`, which must hold device_matrix_bytes.
 DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, void* memory);
 
+// The same matrix `bytes` further on in device memory (another ring slot).
+DeviceMatrix offset_device_matrix(const DeviceMatrix& m, uint64_t bytes);
+
 // Copies rows [first_row, first_row + n_rows) from file-format host memory,
 // re-laying each block into the planes on the GPU through `staging`
 // (a device buffer of staging_bytes, at least one file row). Synchronous.

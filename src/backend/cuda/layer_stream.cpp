@@ -13,7 +13,7 @@
 namespace nt {
 namespace {
 
-enum TraceThread { kReads = 1, kCopies = 2, kRelays = 3, kCompute = 4 };
+enum TraceThread { kReads = 1, kCopies = 2, kRelays = 3, kCompute = 4, kHost = 5 };
 
 cudaEvent_t make_event(bool timed) {
   cudaEvent_t e = nullptr;
@@ -52,6 +52,7 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   }
   index_of_layer_.assign(size_t(max_layer + 1), -1);
   disk_index_.assign(n, 0);
+  pass_place_.assign(n, -1);
   pinned_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     index_of_layer_[size_t(layers_[i].layer)] = int(i);
@@ -63,7 +64,9 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
 
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&relay_, cudaStreamNonBlocking));
-  for (DeviceBuffer& raw : raw_) raw = DeviceBuffer(raw_bytes, "a streamed-layer H2D landing buffer");
+  for (DeviceBuffer& raw : raw_) {
+    if (raw_bytes) raw = DeviceBuffer(raw_bytes, "a streamed-layer H2D landing buffer");
+  }
   landing_free_ = make_events(kLandingBuffers, false);
   slot_copied_ = make_events(size_t(options_.gpu_slots), false);
   slot_free_ = make_events(size_t(options_.gpu_slots), false);
@@ -119,11 +122,29 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
     read_begin_ns_ = std::make_unique<std::atomic<int64_t>[]>(size_t(options_.staging_slots));
     for (int s = 0; s < options_.staging_slots; ++s) staging_used_[size_t(s)] = false;
     origin_time_ = Clock::now();  // reads issued at load show before the first chunk's origin
-    for (int s = 0; s < options_.staging_slots; ++s) {
-      queue_read(next_read_, s);
-      next_read_ = (next_read_ + 1) % disk_layers_.size();
-    }
+    std::vector<size_t> order(disk_layers_.size());
+    for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+    restart_reads(std::move(order));
   }
+}
+
+void LayerStreamer::restart_reads(std::vector<size_t> order) {
+  for (const PendingRead& r : reads_) {
+    for (const ReadTicket& t : r.tickets) reader_->wait(t);
+  }
+  reads_.clear();
+  read_order_ = std::move(order);
+  next_read_ = 0;
+  for (int s = 0; s < options_.staging_slots; ++s) {
+    queue_read(read_order_[next_read_], s);
+    next_read_ = (next_read_ + 1) % read_order_.size();
+  }
+}
+
+const uint8_t* LayerStreamer::pinned_bytes(int64_t layer) const {
+  if (!streams(layer)) fail("layer {} is not streamed, so it has no pinned copy", layer);
+  const PinnedBuffer& pinned = pinned_[size_t(index_of_layer_[size_t(layer)])];
+  return pinned.size() ? pinned.as<uint8_t>() : nullptr;
 }
 
 LayerStreamer::~LayerStreamer() {
@@ -168,9 +189,10 @@ void LayerStreamer::queue_read(size_t disk_index, int slot) {
   reads_.push_back(std::move(pending));
 }
 
-void LayerStreamer::transfer(size_t index) {
+void LayerStreamer::transfer(size_t pass_index) {
+  const size_t index = pass_[pass_index];
   const StreamedLayer& l = layers_[index];
-  const int slot = int(index % size_t(options_.gpu_slots));
+  const int slot = int(pass_index % size_t(options_.gpu_slots));
   const uint8_t* host = nullptr;
   int staging_slot = -1;
   if (l.tier == Tier::Ram) {
@@ -200,15 +222,17 @@ void LayerStreamer::transfer(size_t index) {
   if (staging_slot >= 0) {
     NT_CUDA_CHECK(cudaEventRecord(staging_copied_[size_t(staging_slot)], copy_));
     staging_used_[size_t(staging_slot)] = true;
-    queue_read(next_read_, staging_slot);
-    next_read_ = (next_read_ + 1) % disk_layers_.size();
+    queue_read(read_order_[next_read_], staging_slot);
+    next_read_ = (next_read_ + 1) % read_order_.size();
   }
   // Re-layout into the GPU slot once the bytes have landed and the slot's last reader is done.
   NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, h2d_end_[index], 0));
   NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, slot_free_[size_t(slot)], 0));
   const auto* raw = raw_[landing].as<uint8_t>();
+  const uint64_t slot_offset = uint64_t(slot) * options_.slot_bytes;
   for (const StreamedMatrix& m : l.matrices) {
-    for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(m.target, p.first_row, p.rows, raw + p.staging_offset, relay_);
+    const DeviceMatrix target = offset_device_matrix(m.target, slot_offset);
+    for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(target, p.first_row, p.rows, raw + p.staging_offset, relay_);
   }
   NT_CUDA_CHECK(cudaEventRecord(landing_free_[landing], relay_));
   NT_CUDA_CHECK(cudaEventRecord(copy_end_[index], relay_));
@@ -216,7 +240,7 @@ void LayerStreamer::transfer(size_t index) {
   stats_.h2d_bytes += l.read.staging_bytes;
 }
 
-void LayerStreamer::begin_chunk(cudaStream_t compute) {
+void LayerStreamer::begin_chunk(cudaStream_t compute, std::span<const int32_t> layers) {
   if (stats_.chunks == 0) {  // the time origin of the trace: host and device clocks together
     NT_CUDA_CHECK(cudaEventRecord(origin_, compute));
     NT_CUDA_CHECK(cudaEventSynchronize(origin_));
@@ -224,21 +248,41 @@ void LayerStreamer::begin_chunk(cudaStream_t compute) {
   }
   chunk_start_ = Clock::now();
   std::fill(read_begin_us_.begin(), read_begin_us_.end(), -1.0);
-  for (size_t i = 0; i < layers_.size() && i < size_t(options_.gpu_slots); ++i) transfer(i);
+  for (const size_t index : pass_) pass_place_[index] = -1;
+  pass_.clear();
+  std::vector<size_t> disk_order;
+  for (const int32_t layer : layers) {
+    if (!streams(layer)) continue;
+    const size_t index = size_t(index_of_layer_[size_t(layer)]);
+    if (pass_place_[index] >= 0) fail("a layer schedule runs layer {} twice", layer);
+    pass_place_[index] = int(pass_.size());
+    pass_.push_back(index);
+    if (layers_[index].tier == Tier::Disk) disk_order.push_back(disk_index_[index]);
+  }
+  if (!disk_order.empty() && disk_order != read_order_) restart_reads(std::move(disk_order));
+  for (size_t j = 0; j < pass_.size() && j < size_t(options_.gpu_slots); ++j) transfer(j);
   NT_CUDA_CHECK(cudaEventRecord(resident_begin_, compute));
 }
 
-void LayerStreamer::before_layer(int64_t layer, cudaStream_t compute) {
+int LayerStreamer::before_layer(int64_t layer, cudaStream_t compute) {
   const size_t index = size_t(index_of_layer_[size_t(layer)]);
-  NT_CUDA_CHECK(cudaStreamWaitEvent(compute, slot_copied_[index % size_t(options_.gpu_slots)], 0));
+  if (pass_place_[index] < 0) fail("layer {} runs on the GPU but its pass did not transfer it", layer);
+  const int slot = pass_place_[index] % options_.gpu_slots;
+  NT_CUDA_CHECK(cudaStreamWaitEvent(compute, slot_copied_[size_t(slot)], 0));
   NT_CUDA_CHECK(cudaEventRecord(compute_begin_[index], compute));
+  return slot;
 }
 
 void LayerStreamer::after_layer(int64_t layer, cudaStream_t compute) {
   const size_t index = size_t(index_of_layer_[size_t(layer)]);
+  const size_t place = size_t(pass_place_[index]);
   NT_CUDA_CHECK(cudaEventRecord(compute_end_[index], compute));
-  NT_CUDA_CHECK(cudaEventRecord(slot_free_[index % size_t(options_.gpu_slots)], compute));
-  if (index + size_t(options_.gpu_slots) < layers_.size()) transfer(index + size_t(options_.gpu_slots));
+  NT_CUDA_CHECK(cudaEventRecord(slot_free_[place % size_t(options_.gpu_slots)], compute));
+  if (place + size_t(options_.gpu_slots) < pass_.size()) transfer(place + size_t(options_.gpu_slots));
+}
+
+void LayerStreamer::host_span(const std::string& name, Clock::time_point begin, Clock::time_point end) {
+  add_trace(name, kHost, host_us(begin), host_us(end));
 }
 
 double LayerStreamer::host_us(Clock::time_point t) const {
@@ -258,9 +302,9 @@ void LayerStreamer::end_chunk() {
   auto at = [&](cudaEvent_t e) { return double(elapsed_ms(origin_, e)) * 1e3; };
   if (!options_.trace_path.empty()) {
     add_trace(fmt::format("step {}: embedding + resident layers", step), kCompute, at(resident_begin_),
-              layers_.empty() ? at(resident_begin_) : at(compute_begin_[0]));
+              pass_.empty() ? at(resident_begin_) : at(compute_begin_[pass_[0]]));
   }
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (const size_t i : pass_) {
     stats_.h2d_seconds += elapsed_ms(copy_begin_[i], h2d_end_[i]) * 1e-3;
     if (options_.trace_path.empty()) continue;
     const std::string name = fmt::format("layer {} ({})", layers_[i].layer, tier_name(layers_[i].tier));
@@ -289,8 +333,8 @@ void LayerStreamer::write_trace() const {
   std::ofstream out(options_.trace_path);
   if (!out) fail("cannot write the trace file {}", options_.trace_path);
   out << "{\"traceEvents\":[\n";
-  const char* names[] = {"", "storage reads (host)", "H2D copies", "re-lay kernels", "compute"};
-  for (int tid = kReads; tid <= kCompute; ++tid) {
+  const char* names[] = {"", "storage reads (host)", "H2D copies", "re-lay kernels", "GPU compute", "CPU layers (host)"};
+  for (int tid = kReads; tid <= kHost; ++tid) {
     nlohmann::json m = {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", names[tid]}}}};
     out << m.dump() << ",\n";
   }

@@ -2,18 +2,22 @@
 // onto the GPU for every pass, from pinned host RAM (read once at load) or
 // from storage (read per use into a ring of pinned staging slots).
 //
-// Per streamed layer j (in forward order), on a copy stream of its own:
+// A pass transfers the streamed layers its schedule runs on the GPU (all of
+// them, a layer-skip subset, or those a hybrid pass leaves to the host), in
+// its order. Per transfer j of the pass, on a copy stream of its own:
 //   1. H2D copy of the layer's file-layout bytes into one raw device buffer
 //   2. wait "slot free": the compute of the layer that last used GPU slot j % K
 //   3. re-lay each matrix into its planar DeviceMatrix memory in slot j % K
-//   4. record "slot copied"; the compute stream waits on it before layer j.
+//   4. record "slot copied"; the compute stream waits on it before the layer.
 // A disk layer's staging slot is overwritten by the next read only after the
 // H2D copy that read it finished (the reader's before_write hook waits on that
 // copy's event). Transfers of the first K streamed layers are issued when a
 // chunk begins, before the resident layers compute, and transfer j + K is
 // issued once layer j's compute is queued, so copies overlap all compute.
-// Storage reads run ahead cyclically across chunks (every chunk reads the
-// disk layers in the same order), so they also overlap the resident layers.
+// Storage reads run ahead cyclically across chunks in the order of the last
+// pass that read any, so they also overlap the resident layers; a pass that
+// reads the disk layers in another order waits out the reads in flight and
+// starts over in its own.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,8 +43,9 @@ namespace nt {
 // Device landing buffers for streamed layers' H2D copies (see LayerStreamer).
 constexpr int kLandingBuffers = 2;
 
-// A matrix of a streamed layer: its planar memory in the layer's GPU slot and
-// the file-layout row ranges (stacked row-wise, e.g. Q, K, V) it is built from.
+// A matrix of a streamed layer: its planar memory placed in GPU slot 0 (slot
+// s is slot_bytes x s further on) and the file-layout row ranges (stacked
+// row-wise, e.g. Q, K, V) it is built from.
 struct StreamedMatrix {
   struct Part {
     uint64_t staging_offset;  // of the rows' first byte in the layer's staging layout
@@ -53,12 +59,13 @@ struct StreamedLayer {
   int64_t layer = 0;
   Tier tier = Tier::Ram;  // Ram or Disk
   LayerRead read;
-  std::vector<StreamedMatrix> matrices;  // targets placed in GPU slot (streamed index) % gpu_slots
+  std::vector<StreamedMatrix> matrices;
 };
 
 struct LayerStreamOptions {
   int device = 0;
   int gpu_slots = 2;
+  uint64_t slot_bytes = 0;  // from one GPU slot to the next
   int staging_slots = 2;
   std::string trace_path;  // Chrome-trace JSON written when the streamer is destroyed; empty: none
   // Reads the RAM-tier layers at load instead of the storage reader (which
@@ -87,10 +94,18 @@ class LayerStreamer {
   LayerStreamer& operator=(const LayerStreamer&) = delete;
 
   bool streams(int64_t layer) const { return layer >= 0 && size_t(layer) < index_of_layer_.size() && index_of_layer_[size_t(layer)] >= 0; }
-  // Call once per pass over all layers, before the first layer's work is queued on `compute`.
-  void begin_chunk(cudaStream_t compute);
-  void before_layer(int64_t layer, cudaStream_t compute);  // compute waits for its weights
-  void after_layer(int64_t layer, cudaStream_t compute);   // its slot is free once compute gets here
+  // The RAM tier's pinned copy of a streamed layer (the staging layout of its
+  // LayerRead); null for a disk layer.
+  const uint8_t* pinned_bytes(int64_t layer) const;
+  // Call once per pass, before the first layer's work is queued on
+  // `compute`: the pass transfers the streamed ones of `layers`, in order.
+  void begin_chunk(cudaStream_t compute, std::span<const int32_t> layers);
+  // Compute waits for the layer's weights; returns the GPU slot they are in.
+  int before_layer(int64_t layer, cudaStream_t compute);
+  void after_layer(int64_t layer, cudaStream_t compute);  // its slot is free once compute gets here
+  // A span of host work (a hybrid pass's CPU layers) for the trace.
+  void host_span(const std::string& name, std::chrono::steady_clock::time_point begin,
+                 std::chrono::steady_clock::time_point end);
   // After the compute stream was synchronized: collects timings.
   void end_chunk();
 
@@ -106,7 +121,9 @@ class LayerStreamer {
   };
   using Clock = std::chrono::steady_clock;
 
-  void transfer(size_t index);
+  void transfer(size_t pass_index);
+  // Makes the storage reads follow `order` (disk indices) from now on.
+  void restart_reads(std::vector<size_t> order);
   void queue_read(size_t disk_index, int slot);
   double host_us(Clock::time_point t) const;
   void add_trace(const std::string& name, int tid, double begin_us, double end_us);
@@ -133,7 +150,11 @@ class LayerStreamer {
   std::unique_ptr<std::atomic<bool>[]> staging_used_;
   std::unique_ptr<std::atomic<int64_t>[]> read_begin_ns_;
   std::deque<PendingRead> reads_;
-  size_t next_read_ = 0;  // disk index the next queued read fetches
+  std::vector<size_t> read_order_;  // disk indices, in the order the reads cycle through
+  size_t next_read_ = 0;            // index into read_order_ of the next queued read
+  // This pass: the streamed indices it transfers, and each one's place (-1: none).
+  std::vector<size_t> pass_;
+  std::vector<int> pass_place_;
 
   // Timing: per streamed index, events of this chunk.
   std::vector<cudaEvent_t> copy_begin_, h2d_end_, copy_end_, compute_begin_, compute_end_;

@@ -1,0 +1,172 @@
+#include "backend/cuda/host_layers.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace nt {
+namespace {
+
+constexpr int64_t kMirrorRows = 128;  // rows per staging round trip
+
+}  // namespace
+
+HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
+                       std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
+                       int64_t slots, const KvRowsParams& device, int64_t max_rows, int threads)
+    : config_(config),
+      index_(size_t(config.n_layers), -1),
+      pool_rows_(slots * device.context),
+      pool_(threads),
+      layer_(config, std::move(inv_freqs), max_rows),
+      x_(size_t(max_rows) * size_t(config.dim) * sizeof(float), "the hybrid pass's hidden-state hand-off") {
+  norms_.reserve(2 * layers.size());  // stable addresses for the weights pointing into them
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int64_t l = layers[i];
+    if (!pinned[i]) fail("layer {}: the CPU computes only layers with a pinned RAM-tier copy", l);
+    std::map<const GgufTensorInfo*, uint64_t> offset;
+    for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) offset[t.info] = t.staging_offset;
+    LlamaLayerWeights w = file_weights.layers[size_t(l)];
+    for (WeightRef* ref : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
+      if (const auto at = offset.find(ref->info); at != offset.end()) {
+        ref->data = pinned[i] + at->second;
+      } else if (ref == &w.attn_norm || ref == &w.ffn_norm) {  // the runner keeps no pointer into the file
+        norms_.emplace_back(ref->f32(), ref->f32() + ref->cols);
+        ref->data = reinterpret_cast<const uint8_t*>(norms_.back().data());
+      } else {
+        fail("layer {}: tensor {} is not in the layer's pinned copy", l, ref->info->name);
+      }
+    }
+    index_[size_t(l)] = int(weights_.size());
+    weights_.push_back(w);
+  }
+  const size_t cache = weights_.size() * size_t(pool_rows_) * size_t(config_.kv_dim());
+  k_cache_.assign(cache, 0);
+  v_cache_.assign(cache, 0);
+
+  device_ = device;
+  device_.n_layers = int(weights_.size());
+  device_valid_.assign(size_t(slots), 0);
+  // [layers][row slots][row positions][K rows][V rows], each 256-byte aligned.
+  const uint64_t ints = align_device(4 * uint64_t(weights_.size())) + 2 * align_device(4 * uint64_t(kMirrorRows));
+  const uint64_t rows = uint64_t(weights_.size()) * uint64_t(kMirrorRows) * uint64_t(config_.kv_dim()) * 2;
+  device_staging_ = DeviceBuffer(ints + 2 * align_device(rows), "the hybrid split's KV hand-off");
+  host_staging_ = PinnedBuffer(device_staging_.size(), "the hybrid split's KV hand-off");
+  auto* dev = device_staging_.as<uint8_t>();
+  device_.layers = reinterpret_cast<const int32_t*>(dev);
+  device_.row_slot = reinterpret_cast<const int32_t*>(dev + align_device(4 * uint64_t(weights_.size())));
+  device_.row_pos = device_.row_slot + align_device(4 * uint64_t(kMirrorRows)) / 4;
+  device_.k_staging = reinterpret_cast<uint16_t*>(dev + ints);
+  device_.v_staging = device_.k_staging + align_device(rows) / 2;
+  std::vector<int32_t> host_layer_ids;
+  for (int64_t l : layers) host_layer_ids.push_back(int32_t(l));
+  NT_CUDA_CHECK(cudaMemcpy(dev, host_layer_ids.data(), 4 * host_layer_ids.size(), cudaMemcpyHostToDevice));
+}
+
+uint16_t* HostLayers::host_row(std::vector<uint16_t>& cache, size_t index, int64_t slot, int64_t pos) {
+  const size_t row = size_t(slot * device_.context + pos);
+  return cache.data() + (index * size_t(pool_rows_) + row) * size_t(config_.kv_dim());
+}
+
+void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bool up, cudaStream_t stream) {
+  const size_t kv_dim = size_t(config_.kv_dim()), layers = weights_.size();
+  auto* dev = device_staging_.as<uint8_t>();
+  auto* host = host_staging_.as<uint8_t>();
+  const auto host_at = [&](const void* device_ptr) { return host + (static_cast<const uint8_t*>(device_ptr) - dev); };
+  auto* slots = reinterpret_cast<int32_t*>(host_at(device_.row_slot));
+  auto* positions = reinterpret_cast<int32_t*>(host_at(device_.row_pos));
+  auto* k_rows = reinterpret_cast<uint16_t*>(host_at(device_.k_staging));
+  auto* v_rows = reinterpret_cast<uint16_t*>(host_at(device_.v_staging));
+  for (size_t at = 0; at < rows.size(); at += size_t(kMirrorRows)) {
+    const size_t n = std::min(rows.size() - at, size_t(kMirrorRows));
+    for (size_t r = 0; r < n; ++r) {
+      slots[r] = rows[at + r].first;
+      positions[r] = rows[at + r].second;
+    }
+    KvRowsParams p = device_;
+    p.n_rows = int64_t(n);
+    const uint64_t descriptors = uint64_t(reinterpret_cast<const uint8_t*>(device_.k_staging) -
+                                          reinterpret_cast<const uint8_t*>(device_.row_slot));
+    NT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(device_.row_slot), slots, descriptors, cudaMemcpyHostToDevice, stream));
+    // The kernel packs layer i's row r at i * n + r.
+    const size_t used = layers * n * kv_dim * 2;
+    const auto staged = [&](uint16_t* base, size_t i, size_t r) { return base + (i * n + r) * kv_dim; };
+    if (up) {
+      for (size_t i = 0; i < layers; ++i) {
+        for (size_t r = 0; r < n; ++r) {
+          std::memcpy(staged(k_rows, i, r), host_row(k_cache_, i, slots[r], positions[r]), kv_dim * 2);
+          std::memcpy(staged(v_rows, i, r), host_row(v_cache_, i, slots[r], positions[r]), kv_dim * 2);
+        }
+      }
+      NT_CUDA_CHECK(cudaMemcpyAsync(device_.k_staging, k_rows, used, cudaMemcpyHostToDevice, stream));
+      NT_CUDA_CHECK(cudaMemcpyAsync(device_.v_staging, v_rows, used, cudaMemcpyHostToDevice, stream));
+      kv_rows_from_staging(p, stream);
+      NT_CUDA_CHECK(cudaStreamSynchronize(stream));  // the pinned staging is rewritten next
+    } else {
+      kv_rows_to_staging(p, stream);
+      NT_CUDA_CHECK(cudaMemcpyAsync(k_rows, device_.k_staging, used, cudaMemcpyDeviceToHost, stream));
+      NT_CUDA_CHECK(cudaMemcpyAsync(v_rows, device_.v_staging, used, cudaMemcpyDeviceToHost, stream));
+      NT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (size_t i = 0; i < layers; ++i) {
+        for (size_t r = 0; r < n; ++r) {
+          std::memcpy(host_row(k_cache_, i, slots[r], positions[r]), staged(k_rows, i, r), kv_dim * 2);
+          std::memcpy(host_row(v_cache_, i, slots[r], positions[r]), staged(v_rows, i, r), kv_dim * 2);
+        }
+      }
+    }
+  }
+}
+
+void HostLayers::before_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream) {
+  stale_.clear();
+  for (const SlotRows& r : runs) {
+    int64_t& valid = device_valid_[size_t(r.slot)];
+    for (int64_t pos = valid; pos < r.first_pos; ++pos) stale_.emplace_back(int32_t(r.slot), int32_t(pos));
+    valid = std::max(valid, r.first_pos);
+  }
+  move_rows(stale_, true, stream);
+}
+
+void HostLayers::after_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream) {
+  stale_.clear();
+  for (const SlotRows& r : runs) {
+    for (int64_t pos = r.first_pos; pos < r.first_pos + r.count; ++pos) stale_.emplace_back(int32_t(r.slot), int32_t(pos));
+    device_valid_[size_t(r.slot)] = r.first_pos + r.count;
+  }
+  move_rows(stale_, false, stream);
+}
+
+void HostLayers::after_host_pass(std::span<const SlotRows> runs) {
+  for (const SlotRows& r : runs) {
+    int64_t& valid = device_valid_[size_t(r.slot)];
+    valid = std::min(valid, r.first_pos);
+  }
+}
+
+void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages) {
+  const size_t i = size_t(index_[size_t(layer)]);
+  const size_t layer_elems = size_t(pool_rows_) * size_t(config_.kv_dim());
+  const cpu::TokenGroup all{0, n, n};
+  const cpu::LayerRows rows{n, runs, &pages, {&all, 1}};
+  layer_.run(weights_[i], {k_cache_.data() + i * layer_elems, TensorType::F16},
+             {v_cache_.data() + i * layer_elems, TensorType::F16}, rows, host_x(), pool_);
+}
+
+void HostLayers::copy_pages(std::span<const PageCopy> copies) {
+  for (const PageCopy& c : copies) device_valid_[size_t(c.to)] = device_valid_[size_t(c.from)];
+  const size_t layer_elems = size_t(pool_rows_) * size_t(config_.kv_dim());
+  const size_t page_elems = size_t(device_.context) * size_t(config_.kv_dim());
+  for (auto* cache : {&k_cache_, &v_cache_}) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      uint16_t* base = cache->data() + i * layer_elems;
+      for (const PageCopy& c : copies) {
+        std::memcpy(base + size_t(c.to) * page_elems, base + size_t(c.from) * page_elems, page_elems * sizeof(uint16_t));
+      }
+    }
+  }
+}
+
+}  // namespace nt

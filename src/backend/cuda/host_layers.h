@@ -1,0 +1,86 @@
+// The layers a hybrid split gives the host: the CPU computes them with the
+// CPU backend's kernels (cpu::LlamaLayer) straight from the RAM tier's pinned
+// copy that streaming would otherwise move, so nothing is copied twice, with
+// their K and V caches in host memory. The CUDA runner hands the hidden state
+// over at each switch (host_x, pinned), and the link streams the other
+// layers meanwhile.
+//
+// Passes too large for the CPU to pay (prefill chunks, wide batches) stream
+// these layers to the GPU like the rest, so their caches live on both sides:
+// after such a pass the rows it wrote come down to the host, and before one
+// the rows the host wrote since the GPU last held them go up (per KV slot,
+// the GPU holds a valid prefix of positions). Decode steps move no KV.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/llama_layer.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kv_rows.h"
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+#include "runtime/kv_pages.h"
+#include "storage/layer_reads.h"
+
+namespace nt {
+
+class HostLayers {
+ public:
+  // `layers`: the layer indices the host computes, each with its weights
+  // rebased into `pinned[i]` (the staging layout of reads[layer]).
+  // `device`: the runner's caches (layers, rows and staging unset); its
+  // slots hold device.context positions each, as the host pool's pages do.
+  HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
+             std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
+             int64_t slots, const KvRowsParams& device, int64_t max_rows, int threads);
+
+  bool computes(int64_t layer) const { return layer >= 0 && layer < int64_t(index_.size()) && index_[size_t(layer)] >= 0; }
+  int64_t count() const { return int64_t(weights_.size()); }
+  int threads() const { return pool_.size(); }
+
+  // Pinned [max_rows][dim]: the hidden state the runner copies in and back.
+  float* host_x() { return x_.as<float>(); }
+  // Layer `layer` over the first n rows of host_x, `runs` saying whose they are.
+  void run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages);
+  // The pool's page copies (copy-on-write of shared prefixes) in the host caches.
+  void copy_pages(std::span<const PageCopy> copies);
+
+  // A run's positions in one KV slot.
+  struct SlotRows {
+    int64_t slot = 0, first_pos = 0, count = 0;
+  };
+  // Before a pass in which the GPU computes these layers over `runs`.
+  void before_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream);
+  // After it, once `stream` has synchronized: its rows come down.
+  void after_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream);
+  // After a pass in which the host computed them.
+  void after_host_pass(std::span<const SlotRows> runs);
+
+ private:
+  // Moves the rows (slot, position) of every host layer's K and V between
+  // the host caches and the device's, kMirrorRows at a time.
+  void move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bool up, cudaStream_t stream);
+  uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t slot, int64_t pos);
+
+  LlamaConfig config_;
+  std::vector<int> index_;                   // layer -> host index, -1 for the GPU's
+  std::vector<LlamaLayerWeights> weights_;   // per host index, pointing into the pinned copies
+  std::vector<std::vector<float>> norms_;    // norm vectors copied from the file when not in a pinned copy
+  int64_t pool_rows_;
+  std::vector<uint16_t> k_cache_, v_cache_;  // [host index][pool row][kv_dim] F16
+  cpu::ThreadPool pool_;
+  cpu::LlamaLayer layer_;
+  PinnedBuffer x_;
+  // The device side: the runner's caches, and the GPU's valid prefix per slot.
+  KvRowsParams device_;
+  std::vector<int64_t> device_valid_;
+  std::vector<std::pair<int32_t, int32_t>> stale_;  // rows to move, (slot, position)
+  DeviceBuffer device_staging_;  // layer list, row slots, row positions, K rows, V rows
+  PinnedBuffer host_staging_;    // the same, as they cross
+};
+
+}  // namespace nt

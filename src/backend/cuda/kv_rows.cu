@@ -1,0 +1,43 @@
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_rows.h"
+
+namespace nt {
+namespace {
+
+// One block per (row, staged layer); threads over the row's kv_dim elements.
+template <bool kToStaging>
+__global__ void kv_rows_kernel(KvRowsParams p) {
+  const int64_t row = blockIdx.x;
+  const int staged = int(blockIdx.y);
+  const int64_t kv_dim = int64_t(p.n_kv_heads) * p.head_dim;
+  const int64_t base = int64_t(p.row_slot[row]) * p.slot_stride + int64_t(p.layers[staged]) * p.layer_stride;
+  const int64_t pos = p.row_pos[row];
+  const int64_t at = (int64_t(staged) * p.n_rows + row) * kv_dim;
+  for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+    const int64_t head = e / p.head_dim, d = e % p.head_dim;
+    uint16_t* k = p.k_cache + base + k_cache_index(head, pos, d, p.context, p.head_dim);
+    uint16_t* v = p.v_cache + base + v_cache_index(head, pos, d, p.context, p.head_dim);
+    if (kToStaging) {
+      p.k_staging[at + e] = *k;
+      p.v_staging[at + e] = *v;
+    } else {
+      *k = p.k_staging[at + e];
+      *v = p.v_staging[at + e];
+    }
+  }
+}
+
+template <bool kToStaging>
+void launch(const KvRowsParams& p, cudaStream_t stream) {
+  if (p.n_rows == 0 || p.n_layers == 0) return;
+  kv_rows_kernel<kToStaging><<<dim3(unsigned(p.n_rows), unsigned(p.n_layers)), 128, 0, stream>>>(p);
+  NT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void kv_rows_to_staging(const KvRowsParams& p, cudaStream_t stream) { launch<true>(p, stream); }
+void kv_rows_from_staging(const KvRowsParams& p, cudaStream_t stream) { launch<false>(p, stream); }
+
+}  // namespace nt

@@ -1,0 +1,65 @@
+#include "engine/hybrid_split.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "engine/cpu_probe.h"
+#include "engine/gpu_probe.h"
+#include "storage/disk_bench.h"
+
+namespace nt {
+namespace {
+
+constexpr double kCpuProbeSeconds = 0.3;  // per pass size
+constexpr int64_t kCpuProbeBatch = 8;
+constexpr uint64_t kDiskProbeBytes = 256ull << 20;
+
+HybridRates measure_rates(const GgufFile& file, const LlamaConfig& config, const PlacementPlan& base, int threads) {
+  HybridRates rates;
+  rates.link.h2d_gbps = measure_h2d_gbps();
+  if (base.count(Tier::Disk) > 0) rates.link.disk_gbps = measure_disk_read(file.path(), kDiskProbeBytes).gbps;
+  rates.cpu.decode_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
+  rates.cpu.batch_gbps = measure_cpu_rate(file, kCpuProbeBatch, kCpuProbeSeconds, threads).gbps;
+  rates.cpu.batch_tokens = kCpuProbeBatch;
+  rates.gpu_gbps = kAssumedGpuLayerGbps;
+  rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
+  return rates;
+}
+
+}  // namespace
+
+HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& model, const PlacementPlan& base,
+                                std::optional<int64_t> forced, int threads) {
+  HybridSplit split;
+  const int64_t ram_layers = base.count(Tier::Ram);
+  if (forced && (*forced < 0 || *forced > ram_layers)) {
+    fail("--cpu-layers {}: the CPU computes layers held in host RAM, and this placement has {} (0 to {})", *forced,
+         ram_layers, ram_layers);
+  }
+  if (ram_layers == 0 || (forced && *forced == 0)) return split;
+  const LlamaConfig config = read_llama_config(file.header(), file.path());
+  const HybridRates rates = measure_rates(file, config, base, threads);
+  const HybridPlan decode = plan_hybrid(model, base, rates, 1);
+  split.cpu_layers = forced ? *forced : decode.count(Path::Cpu);
+  const double streaming = spread_cpu_layers(model, base, rates, 1, 0).step.seconds();
+  const double hybrid = spread_cpu_layers(model, base, rates, 1, split.cpu_layers).step.seconds();
+  // The largest pass the CPU layers still make faster; at least one token when they are asked for.
+  for (int64_t t = 1; t <= kHybridMaxTokens; t *= 2) {
+    if (spread_cpu_layers(model, base, rates, t, split.cpu_layers).step.seconds() >=
+        spread_cpu_layers(model, base, rates, t, 0).step.seconds()) {
+      break;
+    }
+    split.max_tokens = t;
+  }
+  if (split.cpu_layers > 0) split.max_tokens = std::max<int64_t>(split.max_tokens, 1);
+  split.summary = fmt::format(
+      "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens; decode predicted {:.1f} ms "
+      "a token against {:.1f} ms streaming them (measured: link {:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token and "
+      "{:.1f} at {}{})",
+      forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, hybrid * 1e3,
+      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
+      rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());
+  return split;
+}
+
+}  // namespace nt

@@ -1,0 +1,33 @@
+// The hybrid split a CUDA run takes: how many of the RAM-tier layers the CPU
+// computes in place, and up to how many tokens a pass may have for the CPU
+// to still pay (larger passes stream those layers like the rest). The count
+// is given (--cpu-layers N) or chosen by the four-tier planner
+// (storage/hybrid_plan.h) from rates measured now: the link, the CPU on this
+// model's own layers, and storage when layers stream from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gguf/gguf_file.h"
+#include "storage/hybrid_plan.h"
+
+namespace nt {
+
+struct HybridSplit {
+  int64_t cpu_layers = 0;
+  int64_t max_tokens = 0;  // passes of more tokens leave the CPU out
+  std::string summary;     // what was measured and predicted, for the log
+};
+
+// Passes of 1 to this many tokens are weighed for max_tokens.
+inline constexpr int64_t kHybridMaxTokens = 64;
+
+// `forced`: --cpu-layers N (checked against the RAM tier); nullopt: auto,
+// which gives the CPU layers only when the planner predicts a faster decode
+// step. threads: the CPU layers' threads (0: one a core).
+HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& model, const PlacementPlan& base,
+                                std::optional<int64_t> forced, int threads);
+
+}  // namespace nt
