@@ -21,6 +21,9 @@ struct HybridSplit {
   std::string summary;     // what was measured and predicted, for the log
 };
 
+// GPU slots of the streamed-layer ring when the CPU computes layers.
+inline constexpr int kHybridRingSlots = 3;
+
 // Passes of 1 to this many tokens are weighed for max_tokens.
 inline constexpr int64_t kHybridMaxTokens = 64;
 

@@ -25,13 +25,17 @@ namespace {
 
 struct Split {
   int64_t vram, ram, cpu_layers, cpu_max_tokens;
+  int ring_slots = 2;
   std::string name() const {
-    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens", vram, ram, cpu_layers, cpu_max_tokens);
+    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens, {} ring slots", vram, ram, cpu_layers,
+                       cpu_max_tokens, ring_slots);
   }
 };
 
 CudaRunnerOptions hybrid_options(const GgufFile& file, int64_t context, const Split& s) {
-  CudaRunnerOptions o = test::budgets_for(file, context, s.vram, s.ram, {});
+  CudaRunnerOptions ring;
+  ring.ring_slots = s.ring_slots;
+  CudaRunnerOptions o = test::budgets_for(file, context, s.vram, s.ram, ring);
   o.cpu_layers = s.cpu_layers;
   o.cpu_max_tokens = s.cpu_max_tokens;
   o.cpu_threads = 4;
@@ -124,10 +128,10 @@ TEST(HybridSplit, SmolLM2StaysWithTheResidentRun) {
     want.push_back(test::greedy_decode(*resident, prompts.back(), 32));
   }
   resident.reset();
-  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8}}) {
+  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8, 3}}) {
     SCOPED_TRACE(s.name());
     CudaRunnerOptions o = hybrid_options(*file, kContext, s);
-    o.max_sequences = int(prompts.size());
+    o.max_sequences = int(prompts.size()) + 1;  // and the default sequence
     auto hybrid = make_cuda_runner(*file, kContext, o);
     // The prompt as one pass: through the CPU layers when they take passes that long, else streamed.
     hybrid->forward(text, 0, got.data(), false);

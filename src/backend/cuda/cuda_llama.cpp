@@ -889,8 +889,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 }
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
-  const size_t bytes = size_t(n * config_.dim) * sizeof(float);
-  NT_CUDA_CHECK(cudaMemcpyAsync(host_->host_x(), x_, bytes, cudaMemcpyDeviceToHost, stream_));
+  const int64_t floats = n * config_.dim;
+  copy_floats(x_, host_->host_x(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
   for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos});
@@ -902,7 +902,7 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
   }
   ++host_passes_;
-  NT_CUDA_CHECK(cudaMemcpyAsync(x_, host_->host_x(), bytes, cudaMemcpyHostToDevice, stream_));
+  copy_floats(host_->host_x(), x_, floats, stream_);
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {

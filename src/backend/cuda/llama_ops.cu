@@ -208,6 +208,16 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
   NT_CUDA_CHECK_LAUNCH();
 }
 
+__global__ void copy_floats_kernel(const float* from, float* to, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) to[i] = from[i];
+}
+
+void copy_floats(const float* from, float* to, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cuda::launch_kernel(copy_floats_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, from, to, n);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
   if (n == 0) return;
   cuda::launch_kernel(swiglu_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);

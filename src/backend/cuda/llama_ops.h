@@ -35,6 +35,12 @@ struct RopeKvParams {
 // Rotates q (in place) and k, and stores k and v at their positions in the cache.
 void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream);
 
+// to[i] = from[i] for i < n, by a kernel. Either side may be pinned host
+// memory, which the kernel reads or writes across the link itself: a small
+// copy then does not queue behind the copy engines' layer transfers (the
+// hybrid pass's hidden state waited up to 20 ms behind them on the H200).
+void copy_floats(const float* from, float* to, int64_t n, cudaStream_t stream);
+
 // h[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
 
