@@ -128,7 +128,7 @@ TEST(HybridSplit, SmolLM2StaysWithTheResidentRun) {
     want.push_back(test::greedy_decode(*resident, prompts.back(), 32));
   }
   resident.reset();
-  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8, 3}}) {
+  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8, 3}, Split{20, 10, 4, 64, 3}}) {
     SCOPED_TRACE(s.name());
     CudaRunnerOptions o = hybrid_options(*file, kContext, s);
     o.max_sequences = int(prompts.size()) + 1;  // and the default sequence

@@ -209,6 +209,8 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
 }
 
 __global__ void copy_floats_kernel(const float* from, float* to, int64_t n) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();  // a programmatic launch may start before the kernel that writes `from` ends
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) to[i] = from[i];
 }
 
