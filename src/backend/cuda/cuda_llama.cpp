@@ -344,7 +344,11 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   for (int64_t l = 0; l < config_.n_layers; ++l) all_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
-  NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Compute first: streamed layers' re-lay kernels (layer_stream.h) fill the
+  // SMs, and a hybrid pass waits on each GPU layer between two CPU ones.
+  int least = 0, greatest = 0;
+  NT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  NT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
   plan_and_upload(file, weights);
   allocate_activations();
 }
