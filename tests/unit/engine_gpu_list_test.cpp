@@ -5,21 +5,15 @@
 #include <string>
 
 #include "core/error.h"
+#include "error_text.h"
 #include "engine/gpu_list.h"
 
 namespace nt {
 namespace {
 
-constexpr uint64_t GiB = 1ull << 30;
+using test::error_of;
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+constexpr uint64_t GiB = 1ull << 30;
 
 TEST(GpuList, ParsesIndicesInOrder) {
   EXPECT_EQ(parse_gpu_ids("0,1", "--gpus"), (std::vector<int>{0, 1}));

@@ -12,10 +12,13 @@
 #include <thread>
 
 #include "core/error.h"
+#include "error_text.h"
 #include "runtime/unique_id_exchange.h"
 
 namespace nt {
 namespace {
+
+using test::error_of;
 
 std::vector<uint8_t> random_id() {
   std::mt19937 rng(5);
@@ -27,15 +30,6 @@ std::vector<uint8_t> random_id() {
 
 std::string temp_path(const char* name) {
   return (std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(getpid()))).string();
-}
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(UniqueIdExchange, HexRoundTrips) {
