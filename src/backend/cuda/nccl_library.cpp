@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <glob.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -59,14 +60,15 @@ std::vector<std::string> nccl_candidate_paths() {
   if (!env("HOME").empty()) prefixes.push_back(env("HOME") + "/.local");
   for (const char* p : {"/usr/local", "/usr", "/opt/conda"}) prefixes.emplace_back(p);
   std::vector<std::string> paths;
-  for (const auto& r : roots) {
-    for (auto& p : expand(r)) paths.push_back(std::move(p));
-  }
+  auto add = [&](const std::string& pattern) {
+    for (auto& p : expand(pattern)) {
+      if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(std::move(p));  // CUDA_HOME may be /usr/local/cuda
+    }
+  };
+  for (const auto& r : roots) add(r);
   for (const auto& prefix : prefixes) {
     for (const char* packages : {"site-packages", "dist-packages"}) {
-      for (auto& p : expand(fmt::format("{}/lib/python3*/{}/nvidia/nccl/lib/{}", prefix, packages, kSoname))) {
-        paths.push_back(std::move(p));
-      }
+      add(fmt::format("{}/lib/python3*/{}/nvidia/nccl/lib/{}", prefix, packages, kSoname));
     }
   }
   return paths;
