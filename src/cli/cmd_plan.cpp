@@ -3,6 +3,7 @@
 // storage; the bytes each token moves, and the time that takes at the link
 // speeds (measured where possible, else given or clearly labelled as assumed);
 // then which RAM layers the CPU would compute while the link streams the rest.
+// With --gpus 0,1: the placement over several GPUs for --split layer|tensor|auto.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -11,15 +12,18 @@
 
 #include "cli/commands.h"
 #include "cli/plan_hybrid.h"
+#include "cli/plan_multi_gpu.h"
 #include "core/error.h"
 #include "engine/cpu_probe.h"
 #include "engine/default_model.h"
+#include "engine/gpu_list.h"
 #include "engine/gpu_probe.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_config.h"
 #include "storage/disk_bench.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"
+#include "storage/multi_gpu_plan.h"
 #include "storage/placement.h"
 #include "storage/size_parse.h"
 namespace nt::cli {
@@ -45,6 +49,8 @@ struct PlanOptions {
   double cpu_gbps = 0, cpu_batch_gbps = 0, gpu_gbps = 0;
   int threads = 0;
   bool project = false;
+  std::string gpus, split;
+  double peer_gbps = 0;
 };
 
 std::string layer_span(const PlacementPlan& p, Tier tier) {
@@ -53,6 +59,22 @@ std::string layer_span(const PlacementPlan& p, Tier tier) {
   const auto last = std::find(p.layer_tier.rbegin(), p.layer_tier.rend(), tier);
   const auto a = first - p.layer_tier.begin(), b = p.layer_tier.rend() - last - 1;
   return a == b ? fmt::format("{}", a) : fmt::format("{}-{}", a, b);
+}
+
+// Storage read speed: given, or measured on the model file.
+double disk_gbps(const PlanOptions& o, const std::string& path, const ReaderOptions& reader_options, IoBackend io,
+                 std::string* source) {
+  if (o.disk_gbps > 0) {
+    *source = "given";
+    return o.disk_gbps;
+  }
+  ReaderOptions bench_options = reader_options;
+  bench_options.device_destinations = false;  // the benchmark reads into host memory
+  if (io == IoBackend::CuFile) bench_options.backend = IoBackend::Auto;
+  const DiskBench b = measure_disk_read(path, o.bench_mib << 20, bench_options);
+  *source = fmt::format("measured: {} of the model file, {}{}", format_size(b.bytes), b.reader,
+                        b.direct ? "" : "; through the page cache, NOT the device's speed");
+  return b.gbps;
 }
 
 // The CPU's rate at one token and at batch_tokens per pass: given, or timed
@@ -76,6 +98,74 @@ CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file) {
   return rate;
 }
 
+struct PlanSource {
+  const std::string& path;
+  const GgufFile& file;
+  const LlamaConfig& config;
+  int64_t context;
+  const FileReader& reader;
+  const ReaderOptions& reader_options;
+  IoBackend io;
+};
+
+// plan --gpus: budgets and rates per GPU (given, found on the GPUs, or
+// assumed and said so), then the multi-GPU report.
+void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu, const PlanSource& src,
+               uint64_t ram_budget, const std::string& ram_source) {
+  MultiGpuReportInput in;
+  in.split = parse_split(o.split.empty() ? "auto" : o.split);
+  std::vector<uint64_t> budgets;
+  std::vector<GpuSummary> found;
+  if (have_gpu) found = find_gpus(ids);  // an absent GPU is an error naming it
+  if (!o.vram_budget.empty()) {
+    budgets = parse_per_gpu_sizes(o.vram_budget, ids, "--vram-budget");
+    in.budget_sources.assign(ids.size(), "given");
+  } else if (have_gpu) {
+    for (const auto& g : found) {
+      budgets.push_back(g.free_bytes);
+      in.budget_sources.push_back("free on " + g.name);
+    }
+  } else {
+    fail("no GPU to size the VRAM budgets from: pass --vram-budget, e.g. --vram-budget 24GiB,24GiB or one value for all");
+  }
+  MultiGpuRequest& r = in.request;
+  const ModelFootprint model = model_footprint(src.file.header(), src.config, src.reader.alignment(), src.path);
+  in.model = &model;
+  in.h2d_source = o.h2d_gbps > 0 ? "given" : have_gpu ? "measured: 256 MiB pinned copies" : "ASSUMED: PCIe 4.0 x16 nominal; pass --h2d-gbps";
+  in.gpu_source = o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
+  for (size_t g = 0; g < ids.size(); ++g) {
+    const double h2d = o.h2d_gbps > 0 ? o.h2d_gbps : have_gpu ? measure_h2d_gbps(ids[g]) : kNominalH2dGbps;
+    r.gpus.push_back({ids[g], budgets[g], h2d, o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuGbps});
+  }
+  // The slowest link of the chain bounds the hand-offs and the ring all-reduce.
+  if (o.peer_gbps > 0) {
+    r.peer_gbps = o.peer_gbps;
+    in.peer_source = "given";
+  } else if (have_gpu && ids.size() > 1) {
+    r.peer_gbps = measure_gpu_to_gpu_gbps(ids[0], ids[1]);
+    for (size_t g = 1; g + 1 < ids.size(); ++g) r.peer_gbps = std::min(r.peer_gbps, measure_gpu_to_gpu_gbps(ids[g], ids[g + 1]));
+    in.peer_source = "measured: 64 MiB copies between neighbours, the slowest";
+  } else {
+    r.peer_gbps = r.gpus[0].h2d_gbps / 2;
+    in.peer_source = "ASSUMED: a bounce through host memory, two copies at half the H2D rate; pass --peer-gbps";
+  }
+  r.ram_budget = ram_budget;
+  r.reserve = estimate_vram_reserve(src.config, src.context, o.batch, o.sequences);
+  r.ring_slots = r.staging_slots = o.ring;
+  r.disk_to_device = src.reader.accepts_device_memory();
+  r.shape = tensor_split_shape(src.file.header(), src.config);
+  r.hidden_bytes_per_token = uint64_t(src.config.dim) * 4;
+  std::string disk_source;
+  r.disk_gbps = disk_gbps(o, src.path, src.reader_options, src.io, &disk_source);
+
+  fmt::print("model    {}\n         {} layers, {} heads ({} KV), FFN {}\n", src.path, src.config.n_layers,
+             src.config.n_heads, src.config.n_kv_heads, src.config.ffn_dim);
+  fmt::print("context  {} tokens, batches up to {}\n", src.context, o.batch);
+  fmt::print("budgets  RAM {} ({}), shared by the GPUs\n", format_size(ram_budget), ram_source);
+  fmt::print("disk     {:.2f} GB/s ({})\n", r.disk_gbps, disk_source);
+  print_multi_gpu_plan(in);
+}
+
 void plan(const PlanOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   const auto file = GgufFile::open(path);
@@ -83,6 +173,8 @@ void plan(const PlanOptions& o) {
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
   const IoBackend io = parse_io_backend(o.io);
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
+  const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");
+  if (!o.split.empty() && gpu_ids.empty()) fail("--split needs --gpus, e.g. --gpus 0,1 --split auto");
 
   std::string no_gpu;
   const auto gpu = find_gpu(&no_gpu);
@@ -94,17 +186,6 @@ void plan(const PlanOptions& o) {
   const FileReader& reader = *opened.reader;
 
   // Budgets.
-  uint64_t vram_budget = 0;
-  std::string vram_source;
-  if (!o.vram_budget.empty()) {
-    vram_budget = parse_size(o.vram_budget, "--vram-budget");
-    vram_source = "given";
-  } else if (gpu) {
-    vram_budget = gpu->free_bytes;
-    vram_source = "free on " + gpu->name;
-  } else {
-    fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
-  }
   uint64_t ram_budget = 0;
   std::string ram_source;
   if (!o.ram_budget.empty()) {
@@ -115,6 +196,22 @@ void plan(const PlanOptions& o) {
     ram_budget = r.budget;
     ram_source = fmt::format("MemAvailable {} - host buffers {} - 1/16 headroom {}", format_size(r.mem_available),
                              format_size(r.host_buffers), format_size(r.headroom));
+  }
+  if (!gpu_ids.empty()) {
+    plan_gpus(o, gpu_ids, gpu.has_value(), {path, *file, config, context, reader, reader_options, io}, ram_budget,
+              ram_source);
+    return;
+  }
+  uint64_t vram_budget = 0;
+  std::string vram_source;
+  if (!o.vram_budget.empty()) {
+    vram_budget = parse_size(o.vram_budget, "--vram-budget");
+    vram_source = "given";
+  } else if (gpu) {
+    vram_budget = gpu->free_bytes;
+    vram_source = "free on " + gpu->name;
+  } else {
+    fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
   }
 
   const ModelFootprint model = model_footprint(file->header(), config, reader.alignment(), path);
@@ -179,7 +276,7 @@ void plan(const PlanOptions& o) {
 
   // Link speeds: given, measured, or (H2D without a GPU) assumed and said so.
   LinkSpeeds speeds{o.h2d_gbps, o.disk_gbps};
-  std::string h2d_source = "given", disk_source = "given";
+  std::string h2d_source = "given", disk_source;
   if (speeds.h2d_gbps <= 0) {
     if (gpu) {
       speeds.h2d_gbps = measure_h2d_gbps();
@@ -190,15 +287,7 @@ void plan(const PlanOptions& o) {
       h2d_source = "ASSUMED: PCIe 4.0 x16 nominal, no GPU to measure; pass --h2d-gbps";
     }
   }
-  if (speeds.disk_gbps <= 0) {
-    ReaderOptions bench_options = reader_options;
-    bench_options.device_destinations = false;  // the benchmark reads into host memory
-    if (io == IoBackend::CuFile) bench_options.backend = IoBackend::Auto;
-    const DiskBench b = measure_disk_read(path, o.bench_mib << 20, bench_options);
-    speeds.disk_gbps = b.gbps;
-    disk_source = fmt::format("measured: {} of the model file, {}{}", format_size(b.bytes), b.reader,
-                              b.direct ? "" : "; through the page cache, NOT the device's speed");
-  }
+  speeds.disk_gbps = disk_gbps(o, path, reader_options, io, &disk_source);
   const StepTime t = predict_step_time(p, speeds);
   fmt::print("\nper token (one decode step; a batch of B tokens moves the same bytes once)\n");
   fmt::print("  streamed from RAM   {:>12}\n", format_size(p.streamed_from_ram));
@@ -239,7 +328,7 @@ void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Show where each layer would live (VRAM, pinned RAM, storage) and the predicted speed");
   static PlanOptions o;
   cmd->add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
-  cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB (default: free VRAM; required without a GPU)");
+  cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB; with --gpus one for each, e.g. 24GiB,20GiB, or one for all (default: free VRAM; required without a GPU)");
   cmd->add_option("--ram-budget", o.ram_budget, "Host RAM to pin, e.g. 48GiB (default: from MemAvailable)");
   cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--parallel,--sequences", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
@@ -260,6 +349,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpus", o.gpus, "Plan over several GPUs, e.g. 0,1 (without a GPU, give --vram-budget for each or one for all)");
+  cmd->add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (every layer's matrices cut across the GPUs) or auto (the faster predicted)")
+      ->check(CLI::IsMember({"layer", "tensor", "auto"}));
+  cmd->add_option("--peer-gbps", o.peer_gbps, "With --gpus: GPU-to-GPU GB/s (default: measured between the GPUs; without them assumed, half the H2D rate)")->check(CLI::PositiveNumber);
   cmd->add_flag("--project", o.project, "Also project decode on consumer machines (RTX 4090, RTX 3090) from published rates");
   cmd->callback([] { plan(o); });
 }

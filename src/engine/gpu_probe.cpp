@@ -3,6 +3,7 @@
 #include "core/error.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/gpu_set.h"
 #endif
 
 namespace nt {
@@ -16,11 +17,29 @@ std::optional<GpuSummary> find_gpu(std::string* why) {
   return std::nullopt;
 }
 
-double measure_h2d_gbps() {
+std::vector<GpuSummary> find_gpus(const std::vector<int>& ids) {
 #ifdef NT_HAVE_CUDA
-  return measure_pinned_h2d_gbps(0);
+  std::vector<GpuSummary> gpus;
+  for (const auto& d : require_gpus(ids)) gpus.push_back({d.name, d.free_memory});
+  return gpus;
 #else
-  fail("this build has no CUDA backend to measure the host-to-device speed of");
+  fail("this build has no CUDA backend to find the {} GPUs of --gpus with", ids.size());
+#endif
+}
+
+double measure_h2d_gbps(int gpu) {
+#ifdef NT_HAVE_CUDA
+  return measure_pinned_h2d_gbps(gpu);
+#else
+  fail("this build has no CUDA backend to measure the host-to-device speed of GPU {} with", gpu);
+#endif
+}
+
+double measure_gpu_to_gpu_gbps(int from, int to) {
+#ifdef NT_HAVE_CUDA
+  return measure_peer_gbps(from, to);
+#else
+  fail("this build has no CUDA backend to measure copies from GPU {} to GPU {} with", from, to);
 #endif
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace nt {
 
@@ -16,7 +17,14 @@ struct GpuSummary {
 // nullopt with `why` set when there is no usable GPU or this build has no CUDA.
 std::optional<GpuSummary> find_gpu(std::string* why);
 
-// Pinned host-to-device copy speed of GPU 0 in GB/s (best of a few 256 MiB copies).
-double measure_h2d_gbps();
+// Each of `ids` (--gpus), or nt::Error naming the first that is absent and why.
+std::vector<GpuSummary> find_gpus(const std::vector<int>& ids);
+
+// Pinned host-to-device copy speed of `gpu` in GB/s (best of a few 256 MiB copies).
+double measure_h2d_gbps(int gpu = 0);
+
+// GB/s of device-to-device copies from `from` to `to`: peer to peer where
+// the GPUs reach each other, else staged through host memory.
+double measure_gpu_to_gpu_gbps(int from, int to);
 
 }  // namespace nt

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "error_text.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "tokenizer/synthetic_vocab.h"
@@ -14,6 +15,8 @@
 
 namespace nt {
 namespace {
+
+using test::error_of;
 
 GgufValue strings(std::vector<std::string> items) {
   std::vector<GgufValue> v;
@@ -31,17 +34,6 @@ GgufHeader header_with(std::vector<GgufKV> kvs) {
   GgufHeader h;
   h.metadata = std::move(kvs);
   return h;
-}
-
-// The message of the nt::Error that `f` throws ("" if it does not throw).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 VocabSpec small_bpe() {

@@ -17,7 +17,9 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : bytes_(bytes) {
     cudaGetLastError();  // clear the sticky-free allocation error
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    fail("out of GPU memory allocating {}: {:.1f} MiB needed, {:.1f} MiB free of {:.1f} MiB ({})", what,
+    int gpu = -1;  // named, since with several GPUs the one that ran out matters
+    cudaGetDevice(&gpu);
+    fail("out of GPU memory on GPU {} allocating {}: {:.1f} MiB needed, {:.1f} MiB free of {:.1f} MiB ({})", gpu, what,
          double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20),
          cudaGetErrorName(err));
   }

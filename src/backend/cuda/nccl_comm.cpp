@@ -1,0 +1,65 @@
+#include "backend/cuda/nccl_comm.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "runtime/unique_id_exchange.h"
+
+namespace nt {
+
+nccl::UniqueId new_unique_id(const NcclLibrary& nccl) {
+  nccl::UniqueId id{};
+  nccl.check(nccl.get_unique_id(&id), "ncclGetUniqueId");
+  return id;
+}
+
+nccl::UniqueId exchange_unique_id(const NcclLibrary& nccl, int rank, const std::string& path, double timeout_s) {
+  nccl::UniqueId id{};
+  std::vector<uint8_t> bytes(sizeof id.internal);
+  if (rank == 0) {
+    id = new_unique_id(nccl);
+    std::memcpy(bytes.data(), id.internal, bytes.size());
+    publish_unique_id(path, bytes);
+  } else {
+    bytes = wait_for_unique_id(path, bytes.size(), timeout_s);
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  return id;
+}
+
+NcclComm::NcclComm(const NcclLibrary& nccl, const nccl::UniqueId& id, int n_ranks, int rank, int gpu)
+    : nccl_(nccl), n_ranks_(n_ranks), rank_(rank), gpu_(gpu) {
+  if (n_ranks < 1 || rank < 0 || rank >= n_ranks) fail("NCCL rank {} of {} is out of range", rank, n_ranks);
+  NT_CUDA_CHECK(cudaSetDevice(gpu));
+  nccl.check(nccl.comm_init_rank(&comm_, n_ranks, id, rank),
+             fmt::format("ncclCommInitRank (rank {} of {} on GPU {})", rank, n_ranks, gpu));
+}
+
+NcclComm::~NcclComm() {
+  if (comm_) nccl_.comm_destroy(comm_);
+}
+
+std::vector<std::unique_ptr<NcclComm>> NcclComm::join_local_gpus(const NcclLibrary& nccl, const std::vector<int>& gpus) {
+  const nccl::UniqueId id = new_unique_id(nccl);
+  std::vector<std::unique_ptr<NcclComm>> comms;
+  nccl.check(nccl.group_start(), "ncclGroupStart");
+  try {
+    for (size_t i = 0; i < gpus.size(); ++i) comms.push_back(std::make_unique<NcclComm>(nccl, id, int(gpus.size()), int(i), gpus[i]));
+  } catch (...) {
+    nccl.group_end();  // close the group before the error leaves
+    throw;
+  }
+  nccl.check(nccl.group_end(), fmt::format("joining GPUs {} in one communicator", fmt::join(gpus, ",")));
+  return comms;
+}
+
+void NcclComm::all_reduce_sum(const float* send, float* recv, size_t count, cudaStream_t stream) const {
+  nccl_.check(nccl_.all_reduce(send, recv, count, nccl::kFloat32, nccl::kSum, comm_, stream),
+              fmt::format("ncclAllReduce of {} floats (rank {} on GPU {})", count, rank_, gpu_));
+}
+
+}  // namespace nt
