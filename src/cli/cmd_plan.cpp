@@ -135,7 +135,7 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
   in.gpu_source = o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
   for (size_t g = 0; g < ids.size(); ++g) {
     const double h2d = o.h2d_gbps > 0 ? o.h2d_gbps : have_gpu ? measure_h2d_gbps(ids[g]) : kNominalH2dGbps;
-    r.gpus.push_back({ids[g], budgets[g], h2d, o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuGbps});
+    r.gpus.push_back({ids[g], budgets[g], h2d, o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps});
   }
   // The slowest link of the chain bounds the hand-offs and the ring all-reduce.
   if (o.peer_gbps > 0) {
