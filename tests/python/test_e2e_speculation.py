@@ -1,6 +1,8 @@
-"""`ntransformer run` with speculative decoding: the text is what plain greedy
-decoding prints, the closing statistics report acceptance and tokens per
-pass, and unsupported flag combinations end with an error naming the flag."""
+"""`ntransformer run` with speculative decoding: greedy, the text is what plain
+greedy decoding prints (with penalties too); sampling, a seed gives one text;
+the closing statistics report acceptance and tokens per pass, and unsupported
+flag combinations end with an error naming the flag. (That sampling keeps the
+target's distribution is tested statistically in the unit tests.)"""
 
 import subprocess
 
@@ -22,6 +24,10 @@ def run(*args, code=0):
     return result
 
 
+def speculation_line(stderr):
+    return next(l for l in stderr.splitlines() if l.startswith("speculation:"))
+
+
 @pytest.mark.parametrize("source", [["--lookup"], ["--draft-self"], ["--draft-self", "1", "--draft-max", "3"]])
 def test_speculative_text_is_plain_greedy_text(stories, source):
     common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0"]
@@ -29,16 +35,32 @@ def test_speculative_text_is_plain_greedy_text(stories, source):
     spec = run(*common, *source)
     assert spec.stdout == plain.stdout
     assert "speculation:" not in plain.stderr
-    line = next(l for l in spec.stderr.splitlines() if l.startswith("speculation:"))
+    line = speculation_line(spec.stderr)
+    assert "drafted tokens accepted" in line and "tokens per pass" in line
+
+
+def test_greedy_with_penalties_is_plain_greedy_with_penalties(stories):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0", "--repeat-penalty", "1.3",
+              "--presence-penalty", "0.5"]
+    plain = run(*common)
+    assert plain.stdout != run(*common[:-4]).stdout, "the penalties should change this text"
+    assert run(*common, "--lookup").stdout == plain.stdout
+    assert run(*common, "--draft-self", "2").stdout == plain.stdout
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "2"]])
+def test_sampling_with_speculation_is_reproducible_and_reports_acceptance(stories, source):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "80", "--temp", "0.9", "--seed", "5", *source]
+    first = run(*common)
+    assert run(*common).stdout == first.stdout, "one seed, one text"
+    assert run(*common[:-len(source) - 2], "--seed", "6", *source).stdout != first.stdout
+    line = speculation_line(first.stderr)
     assert "drafted tokens accepted" in line and "tokens per pass" in line
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lookup"], "--lookup with --temp 0.8: sampling with speculation is not supported yet"),
-    (["--draft-self", "--temp", "0.5"], "--draft-self with --temp 0.5: sampling with speculation is not supported yet"),
     (["--lookup", "--draft-self", "--temp", "0"], "--lookup and --draft-self: choose one draft source"),
     (["--draft-max", "4", "--temp", "0"], "--draft-max needs a draft source"),
-    (["--lookup", "--temp", "0", "--repeat-penalty", "1.1"], "--repeat-penalty"),
     (["--draft-self", "5", "--temp", "0"], "--draft-self 5: the model has 5 layers, so draft with 1 to 4"),
     (["--lookup", "--temp", "0", "--teacher-ids", "1,2"], "--lookup with --teacher-ids: teacher forcing generates nothing"),
 ])

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "engine_test_models.h"
+#include "sampling_test_util.h"
 
 namespace nt {
 namespace {
@@ -73,17 +75,12 @@ TEST(StepwiseRuns, ARunIsStepwiseOrNotAsAWhole) {
   EXPECT_THROW(sequence_runs(batch), Error);
 }
 
-SamplingParams greedy() {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  return p;
-}
-
 std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context,
-                                        int64_t sequences = 1) {
+                                        int64_t sequences = 1, int threads = 0) {
   CpuRunnerOptions options;
   options.context = context;
   options.sequences = sequences;
+  options.threads = threads;
   return make_cpu_runner(file, options);
 }
 
@@ -96,7 +93,7 @@ struct Result {
 Result plain_greedy(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerationOptions& options) {
   Generator generator(runner, tokenizer);
-  Sampler sampler(greedy(), runner.config().vocab_size);
+  Sampler sampler(greedy_sampling(), runner.config().vocab_size);
   Result r;
   r.stop = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.text += t; }).stop;
   r.tokens = generator.generated();
@@ -112,8 +109,9 @@ struct SpecResult {
 SpecResult speculative(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
                        const std::vector<int32_t>& prompt, const GenerationOptions& options) {
   SpeculativeGenerator generator(runner, tokenizer, draft, draft_max);
+  Sampler sampler(greedy_sampling(), runner.config().vocab_size);
   SpecResult r;
-  r.stats = generator.generate(prompt, options, [&](std::string_view t) { r.result.text += t; });
+  r.stats = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.result.text += t; });
   r.result.stop = r.stats.generation.stop;
   r.result.tokens = generator.generated();
   r.cached = runner.seq_length(0);
@@ -282,13 +280,14 @@ TEST(SpeculativeStories, TheCacheAfterRollbackContinuesLikeAFreshOne) {
   auto runner = cpu_runner(s.file, 256);
   SelfDraft draft(*runner, 0, 1);  // a shallow draft: many rejected positions were written
   SpeculativeGenerator generator(*runner, *s.tokenizer, draft, 8);
-  generator.generate(prompt, options, [](std::string_view) {});
+  Sampler sampler(greedy_sampling(), runner->config().vocab_size);
+  generator.generate(prompt, sampler, options, [](std::string_view) {});
   // The next prompt reuses the cache up to where the two diverge.
   std::vector<int32_t> next = generator.context();
   next.resize(next.size() - 5);
   next.push_back(s.tokenizer->encode(" dog", false).at(0));
   std::string text;
-  const SpeculativeStats stats = generator.generate(next, options, [&](std::string_view t) { text += t; });
+  const SpeculativeStats stats = generator.generate(next, sampler, options, [&](std::string_view t) { text += t; });
   EXPECT_EQ(stats.generation.reused_tokens, int64_t(next.size()) - 1);
   auto fresh = cpu_runner(s.file, 256);
   const Result want = plain_greedy(*fresh, *s.tokenizer, next, options);
@@ -305,6 +304,141 @@ TEST(SpeculativeStories, RefusesAnEmptyDraftBudgetAndSelfDraftsOfNoOrEveryLayer)
   EXPECT_THROW(SelfDraft(*runner, 0, n_layers), Error);
   LookupDraft draft;
   EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 0), Error);
+}
+
+// The distribution of the second and third generated tokens (the first two a
+// verification pass decides) under the target's chain: summed over every
+// path to them, from the target's own logits through the sampler tests'
+// float64 chain.
+struct Marginals {
+  std::vector<double> second, third;
+};
+
+Marginals target_marginals(const std::shared_ptr<const GgufFile>& file, const std::vector<int32_t>& prompt,
+                           const SamplingParams& params) {
+  auto runner = cpu_runner(file, 64, 1, 1);
+  const size_t vocab = size_t(runner->config().vocab_size);
+  const int64_t n = int64_t(prompt.size());
+  std::vector<float> row(vocab);
+  const auto chain_after = [&](int32_t token, int64_t pos) {
+    runner->forward({&token, 1}, pos, row.data(), false);
+    return test::chain_probabilities(row, params);
+  };
+  runner->forward(prompt, 0, row.data(), false);
+  const std::vector<double> first = test::chain_probabilities(row, params);
+  Marginals m{std::vector<double>(vocab), std::vector<double>(vocab)};
+  for (int32_t a = 0; a < int32_t(vocab); ++a) {
+    if (first[size_t(a)] == 0.0) continue;
+    const std::vector<double> second = chain_after(a, n);
+    for (int32_t b = 0; b < int32_t(vocab); ++b) {
+      const double path = first[size_t(a)] * second[size_t(b)];
+      if (path == 0.0) continue;
+      m.second[size_t(b)] += path;
+      const std::vector<double> third = chain_after(b, n + 1);
+      for (size_t c = 0; c < vocab; ++c) m.third[c] += path * third[c];
+    }
+  }
+  return m;
+}
+
+struct SampledCounts {
+  std::vector<int64_t> second, third;
+  SpeculationStats speculation;
+};
+
+using DraftFactory = std::function<std::unique_ptr<DraftSource>(ModelRunner& target)>;
+
+// `runs` speculative generations of 4 tokens with 2 drafted per pass, seeds 1, 2, ...
+SampledCounts sample_speculatively(const Stories& s, const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                   const DraftFactory& make_draft, int64_t runs) {
+  auto runner = cpu_runner(s.file, 64, 1, 1);  // one thread: faster than two on so small a model
+  const std::unique_ptr<DraftSource> draft = make_draft(*runner);
+  SpeculativeGenerator generator(*runner, *s.tokenizer, *draft, 2);
+  GenerationOptions options;
+  options.max_tokens = 4;
+  const size_t vocab = size_t(runner->config().vocab_size);
+  SampledCounts c{std::vector<int64_t>(vocab), std::vector<int64_t>(vocab), {}};
+  for (int64_t i = 0; i < runs; ++i) {
+    SamplingParams seeded = params;
+    seeded.seed = uint64_t(i + 1);
+    Sampler sampler(seeded, int64_t(vocab));
+    const SpeculationStats spec = generator.generate(prompt, sampler, options, [](std::string_view) {}).speculation;
+    c.speculation.passes += spec.passes;
+    c.speculation.drafted += spec.drafted;
+    c.speculation.accepted += spec.accepted;
+    const std::vector<int32_t>& out = generator.generated();
+    EXPECT_EQ(out.size(), 4u);
+    ++c.second.at(size_t(out.at(1)));
+    ++c.third.at(size_t(out.at(2)));
+  }
+  return c;
+}
+
+void expect_follows(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n,
+                    const std::string& what) {
+  for (size_t id = 0; id < probs.size(); ++id) {
+    if (probs[id] == 0.0) {
+      EXPECT_EQ(counts[id], 0) << what << ": token " << id << " cannot follow";
+    }
+  }
+  const auto [stat, df] = test::chi_square(counts, probs, n);
+  ASSERT_GT(df, 0) << what;
+  EXPECT_LT(stat, test::chi_square_bound(df)) << what << ", df " << df;
+}
+
+// Rejection sampling keeps the target's distribution, whichever draft
+// proposes: drafts are accepted and rejected many times each.
+void expect_target_distribution(const Stories& s, const SamplingParams& params, const DraftFactory& make_draft,
+                                const std::string& what) {
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time, there was a little", true);
+  const Marginals want = target_marginals(s.file, prompt, params);
+  const int64_t runs = 8000;
+  const SampledCounts got = sample_speculatively(s, prompt, params, make_draft, runs);
+  const SpeculationStats& spec = got.speculation;
+  EXPECT_GT(spec.accepted, runs / 50) << what;
+  EXPECT_GT(spec.drafted - spec.accepted, runs / 50) << what;
+  expect_follows(got.second, want.second, runs, what + ", second token");
+  expect_follows(got.third, want.third, runs, what + ", third token");
+}
+
+SamplingParams hot_chain() {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 8;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+// A hotter, wider chain than hot_chain's, for a draft whose q differs from p everywhere.
+SamplingParams hotter_chain() {
+  SamplingParams p = hot_chain();
+  p.temperature = 1.5f;
+  p.top_k = 12;
+  return p;
+}
+
+TEST(SpeculativeSamplingStories, ADeterministicDraftKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // Greedy picks of all but the last layer (shallower drafts of this model
+  // are hardly ever accepted): each drafted token's q is one-hot.
+  const DraftFactory greedy_draft = [](ModelRunner& target) {
+    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, greedy_sampling());
+  };
+  expect_target_distribution(s, hot_chain(), greedy_draft, "hot chain");
+  SamplingParams defaults;  // llama-cli's: top-k 40, top-p 0.95, min-p 0.05, temperature 0.8
+  expect_target_distribution(s, defaults, greedy_draft, "default chain");
+}
+
+TEST(SpeculativeSamplingStories, ASamplingDraftKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // All but the last layer sampling a hotter, wider chain than the target's.
+  const DraftFactory sampling_draft = [](ModelRunner& target) {
+    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, hotter_chain());
+  };
+  expect_target_distribution(s, hot_chain(), sampling_draft, "hot chain");
 }
 
 struct SmolLM2 {
