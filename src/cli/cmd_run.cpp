@@ -19,10 +19,8 @@
 #include "cli/model_options.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
-#include "engine/generator.h"
 #include "engine/logit_rows.h"
 #include "engine/prompts.h"
-#include "engine/speculative.h"
 #include "engine/teacher_forcing.h"
 
 namespace nt::cli {
@@ -133,6 +131,7 @@ void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector
 void run(const RunOptions& o) {
   check_speculation_flags(o);
   auto loaded = load_model(o.model);
+  const Speculation speculation(o.speculation, o.model, loaded, o.sampling);  // a bad draft fails before any output
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   File ids_file = create_ids_file(o.ids_out);
@@ -175,16 +174,9 @@ void run(const RunOptions& o) {
   };
   ModelRunner& runner = *loaded.runner;
   Sampler sampler(o.sampling, runner.config().vocab_size);
-  const std::unique_ptr<DraftSource> draft = make_draft_source(o.speculation, runner, 0, o.sampling);
-  if (!draft) {
-    Generator generator(runner, tokenizer);
-    print_stats(generator.generate(prompt.tokens, sampler, gen, print_text), nullptr);
-    write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
-    return;
-  }
-  SpeculativeGenerator generator(runner, tokenizer, *draft, o.speculation.draft_max);
-  const auto stats = generator.generate(prompt.tokens, sampler, gen, print_text);
-  print_stats(stats.generation, &stats.speculation);
+  SpeculativeOrPlainGenerator generator(runner, tokenizer, speculation.source(), o.speculation.draft_max);
+  const SpeculativeStats stats = generator.generate(prompt.tokens, sampler, gen, print_text);
+  print_stats(stats.generation, generator.speculates() ? &stats.speculation : nullptr);
   write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
 }
 

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-from project_paths import NTRANSFORMER, convert_stories260k
+from project_paths import MODELS_DIR, NTRANSFORMER, convert_stories260k
+
+SMOLLM2 = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_sampling_with_speculation_is_reproducible_and_reports_acceptance(storie
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lookup", "--draft-self", "--temp", "0"], "--lookup and --draft-self: choose one draft source"),
+    (["--lookup", "--draft-self", "--temp", "0"], "--draft-model, --draft-self and --lookup: choose one draft source"),
     (["--draft-max", "4", "--temp", "0"], "--draft-max needs a draft source"),
     (["--draft-self", "5", "--temp", "0"], "--draft-self 5: the model has 5 layers, so draft with 1 to 4"),
     (["--lookup", "--temp", "0", "--teacher-ids", "1,2"], "--lookup with --teacher-ids: teacher forcing generates nothing"),
@@ -73,3 +75,44 @@ def test_bad_speculation_flags_name_the_flag(stories, args, message):
 def test_non_positive_counts_are_refused_by_the_parser(stories, args):
     stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--temp", "0", *args, code=1).stderr
     assert args[-2] in stderr
+
+
+@pytest.fixture(scope="module")
+def stories_q8_0(stories):
+    out = stories.parent / "stories260K-q8_0.gguf"
+    subprocess.run([str(NTRANSFORMER), "quantize", str(stories), str(out), "--type", "q8_0"], check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("draft_max", ["1", "6"])
+def test_a_draft_model_gives_plain_greedy_text(stories, stories_q8_0, draft_max):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0"]
+    plain = run(*common)
+    for draft in (stories, stories_q8_0):
+        spec = run(*common, "--draft-model", draft, "--draft-max", draft_max)
+        assert spec.stdout == plain.stdout, draft
+        assert "tokens per pass" in speculation_line(spec.stderr)
+
+
+def test_sampling_with_a_draft_model_is_reproducible(stories, stories_q8_0):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "80", "--temp", "1", "--seed", "3",
+              "--draft-model", stories_q8_0]
+    first = run(*common)
+    assert run(*common).stdout == first.stdout
+    accepted = speculation_line(first.stderr)
+    assert "drafted tokens accepted" in accepted
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(stories):
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} is absent")
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--draft-model", SMOLLM2, code=1).stderr
+    assert f"--draft-model {SMOLLM2}: its vocabulary has 49152 tokens" in stderr
+    assert f"the target {stories}'s 512" in stderr
+
+
+def test_a_missing_draft_model_is_named(stories, tmp_path):
+    missing = tmp_path / "absent.gguf"
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--draft-model", missing, code=1).stderr
+    assert "--draft-model" in stderr and str(missing) in stderr

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,9 +17,11 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
+#include "engine/model_draft.h"
 #include "engine/prompts.h"
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
+#include "model/quantize_model.h"
 #include "engine_test_models.h"
 #include "sampling_test_util.h"
 
@@ -439,6 +442,94 @@ TEST(SpeculativeSamplingStories, ASamplingDraftKeepsTheTargetsDistribution) {
     return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, hotter_chain());
   };
   expect_target_distribution(s, hot_chain(), sampling_draft, "hot chain");
+}
+
+// stories260K re-encoded as Q4_0: a draft model close to the target but not it.
+std::string stories_q4_0() {
+  struct Quantized {
+    std::string path;
+    Quantized() {
+      const std::string f32 = test::stories260k_gguf();
+      if (f32.empty()) return;
+      path = (std::filesystem::path(::testing::TempDir()) / ("nt_stories_q4_0_" + std::to_string(getpid()) + ".gguf")).string();
+      quantize_model(f32, path, QuantScheme::Q4_0, 1);
+    }
+    ~Quantized() {
+      if (!path.empty()) std::filesystem::remove(path);
+    }
+  };
+  static const Quantized quantized;
+  return quantized.path;
+}
+
+TEST(SpeculativeStories, ADraftModelIsPlainGreedyAndStaysInStepWithTheContext) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  GenerationOptions options;
+  options.max_tokens = 200;
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
+  auto plain_runner = cpu_runner(s.file, 256);
+  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
+  // The target itself as its draft, and the target re-encoded as Q4_0.
+  const std::vector<std::pair<std::string, double>> drafts = {{test::stories260k_gguf(), 0.9}, {stories_q4_0(), 0.4}};
+  for (const auto& [draft_path, least_acceptance] : drafts) {
+    for (const int64_t draft_max : {1, 4, 8}) {
+      const std::string what = draft_path + ", draft-max " + std::to_string(draft_max);
+      auto target = cpu_runner(s.file, 256);
+      auto draft_runner = cpu_runner(GgufFile::open(draft_path), 256);
+      ModelDraft draft(*draft_runner, 0, greedy_sampling());
+      const SpecResult got = speculative(*target, *s.tokenizer, draft, draft_max, prompt, options);
+      expect_same(got.result, want, what);
+      expect_consistent(got, prompt);
+      // A draft out of step with the context (a cache not truncated after a
+      // rejection) would propose for the wrong text and be refused.
+      EXPECT_GT(got.stats.speculation.acceptance(), least_acceptance) << what;
+    }
+  }
+}
+
+TEST(SpeculativeSamplingStories, ASamplingDraftModelKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> draft_file = GgufFile::open(stories_q4_0());
+  std::vector<std::unique_ptr<ModelRunner>> draft_runners;
+  const DraftFactory quantized_draft = [&](ModelRunner&) {
+    draft_runners.push_back(cpu_runner(draft_file, 64, 1, 1));
+    return std::make_unique<ModelDraft>(*draft_runners.back(), 0, hotter_chain());
+  };
+  expect_target_distribution(s, hot_chain(), quantized_draft, "Q4_0 draft");
+}
+
+TEST(DraftVocabulary, AMismatchNamesTheFirstDifferingTokenOrTheSizes) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const Vocabulary& stories = s.tokenizer->vocab();
+  EXPECT_NO_THROW(check_same_vocabulary(stories, 512, "a.gguf", stories, 512, "b.gguf"));
+  VocabSpec changed = stories.spec();
+  changed.tokens[300] = "\n<changed>";
+  const Vocabulary other(changed);
+  try {
+    check_same_vocabulary(stories, 512, "a.gguf", other, 512, "b.gguf");
+    ADD_FAILURE() << "a changed token was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("token 300"), std::string::npos) << message;
+    EXPECT_NE(message.find("'\\x0a<changed>'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'" + stories.text(300) + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("b.gguf"), std::string::npos) << message;
+  }
+  VocabSpec shorter = stories.spec();
+  shorter.tokens.pop_back();
+  if (!shorter.scores.empty()) shorter.scores.pop_back();
+  if (!shorter.token_types.empty()) shorter.token_types.pop_back();
+  try {
+    check_same_vocabulary(stories, 512, "a.gguf", Vocabulary(shorter), 511, "b.gguf");
+    ADD_FAILURE() << "a shorter vocabulary was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("511 tokens"), std::string::npos) << message;
+    EXPECT_NE(message.find("512"), std::string::npos) << message;
+  }
 }
 
 struct SmolLM2 {
