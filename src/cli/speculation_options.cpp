@@ -41,6 +41,14 @@ void check_speculation_options(const SpeculationOptions& o) {
   }
 }
 
+void refuse_speculation_options(const SpeculationOptions& o, std::string_view command, std::string_view why) {
+  const bool draft_max = o.draft_max_flag && o.draft_max_flag->count() > 0;
+  if (o.enabled() || draft_max) {
+    fail("{} {}: {} does not decode speculatively yet ({}); run and chat do", command,
+         o.enabled() ? o.source_flag() : "--draft-max", command, why);
+  }
+}
+
 namespace {
 
 LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target) {

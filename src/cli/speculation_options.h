@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/model_options.h"
@@ -39,6 +40,9 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& options);
 
 // Refuses combinations that cannot work, naming the flags, before a model is loaded.
 void check_speculation_options(const SpeculationOptions& options);
+
+// For a command that does not speculate (yet): refuses any speculation flag, naming it and saying why.
+void refuse_speculation_options(const SpeculationOptions& options, std::string_view command, std::string_view why);
 
 // A command's draft source, and the model it runs when it is a --draft-model.
 class Speculation {

@@ -1,4 +1,4 @@
-"""`ntransformer run` with speculative decoding: greedy, the text is what plain
+"""`ntransformer run` (and chat, bench, batch) with speculative decoding: greedy, the text is what plain
 greedy decoding prints (with penalties too); sampling, a seed gives one text;
 the closing statistics report acceptance and tokens per pass, and unsupported
 flag combinations end with an error naming the flag. (That sampling keeps the
@@ -18,12 +18,17 @@ def stories(tmp_path_factory):
     return convert_stories260k(tmp_path_factory.mktemp("speculation"))
 
 
-def run(*args, code=0):
-    result = subprocess.run([str(NTRANSFORMER), "run", *map(str, args)], capture_output=True, text=True, timeout=120)
+def command(name, *args, code=0, stdin=None):
+    result = subprocess.run([str(NTRANSFORMER), name, *map(str, args)], capture_output=True, text=True, timeout=120,
+                            input=stdin)
     assert result.returncode == code, f"exit {result.returncode}, stderr: {result.stderr}"
     for crash in ("terminate called", "Segmentation", "Aborted", "what():"):
         assert crash not in result.stderr
     return result
+
+
+def run(*args, code=0):
+    return command("run", *args, code=code)
 
 
 def speculation_line(stderr):
@@ -116,3 +121,41 @@ def test_a_missing_draft_model_is_named(stories, tmp_path):
     missing = tmp_path / "absent.gguf"
     stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--draft-model", missing, code=1).stderr
     assert "--draft-model" in stderr and str(missing) in stderr
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "3"], ["--draft-model", "self"]])
+def test_chat_speculates_and_replies_as_plain_greedy(stories, source):
+    source = [stories if a == "self" else a for a in source]
+    turns = "Once upon a time\nThe dog\n/exit\n"
+    common = ["-m", stories, "--temp", "0", "-n", "40"]
+    plain = command("chat", *common, stdin=turns)
+    spec = command("chat", *common, *source, stdin=turns)
+    assert spec.stdout == plain.stdout
+    statistics = [l for l in spec.stderr.splitlines() if "tok/s" in l]
+    assert len(statistics) == 2 and all("tokens per pass" in l for l in statistics), spec.stderr
+    assert "tokens per pass" not in plain.stderr
+
+
+def test_bench_reports_speculation_beside_plain_decoding(stories):
+    out = command("bench", "-m", stories, "-p", "0", "-n", "24", "-r", "1", "--draft-model", stories).stdout
+    header = next(l for l in out.splitlines() if "tokens/pass" in l)
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "model", "backend", "test", "draft", "tok/s", "tok/s without", "speedup", "acceptance", "tokens/pass"]
+    row = out.splitlines()[out.splitlines().index(header) + 2].strip("|").split("|")
+    assert row[3].strip() == f"--draft-model {stories}, max 8"
+    # The target as its own draft: every drafted token is accepted (greedy), 9 a pass where there is room for 8.
+    assert float(row[7].strip().rstrip("%")) > 90
+    assert 4 < float(row[8]) <= 9
+    assert float(row[6]) > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["batch", "--lookup"], "batch --lookup: batch does not decode speculatively yet"),
+    (["batch", "--draft-max", "3"], "batch --draft-max: batch does not decode speculatively yet"),
+    (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
+    (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup: choose one draft source"),
+    (["bench", "--draft-max", "2"], "--draft-max needs a draft source"),
+])
+def test_commands_refuse_speculation_they_cannot_do(stories, args, message):
+    stderr = command(args[0], "-m", stories, *args[1:], code=1, stdin="").stderr
+    assert message in stderr
