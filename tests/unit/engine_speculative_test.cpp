@@ -421,27 +421,28 @@ SamplingParams hotter_chain() {
   return p;
 }
 
+// A self draft of all but the last layer (shallower drafts of this model are
+// hardly ever accepted), picking with `params`.
+DraftFactory deep_self_draft(const SamplingParams& params) {
+  return [params](ModelRunner& target) {
+    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, params);
+  };
+}
+
 TEST(SpeculativeSamplingStories, ADeterministicDraftKeepsTheTargetsDistribution) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
-  // Greedy picks of all but the last layer (shallower drafts of this model
-  // are hardly ever accepted): each drafted token's q is one-hot.
-  const DraftFactory greedy_draft = [](ModelRunner& target) {
-    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, greedy_sampling());
-  };
-  expect_target_distribution(s, hot_chain(), greedy_draft, "hot chain");
+  // Greedy picks: each drafted token's q is one-hot.
+  expect_target_distribution(s, hot_chain(), deep_self_draft(greedy_sampling()), "hot chain");
   SamplingParams defaults;  // llama-cli's: top-k 40, top-p 0.95, min-p 0.05, temperature 0.8
-  expect_target_distribution(s, defaults, greedy_draft, "default chain");
+  expect_target_distribution(s, defaults, deep_self_draft(greedy_sampling()), "default chain");
 }
 
 TEST(SpeculativeSamplingStories, ASamplingDraftKeepsTheTargetsDistribution) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
-  // All but the last layer sampling a hotter, wider chain than the target's.
-  const DraftFactory sampling_draft = [](ModelRunner& target) {
-    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, hotter_chain());
-  };
-  expect_target_distribution(s, hot_chain(), sampling_draft, "hot chain");
+  // Sampling a hotter, wider chain than the target's.
+  expect_target_distribution(s, hot_chain(), deep_self_draft(hotter_chain()), "hot chain");
 }
 
 // stories260K re-encoded as Q4_0: a draft model close to the target but not it.
