@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -317,29 +318,47 @@ struct Marginals {
   std::vector<double> second, third;
 };
 
+// The penalties as sampler.h states them, over the window of `history`.
+std::vector<float> penalised(std::vector<float> row, const std::vector<int32_t>& history, const SamplingParams& p) {
+  const size_t window = p.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.repeat_last_n));
+  std::map<int32_t, int> counts;
+  for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+  for (const auto& [token, count] : counts) {
+    float& logit = row[size_t(token)];
+    logit = logit > 0.0f ? logit / p.repeat_penalty : logit * p.repeat_penalty;
+    logit -= float(count) * p.frequency_penalty + p.presence_penalty;
+  }
+  return row;
+}
+
 Marginals target_marginals(const std::shared_ptr<const GgufFile>& file, const std::vector<int32_t>& prompt,
                            const SamplingParams& params) {
   auto runner = cpu_runner(file, 64, 1, 1);
   const size_t vocab = size_t(runner->config().vocab_size);
-  const int64_t n = int64_t(prompt.size());
   std::vector<float> row(vocab);
-  const auto chain_after = [&](int32_t token, int64_t pos) {
-    runner->forward({&token, 1}, pos, row.data(), false);
-    return test::chain_probabilities(row, params);
+  std::vector<int32_t> history = prompt;
+  // The chain after `history`, whose last token is run at its position.
+  const auto chain = [&] {
+    runner->forward({&history.back(), 1}, int64_t(history.size()) - 1, row.data(), false);
+    return test::chain_probabilities(penalised(row, history, params), params);
   };
   runner->forward(prompt, 0, row.data(), false);
-  const std::vector<double> first = test::chain_probabilities(row, params);
+  const std::vector<double> first = test::chain_probabilities(penalised(row, history, params), params);
   Marginals m{std::vector<double>(vocab), std::vector<double>(vocab)};
   for (int32_t a = 0; a < int32_t(vocab); ++a) {
     if (first[size_t(a)] == 0.0) continue;
-    const std::vector<double> second = chain_after(a, n);
+    history.push_back(a);
+    const std::vector<double> second = chain();
     for (int32_t b = 0; b < int32_t(vocab); ++b) {
       const double path = first[size_t(a)] * second[size_t(b)];
       if (path == 0.0) continue;
       m.second[size_t(b)] += path;
-      const std::vector<double> third = chain_after(b, n + 1);
+      history.push_back(b);
+      const std::vector<double> third = chain();
+      history.pop_back();
       for (size_t c = 0; c < vocab; ++c) m.third[c] += path * third[c];
     }
+    history.pop_back();
   }
   return m;
 }
@@ -392,8 +411,9 @@ void expect_follows(const std::vector<int64_t>& counts, const std::vector<double
 // Rejection sampling keeps the target's distribution, whichever draft
 // proposes: drafts are accepted and rejected many times each.
 void expect_target_distribution(const Stories& s, const SamplingParams& params, const DraftFactory& make_draft,
-                                const std::string& what) {
-  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time, there was a little", true);
+                                const std::string& what,
+                                const std::string& prompt_text = "Once upon a time, there was a little") {
+  const std::vector<int32_t> prompt = s.tokenizer->encode(prompt_text, true);
   const Marginals want = target_marginals(s.file, prompt, params);
   const int64_t runs = 8000;
   const SampledCounts got = sample_speculatively(s, prompt, params, make_draft, runs);
@@ -443,6 +463,20 @@ TEST(SpeculativeSamplingStories, ASamplingDraftKeepsTheTargetsDistribution) {
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
   // Sampling a hotter, wider chain than the target's.
   expect_target_distribution(s, hot_chain(), deep_self_draft(hotter_chain()), "hot chain");
+}
+
+TEST(SpeculativeSamplingStories, APenalisedChainKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // p carries the penalties of the prompt and the tokens kept so far, which
+  // this prompt's likely continuation repeats; the draft samples the chain
+  // without them (draft_sampling), so q differs from p.
+  SamplingParams penalised_chain = hot_chain();
+  penalised_chain.repeat_penalty = 1.8f;
+  penalised_chain.frequency_penalty = 0.4f;
+  penalised_chain.presence_penalty = 0.6f;
+  expect_target_distribution(s, penalised_chain, deep_self_draft(draft_sampling(penalised_chain)), "penalties",
+                             "Lily and Tom went to the park. Lily and Tom");
 }
 
 // stories260K re-encoded as Q4_0: a draft model close to the target but not it.
