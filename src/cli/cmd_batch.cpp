@@ -16,6 +16,7 @@
 #include "cli/batch_lines.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/speculation_options.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/batch_scheduler.h"
@@ -35,6 +36,7 @@ struct BatchOptions {
   int64_t batch_size = 256;
   std::string chat_template;
   std::vector<std::string> stop;
+  SpeculationOptions speculation;  // refused: the scheduler decodes many sequences per pass
 };
 
 struct InputLine {
@@ -99,6 +101,7 @@ class OrderedWriter {
 };
 
 void batch(const BatchOptions& o) {
+  refuse_speculation_options(o.speculation, "batch", "its passes decode many sequences one token each");
   BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
   std::vector<InputLine> lines;
   if (o.input.empty()) {
@@ -204,6 +207,7 @@ void add_batch_command(CLI::App& app) {
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
   cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
+  add_speculation_options(*cmd, o.speculation);
   cmd->callback([] { batch(o); });
 }
 

@@ -3,13 +3,15 @@
 // plus the KV cache entries each step reads (every visible key's K and V).
 // Each test runs once uncounted, then -r times; tok/s is their mean ± standard
 // deviation, as llama-bench reports it. With -npl, the batched mode of
-// cli/bench_batched.h instead.
+// cli/bench_batched.h instead; with a draft source, a speculation table
+// after (cli/bench_speculation.h).
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "cli/bench_batched.h"
+#include "cli/bench_speculation.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/repetitions.h"
@@ -24,6 +26,7 @@ struct BenchOptions {
   std::vector<int64_t> depths = {0};  // decode starts after this many cached tokens
   int repetitions = 3;
   BatchedBenchOptions batched;
+  SpeculationBenchOptions speculative;  // with a draft source: a table with and without speculation
 };
 
 // Per-repetition speeds from per-repetition seconds for `tokens` tokens.
@@ -50,10 +53,16 @@ void bench_many_sequences(const BenchOptions& o) {
 }
 
 void bench(const BenchOptions& o) {
-  if (o.batched.enabled()) return bench_many_sequences(o);
+  const bool speculates = o.speculative.speculation.enabled();
+  if (o.batched.enabled()) {
+    refuse_speculation_options(o.speculative.speculation, "bench -npl", "the batched mode decodes many sequences");
+    return bench_many_sequences(o);
+  }
+  check_speculation_options(o.speculative.speculation);
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
-  if (mo.context == 0) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
+  // Speculation's prompt is text of unknown length: it gets the model's default context.
+  if (mo.context == 0 && !speculates) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
   auto loaded = load_model(mo);
   auto& runner = *loaded.runner;
   const int64_t vocab = runner.config().vocab_size;
@@ -86,6 +95,7 @@ void bench(const BenchOptions& o) {
     fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
                o.n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
   }
+  if (speculates && o.n_gen > 0) bench_speculation(o.speculative, mo, loaded, o.n_gen, o.repetitions);
 }
 
 }  // namespace
@@ -109,6 +119,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
       ->delimiter(',');
+  add_speculation_bench_options(*cmd, o.speculative);
   cmd->callback([] { bench(o); });
 }
 

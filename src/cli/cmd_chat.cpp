@@ -7,8 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/speculation_options.h"
 #include "core/error.h"
-#include "engine/generator.h"
 #include "tokenizer/chat_template.h"
 
 namespace nt::cli {
@@ -20,10 +20,13 @@ struct ChatOptions {
   std::string system;
   int64_t n_predict = 512;
   std::string chat_template;
+  SpeculationOptions speculation;
 };
 
 void chat(const ChatOptions& o) {
+  check_speculation_options(o.speculation);
   auto loaded = load_model(o.model);
+  const Speculation speculation(o.speculation, o.model, loaded, o.sampling);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
   if (!tmpl.warning().empty()) fmt::print(stderr, "warning: {}\n", tmpl.warning());
@@ -31,7 +34,7 @@ void chat(const ChatOptions& o) {
   gen.max_tokens = o.n_predict;
   gen.stop_tokens = chat_stop_tokens(tokenizer, tmpl);
   Sampler sampler(o.sampling, loaded.runner->config().vocab_size);
-  Generator generator(*loaded.runner, tokenizer);
+  SpeculativeOrPlainGenerator generator(*loaded.runner, tokenizer, speculation.source(), o.speculation.draft_max);
 
   std::vector<ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});
@@ -49,7 +52,7 @@ void chat(const ChatOptions& o) {
     history.push_back({"user", line});
     const auto prompt = encode_chat(tokenizer, tmpl, history, true);
     std::string reply;
-    GenerationStats stats;
+    SpeculativeStats stats;
     try {
       stats = generator.generate(prompt, sampler, gen, [&](std::string_view text) {
         reply += text;
@@ -63,8 +66,10 @@ void chat(const ChatOptions& o) {
       continue;
     }
     history.push_back({"assistant", reply});
-    fmt::print(stderr, "\n[{} tokens, {:.1f} tok/s; prompt {} new + {} cached]\n", stats.generated_tokens,
-               stats.decode_tokens_per_second(), stats.prompt_tokens - stats.reused_tokens, stats.reused_tokens);
+    const GenerationStats& g = stats.generation;
+    fmt::print(stderr, "\n[{} tokens, {:.1f} tok/s; prompt {} new + {} cached{}]\n", g.generated_tokens,
+               g.decode_tokens_per_second(), g.prompt_tokens - g.reused_tokens, g.reused_tokens,
+               generator.speculates() ? "; " + speculation_summary(stats.speculation) : "");
   }
   fmt::print("\n");
 }
@@ -79,6 +84,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-s,--system", o.system, "System prompt");
   cmd->add_option("-n,--n-predict", o.n_predict, "Tokens per reply at most")->capture_default_str();
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
+  add_speculation_options(*cmd, o.speculation);
   cmd->callback([] { chat(o); });
 }
 

@@ -17,13 +17,10 @@
 #include "cli/id_list.h"
 #include "cli/logits_file.h"
 #include "cli/model_options.h"
+#include "cli/speculation_options.h"
 #include "core/error.h"
-#include "engine/generator.h"
 #include "engine/logit_rows.h"
-#include "engine/lookup_draft.h"
 #include "engine/prompts.h"
-#include "engine/self_draft.h"
-#include "engine/speculative.h"
 #include "engine/teacher_forcing.h"
 
 namespace nt::cli {
@@ -43,42 +40,15 @@ struct RunOptions {
   std::string logits_out;
   bool all_logits = false;
   std::string teacher_ids;
-  // Speculative decoding: a draft source, and how many tokens it drafts per pass.
-  bool lookup = false;
-  bool draft_self = false;
-  int64_t draft_self_layers = 0;  // 0: default_self_draft_layers
-  int64_t draft_max = 8;
-  bool draft_max_given = false;
-
-  bool speculates() const { return lookup || draft_self; }
+  SpeculationOptions speculation;
 };
 
-// Refuses flag combinations speculation does not support (yet), naming the flag.
+// Refuses flag combinations speculation does not support, naming the flag.
 void check_speculation_flags(const RunOptions& o) {
-  if (o.lookup && o.draft_self) fail("--lookup and --draft-self: choose one draft source");
-  if (!o.speculates()) {
-    if (o.draft_max_given) fail("--draft-max needs a draft source: --lookup or --draft-self");
-    return;
+  check_speculation_options(o.speculation);
+  if (o.speculation.enabled() && !o.teacher_ids.empty()) {
+    fail("{} with --teacher-ids: teacher forcing generates nothing to draft for", o.speculation.source_flag());
   }
-  const char* source = o.lookup ? "--lookup" : "--draft-self";
-  if (o.sampling.temperature > 0) {
-    fail("{} with --temp {}: sampling with speculation is not supported yet; add --temp 0 (greedy)", source,
-         o.sampling.temperature);
-  }
-  if (!o.teacher_ids.empty()) fail("{} with --teacher-ids: teacher forcing generates nothing to draft for", source);
-  if (o.sampling.repeat_penalty != 1.0f || o.sampling.frequency_penalty != 0.0f || o.sampling.presence_penalty != 0.0f) {
-    fail("{}: speculation is greedy without penalties for now; drop --repeat-penalty, --frequency-penalty and "
-         "--presence-penalty",
-         source);
-  }
-}
-
-std::unique_ptr<DraftSource> make_draft(const RunOptions& o, ModelRunner& runner) {
-  if (o.lookup) return std::make_unique<LookupDraft>();
-  const int64_t n_layers = runner.config().n_layers;
-  const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
-  if (layers >= n_layers) fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);
-  return std::make_unique<SelfDraft>(runner, 0, layers);
 }
 
 void print_stats(const GenerationStats& s, const SpeculationStats* spec) {
@@ -87,10 +57,7 @@ void print_stats(const GenerationStats& s, const SpeculationStats* spec) {
              s.reused_tokens ? fmt::format(", {} reused from cache", s.reused_tokens) : "");
   fmt::print(stderr, "decode:  {} tokens in {:.3f} s ({:.1f} tok/s), stopped by {}\n", s.generated_tokens,
              s.decode_seconds, s.decode_tokens_per_second(), stop_reason_name(s.stop));
-  if (spec) {
-    fmt::print(stderr, "speculation: {} passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass\n",
-               spec->passes, spec->accepted, spec->drafted, 100.0 * spec->acceptance(), spec->tokens_per_pass());
-  }
+  if (spec) fmt::print(stderr, "{}\n", speculation_summary(*spec));
 }
 
 // A piece as a JSON string: quoted, escaped, split characters as U+FFFD.
@@ -164,6 +131,7 @@ void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector
 void run(const RunOptions& o) {
   check_speculation_flags(o);
   auto loaded = load_model(o.model);
+  const Speculation speculation(o.speculation, o.model, loaded, o.sampling);  // a bad draft fails before any output
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   File ids_file = create_ids_file(o.ids_out);
@@ -205,17 +173,10 @@ void run(const RunOptions& o) {
     std::fflush(stdout);
   };
   ModelRunner& runner = *loaded.runner;
-  if (!o.speculates()) {
-    Sampler sampler(o.sampling, runner.config().vocab_size);
-    Generator generator(runner, tokenizer);
-    print_stats(generator.generate(prompt.tokens, sampler, gen, print_text), nullptr);
-    write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
-    return;
-  }
-  const std::unique_ptr<DraftSource> draft = make_draft(o, runner);
-  SpeculativeGenerator generator(runner, tokenizer, *draft, o.draft_max);
-  const auto stats = generator.generate(prompt.tokens, gen, print_text);
-  print_stats(stats.generation, &stats.speculation);
+  Sampler sampler(o.sampling, runner.config().vocab_size);
+  SpeculativeOrPlainGenerator generator(runner, tokenizer, speculation.source(), o.speculation.draft_max);
+  const SpeculativeStats stats = generator.generate(prompt.tokens, sampler, gen, print_text);
+  print_stats(stats.generation, generator.speculates() ? &stats.speculation : nullptr);
   write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
 }
 
@@ -242,21 +203,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--teacher-ids", o.teacher_ids,
       "Instead of generating, read these reference ids after the prompt (a file, or a list: 1,2,3 or [1, 2, 3]) and "
       "print for each our top token, its margin over our second and its gap over the reference's, tab-separated");
-  cmd->add_flag("--lookup", o.lookup, "Speculative greedy decoding drafting from the context (prompt lookup: what followed "
-                                      "the latest n-gram match); needs --temp 0");
-  auto* draft_self = cmd->add_option("--draft-self", o.draft_self_layers,
-                                     "Speculative greedy decoding drafting with the model's own first N layers, final "
-                                     "norm and head (N omitted: half the layers); needs --temp 0")
-                         ->expected(0, 1)
-                         ->check(CLI::PositiveNumber);
-  auto* draft_max = cmd->add_option("--draft-max", o.draft_max, "Speculation: tokens drafted per verification pass at most")
-                        ->capture_default_str()
-                        ->check(CLI::PositiveNumber);
-  cmd->callback([draft_self, draft_max] {
-    o.draft_self = draft_self->count() > 0;
-    o.draft_max_given = draft_max->count() > 0;
-    run(o);
-  });
+  add_speculation_options(*cmd, o.speculation);
+  cmd->callback([] { run(o); });
 }
 
 }  // namespace nt::cli

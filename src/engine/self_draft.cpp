@@ -6,29 +6,30 @@
 #include "core/error.h"
 
 namespace nt {
+namespace {
 
-int64_t default_self_draft_layers(int64_t n_layers) { return std::max<int64_t>(1, n_layers / 2); }
-
-SelfDraft::SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers) : runner_(runner), seq_(seq) {
+LayerSchedule first_layers(const ModelRunner& runner, int64_t layers) {
   const int64_t n_layers = runner.config().n_layers;
   // All the layers would be the target itself, at the price of a second pass.
   if (layers < 1 || layers >= n_layers) {
     fail("a self-speculative draft of {} layers: the model has {}, so use 1 to {}", layers, n_layers, n_layers - 1);
   }
-  schedule_.layers.resize(size_t(layers));
-  std::iota(schedule_.layers.begin(), schedule_.layers.end(), 0);
+  LayerSchedule schedule;
+  schedule.layers.resize(size_t(layers));
+  std::iota(schedule.layers.begin(), schedule.layers.end(), 0);
+  return schedule;
 }
 
+}  // namespace
+
+int64_t default_self_draft_layers(int64_t n_layers) { return std::max<int64_t>(1, n_layers / 2); }
+
+SelfDraft::SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers, const SamplingParams& params)
+    : drafter_(runner, seq, first_layers(runner, layers), params) {}
+
 void SelfDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
-  int32_t token = context.back();
-  const int64_t pos = int64_t(context.size()) - 1;
-  for (int64_t i = 0; i < max; ++i) {
-    batch_.clear();
-    batch_.add(token, pos + i, seq_, Output::Argmax);
-    runner_.forward(batch_, out_, schedule_);
-    token = out_.argmax[0];
-    draft.push_back(token);
-  }
+  // The context's last token is the one about to be verified: not cached yet.
+  drafter_.draft(context.last(1), int64_t(context.size()) - 1, max, draft);
 }
 
 }  // namespace nt

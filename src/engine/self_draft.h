@@ -8,22 +8,21 @@
 
 #include "engine/model_runner.h"
 #include "engine/speculative.h"
+#include "engine/step_drafter.h"
 
 namespace nt {
 
 class SelfDraft final : public DraftSource {
  public:
-  // Drafts with the first `layers` of the model's layers (1 to n_layers - 1).
-  SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers);
+  // Drafts with the first `layers` of the model's layers (1 to n_layers - 1),
+  // picking with `params` (greedy by default; see StepDrafter).
+  SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers, const SamplingParams& params = greedy_sampling());
 
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
+  std::span<const TokenDistribution> distributions() const override { return drafter_.distributions(); }
 
  private:
-  ModelRunner& runner_;
-  SeqId seq_;
-  LayerSchedule schedule_;
-  Batch batch_;
-  BatchOutputs out_;
+  StepDrafter drafter_;
 };
 
 // The draft depth when none is asked for: half the layers.

@@ -1,8 +1,11 @@
-// Speculative greedy decoding over one sequence: a draft source proposes the
-// next tokens, one verification pass of the target runs them all, and the
-// longest prefix the target's greedy picks confirm is kept together with the
-// target's own next pick. The output is token for token what greedy decoding
-// gives; rejected positions are truncated away and nothing is recomputed.
+// Speculative decoding over one sequence: a draft source proposes the next
+// tokens, one verification pass of the target runs them all, and the target
+// keeps a prefix of them plus one token of its own. Greedy: the longest
+// prefix its greedy picks confirm, then its next pick, so the output is token
+// for token what greedy decoding gives. Sampling: speculative rejection
+// sampling (sampling/speculative_acceptance.h), so the output is distributed
+// as the sampler's chain over the target's logits. Rejected positions are
+// truncated away and nothing is recomputed.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "sampling/sampler.h"
+#include "sampling/speculative_acceptance.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -26,12 +30,16 @@ class DraftSource {
   // about to be verified); a draft may write the cache from that position
   // on, since the verification pass overwrites it.
   virtual void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) = 0;
+  // For a draft that sampled its last proposal: the distribution each token
+  // was drawn from, in order. Empty: the tokens were chosen deterministically
+  // (each q one-hot).
+  virtual std::span<const TokenDistribution> distributions() const { return {}; }
 };
 
 struct SpeculationStats {
   int64_t passes = 0;    // verification passes
   int64_t drafted = 0;   // tokens the draft proposed
-  int64_t accepted = 0;  // drafted tokens the target's greedy picks confirmed
+  int64_t accepted = 0;  // drafted tokens the target kept
 
   // Tokens a pass yields: its accepted drafts plus the target's own pick.
   double tokens_per_pass() const { return passes > 0 ? double(passes + accepted) / double(passes) : 0.0; }
@@ -45,15 +53,16 @@ struct SpeculativeStats {
 
 class SpeculativeGenerator {
  public:
-  // Greedy decoding of sequence `seq` of `runner`, drafting up to draft_max
-  // (>= 1) tokens per pass from `draft`.
+  // Decoding of sequence `seq` of `runner`, drafting up to draft_max (>= 1)
+  // tokens per pass from `draft`.
   SpeculativeGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
                        SeqId seq = 0);
 
-  // As Generator::generate with a greedy sampler: makes `prompt` the context
-  // (keeping the longest cached prefix), then generates with the same stop
-  // rules and streamed text.
-  SpeculativeStats generate(std::span<const int32_t> prompt, const GenerationOptions& options, const TextSink& on_text);
+  // As Generator::generate: makes `prompt` the context (keeping the longest
+  // cached prefix), then generates with `sampler` under the same stop rules
+  // and streamed text.
+  SpeculativeStats generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerationOptions& options,
+                            const TextSink& on_text);
 
   // Tokens the sequence's cache holds (prompt plus accepted generation).
   const std::vector<int32_t>& context() const { return context_; }
@@ -61,17 +70,27 @@ class SpeculativeGenerator {
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
+  // The token the target keeps at row `row` of the verification pass, and
+  // whether it is the drafted one.
+  struct Verdict {
+    int32_t token;
+    bool drafted;
+  };
+  Verdict greedy_verdict(size_t row) const;
+  Verdict sampled_verdict(size_t row, Sampler& sampler);
+
   ModelRunner& runner_;
   const Tokenizer& tokenizer_;
   DraftSource& draft_source_;
   int64_t draft_max_;
   SeqId seq_;
-  Sampler greedy_;  // Completion's history; it never samples
   std::vector<int32_t> context_;
   std::vector<int32_t> generated_;
   std::vector<int32_t> draft_;
   Batch batch_;
   BatchOutputs out_;
+  TokenDistribution target_;  // p at the row being judged
+  RejectionScratch rejection_;
 };
 
 }  // namespace nt

@@ -141,25 +141,12 @@ void Candidates::keep_min_p(float min_p) {
   sorted_ = std::min(sorted_, items_.size());
 }
 
-int32_t Candidates::draw(float temperature, double u) const {
+void Candidates::weights(float temperature, TokenDistribution& out) const {
   if (items_.empty()) fail("sampler: no candidate token left to draw");
   if (!(temperature > 0.0f)) fail("sampler: temperature {} must be positive to draw", temperature);
   const double top = top_logit_;
-  const auto weight = [&](const Candidate& c) { return std::exp((double(c.logit) - top) / temperature); };
-
-  double total = 0.0;
-  for (const auto& c : items_) total += weight(c);
-  const double target = u * total;
-  double mass = 0.0;
-  int32_t last_possible = items_.front().id;
-  for (const auto& c : items_) {
-    const double w = weight(c);
-    if (w <= 0.0) continue;
-    mass += w;
-    last_possible = c.id;
-    if (mass > target) return c.id;
-  }
-  return last_possible;  // rounding left target at the very end of the mass
+  out.clear();
+  for (const auto& c : items_) out.push_back({c.id, std::exp((double(c.logit) - top) / temperature)});
 }
 
 }  // namespace nt

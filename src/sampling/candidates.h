@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "sampling/token_distribution.h"
+
 namespace nt {
 
 struct Candidate {
@@ -38,8 +40,10 @@ class Candidates {
   // Tokens whose probability is at least min_p times the top one's; min_p <= 0 keeps all.
   void keep_min_p(float min_p);
 
-  // Draws one id from softmax(logit / temperature) over the candidates, u in [0, 1).
-  int32_t draw(float temperature, double u) const;
+  // The candidates in their order, each weighted exp((logit - top) / temperature):
+  // softmax(logit / temperature) before its division by the total, which
+  // draw_from (a draw) and a normalisation (the distribution) share.
+  void weights(float temperature, TokenDistribution& out) const;
 
   std::span<const Candidate> view() const { return items_; }
   size_t size() const { return items_.size(); }

@@ -15,6 +15,12 @@ float penalised(float logit, int32_t count, const SamplingParams& params) {
 
 }  // namespace
 
+SamplingParams greedy_sampling() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
 void apply_penalties(std::span<float> logits, const TokenCounts& counts, const SamplingParams& params) {
   for (const auto& [token, count] : counts) {
     if (count <= 0) continue;
@@ -43,15 +49,31 @@ bool Sampler::has_penalties() const {
          (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f);
 }
 
-int32_t Sampler::sample(std::span<float> logits) {
+void Sampler::narrow(std::span<float> logits) {
   if (int64_t(logits.size()) != vocab_size_)
     fail("sampler: got {} logits for a vocabulary of {}", logits.size(), vocab_size_);
   if (has_penalties()) apply_penalties(logits, recent_counts_, params_);
-
   // Top-k during the scan: a 128K vocabulary costs one pass and no copy.
   const bool greedy = params_.temperature <= 0.0f;
   candidates_.assign(logits, greedy ? 1 : params_.top_k);
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+  narrow(logits);
   return draw_from_candidates();
+}
+
+void Sampler::distribution(std::span<float> logits, TokenDistribution& out) {
+  narrow(logits);
+  if (params_.temperature <= 0.0f) {
+    out.assign(1, {candidates_.view()[0].id, 1.0});
+    return;
+  }
+  weigh_candidates();
+  double total = 0.0;
+  for (const TokenProbability& t : weights_) total += t.p;
+  out.clear();
+  for (const TokenProbability& t : weights_) out.push_back({t.id, t.p / total});
 }
 
 int64_t Sampler::top_needed() const {
@@ -78,11 +100,16 @@ int32_t Sampler::sample_top(std::span<const Candidate> top) {
   return draw_from_candidates();
 }
 
-int32_t Sampler::draw_from_candidates() {
-  if (params_.temperature <= 0.0f) return candidates_.view()[0].id;
+void Sampler::weigh_candidates() {
   candidates_.keep_top_p(params_.top_p);
   candidates_.keep_min_p(params_.min_p);
-  return candidates_.draw(params_.temperature, next_uniform());
+  candidates_.weights(params_.temperature, weights_);
+}
+
+int32_t Sampler::draw_from_candidates() {
+  if (params_.temperature <= 0.0f) return candidates_.view()[0].id;
+  weigh_candidates();
+  return draw_from(weights_, next_uniform());
 }
 
 bool Sampler::runs_without_history() const { return params_.temperature > 0.0f && top_needed() > 0 && !has_penalties(); }

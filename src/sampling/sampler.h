@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sampling/candidates.h"
+#include "sampling/token_distribution.h"
 
 namespace nt {
 
@@ -30,6 +31,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // 0: off
   uint64_t seed = 0;               // same seed, same logits -> same tokens, on any platform
 };
+
+// Greedy decoding's parameters: temperature 0, no penalties.
+SamplingParams greedy_sampling();
 
 // How often each token occurs in the penalty window.
 using TokenCounts = std::unordered_map<int32_t, int32_t>;
@@ -49,6 +53,12 @@ class Sampler {
 
   // Chooses a token; logits (vocab_size entries) are penalised in place.
   int32_t sample(std::span<float> logits);
+
+  // The distribution sample() draws from, without drawing: the chain's
+  // surviving tokens with their probabilities (one token of probability 1
+  // when greedy). Logits are penalised in place. Speculative sampling
+  // compares it with a draft's.
+  void distribution(std::span<float> logits, TokenDistribution& out);
 
   // How many of a row's highest logits sample_top needs to choose exactly as
   // sample() would from the whole row: the top-k (1 when greedy) plus every
@@ -86,6 +96,10 @@ class Sampler {
 
  private:
   bool has_penalties() const;
+  // The candidates after the penalties and top-k (one when greedy).
+  void narrow(std::span<float> logits);
+  // Top-p and min-p, then the weights of the final draw into weights_.
+  void weigh_candidates();
   // The chain after the penalties and top-k: top-p, min-p and the draw.
   int32_t draw_from_candidates();
 
@@ -95,6 +109,7 @@ class Sampler {
   TokenCounts recent_counts_;
   Candidates candidates_;
   std::vector<Candidate> penalised_top_;  // sample_top's copy of its input
+  TokenDistribution weights_;             // the final draw's
   std::mt19937_64 rng_;  // the standard fixes mt19937_64's output sequence exactly
 };
 

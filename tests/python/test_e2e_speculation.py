@@ -1,12 +1,16 @@
-"""`ntransformer run` with speculative decoding: the text is what plain greedy
-decoding prints, the closing statistics report acceptance and tokens per
-pass, and unsupported flag combinations end with an error naming the flag."""
+"""`ntransformer run` (and chat, bench, batch) with speculative decoding: greedy, the text is what plain
+greedy decoding prints (with penalties too); sampling, a seed gives one text;
+the closing statistics report acceptance and tokens per pass, and unsupported
+flag combinations end with an error naming the flag. (That sampling keeps the
+target's distribution is tested statistically in the unit tests.)"""
 
 import subprocess
 
 import pytest
 
-from project_paths import NTRANSFORMER, convert_stories260k
+from project_paths import MODELS_DIR, NTRANSFORMER, convert_stories260k
+
+SMOLLM2 = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
@@ -14,12 +18,21 @@ def stories(tmp_path_factory):
     return convert_stories260k(tmp_path_factory.mktemp("speculation"))
 
 
-def run(*args, code=0):
-    result = subprocess.run([str(NTRANSFORMER), "run", *map(str, args)], capture_output=True, text=True, timeout=120)
+def command(name, *args, code=0, stdin=None):
+    result = subprocess.run([str(NTRANSFORMER), name, *map(str, args)], capture_output=True, text=True, timeout=120,
+                            input=stdin)
     assert result.returncode == code, f"exit {result.returncode}, stderr: {result.stderr}"
     for crash in ("terminate called", "Segmentation", "Aborted", "what():"):
         assert crash not in result.stderr
     return result
+
+
+def run(*args, code=0):
+    return command("run", *args, code=code)
+
+
+def speculation_line(stderr):
+    return next(l for l in stderr.splitlines() if l.startswith("speculation:"))
 
 
 @pytest.mark.parametrize("source", [["--lookup"], ["--draft-self"], ["--draft-self", "1", "--draft-max", "3"]])
@@ -29,16 +42,32 @@ def test_speculative_text_is_plain_greedy_text(stories, source):
     spec = run(*common, *source)
     assert spec.stdout == plain.stdout
     assert "speculation:" not in plain.stderr
-    line = next(l for l in spec.stderr.splitlines() if l.startswith("speculation:"))
+    line = speculation_line(spec.stderr)
+    assert "drafted tokens accepted" in line and "tokens per pass" in line
+
+
+def test_greedy_with_penalties_is_plain_greedy_with_penalties(stories):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0", "--repeat-penalty", "1.3",
+              "--presence-penalty", "0.5"]
+    plain = run(*common)
+    assert plain.stdout != run(*common[:-4]).stdout, "the penalties should change this text"
+    assert run(*common, "--lookup").stdout == plain.stdout
+    assert run(*common, "--draft-self", "2").stdout == plain.stdout
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "2"]])
+def test_sampling_with_speculation_is_reproducible_and_reports_acceptance(stories, source):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "80", "--temp", "0.9", "--seed", "5", *source]
+    first = run(*common)
+    assert run(*common).stdout == first.stdout, "one seed, one text"
+    assert run(*common[:-len(source) - 2], "--seed", "6", *source).stdout != first.stdout
+    line = speculation_line(first.stderr)
     assert "drafted tokens accepted" in line and "tokens per pass" in line
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lookup"], "--lookup with --temp 0.8: sampling with speculation is not supported yet"),
-    (["--draft-self", "--temp", "0.5"], "--draft-self with --temp 0.5: sampling with speculation is not supported yet"),
-    (["--lookup", "--draft-self", "--temp", "0"], "--lookup and --draft-self: choose one draft source"),
+    (["--lookup", "--draft-self", "--temp", "0"], "--draft-model, --draft-self and --lookup: choose one draft source"),
     (["--draft-max", "4", "--temp", "0"], "--draft-max needs a draft source"),
-    (["--lookup", "--temp", "0", "--repeat-penalty", "1.1"], "--repeat-penalty"),
     (["--draft-self", "5", "--temp", "0"], "--draft-self 5: the model has 5 layers, so draft with 1 to 4"),
     (["--lookup", "--temp", "0", "--teacher-ids", "1,2"], "--lookup with --teacher-ids: teacher forcing generates nothing"),
 ])
@@ -51,3 +80,82 @@ def test_bad_speculation_flags_name_the_flag(stories, args, message):
 def test_non_positive_counts_are_refused_by_the_parser(stories, args):
     stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--temp", "0", *args, code=1).stderr
     assert args[-2] in stderr
+
+
+@pytest.fixture(scope="module")
+def stories_q8_0(stories):
+    out = stories.parent / "stories260K-q8_0.gguf"
+    subprocess.run([str(NTRANSFORMER), "quantize", str(stories), str(out), "--type", "q8_0"], check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("draft_max", ["1", "6"])
+def test_a_draft_model_gives_plain_greedy_text(stories, stories_q8_0, draft_max):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0"]
+    plain = run(*common)
+    for draft in (stories, stories_q8_0):
+        spec = run(*common, "--draft-model", draft, "--draft-max", draft_max)
+        assert spec.stdout == plain.stdout, draft
+        assert "tokens per pass" in speculation_line(spec.stderr)
+
+
+def test_sampling_with_a_draft_model_is_reproducible(stories, stories_q8_0):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "80", "--temp", "1", "--seed", "3",
+              "--draft-model", stories_q8_0]
+    first = run(*common)
+    assert run(*common).stdout == first.stdout
+    accepted = speculation_line(first.stderr)
+    assert "drafted tokens accepted" in accepted
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(stories):
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} is absent")
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--draft-model", SMOLLM2, code=1).stderr
+    assert f"--draft-model {SMOLLM2}: its vocabulary has 49152 tokens" in stderr
+    assert f"the target {stories}'s 512" in stderr
+
+
+def test_a_missing_draft_model_is_named(stories, tmp_path):
+    missing = tmp_path / "absent.gguf"
+    stderr = run("-m", stories, "-p", "Hello", "-n", "2", "--draft-model", missing, code=1).stderr
+    assert "--draft-model" in stderr and str(missing) in stderr
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "3"], ["--draft-model", "self"]])
+def test_chat_speculates_and_replies_as_plain_greedy(stories, source):
+    source = [stories if a == "self" else a for a in source]
+    turns = "Once upon a time\nThe dog\n/exit\n"
+    common = ["-m", stories, "--temp", "0", "-n", "40"]
+    plain = command("chat", *common, stdin=turns)
+    spec = command("chat", *common, *source, stdin=turns)
+    assert spec.stdout == plain.stdout
+    statistics = [l for l in spec.stderr.splitlines() if "tok/s" in l]
+    assert len(statistics) == 2 and all("tokens per pass" in l for l in statistics), spec.stderr
+    assert "tokens per pass" not in plain.stderr
+
+
+def test_bench_reports_speculation_beside_plain_decoding(stories):
+    out = command("bench", "-m", stories, "-p", "0", "-n", "24", "-r", "1", "--draft-model", stories).stdout
+    header = next(l for l in out.splitlines() if "tokens/pass" in l)
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "model", "backend", "test", "draft", "tok/s", "tok/s without", "speedup", "acceptance", "tokens/pass"]
+    row = out.splitlines()[out.splitlines().index(header) + 2].strip("|").split("|")
+    assert row[3].strip() == f"--draft-model {stories}, max 8"
+    # The target as its own draft: every drafted token is accepted (greedy), 9 a pass where there is room for 8.
+    assert float(row[7].strip().rstrip("%")) > 90
+    assert 4 < float(row[8]) <= 9
+    assert float(row[6]) > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["batch", "--lookup"], "batch --lookup: batch does not decode speculatively yet"),
+    (["batch", "--draft-max", "3"], "batch --draft-max: batch does not decode speculatively yet"),
+    (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
+    (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup: choose one draft source"),
+    (["bench", "--draft-max", "2"], "--draft-max needs a draft source"),
+])
+def test_commands_refuse_speculation_they_cannot_do(stories, args, message):
+    stderr = command(args[0], "-m", stories, *args[1:], code=1, stdin="").stderr
+    assert message in stderr

@@ -7,6 +7,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,10 +18,13 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
+#include "engine/model_draft.h"
 #include "engine/prompts.h"
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
+#include "model/quantize_model.h"
 #include "engine_test_models.h"
+#include "sampling_test_util.h"
 
 namespace nt {
 namespace {
@@ -73,17 +79,12 @@ TEST(StepwiseRuns, ARunIsStepwiseOrNotAsAWhole) {
   EXPECT_THROW(sequence_runs(batch), Error);
 }
 
-SamplingParams greedy() {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  return p;
-}
-
 std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context,
-                                        int64_t sequences = 1) {
+                                        int64_t sequences = 1, int threads = 0) {
   CpuRunnerOptions options;
   options.context = context;
   options.sequences = sequences;
+  options.threads = threads;
   return make_cpu_runner(file, options);
 }
 
@@ -96,7 +97,7 @@ struct Result {
 Result plain_greedy(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerationOptions& options) {
   Generator generator(runner, tokenizer);
-  Sampler sampler(greedy(), runner.config().vocab_size);
+  Sampler sampler(greedy_sampling(), runner.config().vocab_size);
   Result r;
   r.stop = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.text += t; }).stop;
   r.tokens = generator.generated();
@@ -112,8 +113,9 @@ struct SpecResult {
 SpecResult speculative(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
                        const std::vector<int32_t>& prompt, const GenerationOptions& options) {
   SpeculativeGenerator generator(runner, tokenizer, draft, draft_max);
+  Sampler sampler(greedy_sampling(), runner.config().vocab_size);
   SpecResult r;
-  r.stats = generator.generate(prompt, options, [&](std::string_view t) { r.result.text += t; });
+  r.stats = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.result.text += t; });
   r.result.stop = r.stats.generation.stop;
   r.result.tokens = generator.generated();
   r.cached = runner.seq_length(0);
@@ -282,13 +284,14 @@ TEST(SpeculativeStories, TheCacheAfterRollbackContinuesLikeAFreshOne) {
   auto runner = cpu_runner(s.file, 256);
   SelfDraft draft(*runner, 0, 1);  // a shallow draft: many rejected positions were written
   SpeculativeGenerator generator(*runner, *s.tokenizer, draft, 8);
-  generator.generate(prompt, options, [](std::string_view) {});
+  Sampler sampler(greedy_sampling(), runner->config().vocab_size);
+  generator.generate(prompt, sampler, options, [](std::string_view) {});
   // The next prompt reuses the cache up to where the two diverge.
   std::vector<int32_t> next = generator.context();
   next.resize(next.size() - 5);
   next.push_back(s.tokenizer->encode(" dog", false).at(0));
   std::string text;
-  const SpeculativeStats stats = generator.generate(next, options, [&](std::string_view t) { text += t; });
+  const SpeculativeStats stats = generator.generate(next, sampler, options, [&](std::string_view t) { text += t; });
   EXPECT_EQ(stats.generation.reused_tokens, int64_t(next.size()) - 1);
   auto fresh = cpu_runner(s.file, 256);
   const Result want = plain_greedy(*fresh, *s.tokenizer, next, options);
@@ -305,6 +308,263 @@ TEST(SpeculativeStories, RefusesAnEmptyDraftBudgetAndSelfDraftsOfNoOrEveryLayer)
   EXPECT_THROW(SelfDraft(*runner, 0, n_layers), Error);
   LookupDraft draft;
   EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 0), Error);
+}
+
+// The distribution of the second and third generated tokens (the first two a
+// verification pass decides) under the target's chain: summed over every
+// path to them, from the target's own logits through the sampler tests'
+// float64 chain.
+struct Marginals {
+  std::vector<double> second, third;
+};
+
+// The penalties as sampler.h states them, over the window of `history`.
+std::vector<float> penalised(std::vector<float> row, const std::vector<int32_t>& history, const SamplingParams& p) {
+  const size_t window = p.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.repeat_last_n));
+  std::map<int32_t, int> counts;
+  for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+  for (const auto& [token, count] : counts) {
+    float& logit = row[size_t(token)];
+    logit = logit > 0.0f ? logit / p.repeat_penalty : logit * p.repeat_penalty;
+    logit -= float(count) * p.frequency_penalty + p.presence_penalty;
+  }
+  return row;
+}
+
+Marginals target_marginals(const std::shared_ptr<const GgufFile>& file, const std::vector<int32_t>& prompt,
+                           const SamplingParams& params) {
+  auto runner = cpu_runner(file, 64, 1, 1);
+  const size_t vocab = size_t(runner->config().vocab_size);
+  std::vector<float> row(vocab);
+  std::vector<int32_t> history = prompt;
+  // The chain after `history`, whose last token is run at its position.
+  const auto chain = [&] {
+    runner->forward({&history.back(), 1}, int64_t(history.size()) - 1, row.data(), false);
+    return test::chain_probabilities(penalised(row, history, params), params);
+  };
+  runner->forward(prompt, 0, row.data(), false);
+  const std::vector<double> first = test::chain_probabilities(penalised(row, history, params), params);
+  Marginals m{std::vector<double>(vocab), std::vector<double>(vocab)};
+  for (int32_t a = 0; a < int32_t(vocab); ++a) {
+    if (first[size_t(a)] == 0.0) continue;
+    history.push_back(a);
+    const std::vector<double> second = chain();
+    for (int32_t b = 0; b < int32_t(vocab); ++b) {
+      const double path = first[size_t(a)] * second[size_t(b)];
+      if (path == 0.0) continue;
+      m.second[size_t(b)] += path;
+      history.push_back(b);
+      const std::vector<double> third = chain();
+      history.pop_back();
+      for (size_t c = 0; c < vocab; ++c) m.third[c] += path * third[c];
+    }
+    history.pop_back();
+  }
+  return m;
+}
+
+struct SampledCounts {
+  std::vector<int64_t> second, third;
+  SpeculationStats speculation;
+};
+
+using DraftFactory = std::function<std::unique_ptr<DraftSource>(ModelRunner& target)>;
+
+// `runs` speculative generations of 4 tokens with 2 drafted per pass, seeds 1, 2, ...
+SampledCounts sample_speculatively(const Stories& s, const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                   const DraftFactory& make_draft, int64_t runs) {
+  auto runner = cpu_runner(s.file, 64, 1, 1);  // one thread: faster than two on so small a model
+  const std::unique_ptr<DraftSource> draft = make_draft(*runner);
+  SpeculativeGenerator generator(*runner, *s.tokenizer, *draft, 2);
+  GenerationOptions options;
+  options.max_tokens = 4;
+  const size_t vocab = size_t(runner->config().vocab_size);
+  SampledCounts c{std::vector<int64_t>(vocab), std::vector<int64_t>(vocab), {}};
+  for (int64_t i = 0; i < runs; ++i) {
+    SamplingParams seeded = params;
+    seeded.seed = uint64_t(i + 1);
+    Sampler sampler(seeded, int64_t(vocab));
+    const SpeculationStats spec = generator.generate(prompt, sampler, options, [](std::string_view) {}).speculation;
+    c.speculation.passes += spec.passes;
+    c.speculation.drafted += spec.drafted;
+    c.speculation.accepted += spec.accepted;
+    const std::vector<int32_t>& out = generator.generated();
+    EXPECT_EQ(out.size(), 4u);
+    ++c.second.at(size_t(out.at(1)));
+    ++c.third.at(size_t(out.at(2)));
+  }
+  return c;
+}
+
+void expect_follows(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n,
+                    const std::string& what) {
+  for (size_t id = 0; id < probs.size(); ++id) {
+    if (probs[id] == 0.0) {
+      EXPECT_EQ(counts[id], 0) << what << ": token " << id << " cannot follow";
+    }
+  }
+  const auto [stat, df] = test::chi_square(counts, probs, n);
+  ASSERT_GT(df, 0) << what;
+  EXPECT_LT(stat, test::chi_square_bound(df)) << what << ", df " << df;
+}
+
+// Rejection sampling keeps the target's distribution, whichever draft
+// proposes: drafts are accepted and rejected many times each.
+void expect_target_distribution(const Stories& s, const SamplingParams& params, const DraftFactory& make_draft,
+                                const std::string& what,
+                                const std::string& prompt_text = "Once upon a time, there was a little") {
+  const std::vector<int32_t> prompt = s.tokenizer->encode(prompt_text, true);
+  const Marginals want = target_marginals(s.file, prompt, params);
+  const int64_t runs = 8000;
+  const SampledCounts got = sample_speculatively(s, prompt, params, make_draft, runs);
+  const SpeculationStats& spec = got.speculation;
+  EXPECT_GT(spec.accepted, runs / 50) << what;
+  EXPECT_GT(spec.drafted - spec.accepted, runs / 50) << what;
+  expect_follows(got.second, want.second, runs, what + ", second token");
+  expect_follows(got.third, want.third, runs, what + ", third token");
+}
+
+SamplingParams hot_chain() {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 8;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+// A hotter, wider chain than hot_chain's, for a draft whose q differs from p everywhere.
+SamplingParams hotter_chain() {
+  SamplingParams p = hot_chain();
+  p.temperature = 1.5f;
+  p.top_k = 12;
+  return p;
+}
+
+// A self draft of all but the last layer (shallower drafts of this model are
+// hardly ever accepted), picking with `params`.
+DraftFactory deep_self_draft(const SamplingParams& params) {
+  return [params](ModelRunner& target) {
+    return std::make_unique<SelfDraft>(target, 0, target.config().n_layers - 1, params);
+  };
+}
+
+TEST(SpeculativeSamplingStories, ADeterministicDraftKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // Greedy picks: each drafted token's q is one-hot.
+  expect_target_distribution(s, hot_chain(), deep_self_draft(greedy_sampling()), "hot chain");
+  SamplingParams defaults;  // llama-cli's: top-k 40, top-p 0.95, min-p 0.05, temperature 0.8
+  expect_target_distribution(s, defaults, deep_self_draft(greedy_sampling()), "default chain");
+}
+
+TEST(SpeculativeSamplingStories, ASamplingDraftKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // Sampling a hotter, wider chain than the target's.
+  expect_target_distribution(s, hot_chain(), deep_self_draft(hotter_chain()), "hot chain");
+}
+
+TEST(SpeculativeSamplingStories, APenalisedChainKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // p carries the penalties of the prompt and the tokens kept so far, which
+  // this prompt's likely continuation repeats; the draft samples the chain
+  // without them (draft_sampling), so q differs from p.
+  SamplingParams penalised_chain = hot_chain();
+  penalised_chain.repeat_penalty = 1.8f;
+  penalised_chain.frequency_penalty = 0.4f;
+  penalised_chain.presence_penalty = 0.6f;
+  expect_target_distribution(s, penalised_chain, deep_self_draft(draft_sampling(penalised_chain)), "penalties",
+                             "Lily and Tom went to the park. Lily and Tom");
+}
+
+// stories260K re-encoded as Q4_0: a draft model close to the target but not it.
+std::string stories_q4_0() {
+  struct Quantized {
+    std::string path;
+    Quantized() {
+      const std::string f32 = test::stories260k_gguf();
+      if (f32.empty()) return;
+      path = (std::filesystem::path(::testing::TempDir()) / ("nt_stories_q4_0_" + std::to_string(getpid()) + ".gguf")).string();
+      quantize_model(f32, path, QuantScheme::Q4_0, 1);
+    }
+    ~Quantized() {
+      if (!path.empty()) std::filesystem::remove(path);
+    }
+  };
+  static const Quantized quantized;
+  return quantized.path;
+}
+
+TEST(SpeculativeStories, ADraftModelIsPlainGreedyAndStaysInStepWithTheContext) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  GenerationOptions options;
+  options.max_tokens = 200;
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
+  auto plain_runner = cpu_runner(s.file, 256);
+  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
+  // The target itself as its draft, and the target re-encoded as Q4_0.
+  const std::vector<std::pair<std::string, double>> drafts = {{test::stories260k_gguf(), 0.9}, {stories_q4_0(), 0.4}};
+  for (const auto& [draft_path, least_acceptance] : drafts) {
+    for (const int64_t draft_max : {1, 4, 8}) {
+      const std::string what = draft_path + ", draft-max " + std::to_string(draft_max);
+      auto target = cpu_runner(s.file, 256);
+      auto draft_runner = cpu_runner(GgufFile::open(draft_path), 256);
+      ModelDraft draft(*draft_runner, 0, greedy_sampling());
+      const SpecResult got = speculative(*target, *s.tokenizer, draft, draft_max, prompt, options);
+      expect_same(got.result, want, what);
+      expect_consistent(got, prompt);
+      // A draft out of step with the context (a cache not truncated after a
+      // rejection) would propose for the wrong text and be refused.
+      EXPECT_GT(got.stats.speculation.acceptance(), least_acceptance) << what;
+    }
+  }
+}
+
+TEST(SpeculativeSamplingStories, ASamplingDraftModelKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> draft_file = GgufFile::open(stories_q4_0());
+  std::vector<std::unique_ptr<ModelRunner>> draft_runners;
+  const DraftFactory quantized_draft = [&](ModelRunner&) {
+    draft_runners.push_back(cpu_runner(draft_file, 64, 1, 1));
+    return std::make_unique<ModelDraft>(*draft_runners.back(), 0, hotter_chain());
+  };
+  expect_target_distribution(s, hot_chain(), quantized_draft, "Q4_0 draft");
+}
+
+TEST(DraftVocabulary, AMismatchNamesTheFirstDifferingTokenOrTheSizes) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const Vocabulary& stories = s.tokenizer->vocab();
+  EXPECT_NO_THROW(check_same_vocabulary(stories, 512, "a.gguf", stories, 512, "b.gguf"));
+  VocabSpec changed = stories.spec();
+  changed.tokens[300] = "\n<changed>";
+  const Vocabulary other(changed);
+  try {
+    check_same_vocabulary(stories, 512, "a.gguf", other, 512, "b.gguf");
+    ADD_FAILURE() << "a changed token was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("token 300"), std::string::npos) << message;
+    EXPECT_NE(message.find("'\\x0a<changed>'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'" + stories.text(300) + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("b.gguf"), std::string::npos) << message;
+  }
+  VocabSpec shorter = stories.spec();
+  shorter.tokens.pop_back();
+  if (!shorter.scores.empty()) shorter.scores.pop_back();
+  if (!shorter.token_types.empty()) shorter.token_types.pop_back();
+  try {
+    check_same_vocabulary(stories, 512, "a.gguf", Vocabulary(shorter), 511, "b.gguf");
+    ADD_FAILURE() << "a shorter vocabulary was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("511 tokens"), std::string::npos) << message;
+    EXPECT_NE(message.find("512"), std::string::npos) << message;
+  }
 }
 
 struct SmolLM2 {

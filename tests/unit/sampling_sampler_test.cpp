@@ -16,6 +16,9 @@
 namespace nt {
 namespace {
 
+using test::chain_probabilities;
+using test::chi_square;
+using test::chi_square_bound;
 using test::fresh_rng;
 using test::random_logits;
 
@@ -72,36 +75,6 @@ TEST(Sampler, TopKOfOneAlwaysPicksTheArgmax) {
   }
 }
 
-// Pearson chi-square of `counts` against `probs`; cells expecting fewer than
-// 5 draws are pooled. Returns the statistic and its degrees of freedom.
-std::pair<double, int> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double stat = 0.0, pooled_expected = 0.0;
-  int64_t pooled_observed = 0;
-  int cells = 0;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    const double expected = probs[i] * double(n);
-    if (expected < 5.0) {
-      pooled_expected += expected;
-      pooled_observed += counts[i];
-      continue;
-    }
-    stat += (counts[i] - expected) * (counts[i] - expected) / expected;
-    ++cells;
-  }
-  if (pooled_expected > 0.0) {
-    stat += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
-    ++cells;
-  }
-  return {stat, cells - 1};
-}
-
-// Upper quantile of chi-square(df) with tail ~1e-9 (Wilson-Hilferty, z = 6):
-// a correct sampler fails this about once in a billion runs.
-double chi_square_bound(int df) {
-  const double a = 2.0 / (9.0 * df);
-  return df * std::pow(1.0 - a + 6.0 * std::sqrt(a), 3.0);
-}
-
 std::vector<int64_t> draw_counts(Sampler& sampler, const std::vector<float>& logits, int64_t n) {
   std::vector<int64_t> counts(logits.size(), 0);
   for (int64_t i = 0; i < n; ++i) ++counts[size_t(sample_copy(sampler, logits))];
@@ -127,30 +100,6 @@ TEST(Sampler, DrawsFollowSoftmaxOverTemperature) {
   EXPECT_LT(stat, chi_square_bound(df)) << "temperature " << temperature << ", df " << df;
 }
 
-// The whole default chain written out in float64: top-k, then top-p and min-p
-// on the renormalised temperature-1 probabilities, then softmax(logit / T).
-std::vector<double> chain_probabilities(const std::vector<float>& logits, const SamplingParams& p) {
-  std::vector<int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  ids.resize(std::min(ids.size(), size_t(p.top_k)));
-
-  const double top = logits[ids[0]];
-  double total = 0.0;
-  for (int32_t id : ids) total += std::exp(logits[id] - top);
-  double mass = 0.0;
-  size_t nucleus = 0;
-  while (nucleus < ids.size() && mass < double(p.top_p)) mass += std::exp(logits[ids[nucleus++]] - top) / total;
-  ids.resize(nucleus);
-  std::erase_if(ids, [&](int32_t id) { return std::exp(logits[id] - top) < double(p.min_p); });
-
-  std::vector<double> probs(logits.size(), 0.0);
-  double tempered_total = 0.0;
-  for (int32_t id : ids) tempered_total += probs[id] = std::exp((logits[id] - top) / p.temperature);
-  for (auto& x : probs) x /= tempered_total;
-  return probs;
-}
-
 TEST(Sampler, DrawsFollowTheFilteredChain) {
   uint64_t seed;
   auto rng = fresh_rng(seed);
@@ -174,6 +123,52 @@ TEST(Sampler, DrawsFollowTheFilteredChain) {
   } else {
     EXPECT_LT(stat, chi_square_bound(df)) << "df " << df;
   }
+}
+
+// The probabilities of the listed tokens, 0 for the rest.
+std::vector<double> dense(const TokenDistribution& d, size_t vocab) {
+  std::vector<double> probs(vocab, 0.0);
+  for (const TokenProbability& t : d) probs.at(size_t(t.id)) += t.p;
+  return probs;
+}
+
+TEST(Sampler, DistributionIsTheFilteredChainAndWhatItDraws) {
+  std::mt19937_64 rng(24);
+  for (const int32_t top_k : {40, 0}) {
+    SamplingParams params;
+    params.top_k = top_k;
+    params.seed = rng();
+    Sampler sampler(params, 2000);
+    auto logits = random_logits(rng, 2000, 2.5f);
+    const auto want = chain_probabilities(logits, params);
+    TokenDistribution got;
+    auto row = logits;
+    sampler.distribution(row, got);
+    const auto probs = dense(got, logits.size());
+    for (size_t id = 0; id < want.size(); ++id) EXPECT_NEAR(probs[id], want[id], 1e-12) << "token " << id;
+    // Drawing from it at the sampler's uniforms gives the sampler's own tokens.
+    Sampler twin(params, 2000);
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(draw_from(got, sampler.next_uniform()), sample_copy(twin, logits));
+  }
+}
+
+TEST(Sampler, GreedyDistributionIsOneHotAtThePenalisedArgmax) {
+  std::vector<float> logits(8, 0.0f);
+  logits[3] = 5.0f;
+  logits[5] = 4.0f;
+  SamplingParams params = greedy_sampling();
+  params.repeat_penalty = 2.0f;
+  Sampler sampler(params, 8);
+  TokenDistribution got;
+  auto row = logits;
+  sampler.distribution(row, got);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id, 3);
+  EXPECT_EQ(got[0].p, 1.0);
+  sampler.accept(3);
+  row = logits;
+  sampler.distribution(row, got);
+  EXPECT_EQ(got[0].id, 5);
 }
 
 TEST(Sampler, SameSeedSameSequence) {

@@ -1,0 +1,116 @@
+#include "cli/speculation_options.h"
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "engine/default_model.h"
+#include "engine/lookup_draft.h"
+#include "engine/model_draft.h"
+#include "engine/self_draft.h"
+#include "engine/step_drafter.h"
+
+namespace nt::cli {
+
+std::string SpeculationOptions::source_flag() const {
+  if (!draft_model.empty()) return "--draft-model";
+  return lookup ? "--lookup" : "--draft-self";
+}
+
+void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
+  cmd.add_option("--draft-model", o.draft_model,
+                 "Speculative decoding drafting with a second, smaller GGUF model of the same vocabulary (on the "
+                 "target's device); the output is what decoding without it gives (greedy) or is distributed as it "
+                 "(sampling)");
+  o.draft_self_flag = cmd.add_option("--draft-self", o.draft_self_layers,
+                                     "Speculative decoding drafting with the model's own first N layers, final norm "
+                                     "and head (N omitted: half the layers)")
+                          ->expected(0, 1)
+                          ->check(CLI::PositiveNumber);
+  cmd.add_flag("--lookup", o.lookup,
+               "Speculative decoding drafting from the context (prompt lookup: what followed the latest n-gram match)");
+  o.draft_max_flag = cmd.add_option("--draft-max", o.draft_max, "Speculation: tokens drafted per verification pass at most")
+                         ->capture_default_str()
+                         ->check(CLI::PositiveNumber);
+}
+
+void check_speculation_options(const SpeculationOptions& o) {
+  const int sources = int(!o.draft_model.empty()) + int(o.draft_self()) + int(o.lookup);
+  if (sources > 1) fail("--draft-model, --draft-self and --lookup: choose one draft source");
+  if (!o.enabled() && o.draft_max_flag && o.draft_max_flag->count() > 0) {
+    fail("--draft-max needs a draft source: --draft-model, --draft-self or --lookup");
+  }
+}
+
+void refuse_speculation_options(const SpeculationOptions& o, std::string_view command, std::string_view why) {
+  const bool draft_max = o.draft_max_flag && o.draft_max_flag->count() > 0;
+  if (o.enabled() || draft_max) {
+    fail("{} {}: {} does not decode speculatively yet ({}); run and chat do", command,
+         o.enabled() ? o.source_flag() : "--draft-max", command, why);
+  }
+}
+
+namespace {
+
+LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target) {
+  ModelOptions draft = target_options;
+  draft.model = path;
+  draft.context = target.runner->context_size();
+  draft.sequences = 1;
+  // The budgets and the trace are the target's; the draft is small and resident.
+  draft.vram_budget.clear();
+  draft.ram_budget.clear();
+  draft.trace.clear();
+  LoadedModel loaded;
+  try {
+    loaded = load_model(draft);
+  } catch (const Error& e) {
+    fail("--draft-model: {}", e.what());
+  }
+  const std::string target_path = target_options.model.empty() ? default_model_path() : target_options.model;
+  check_same_vocabulary(target.tokenizer->vocab(), target.runner->config().vocab_size, target_path,
+                        loaded.tokenizer->vocab(), loaded.runner->config().vocab_size, path);
+  return loaded;
+}
+
+}  // namespace
+
+Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
+                         const SamplingParams& sampling, SeqId seq) {
+  ModelRunner& runner = *target.runner;
+  if (!o.draft_model.empty()) {
+    draft_model_ = load_draft_model(o.draft_model, target_options, target);
+    source_ = std::make_unique<ModelDraft>(*draft_model_.runner, 0, draft_sampling(sampling));
+  } else if (o.draft_self()) {
+    const int64_t n_layers = runner.config().n_layers;
+    const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
+    if (layers >= n_layers) {
+      fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);
+    }
+    source_ = std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
+  } else if (o.lookup) {
+    source_ = std::make_unique<LookupDraft>();
+  }
+}
+
+SpeculativeOrPlainGenerator::SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer,
+                                                         DraftSource* draft, int64_t draft_max)
+    : plain_(runner, tokenizer) {
+  if (draft) speculative_.emplace(runner, tokenizer, *draft, draft_max);
+}
+
+SpeculativeStats SpeculativeOrPlainGenerator::generate(std::span<const int32_t> prompt, Sampler& sampler,
+                                                       const GenerationOptions& options, const TextSink& on_text) {
+  if (speculative_) return speculative_->generate(prompt, sampler, options, on_text);
+  return {plain_.generate(prompt, sampler, options, on_text), {}};
+}
+
+const std::vector<int32_t>& SpeculativeOrPlainGenerator::generated() const {
+  return speculative_ ? speculative_->generated() : plain_.generated();
+}
+
+std::string speculation_summary(const SpeculationStats& s) {
+  return fmt::format("speculation: {} passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass",
+                     s.passes, s.accepted, s.drafted, 100.0 * s.acceptance(), s.tokens_per_pass());
+}
+
+}  // namespace nt::cli

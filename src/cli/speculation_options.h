@@ -1,0 +1,86 @@
+// The speculative decoding flags, declared once for every command that
+// generates (run, chat, batch, bench): the draft source (--draft-model FILE,
+// --draft-self [N], --lookup) and --draft-max; their checks; opening the
+// draft; one generator over both paths; and the statistics line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/model_options.h"
+#include "engine/generator.h"
+#include "engine/speculative.h"
+#include "sampling/sampler.h"
+
+namespace nt::cli {
+
+struct SpeculationOptions {
+  std::string draft_model;
+  bool lookup = false;
+  int64_t draft_self_layers = 0;  // 0: default_self_draft_layers
+  int64_t draft_max = 8;
+  // Set by the parser: whether --draft-self and --draft-max were given.
+  const CLI::Option* draft_self_flag = nullptr;
+  const CLI::Option* draft_max_flag = nullptr;
+
+  bool draft_self() const { return draft_self_flag && draft_self_flag->count() > 0; }
+  bool enabled() const { return lookup || draft_self() || !draft_model.empty(); }
+  // The draft source's flag, for messages: "--lookup".
+  std::string source_flag() const;
+};
+
+void add_speculation_options(CLI::App& cmd, SpeculationOptions& options);
+
+// Refuses combinations that cannot work, naming the flags, before a model is loaded.
+void check_speculation_options(const SpeculationOptions& options);
+
+// For a command that does not speculate (yet): refuses any speculation flag, naming it and saying why.
+void refuse_speculation_options(const SpeculationOptions& options, std::string_view command, std::string_view why);
+
+// A command's draft source, and the model it runs when it is a --draft-model.
+class Speculation {
+ public:
+  // The draft for sequence `seq` of `target` (loaded with `target_options`,
+  // whose device, threads and context a draft model gets too), sampling with
+  // `sampling` (a sampling target gets a draft that samples, see
+  // draft_sampling). No source when the options name none. A draft model
+  // must have the target's vocabulary (nt::Error naming the first
+  // difference); bad counts name the flag.
+  Speculation(const SpeculationOptions& options, const ModelOptions& target_options, LoadedModel& target,
+              const SamplingParams& sampling, SeqId seq = 0);
+
+  DraftSource* source() const { return source_.get(); }
+
+ private:
+  LoadedModel draft_model_;
+  std::unique_ptr<DraftSource> source_;
+};
+
+// Decoding one sequence with speculation when a draft is given, without it
+// otherwise, behind one call: the commands are written once over both.
+class SpeculativeOrPlainGenerator {
+ public:
+  SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource* draft, int64_t draft_max);
+
+  // As Generator::generate; the speculation statistics stay zero without a draft.
+  SpeculativeStats generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerationOptions& options,
+                            const TextSink& on_text);
+  const std::vector<int32_t>& generated() const;
+  bool speculates() const { return speculative_.has_value(); }
+
+ private:
+  Generator plain_;
+  std::optional<SpeculativeGenerator> speculative_;
+};
+
+// The closing statistics line: passes, acceptance, tokens per pass.
+std::string speculation_summary(const SpeculationStats& stats);
+
+}  // namespace nt::cli
