@@ -105,6 +105,10 @@ class CpuLlamaRunner final : public ModelRunner {
     }
   }
 
+  // Every pass, the single-sequence methods' included, is a forward_pages.
+  bool honours_default_schedule() const override { return true; }
+  bool reports_layers() const override { return true; }
+
   void copy_pages(std::span<const PageCopy> copies) override {
     const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
     const size_t page_bytes = size_t(kPageSize) * size_t(config_.kv_dim()) * elem;
@@ -131,8 +135,11 @@ class CpuLlamaRunner final : public ModelRunner {
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
 
+    LayerObserver* observer = layer_observer();
+    const size_t rows = size_t(n * c.dim);
     for (const int32_t l : layers) {
       const auto& w = weights_.layers[size_t(l)];
+      if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(rows));
       // Attention block: x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
       rmsnorm_rows(x_.data(), w.attn_norm.f32(), xb_.data(), n);
       matmul(w.wq, xb_.data(), q_.data());
@@ -155,6 +162,7 @@ class CpuLlamaRunner final : public ModelRunner {
       cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
       matmul(w.w_down, gate_.data(), xb_.data());
       cpu::add_inplace(x_.data(), xb_.data(), n * c.dim);
+      if (observer) observer->observe(l, layer_input_, {x_.data(), rows});
     }
   }
 
@@ -247,6 +255,7 @@ class CpuLlamaRunner final : public ModelRunner {
   std::vector<float> inv_freqs_;            // per rotated pair, scaling folded in
   // Activations for up to max_batch tokens, named as in the model.
   std::vector<float> x_;          // residual stream [n][dim]
+  std::vector<float> layer_input_;  // x_ before the layer, for a LayerObserver
   std::vector<float> xb_;         // normed input / projection output [n][dim]
   std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]
   std::vector<float> att_;        // attention output [n][q_dim]
