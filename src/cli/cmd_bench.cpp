@@ -11,6 +11,7 @@
 
 #include "cli/bench_batched.h"
 #include "cli/commands.h"
+#include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
 #include "core/repetitions.h"
 
@@ -24,6 +25,7 @@ struct BenchOptions {
   std::vector<int64_t> depths = {0};  // decode starts after this many cached tokens
   int repetitions = 3;
   BatchedBenchOptions batched;
+  LayerSkipOptions layer_skip;
 };
 
 // Per-repetition speeds from per-repetition seconds for `tokens` tokens.
@@ -46,15 +48,18 @@ void bench_many_sequences(const BenchOptions& o) {
   if (mo.context == 0) mo.context = o.batched.context();
   mo.sequences = o.batched.sequences();
   auto loaded = load_model(mo);
+  apply_layer_skip(o.layer_skip, loaded);
   bench_batched(*loaded.runner, loaded.file->header().get_string("general.name", std::string("?")), o.batched);
 }
 
 void bench(const BenchOptions& o) {
+  check_layer_skip_flags(o.layer_skip);
   if (o.batched.enabled()) return bench_many_sequences(o);
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
   if (mo.context == 0) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
   auto loaded = load_model(mo);
+  apply_layer_skip(o.layer_skip, loaded);
   auto& runner = *loaded.runner;
   const int64_t vocab = runner.config().vocab_size;
   const auto prompt = bench_tokens(std::max({o.n_prompt, max_depth, int64_t(8)}), vocab);
@@ -109,6 +114,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
       ->delimiter(',');
+  add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([] { bench(o); });
 }
 

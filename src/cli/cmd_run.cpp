@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/id_list.h"
+#include "cli/layer_skip_options.h"
 #include "cli/logits_file.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -49,13 +50,20 @@ struct RunOptions {
   int64_t draft_self_layers = 0;  // 0: default_self_draft_layers
   int64_t draft_max = 8;
   bool draft_max_given = false;
+  LayerSkipOptions layer_skip;
 
   bool speculates() const { return lookup || draft_self; }
 };
 
 // Refuses flag combinations speculation does not support (yet), naming the flag.
 void check_speculation_flags(const RunOptions& o) {
+  check_layer_skip_flags(o.layer_skip);
   if (o.lookup && o.draft_self) fail("--lookup and --draft-self: choose one draft source");
+  if (o.draft_self_layers > 0 && o.layer_skip.enabled()) {
+    fail("--draft-self {} with --layer-skip: the draft runs the first {} layers or the layers the skip list keeps; "
+         "drop one",
+         o.draft_self_layers, o.draft_self_layers);
+  }
   if (!o.speculates()) {
     if (o.draft_max_given) fail("--draft-max needs a draft source: --lookup or --draft-self");
     return;
@@ -73,8 +81,10 @@ void check_speculation_flags(const RunOptions& o) {
   }
 }
 
-std::unique_ptr<DraftSource> make_draft(const RunOptions& o, ModelRunner& runner) {
+std::unique_ptr<DraftSource> make_draft(const RunOptions& o, LoadedModel& loaded) {
   if (o.lookup) return std::make_unique<LookupDraft>();
+  if (o.layer_skip.enabled()) return make_layer_skip_draft(o.layer_skip, loaded);
+  ModelRunner& runner = *loaded.runner;
   const int64_t n_layers = runner.config().n_layers;
   const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
   if (layers >= n_layers) fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);
@@ -164,6 +174,8 @@ void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector
 void run(const RunOptions& o) {
   check_speculation_flags(o);
   auto loaded = load_model(o.model);
+  // With --draft-self the skip list shapes the draft alone (make_draft).
+  if (!o.draft_self) apply_layer_skip(o.layer_skip, loaded);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   File ids_file = create_ids_file(o.ids_out);
@@ -212,7 +224,7 @@ void run(const RunOptions& o) {
     write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
     return;
   }
-  const std::unique_ptr<DraftSource> draft = make_draft(o, runner);
+  const std::unique_ptr<DraftSource> draft = make_draft(o, loaded);
   SpeculativeGenerator generator(runner, tokenizer, *draft, o.draft_max);
   const auto stats = generator.generate(prompt.tokens, gen, print_text);
   print_stats(stats.generation, &stats.speculation);
@@ -246,12 +258,14 @@ void add_run_command(CLI::App& app) {
                                       "the latest n-gram match); needs --temp 0");
   auto* draft_self = cmd->add_option("--draft-self", o.draft_self_layers,
                                      "Speculative greedy decoding drafting with the model's own first N layers, final "
-                                     "norm and head (N omitted: half the layers); needs --temp 0")
+                                     "norm and head (N omitted: half the layers, or with --layer-skip the layers its "
+                                     "skip list keeps); needs --temp 0")
                          ->expected(0, 1)
                          ->check(CLI::PositiveNumber);
   auto* draft_max = cmd->add_option("--draft-max", o.draft_max, "Speculation: tokens drafted per verification pass at most")
                         ->capture_default_str()
                         ->check(CLI::PositiveNumber);
+  add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([draft_self, draft_max] {
     o.draft_self = draft_self->count() > 0;
     o.draft_max_given = draft_max->count() > 0;

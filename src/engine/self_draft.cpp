@@ -9,14 +9,32 @@ namespace nt {
 
 int64_t default_self_draft_layers(int64_t n_layers) { return std::max<int64_t>(1, n_layers / 2); }
 
-SelfDraft::SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers) : runner_(runner), seq_(seq) {
-  const int64_t n_layers = runner.config().n_layers;
-  // All the layers would be the target itself, at the price of a second pass.
+namespace {
+
+// All the layers would be the target itself, at the price of a second pass.
+void check_draft_layers(int64_t layers, int64_t n_layers) {
   if (layers < 1 || layers >= n_layers) {
     fail("a self-speculative draft of {} layers: the model has {}, so use 1 to {}", layers, n_layers, n_layers - 1);
   }
-  schedule_.layers.resize(size_t(layers));
-  std::iota(schedule_.layers.begin(), schedule_.layers.end(), 0);
+}
+
+LayerSchedule first_layers(int64_t layers, int64_t n_layers) {
+  check_draft_layers(layers, n_layers);
+  LayerSchedule schedule;
+  schedule.layers.resize(size_t(layers));
+  std::iota(schedule.layers.begin(), schedule.layers.end(), 0);
+  return schedule;
+}
+
+}  // namespace
+
+SelfDraft::SelfDraft(ModelRunner& runner, SeqId seq, int64_t layers)
+    : SelfDraft(runner, seq, first_layers(layers, runner.config().n_layers)) {}
+
+SelfDraft::SelfDraft(ModelRunner& runner, SeqId seq, LayerSchedule schedule)
+    : runner_(runner), seq_(seq), schedule_(std::move(schedule)) {
+  const int64_t n_layers = runner.config().n_layers;
+  check_draft_layers(int64_t(scheduled_layers(schedule_, n_layers).size()), n_layers);
 }
 
 void SelfDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
