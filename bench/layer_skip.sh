@@ -14,6 +14,8 @@ texts=$(dirname "$0")/texts
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 skip="$tmp/skip.json"
 field() { sed -nE "s|$1|\\1|p" "$2" | head -1; }
+# The tok/s cell of bench's row for test $1.
+tok_s() { awk -F' [|] ' -v test="$1" '$3 == test { print $4; exit }' "$2"; }
 
 "$nt" calibrate-skip -m "$model" -t "$threads" -f "$texts/calibration.txt" -o "$skip" -c 512 > "$tmp/ranks.md" 2> /dev/null
 echo "Calibration (cosine similarity of each layer's input and output, most skippable first):"
@@ -29,8 +31,8 @@ for k in ${NT_SKIPS:-0 1 2 3 4 6 8}; do
   "$nt" bench -m "$model" -t "$threads" -r 3 "${flags[@]}" > "$tmp/bench.out" 2> /dev/null
   ppl=$(field '^PPL = ([0-9.]+ \+/- [0-9.]+).*' "$tmp/ppl.out"); p=${ppl%% *}
   left=$(field '.*leaves out [0-9]+ of [0-9]+ layers: (.*)$' "$tmp/ppl.err")
-  pp=$(field '.*\| pp128 \| ([0-9.]+ ± [0-9.]+) \|.*' "$tmp/bench.out")
-  tg=$(field '.*\| tg64 @ 0 \| ([0-9.]+ ± [0-9.]+) \|.*' "$tmp/bench.out"); t=${tg%% *}
+  pp=$(tok_s pp128 "$tmp/bench.out")
+  tg=$(tok_s "tg64 @ 0" "$tmp/bench.out"); t=${tg%% *}
   [[ -z $base_ppl ]] && base_ppl=$p && base_tg=$t
   change=$(awk -v a="$p" -v b="$base_ppl" 'BEGIN { printf "%+.1f%%", 100 * (a / b - 1) }')
   speedup=$(awk -v a="$t" -v b="$base_tg" 'BEGIN { printf "%.2f", a / b }')
