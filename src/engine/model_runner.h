@@ -57,7 +57,7 @@ class ModelRunner {
   // the pool (nt::Error naming the sequence otherwise; the batch's sequences
   // then end at their first entry's position). Token ids are checked.
   void forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule);
-  // The same over default_schedule().
+  // The same over the default schedule (set_default_schedule; every layer unless set).
   void forward(const Batch& batch, BatchOutputs& out) { forward(batch, out, default_schedule_); }
   // forward(batch, out, schedule), handing each scheduled layer's input and
   // output to `observer`; nt::Error on a backend that cannot.
@@ -67,7 +67,6 @@ class ModelRunner {
   // included: layer skip. nt::Error on a backend whose single-sequence paths
   // would not honour it.
   void set_default_schedule(LayerSchedule schedule);
-  const LayerSchedule& default_schedule() const { return default_schedule_; }
 
   SeqId seq_alloc() { return pages_->allocate(); }
   void seq_free(SeqId seq);  // not the default sequence
