@@ -13,7 +13,9 @@
 #include "cli/bench_batched.h"
 #include "cli/bench_speculation.h"
 #include "cli/commands.h"
+#include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
+#include "core/error.h"
 #include "core/repetitions.h"
 
 namespace nt::cli {
@@ -27,6 +29,7 @@ struct BenchOptions {
   int repetitions = 3;
   BatchedBenchOptions batched;
   SpeculationBenchOptions speculative;  // with a draft source: a table with and without speculation
+  LayerSkipOptions layer_skip;
 };
 
 // Per-repetition speeds from per-repetition seconds for `tokens` tokens.
@@ -49,6 +52,7 @@ void bench_many_sequences(const BenchOptions& o) {
   if (mo.context == 0) mo.context = o.batched.context();
   mo.sequences = o.batched.sequences();
   auto loaded = load_model(mo);
+  apply_layer_skip(o.layer_skip, loaded);
   bench_batched(*loaded.runner, loaded.file->header().get_string("general.name", std::string("?")), o.batched);
 }
 
@@ -59,11 +63,16 @@ void bench(const BenchOptions& o) {
     return bench_many_sequences(o);
   }
   check_speculation_options(o.speculative.speculation);
+  check_layer_skip_flags(o.layer_skip);
+  if (speculates && o.layer_skip.enabled()) {
+    fail("bench --layer-skip with {}: the speculation table measures the full model; drop one", o.speculative.speculation.source_flag());
+  }
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
   // Speculation's prompt is text of unknown length: it gets the model's default context.
   if (mo.context == 0 && !speculates) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
   auto loaded = load_model(mo);
+  apply_layer_skip(o.layer_skip, loaded);
   auto& runner = *loaded.runner;
   const int64_t vocab = runner.config().vocab_size;
   const auto prompt = bench_tokens(std::max({o.n_prompt, max_depth, int64_t(8)}), vocab);
@@ -120,6 +129,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
       ->delimiter(',');
   add_speculation_bench_options(*cmd, o.speculative);
+  add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([] { bench(o); });
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
 #include "core/read_file.h"
 #include "engine/perplexity.h"
@@ -15,6 +16,7 @@ void add_perplexity_command(CLI::App& app) {
       "perplexity", "Perplexity of a text file: windows of the context length, each from BOS, second half scored");
   static ModelOptions model;
   static std::string text_path;
+  static LayerSkipOptions layer_skip;
   model.context = 512;  // the usual perplexity context, as llama-perplexity's default
   add_model_options(*cmd, model);
   // -c is the context here as everywhere; each window fills it, as in llama-perplexity.
@@ -22,9 +24,12 @@ void add_perplexity_command(CLI::App& app) {
       ->description("Context length in tokens, which is also each scored window's (0: the model's, at most 4096)")
       ->capture_default_str();
   cmd->add_option("-f,--file", text_path, "Text file")->required()->check(CLI::ExistingFile);
+  add_layer_skip_options(*cmd, layer_skip);
   cmd->callback([] {
+    check_layer_skip_flags(layer_skip);
     const std::string text = read_file(text_path);
     auto loaded = load_model(model);
+    apply_layer_skip(layer_skip, loaded);
     const int64_t n_ctx = loaded.runner->context_size();
     const Tokenizer& tokenizer = *loaded.tokenizer;
     const auto tokens = tokenizer.encode(text, true, false);

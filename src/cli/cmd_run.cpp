@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/id_list.h"
+#include "cli/layer_skip_options.h"
 #include "cli/logits_file.h"
 #include "cli/model_options.h"
 #include "cli/speculation_options.h"
@@ -41,11 +42,17 @@ struct RunOptions {
   bool all_logits = false;
   std::string teacher_ids;
   SpeculationOptions speculation;
+  LayerSkipOptions layer_skip;
 };
 
 // Refuses flag combinations speculation does not support, naming the flag.
 void check_speculation_flags(const RunOptions& o) {
   check_speculation_options(o.speculation);
+  check_layer_skip_flags(o.layer_skip);
+  if (o.speculation.draft_self_layers > 0 && o.layer_skip.enabled()) {
+    fail("--draft-self {} with --layer-skip: the draft runs the first {} layers or the layers the skip list keeps; drop one",
+         o.speculation.draft_self_layers, o.speculation.draft_self_layers);
+  }
   if (o.speculation.enabled() && !o.teacher_ids.empty()) {
     fail("{} with --teacher-ids: teacher forcing generates nothing to draft for", o.speculation.source_flag());
   }
@@ -131,7 +138,9 @@ void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector
 void run(const RunOptions& o) {
   check_speculation_flags(o);
   auto loaded = load_model(o.model);
-  const Speculation speculation(o.speculation, o.model, loaded, o.sampling);  // a bad draft fails before any output
+  // With --draft-self the skip list shapes the draft alone (exact); otherwise every pass skips (lossy).
+  if (!o.speculation.draft_self()) apply_layer_skip(o.layer_skip, loaded);
+  const Speculation speculation(o.speculation, o.model, loaded, o.sampling, 0, &o.layer_skip);  // a bad draft fails before any output
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   File ids_file = create_ids_file(o.ids_out);
@@ -204,6 +213,7 @@ void add_run_command(CLI::App& app) {
       "Instead of generating, read these reference ids after the prompt (a file, or a list: 1,2,3 or [1, 2, 3]) and "
       "print for each our top token, its margin over our second and its gap over the reference's, tab-separated");
   add_speculation_options(*cmd, o.speculation);
+  add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([] { run(o); });
 }
 

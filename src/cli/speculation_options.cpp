@@ -75,11 +75,13 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
 }  // namespace
 
 Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
-                         const SamplingParams& sampling, SeqId seq) {
+                         const SamplingParams& sampling, SeqId seq, const LayerSkipOptions* layer_skip) {
   ModelRunner& runner = *target.runner;
   if (!o.draft_model.empty()) {
     draft_model_ = load_draft_model(o.draft_model, target_options, target);
     source_ = std::make_unique<ModelDraft>(*draft_model_.runner, 0, draft_sampling(sampling));
+  } else if (o.draft_self() && layer_skip && layer_skip->enabled()) {
+    source_ = std::make_unique<SelfDraft>(runner, seq, layer_skip_draft_schedule(*layer_skip, target), draft_sampling(sampling));
   } else if (o.draft_self()) {
     const int64_t n_layers = runner.config().n_layers;
     const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);

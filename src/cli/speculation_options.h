@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
 #include "engine/generator.h"
 #include "engine/speculative.h"
@@ -53,8 +54,9 @@ class Speculation {
   // draft_sampling). No source when the options name none. A draft model
   // must have the target's vocabulary (nt::Error naming the first
   // difference); bad counts name the flag.
+  // With `layer_skip` enabled, --draft-self drafts without the layers it skips.
   Speculation(const SpeculationOptions& options, const ModelOptions& target_options, LoadedModel& target,
-              const SamplingParams& sampling, SeqId seq = 0);
+              const SamplingParams& sampling, SeqId seq = 0, const LayerSkipOptions* layer_skip = nullptr);
 
   DraftSource* source() const { return source_.get(); }
 

@@ -60,6 +60,25 @@ void ModelRunner::forward(const Batch& batch, BatchOutputs& out, const LayerSche
   if (!batch.empty()) forward_pages(batch, runs, layers, out);
 }
 
+void ModelRunner::forward_observed(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule,
+                                   LayerObserver& observer) {
+  if (!reports_layers()) fail("{}: per-layer hidden states are not supported by this backend yet (use --device cpu)", description());
+  struct Reset {
+    LayerObserver*& observer;
+    ~Reset() { observer = nullptr; }
+  } reset{observer_};
+  observer_ = &observer;
+  forward(batch, out, schedule);
+}
+
+void ModelRunner::set_default_schedule(LayerSchedule schedule) {
+  if (!schedule.runs_all() && !honours_default_schedule()) {
+    fail("{}: layer skip is not supported by this backend yet (use --device cpu)", description());
+  }
+  scheduled_layers(schedule, config().n_layers);  // checked now, not at the first pass
+  default_schedule_ = std::move(schedule);
+}
+
 void ModelRunner::claim_default(int64_t pos, int64_t count) {
   if (pos < 0 || count < 0 || pos + count > context_size()) {
     fail("context overflow: positions {}..{} do not fit the context of {} tokens (raise -c, up to the model's {})", pos,

@@ -25,6 +25,16 @@
 
 namespace nt {
 
+// Sees the residual stream around each layer a pass runs: what layer-skip
+// calibration measures.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  // Layer `layer`'s input and output for some consecutive entries of the
+  // pass (a backend may hand a batch over in chunks): [rows][dim] each.
+  virtual void observe(int32_t layer, std::span<const float> input, std::span<const float> output) = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -46,7 +56,17 @@ class ModelRunner {
   // length; later positions are overwritten) and must fit the context and
   // the pool (nt::Error naming the sequence otherwise; the batch's sequences
   // then end at their first entry's position). Token ids are checked.
-  void forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule = LayerSchedule::all());
+  void forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule);
+  // The same over the default schedule (set_default_schedule; every layer unless set).
+  void forward(const Batch& batch, BatchOutputs& out) { forward(batch, out, default_schedule_); }
+  // forward(batch, out, schedule), handing each scheduled layer's input and
+  // output to `observer`; nt::Error on a backend that cannot.
+  void forward_observed(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule, LayerObserver& observer);
+
+  // The schedule of every pass that names none, the single-sequence methods'
+  // included: layer skip. nt::Error on a backend whose single-sequence paths
+  // would not honour it.
+  void set_default_schedule(LayerSchedule schedule);
 
   SeqId seq_alloc() { return pages_->allocate(); }
   void seq_free(SeqId seq);  // not the default sequence
@@ -98,6 +118,12 @@ class ModelRunner {
   // The backend's constructor hands over the books of its pool; the default
   // sequence is allocated here.
   void init_pages(KvPages pages);
+  // Whether every pass goes through forward_pages with the caller's schedule
+  // (the backend overrides none of the single-sequence methods).
+  virtual bool honours_default_schedule() const { return false; }
+  // Whether forward_pages reports each layer to layer_observer() when one is set.
+  virtual bool reports_layers() const { return false; }
+  LayerObserver* layer_observer() const { return observer_; }
   // One pass over a checked batch whose sequences' pages are in place.
   virtual void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                              BatchOutputs& out) = 0;
@@ -111,6 +137,8 @@ class ModelRunner {
 
  private:
   std::optional<KvPages> pages_;
+  LayerSchedule default_schedule_;
+  LayerObserver* observer_ = nullptr;  // set during forward_observed only
   Batch one_batch_;  // the single-sequence defaults' batch and outputs
   BatchOutputs one_out_;
   std::vector<Candidate> step_top_;  // the default decode_sampled's

@@ -388,8 +388,9 @@ def feed_forward(x, layer, arithmetic):
     return linear(hidden, layer.w_down, arithmetic)
 
 
-def forward(model, tokens, start_pos, cache):
-    """Logits (n_tokens, vocab) for tokens placed at positions start_pos, start_pos+1, ..."""
+def forward(model, tokens, start_pos, cache, on_layer=None):
+    """Logits (n_tokens, vocab) for tokens placed at positions start_pos, start_pos+1, ...
+    on_layer(layer index, its input, its output) sees the hidden states (n_tokens, dim)."""
     c = model.config
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.min() < 0 or tokens.max() >= c.vocab_size:
@@ -397,8 +398,11 @@ def forward(model, tokens, start_pos, cache):
     positions = np.arange(start_pos, start_pos + len(tokens))
     x = model.token_embd[tokens]
     for li, layer in enumerate(model.layers):
+        x_in = x
         x = x + attention(rmsnorm(x, layer.attn_norm, c.rms_eps), layer, li, positions, cache, model)
         x = x + feed_forward(rmsnorm(x, layer.ffn_norm, c.rms_eps), layer, model.arithmetic)
+        if on_layer:
+            on_layer(li, x_in, x)
     return linear(rmsnorm(x, model.output_norm, c.rms_eps), model.output, model.arithmetic)
 
 

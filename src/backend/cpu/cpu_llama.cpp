@@ -97,6 +97,10 @@ class CpuLlamaRunner final : public ModelRunner {
     }
   }
 
+  // Every pass, the single-sequence methods' included, is a forward_pages.
+  bool honours_default_schedule() const override { return true; }
+  bool reports_layers() const override { return true; }
+
   void copy_pages(std::span<const PageCopy> copies) override {
     const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
     const size_t page_bytes = size_t(kPageSize) * size_t(config_.kv_dim()) * elem;
@@ -118,9 +122,13 @@ class CpuLlamaRunner final : public ModelRunner {
     const int64_t n = int64_t(entries.size());
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
+    LayerObserver* observer = layer_observer();
+    const size_t values = size_t(n * c.dim);
     const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_};
     for (const int32_t l : layers) {
+      if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(values));
       layer_.run(weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
+      if (observer) observer->observe(l, layer_input_, {x_.data(), values});
     }
   }
 
@@ -176,8 +184,9 @@ class CpuLlamaRunner final : public ModelRunner {
   int64_t pool_rows_ = 0;                   // positions the KV pool holds, over all sequences
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][pool row][kv_dim] in kv_type_
   cpu::LlamaLayer layer_;                   // every layer's pass, with its scratch
-  std::vector<float> x_;   // residual stream [n][dim]
-  std::vector<float> xb_;  // the head's normed rows [n][dim]
+  std::vector<float> x_;            // residual stream [n][dim]
+  std::vector<float> layer_input_;  // x_ before the layer, for a LayerObserver
+  std::vector<float> xb_;           // the head's normed rows [n][dim]
   std::vector<int64_t> head_rows_;  // entries whose rows go through the head
   std::vector<float> head_logits_;  // [output rows][vocab]
   Candidates top_;
