@@ -75,8 +75,9 @@ void ModelRunner::set_default_schedule(LayerSchedule schedule) {
   if (!schedule.runs_all() && !honours_default_schedule()) {
     fail("{}: layer skip is not supported by this backend yet (use --device cpu)", description());
   }
-  scheduled_layers(schedule, config().n_layers);  // checked now, not at the first pass
+  const std::vector<int32_t> layers = scheduled_layers(schedule, config().n_layers);  // checked now, not at the first pass
   default_schedule_ = std::move(schedule);
+  default_schedule_changed(layers);
 }
 
 void ModelRunner::claim_default(int64_t pos, int64_t count) {

@@ -121,6 +121,8 @@ class ModelRunner {
   // Whether every pass goes through forward_pages with the caller's schedule
   // (the backend overrides none of the single-sequence methods).
   virtual bool honours_default_schedule() const { return false; }
+  // Called when set_default_schedule changes it, with its layers in order.
+  virtual void default_schedule_changed(std::span<const int32_t> layers) { (void)layers; }
   // Whether forward_pages reports each layer to layer_observer() when one is set.
   virtual bool reports_layers() const { return false; }
   LayerObserver* layer_observer() const { return observer_; }

@@ -159,13 +159,20 @@ class CudaLlamaRunner final : public ModelRunner {
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
+  // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
+  bool honours_default_schedule() const override { return true; }
+  void default_schedule_changed(std::span<const int32_t> layers) override {
+    default_layers_.assign(layers.begin(), layers.end());
+  }
 
  private:
   void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
   std::string tier_counts() const;
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
-  bool decodes_in_graphs() const { return options_.decode_graph && !streamer_; }
+  bool decodes_in_graphs() const {
+    return options_.decode_graph && !streamer_ && int64_t(default_layers_.size()) == config_.n_layers;
+  }
   // The kinds of one-token step graph. Logits: the staged inputs copied in,
   // then the forward pass (the caller copies out what it needs). Greedy: the
   // forward pass on the inputs the step before left, ending in
@@ -225,7 +232,7 @@ class CudaLlamaRunner final : public ModelRunner {
   // pos_dev_); logits of the last token (or all) into logits_.
   void run_chunk(int64_t n, int64_t pos, int64_t max_keys, bool all_logits) {
     const ChunkSequence one{0, n, 0, pos_dev_, max_keys, 0, pos};
-    run_chunk(n, {{&one, 1}}, all_layers_, {all_logits ? n : 1, nullptr}, true);
+    run_chunk(n, {{&one, 1}}, default_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
   // the head's rows' logits into logits_.
@@ -275,7 +282,7 @@ class CudaLlamaRunner final : public ModelRunner {
   const float* output_norm_ = nullptr;
   const float* inv_freq_ = nullptr;
   std::vector<LayerOnDevice> layers_;
-  std::vector<int32_t> all_layers_;  // 0, 1, ..., n_layers - 1
+  std::vector<int32_t> default_layers_;  // the default schedule's: 0, 1, ..., n_layers - 1 unless layer skip is on
 
   DeviceBuffer k_cache_, v_cache_;
   DeviceBuffer activations_;
@@ -341,7 +348,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   // One KV slot of the whole context per sequence: the attention kernels
   // read a sequence's cache as one contiguous range.
   init_pages(KvPages(options_.max_sequences, cache_context_, context_, KvPages::Layout::PagePerSequence));
-  for (int64_t l = 0; l < config_.n_layers; ++l) all_layers_.push_back(int32_t(l));
+  for (int64_t l = 0; l < config_.n_layers; ++l) default_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   // Compute first: streamed layers' re-lay kernels (layer_stream.h) fill the
@@ -894,7 +901,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
   const int64_t floats = n * config_.dim;
-  copy_floats(x_, host_->host_x(), floats, stream_);
+  copy_floats(x_, host_->host_x_on_device(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
   for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos});
@@ -906,7 +913,7 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
   }
   ++host_passes_;
-  copy_floats(host_->host_x(), x_, floats, stream_);
+  copy_floats(host_->host_x_on_device(), x_, floats, stream_);
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {

@@ -29,29 +29,24 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cudaFree(ptr_);
 }
 
-// Large buffers are anonymous mappings backed by transparent huge pages and
-// then registered with the driver: on the H200 host that pins at 4.7 GB/s
-// against 2.4 GB/s for cudaMallocHost, which is most of the load time of a
-// model whose RAM tier holds tens of GB (docs/PERFORMANCE.md, load times).
+// Pinned buffers are anonymous mappings registered with the driver, so each
+// is page aligned: O_DIRECT reads land in staging slots of any size (a small
+// model's disk layers took cudaMallocHost memory at 512-byte alignment, which
+// io_uring refused). Large ones are backed by transparent huge pages: on the
+// H200 host that pins at 4.7 GB/s against 2.4 GB/s for cudaMallocHost, which
+// is most of the load time of a model whose RAM tier holds tens of GB
+// (docs/PERFORMANCE.md, load times).
 PinnedBuffer::PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
   if (bytes == 0) return;
   const auto cannot = [&](const char* why) {
     fail("cannot allocate {:.1f} MiB of pinned host memory for {} ({})", double(bytes) / (1 << 20), what, why);
   };
-  if (bytes < kHugePage) {
-    const cudaError_t err = cudaMallocHost(&ptr_, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      ptr_ = nullptr;
-      cannot(cudaGetErrorName(err));
-    }
-    return;
-  }
-  mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t granule = bytes < kHugePage ? kPage : kHugePage;
+  mapped_ = (bytes + granule - 1) / granule * granule;
   void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) cannot(std::strerror(errno));
-  madvise(p, mapped_, MADV_HUGEPAGE);  // best effort: without huge pages it pins at the 4 KiB rate
-  const cudaError_t err = cudaHostRegister(p, mapped_, cudaHostRegisterDefault);
+  if (granule == kHugePage) madvise(p, mapped_, MADV_HUGEPAGE);  // best effort: without huge pages it pins at the 4 KiB rate
+  const cudaError_t err = cudaHostRegister(p, mapped_, cudaHostRegisterMapped);
   if (err != cudaSuccess) {
     cudaGetLastError();
     munmap(p, mapped_);
@@ -60,14 +55,16 @@ PinnedBuffer::PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
   ptr_ = p;
 }
 
+void* PinnedBuffer::device_pointer() const {
+  void* device = nullptr;
+  if (ptr_) NT_CUDA_CHECK(cudaHostGetDevicePointer(&device, ptr_, 0));
+  return device;
+}
+
 PinnedBuffer::~PinnedBuffer() {
   if (!ptr_) return;
-  if (mapped_) {
-    cudaHostUnregister(ptr_);
-    munmap(ptr_, mapped_);
-  } else {
-    cudaFreeHost(ptr_);
-  }
+  cudaHostUnregister(ptr_);
+  munmap(ptr_, mapped_);
 }
 
 }  // namespace nt

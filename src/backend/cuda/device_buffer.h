@@ -52,12 +52,14 @@ class PinnedBuffer {
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
   size_t size() const { return bytes_; }
+  // The buffer as kernels address it (they read and write it across the link).
+  void* device_pointer() const;
 
  private:
-  static constexpr size_t kHugePage = 2u << 20;
+  static constexpr size_t kPage = 4096, kHugePage = 2u << 20;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
-  size_t mapped_ = 0;  // bytes of the registered mapping; 0: cudaMallocHost
+  size_t mapped_ = 0;  // bytes of the registered mapping
 };
 
 // Rounds a byte count up to the 256-byte alignment cudaMalloc guarantees, so

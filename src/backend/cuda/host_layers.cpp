@@ -23,6 +23,7 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
       pool_(threads),
       layer_(config, std::move(inv_freqs), max_rows),
       x_(size_t(max_rows) * size_t(config.dim) * sizeof(float), "the hybrid pass's hidden-state hand-off") {
+  x_on_device_ = static_cast<float*>(x_.device_pointer());
   norms_.reserve(2 * layers.size());  // stable addresses for the weights pointing into them
   for (size_t i = 0; i < layers.size(); ++i) {
     const int64_t l = layers[i];

@@ -44,6 +44,7 @@ class HostLayers {
 
   // Pinned [max_rows][dim]: the hidden state the runner copies in and back.
   float* host_x() { return x_.as<float>(); }
+  float* host_x_on_device() const { return x_on_device_; }
   // Layer `layer` over the first n rows of host_x, `runs` saying whose they are.
   void run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages);
   // The pool's page copies (copy-on-write of shared prefixes) in the host caches.
@@ -75,6 +76,7 @@ class HostLayers {
   cpu::ThreadPool pool_;
   cpu::LlamaLayer layer_;
   PinnedBuffer x_;
+  float* x_on_device_ = nullptr;
   // The device side: the runner's caches, and the GPU's valid prefix per slot.
   KvRowsParams device_;
   std::vector<int64_t> device_valid_;
