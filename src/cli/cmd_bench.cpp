@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/bench_batched.h"
+#include "cli/bench_pass_cost.h"
 #include "cli/bench_speculation.h"
 #include "cli/commands.h"
 #include "cli/layer_skip_options.h"
@@ -27,6 +28,7 @@ struct BenchOptions {
   int64_t n_gen = 64;
   std::vector<int64_t> depths = {0};  // decode starts after this many cached tokens
   int repetitions = 3;
+  std::vector<int64_t> pass_tokens;  // --pass-tokens: one pass of each size, timed
   BatchedBenchOptions batched;
   SpeculationBenchOptions speculative;  // with a draft source: a table with and without speculation
   LayerSkipOptions layer_skip;
@@ -70,10 +72,12 @@ void bench(const BenchOptions& o) {
   ModelOptions mo = o.model;
   const int64_t max_depth = *std::max_element(o.depths.begin(), o.depths.end());
   // Speculation's prompt is text of unknown length: it gets the model's default context.
-  if (mo.context == 0 && !speculates) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, int64_t(8)}) + 1;
+  const int64_t longest_pass = o.pass_tokens.empty() ? 0 : *std::max_element(o.pass_tokens.begin(), o.pass_tokens.end());
+  if (mo.context == 0 && !speculates) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, longest_pass, int64_t(8)}) + 1;
   auto loaded = load_model(mo);
   apply_layer_skip(o.layer_skip, loaded);
   auto& runner = *loaded.runner;
+  check_pass_tokens(o.pass_tokens, runner.context_size());
   const int64_t vocab = runner.config().vocab_size;
   const auto prompt = bench_tokens(std::max({o.n_prompt, max_depth, int64_t(8)}), vocab);
   std::vector<float> logits(static_cast<size_t>(vocab));
@@ -104,6 +108,7 @@ void bench(const BenchOptions& o) {
     fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
                o.n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
   }
+  if (!o.pass_tokens.empty()) bench_pass_cost(runner, name, o.pass_tokens, o.repetitions);
   if (speculates && o.n_gen > 0) bench_speculation(o.speculative, mo, loaded, o.n_gen, o.repetitions);
 }
 
@@ -128,6 +133,11 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
       ->delimiter(',');
+  cmd->add_option("--pass-tokens", o.pass_tokens,
+                  "Also time one forward pass of each of these token counts (a comma list, e.g. 1,2,4,8,...,256): what "
+                  "a speculative verification pass costs against a pass of one token")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   add_speculation_bench_options(*cmd, o.speculative);
   add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([] { bench(o); });

@@ -66,3 +66,21 @@ def test_bench_prints_mean_and_spread_of_the_repetitions(tmp_path):
             m = re.fullmatch(r"([\d.]+) ± ([\d.]+)", cell)
             assert m and float(m[1]) > 0, (test, cell)
             assert (float(m[2]) == 0) == (reps == 1), (test, cell)  # one sample has no spread
+
+
+def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
+    model = convert_stories260k(tmp_path)
+    out = ntransformer("bench", "-m", model, "-p", 0, "-n", 0, "--pass-tokens", "1,3,8", "-r", 2, "-t", 1).stdout.decode()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.count("|") == 7]
+    passes = [r for r in rows if r[2].isdigit()]
+    assert [int(r[2]) for r in passes] == [1, 3, 8], out
+    ms = [float(r[3].split(" ± ")[0]) for r in passes]
+    assert all(m > 0 for m in ms), out
+    assert float(passes[0][4]) == 1.0, out  # the ratio is to the first size
+    half = 0.005  # the ms cells are rounded to hundredths
+    for r, m in zip(passes, ms):
+        assert (m - half) / (ms[0] + half) - 1e-3 <= float(r[4]) <= (m + half) / max(ms[0] - half, 1e-9) + 1e-3, r
+        assert int(r[2]) / (m + half) * 1e3 - 0.1 <= float(r[5]) <= int(r[2]) / max(m - half, 1e-9) * 1e3 + 0.1, r
+    bad = subprocess.run([str(NTRANSFORMER), "bench", "-m", str(model), "-c", "16", "-p", "0", "-n", "0", "--pass-tokens", "4,32"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--pass-tokens 32" in bad.stderr and "raise -c" in bad.stderr, bad.stderr
