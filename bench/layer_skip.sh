@@ -39,16 +39,7 @@ for k in ${NT_SKIPS:-0 1 2 3 4 6 8}; do
   echo "| $k of $layers | $left | $ppl | $change | $pp | $tg | $speedup |"
 done
 
-passage="The lighthouse stood at the end of the harbour wall. Every night the keeper climbed its hundred and twelve \
-steps, trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. In \
-the winter of the great storm the lens stopped turning, and for three nights he turned it by hand."
-declare -A prompts=(
-  [chat]="Give me three tips for staying healthy."
-  [code]="Write a Python function that checks whether a number is prime, with a docstring and tests."
-  [summarise]="Summarise this text in two sentences:
-
-$passage"
-)
+source "$(dirname "$0")/prompt_kinds.sh"
 echo
 echo "| prompt | draft | draft layers | accepted / drafted | tokens per pass | decode tok/s |"
 echo "|---|---|---|---|---|---|"

@@ -7,19 +7,7 @@
 set -euo pipefail
 build=${1:-build}; model=${2:-}
 nt="$build/src/ntransformer"; n=${NT_N:-128}; threads=${NT_THREADS:-2}
-passage="The lighthouse stood at the end of the harbour wall. Every night the keeper climbed its hundred and twelve \
-steps, trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. In \
-the winter of the great storm the lens stopped turning, and for three nights he turned it by hand."
-declare -A prompts=(
-  [chat]="Give me three tips for staying healthy."
-  [code]="Write a Python function that checks whether a number is prime, with a docstring and tests."
-  [summarise]="Summarise this text in two sentences:
-
-$passage"
-  [repeat]="Repeat this text word for word:
-
-$passage"
-)
+source "$(dirname "$0")/prompt_kinds.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 field() { sed -nE "s|$1|\\1|p" "$2" | head -1; }
 echo "| prompt | mode | decode tok/s | speedup | accepted / drafted | tokens per pass |"
