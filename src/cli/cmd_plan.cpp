@@ -33,6 +33,8 @@ namespace {
 constexpr double kNominalH2dGbps = 25.0;
 // Seconds the CPU rate measurement runs at each pass size.
 constexpr double kCpuProbeSeconds = 0.4;
+// Far beyond the last-level caches, so the host read probe measures DRAM.
+constexpr uint64_t kHostReadProbeBytes = 1ull << 30;
 
 struct PlanOptions {
   std::string model;
@@ -312,6 +314,11 @@ void plan(const PlanOptions& o) {
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
     hybrid.rates.cpu = cpu_rate(o, *file);
+    if (o.cpu_gbps <= 0) {  // measured: set beside the host's read ceiling
+      const CpuRateProbe read = measure_host_read(kHostReadProbeBytes, kCpuProbeSeconds, o.threads);
+      fmt::print("  host memory read    {:>9.2f} GB/s (measured: {} threads summing {}); the CPU layers at 1 token reach {:.0f}% of it\n",
+                 read.gbps, read.threads, format_size(read.working_set), 100.0 * hybrid.rates.cpu.decode_gbps / read.gbps);
+    }
     hybrid.rates.gpu_gbps = o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps;
     fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps,
                o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps");

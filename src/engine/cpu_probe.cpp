@@ -54,4 +54,43 @@ CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double secon
   return probe;
 }
 
+CpuRateProbe measure_host_read(uint64_t bytes, double seconds, int threads) {
+  const size_t words = std::max<size_t>(1, size_t(bytes / sizeof(uint64_t)));
+  std::vector<uint64_t> buffer(words, 1);  // written, so every page is backed before timing
+  cpu::ThreadPool pool(threads);
+  std::vector<uint64_t> sums(size_t(pool.size()));
+  auto pass = [&] {
+    pool.run([&](int i, int n) {
+      const size_t begin = words * size_t(i) / size_t(n), end = words * size_t(i + 1) / size_t(n);
+      uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains keep the loads independent
+      size_t w = begin;
+      for (; w + 4 <= end; w += 4) {
+        a += buffer[w];
+        b += buffer[w + 1];
+        c += buffer[w + 2];
+        d += buffer[w + 3];
+      }
+      for (; w < end; ++w) a += buffer[w];
+      sums[size_t(i)] += a + b + c + d;
+    });
+  };
+  CpuRateProbe probe;
+  probe.threads = pool.size();
+  probe.working_set = words * sizeof(uint64_t);
+  pass();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  do {
+    pass();
+    probe.bytes += probe.working_set;
+    probe.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (probe.seconds < seconds);
+  // The sums are kept so the reads are not optimized away.
+  uint64_t total = 0;
+  for (const uint64_t s : sums) total += s;
+  if (total == 0) fail("the host read probe summed nothing");
+  probe.gbps = double(probe.bytes) / probe.seconds / 1e9;
+  return probe;
+}
+
 }  // namespace nt

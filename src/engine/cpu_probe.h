@@ -24,4 +24,10 @@ struct CpuRateProbe {
 // be; a model smaller than the caches measures the caches. threads 0: one a core.
 CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double seconds, int threads = 0);
 
+// Host memory's read rate: `threads` threads (0: one a core) summing their
+// slices of a `bytes` buffer, whole passes, for about `seconds` after one
+// untimed pass. The ceiling the CPU layers' weight reads share with the copy
+// engine's DMA from pinned memory.
+CpuRateProbe measure_host_read(uint64_t bytes, double seconds, int threads = 0);
+
 }  // namespace nt
