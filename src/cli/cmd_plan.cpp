@@ -319,9 +319,17 @@ void plan(const PlanOptions& o) {
       fmt::print("  host memory read    {:>9.2f} GB/s (measured: {} threads summing {}); the CPU layers at 1 token reach {:.0f}% of it\n",
                  read.gbps, read.threads, format_size(read.working_set), 100.0 * hybrid.rates.cpu.decode_gbps / read.gbps);
     }
-    hybrid.rates.gpu_gbps = o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps;
-    fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps,
-               o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps");
+    std::string gpu_source = "given";
+    hybrid.rates.gpu_gbps = o.gpu_gbps;
+    if (o.gpu_gbps <= 0 && gpu) {
+      hybrid.rates.gpu_gbps = measure_gpu_layer_gbps();
+      gpu_source = fmt::format("measured: {}'s device copies at the {:.0f}% the H200's resident 70B decode reached", gpu->name,
+                               100 * kGpuLayerShareOfCopy);
+    } else if (o.gpu_gbps <= 0) {
+      hybrid.rates.gpu_gbps = kAssumedGpuLayerGbps;
+      gpu_source = "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
+    }
+    fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps, gpu_source);
     fmt::print("  hand-off            {:.0f} us + the hidden state over the link, each way (ASSUMED)\n",
                hybrid.rates.handoff_latency_s * 1e6);
   }
@@ -354,7 +362,7 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--cpu-gbps", o.cpu_gbps, "CPU GB/s of weights at one token per pass (default: measured)")->check(CLI::PositiveNumber);
   cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: measured on the GPU, else an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpus", o.gpus, "Plan over several GPUs, e.g. 0,1 (without a GPU, give --vram-budget for each or one for all)");
   cmd->add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (every layer's matrices cut across the GPUs) or auto (the faster predicted)")

@@ -35,6 +35,14 @@ double measure_h2d_gbps(int gpu) {
 #endif
 }
 
+double measure_gpu_layer_gbps(int gpu) {
+#ifdef NT_HAVE_CUDA
+  return kGpuLayerShareOfCopy * measure_device_memory_gbps(gpu);
+#else
+  fail("this build has no CUDA backend to measure GPU {} with", gpu);
+#endif
+}
+
 double measure_gpu_to_gpu_gbps(int from, int to) {
 #ifdef NT_HAVE_CUDA
   return measure_peer_gbps(from, to);

@@ -23,6 +23,12 @@ std::vector<GpuSummary> find_gpus(const std::vector<int>& ids);
 // Pinned host-to-device copy speed of `gpu` in GB/s (best of a few 256 MiB copies).
 double measure_h2d_gbps(int gpu = 0);
 
+// A layer's GPU compute rate, in GB/s of its weights: the memory rate of
+// `gpu` (device-to-device copies) at the share the H200's resident 70B Q4_K_M
+// decode reached of it (kGpuLayerShareOfCopy).
+double measure_gpu_layer_gbps(int gpu = 0);
+inline constexpr double kGpuLayerShareOfCopy = 0.79;
+
 // GB/s of device-to-device copies from `from` to `to`: peer to peer where
 // the GPUs reach each other, else staged through host memory.
 double measure_gpu_to_gpu_gbps(int from, int to);

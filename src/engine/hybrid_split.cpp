@@ -21,7 +21,7 @@ HybridRates measure_rates(const GgufFile& file, const LlamaConfig& config, const
   rates.cpu.decode_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
   rates.cpu.batch_gbps = measure_cpu_rate(file, kCpuProbeBatch, kCpuProbeSeconds, threads).gbps;
   rates.cpu.batch_tokens = kCpuProbeBatch;
-  rates.gpu_gbps = kAssumedGpuLayerGbps;
+  rates.gpu_gbps = measure_gpu_layer_gbps();
   rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
   return rates;
 }
@@ -55,9 +55,9 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
   split.summary = fmt::format(
       "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens; decode predicted {:.1f} ms "
       "a token against {:.1f} ms streaming them (measured: link {:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token and "
-      "{:.1f} at {}{})",
+      "{:.1f} at {}, GPU layers {:.0f} GB/s{})",
       forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, hybrid * 1e3,
-      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
+      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());
   return split;
 }

@@ -92,6 +92,35 @@ double measure_pinned_h2d_gbps(int index) {
   return best;
 }
 
+double measure_device_memory_gbps(int index) {
+  constexpr size_t kBytes = 512ull << 20;
+  NT_CUDA_CHECK(cudaSetDevice(index));
+  void *from = nullptr, *to = nullptr;
+  if (cudaMalloc(&from, kBytes) != cudaSuccess || cudaMalloc(&to, kBytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(from);
+    fail("cannot allocate 2 x {} MiB on GPU {} to measure its memory rate; pass --gpu-gbps", kBytes >> 20, index);
+  }
+  cudaEvent_t begin = nullptr, end = nullptr;
+  NT_CUDA_CHECK(cudaEventCreate(&begin));
+  NT_CUDA_CHECK(cudaEventCreate(&end));
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {  // the first warms up
+    NT_CUDA_CHECK(cudaEventRecord(begin));
+    NT_CUDA_CHECK(cudaMemcpyAsync(to, from, kBytes, cudaMemcpyDeviceToDevice));
+    NT_CUDA_CHECK(cudaEventRecord(end));
+    NT_CUDA_CHECK(cudaEventSynchronize(end));
+    float ms = 0;
+    NT_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+    if (i > 0) best = std::max(best, 2.0 * double(kBytes) / (double(ms) * 1e-3) / 1e9);  // each byte read and written
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  cudaFree(from);
+  cudaFree(to);
+  return best;
+}
+
 }  // namespace nt
 
 namespace nt::cuda {

@@ -29,6 +29,10 @@ CudaDeviceInfo require_cuda_device(int index);
 // after a warm-up: the link's speed in GB/s.
 double measure_pinned_h2d_gbps(int index);
 
+// Device-to-device copies of 512 MiB on device `index`, best of a few after a
+// warm-up, counting each byte read and written: its memory rate in GB/s.
+double measure_device_memory_gbps(int index);
+
 namespace cuda {
 // The current device is sm_90 or newer (programmatic launch, thread-block
 // clusters); the answer of the first call.
