@@ -564,6 +564,13 @@ std::vector<GenerationRequest> stories_requests(const Tokenizer& tokenizer, cons
   return requests;
 }
 
+// The stories requests over three chains: top-k, the whole row, and penalties.
+std::vector<GenerationRequest> stories_sampled_requests(const Tokenizer& tokenizer) {
+  SamplingParams penalised = top_k_sampling(11);
+  penalised.repeat_penalty = 1.2f;
+  return stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+}
+
 TEST(BatchSchedulerModels, Stories260KBatchedGreedyIsExactlyTheSingleSequenceOutput) {
   const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
@@ -585,9 +592,7 @@ TEST(BatchSchedulerModels, Stories260KSampledRequestsAreExactlyTheirSingleSequen
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  SamplingParams penalised = top_k_sampling(11);
-  penalised.repeat_penalty = 1.2f;
-  const auto requests = stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+  const auto requests = stories_sampled_requests(tokenizer);
   const BatchedAndAlone r = run_both(path, 128, requests, 4, 32);
   for (size_t i = 0; i < requests.size(); ++i) expect_same(r.batched[i], r.alone[i], i);
 }
@@ -617,9 +622,7 @@ TEST(BatchSchedulerModels, Stories260KSpeculativeSampledRequestsAreTheirSingleSe
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  SamplingParams penalised = top_k_sampling(11);
-  penalised.repeat_penalty = 1.2f;
-  const auto requests = stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+  const auto requests = stories_sampled_requests(tokenizer);
   for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
     const BatchedAndAlone r = run_both(path, 128, requests, 4, 32, draft);
     for (size_t i = 0; i < requests.size(); ++i) {
