@@ -1,9 +1,12 @@
-// `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]`:
-// many generations through continuous batching (engine/batch_scheduler.h).
-// Input lines are described in cli/batch_lines.h; each gets one output line,
-// in input order, written as soon as it and every line before it are done:
+// `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]
+// [--lookup | --draft-self [N]] [--draft-max N]`: many generations through
+// continuous batching (engine/batch_scheduler.h), each sequence drafting for
+// itself when a draft source is given. Input lines are described in
+// cli/batch_lines.h; each gets one output line, in input order, written as
+// soon as it and every line before it are done:
 //   {"id", "text", "prompt_tokens", "completion_tokens", "stop_reason", "seconds"}
-// or, for a line that could not run, {"id", "line", "field", "error"}.
+// plus "drafted" and "accepted" when speculating, or, for a line that could
+// not run, {"id", "line", "field", "error"}.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -36,7 +39,7 @@ struct BatchOptions {
   int64_t batch_size = 256;
   std::string chat_template;
   std::vector<std::string> stop;
-  SpeculationOptions speculation;  // refused: the scheduler decodes many sequences per pass
+  SpeculationOptions speculation;  // --lookup or --draft-self; --draft-model is refused
 };
 
 struct InputLine {
@@ -65,7 +68,7 @@ ordered_json error_object(const InputLine& line, const std::string& error, const
   return j;
 }
 
-ordered_json result_object(const InputLine& line, const GenerationResult& r) {
+ordered_json result_object(const InputLine& line, const GenerationResult& r, bool speculating) {
   if (!r.error.empty()) {
     ordered_json j = error_object(line, r.error, "");
     j["prompt_tokens"] = r.prompt_tokens;
@@ -78,6 +81,10 @@ ordered_json result_object(const InputLine& line, const GenerationResult& r) {
   j["completion_tokens"] = r.completion_tokens;
   j["stop_reason"] = std::string(stop_reason_name(r.stop));
   j["seconds"] = std::round(r.seconds * 1e3) / 1e3;
+  if (speculating) {
+    j["drafted"] = r.speculation.drafted;
+    j["accepted"] = r.speculation.accepted;
+  }
   return j;
 }
 
@@ -100,8 +107,23 @@ class OrderedWriter {
   size_t next_ = 0;
 };
 
+std::string progress_text(const SchedulerProgress& p) {
+  std::string text = fmt::format("{}/{} done, {} running, {} tokens generated ({:.1f} tok/s), {} prompt tokens ({:.1f} tok/s)",
+                                 p.finished, p.requests, p.running, p.generated_tokens, p.generated_per_second(),
+                                 p.prompt_tokens, p.prompt_per_second());
+  if (p.speculation.passes > 0) {
+    text += fmt::format(", {:.2f} tokens per sequence per pass ({:.0f}% of drafts accepted)", p.speculation.tokens_per_pass(),
+                        100.0 * p.speculation.acceptance());
+  }
+  return text;
+}
+
 void batch(const BatchOptions& o) {
-  refuse_speculation_options(o.speculation, "batch", "its passes decode many sequences one token each");
+  check_speculation_options(o.speculation);
+  if (!o.speculation.draft_model.empty()) {
+    fail("batch --draft-model: batch does not draft with a second model yet (it holds one sequence); use --lookup or "
+         "--draft-self");
+  }
   BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
   std::vector<InputLine> lines;
   if (o.input.empty()) {
@@ -140,16 +162,19 @@ void batch(const BatchOptions& o) {
   SchedulerCallbacks callbacks;
   callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
     const size_t index = line_of_request[request];
-    writer.set(index, result_object(lines[index], r));
+    writer.set(index, result_object(lines[index], r, o.speculation.enabled()));
   };
-  callbacks.on_progress = [&](const SchedulerProgress& p) {
-    progress.update(fmt::format("{}/{} done, {} running, {} tokens generated ({:.1f} tok/s), {} prompt tokens ({:.1f} tok/s)",
-                                p.finished, p.requests, p.running, p.generated_tokens, p.generated_per_second(),
-                                p.prompt_tokens, p.prompt_per_second()));
-  };
+  callbacks.on_progress = [&](const SchedulerProgress& p) { progress.update(progress_text(p)); };
   SchedulerOptions so;
   so.parallel = o.parallel;
   so.prompt_budget = o.batch_size;
+  if (o.speculation.enabled()) {
+    so.draft = [&](SeqId seq, const SamplingParams& sampling) {
+      return make_target_draft(o.speculation, loaded, sampling, seq);
+    };
+    so.draft_max = o.speculation.draft_max;
+    so.draft(0, o.sampling);  // a bad --draft-self count fails here, before any request runs
+  }
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
 
   size_t errors = 0;

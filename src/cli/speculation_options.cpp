@@ -74,23 +74,33 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
 
 }  // namespace
 
-Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
-                         const SamplingParams& sampling, SeqId seq, const LayerSkipOptions* layer_skip) {
+std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, LoadedModel& target,
+                                               const SamplingParams& sampling, SeqId seq,
+                                               const LayerSkipOptions* layer_skip) {
   ModelRunner& runner = *target.runner;
-  if (!o.draft_model.empty()) {
-    draft_model_ = load_draft_model(o.draft_model, target_options, target);
-    source_ = std::make_unique<ModelDraft>(*draft_model_.runner, 0, draft_sampling(sampling));
-  } else if (o.draft_self() && layer_skip && layer_skip->enabled()) {
-    source_ = std::make_unique<SelfDraft>(runner, seq, layer_skip_draft_schedule(*layer_skip, target), draft_sampling(sampling));
-  } else if (o.draft_self()) {
+  if (o.draft_self() && layer_skip && layer_skip->enabled()) {
+    return std::make_unique<SelfDraft>(runner, seq, layer_skip_draft_schedule(*layer_skip, target),
+                                       draft_sampling(sampling));
+  }
+  if (o.draft_self()) {
     const int64_t n_layers = runner.config().n_layers;
     const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
     if (layers >= n_layers) {
       fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);
     }
-    source_ = std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
-  } else if (o.lookup) {
-    source_ = std::make_unique<LookupDraft>();
+    return std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
+  }
+  if (o.lookup) return std::make_unique<LookupDraft>();
+  return nullptr;
+}
+
+Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
+                         const SamplingParams& sampling, SeqId seq, const LayerSkipOptions* layer_skip) {
+  if (!o.draft_model.empty()) {
+    draft_model_ = load_draft_model(o.draft_model, target_options, target);
+    source_ = std::make_unique<ModelDraft>(*draft_model_.runner, 0, draft_sampling(sampling));
+  } else {
+    source_ = make_target_draft(o, target, sampling, seq, layer_skip);
   }
 }
 

@@ -45,6 +45,14 @@ void check_speculation_options(const SpeculationOptions& options);
 // For a command that does not speculate (yet): refuses any speculation flag, naming it and saying why.
 void refuse_speculation_options(const SpeculationOptions& options, std::string_view command, std::string_view why);
 
+// The draft source of --draft-self or --lookup (the drafts that need no
+// second model) for sequence `seq` of `target`, sampling with `sampling`; null
+// for --draft-model or none. With `layer_skip` enabled, --draft-self drafts
+// without the layers it skips. A bad layer count names the flag.
+std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& options, LoadedModel& target,
+                                               const SamplingParams& sampling, SeqId seq = 0,
+                                               const LayerSkipOptions* layer_skip = nullptr);
+
 // A command's draft source, and the model it runs when it is a --draft-model.
 class Speculation {
  public:

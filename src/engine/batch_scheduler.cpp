@@ -24,8 +24,15 @@ int64_t prompt_chunk(int64_t remaining, int64_t budget) {
 
 BatchScheduler::BatchScheduler(ModelRunner& runner, const Tokenizer& tokenizer, SchedulerOptions options,
                                SchedulerCallbacks callbacks)
-    : runner_(runner), tokenizer_(tokenizer), options_(options), callbacks_(std::move(callbacks)) {
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      verifier_(runner.config().vocab_size) {
   if (options_.parallel < 1) fail("{} parallel sequences: at least 1", options_.parallel);
+  if (options_.draft && options_.draft_max < 1) {
+    fail("speculative decoding drafts at least 1 token per pass, not {}", options_.draft_max);
+  }
   if (options_.prompt_budget < 2 * kMinPromptChunk) {
     fail("a prompt budget of {} tokens per pass: at least {}", options_.prompt_budget, 2 * kMinPromptChunk);
   }
@@ -129,9 +136,13 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
     results_[request].text += piece;
     if (callbacks_.on_text) callbacks_.on_text(request, piece);
   };
+  std::optional<Drafting> drafting;
+  if (options_.draft) {
+    if (auto source = options_.draft(slots_[slot].seq, r.sampling)) drafting = Drafting{std::move(source), r.prompt, {}, 0};
+  }
   running_.push_back({request, slot, claim, std::move(sampler),
                       Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
-                      std::chrono::steady_clock::now(), 0, std::nullopt});
+                      std::chrono::steady_clock::now(), 0, std::nullopt, std::move(drafting)});
   slots_[slot].busy = true;
   claimed_ += claim;
   ++progress_.running;
@@ -162,11 +173,16 @@ void BatchScheduler::run_batch() {
   batch_.clear();
   batch_.top_k = 0;
   owner_.clear();
-  // Decode steps first, then prompt chunks in admission order within the budget
-  // (the head prompt always gets one: the budget holds two minimal chunks).
+  // Decode steps (verification runs for a speculating request) first, then
+  // prompt chunks in admission order within the budget (the head prompt
+  // always gets one: the budget holds two minimal chunks).
   for (size_t i = 0; i < running_.size(); ++i) {
     Running& r = running_[i];
     if (!r.next) continue;
+    if (r.drafting) {
+      add_verification_run(i);
+      continue;
+    }
     batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r.sampler));
     owner_.push_back(i);
   }
@@ -190,14 +206,17 @@ void BatchScheduler::run_batch() {
   std::vector<size_t> done;
   for (size_t e = 0; e < batch_.size(); ++e) {
     Running& r = running_[owner_[e]];
-    ++r.cached;
+    const bool verifying = r.drafting && r.next;
+    if (verifying && e != r.drafting->entry) continue;  // a draft entry: judged with its run's first
+    if (!verifying) ++r.cached;
     if (batch_.entries[e].output == Output::None) continue;
     try {
+      if (verifying) {
+        if (!verify(r)) done.push_back(owner_[e]);
+        continue;
+      }
       const int32_t token = sample(r, e);
-      const int64_t before = int64_t(r.completion.generated().size());
-      const bool more = r.completion.take(token, r.cached, r.sampler, r.sink);
-      progress_.generated_tokens += int64_t(r.completion.generated().size()) - before;
-      if (more) {
+      if (take(r, token, r.cached)) {
         r.next = token;
       } else {
         done.push_back(owner_[e]);
@@ -210,6 +229,50 @@ void BatchScheduler::run_batch() {
   // From the back, so the indices still to erase stay valid.
   std::sort(done.begin(), done.end());
   for (auto it = done.rbegin(); it != done.rend(); ++it) finish(*it);
+}
+
+void BatchScheduler::add_verification_run(size_t running_index) {
+  Running& r = running_[running_index];
+  Drafting& d = *r.drafting;
+  const GenerationOptions& options = requests_[r.request].options;
+  // The proposal follows the context and its pending token, as SpeculativeGenerator drafts.
+  d.context.push_back(*r.next);
+  d.draft.clear();
+  d.source->propose(d.context,
+                    draft_room(options_.draft_max, options.max_tokens, int64_t(r.completion.generated().size()),
+                               runner_.context_size(), r.cached),
+                    d.draft);
+  d.entry = batch_.size();
+  add_verification(batch_, *r.next, r.cached, slots_[r.slot].seq, d.draft, verification_output(r.sampler));
+  owner_.insert(owner_.end(), d.draft.size() + 1, running_index);
+}
+
+bool BatchScheduler::verify(Running& r) {
+  Drafting& d = *r.drafting;
+  const Verification v = verifier_.verify({out_, d.entry, d.draft, d.source->distributions()}, r.sampler,
+                                          [&](int32_t token, bool drafted) {
+                                            const bool more = take(r, token, int64_t(d.context.size()));
+                                            if (drafted && more) d.context.push_back(token);
+                                            return more;
+                                          });
+  SpeculationStats& stats = results_[r.request].speculation;
+  for (SpeculationStats* s : {&stats, &progress_.speculation}) {
+    ++s->passes;
+    s->drafted += int64_t(d.draft.size());
+    s->accepted += v.accepted;
+  }
+  // Rollback: the cache keeps what the context holds, the rejected drafts go.
+  r.cached = int64_t(d.context.size());
+  runner_.seq_truncate(slots_[r.slot].seq, r.cached);
+  if (v.more) r.next = v.last;
+  return v.more;
+}
+
+bool BatchScheduler::take(Running& r, int32_t token, int64_t cached) {
+  const int64_t before = int64_t(r.completion.generated().size());
+  const bool more = r.completion.take(token, cached, r.sampler, r.sink);
+  progress_.generated_tokens += int64_t(r.completion.generated().size()) - before;
+  return more;
 }
 
 int32_t BatchScheduler::sample(Running& r, size_t entry) {

@@ -9,19 +9,28 @@
 // admitted, in submission order, when a sequence slot is free and the KV
 // pool can hold its prompt plus max_tokens (clamped to the context); a
 // finished request empties its slot for the next one.
+//
+// With a draft source (SchedulerOptions::draft), a decoding sequence drafts
+// before each pass and puts its pending token and its draft in the pass as
+// one verification run: one read of the weights verifies every sequence's
+// draft. Each keeps what the target confirms (engine/draft_verifier.h, as
+// the SpeculativeGenerator does alone) and truncates the rest away.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/completion.h"
+#include "engine/draft_verifier.h"
 #include "engine/model_runner.h"
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +50,7 @@ struct GenerationResult {
   StopReason stop = StopReason::TokenLimit;
   double seconds = 0;  // from admission to the end
   std::string error;   // why the request could not run or went wrong; empty when it ran
+  SpeculationStats speculation;  // passes: its verification runs; zero without a draft
 };
 
 struct SchedulerProgress {
@@ -51,6 +61,7 @@ struct SchedulerProgress {
   int64_t generated_tokens = 0;  // tokens taken into completions
   int64_t passes = 0;            // forward passes run
   double seconds = 0;            // since the first step
+  SpeculationStats speculation;  // over every request's verification runs
 
   double generated_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
   double prompt_per_second() const { return seconds > 0 ? double(prompt_tokens) / seconds : 0.0; }
@@ -63,9 +74,14 @@ struct SchedulerProgress {
 // from what it gets alone.
 inline constexpr int64_t kMinPromptChunk = 16;
 
+// A request's draft source, for its sequence and its sampling; null: it decodes without speculation.
+using DraftFactory = std::function<std::unique_ptr<DraftSource>(SeqId seq, const SamplingParams& sampling)>;
+
 struct SchedulerOptions {
   int parallel = 1;             // sequences in flight at once
   int64_t prompt_budget = 256;  // prompt tokens per pass at most; at least 2 * kMinPromptChunk
+  DraftFactory draft;           // unset: no speculation
+  int64_t draft_max = 8;        // tokens drafted per sequence and pass at most (>= 1)
 };
 
 struct SchedulerCallbacks {
@@ -107,6 +123,13 @@ class BatchScheduler {
     int64_t empty_pages = 0;  // pages the sequence holds when empty (one per sequence in some layouts)
     bool busy = false;
   };
+  // A speculating request's drafting state.
+  struct Drafting {
+    std::unique_ptr<DraftSource> source;
+    std::vector<int32_t> context;  // the tokens its sequence's cache holds
+    std::vector<int32_t> draft;    // proposed for this pass
+    size_t entry = 0;              // its verification run's first entry in this pass
+  };
   // A request holding a slot.
   struct Running {
     size_t request;
@@ -118,6 +141,7 @@ class BatchScheduler {
     std::chrono::steady_clock::time_point start;
     int64_t cached = 0;  // positions in its sequence's cache
     std::optional<int32_t> next;  // the sampled token to evaluate; empty while prefilling
+    std::optional<Drafting> drafting;  // absent: plain decoding
   };
 
   void admit();
@@ -126,8 +150,14 @@ class BatchScheduler {
   void start(size_t request, size_t slot, int64_t claim);
   Output output_for(const Sampler& sampler);
   void run_batch();
+  // Drafts for r and adds its verification run.
+  void add_verification_run(size_t running_index);
   // The token sampled from entry i's output.
   int32_t sample(Running& r, size_t entry);
+  // Judges r's verification run after the pass; whether it goes on.
+  bool verify(Running& r);
+  // Hands r's completion the token sampled after `cached` positions; whether generation goes on.
+  bool take(Running& r, int32_t token, int64_t cached);
   void finish(size_t running_index);
   void end_waiting(size_t request);
 
@@ -146,6 +176,7 @@ class BatchScheduler {
 
   Batch batch_;
   BatchOutputs out_;
+  DraftVerifier verifier_;
   std::vector<size_t> owner_;  // per batch entry: its index in running_
   std::optional<std::chrono::steady_clock::time_point> first_step_;
   SchedulerProgress progress_;

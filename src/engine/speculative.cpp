@@ -16,25 +16,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 SpeculativeGenerator::SpeculativeGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft,
                                            int64_t draft_max, SeqId seq)
-    : runner_(runner), tokenizer_(tokenizer), draft_source_(draft), draft_max_(draft_max), seq_(seq) {
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      draft_source_(draft),
+      draft_max_(draft_max),
+      seq_(seq),
+      verifier_(runner.config().vocab_size) {
   if (draft_max < 1) fail("speculative decoding drafts at least 1 token per pass, not {}", draft_max);
-}
-
-SpeculativeGenerator::Verdict SpeculativeGenerator::greedy_verdict(size_t row) const {
-  const int32_t pick = out_.argmax[row];
-  return {pick, row < draft_.size() && draft_[row] == pick};
-}
-
-SpeculativeGenerator::Verdict SpeculativeGenerator::sampled_verdict(size_t row, Sampler& sampler) {
-  const size_t vocab = size_t(runner_.config().vocab_size);
-  // The sampler's history holds every token kept before this row, so its penalties are the plain decoder's.
-  sampler.distribution({out_.logits.data() + row * vocab, vocab}, target_);
-  if (row == draft_.size()) return {draw_from(target_, sampler.next_uniform()), false};  // every draft kept
-  const int32_t x = draft_[row];
-  const std::span<const TokenDistribution> drawn_from = draft_source_.distributions();
-  const std::span<const TokenProbability> q = drawn_from.empty() ? std::span<const TokenProbability>() : drawn_from[row];
-  if (keeps_draft(target_, q, x, sampler.next_uniform())) return {x, true};
-  return {draw_after_rejection(target_, q, x, sampler.next_uniform(), rejection_), false};
 }
 
 SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt, Sampler& sampler,
@@ -50,8 +38,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
   SpeculationStats& spec = stats.speculation;
   gen.prompt_tokens = int64_t(prompt.size());
   // Greedy without penalties verifies by the runner's picks; any other chain needs the rows.
-  const bool greedy = sampler.picks_highest_logit();
-  const Output output = greedy ? Output::Argmax : Output::Logits;
+  const Output output = verification_output(sampler);
   sampler.reset();
   for (const int32_t t : prompt) sampler.accept(t);
 
@@ -65,7 +52,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
   batch_.add_run(prompt.subspan(size_t(reuse)), reuse, seq_, output);
   runner_.forward(batch_, out_);
   // The target's next token, not yet in the cache.
-  int32_t pending = greedy ? out_.argmax.at(0) : sampler.sample(out_.logits);
+  int32_t pending = output == Output::Argmax ? out_.argmax.at(0) : sampler.sample(out_.logits);
   gen.prefill_seconds = seconds_since(prefill_start);
   context_.assign(prompt.begin(), prompt.end());
 
@@ -77,41 +64,28 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
   };
   const auto decode_start = std::chrono::steady_clock::now();
   for (bool more = take(pending); more;) {
-    // Draft no more than the pass may yield: up to the token limit, and
-    // within the context. So only a stop token or a stop string ends
-    // generation inside a pass.
     const int64_t length = int64_t(context_.size());
-    const int64_t room = std::min(options.max_tokens - gen.generated_tokens, context_size - length) - 1;
     context_.push_back(pending);
     draft_.clear();
-    draft_source_.propose(context_, std::min(draft_max_, room), draft_);
-    const size_t drawn = draft_source_.distributions().size();
-    if (drawn != 0 && drawn != draft_.size()) {
-      fail("the draft gave {} distributions for {} drafted tokens", drawn, draft_.size());
-    }
-
-    // Verify: the pending token and the draft in one run, each asking for
-    // what the target keeps after it. The run is stepwise: its numbers are
-    // those of one-token decode steps, so greedy picks are plain greedy
-    // decoding's.
+    draft_source_.propose(context_, draft_room(draft_max_, options.max_tokens, gen.generated_tokens, context_size, length),
+                          draft_);
+    // Verify: the pending token and the draft in one run, each asking for what the target keeps after it.
     batch_.clear();
-    batch_.add(pending, length, seq_, output, true);
-    for (size_t i = 0; i < draft_.size(); ++i) batch_.add(draft_[i], length + 1 + int64_t(i), seq_, output, true);
+    add_verification(batch_, pending, length, seq_, draft_, output);
     runner_.forward(batch_, out_);
     ++spec.passes;
     spec.drafted += int64_t(draft_.size());
 
-    // Each row in turn, until one keeps a token other than the drafted one
-    // (the target's own, the next pending token) or generation stops: the
-    // kept drafts are in the cache.
-    for (size_t row = 0; more; ++row) {
-      const Verdict v = greedy ? greedy_verdict(row) : sampled_verdict(row, sampler);
-      if (v.drafted) ++spec.accepted;
-      more = take(v.token);
-      pending = v.token;
-      if (!v.drafted) break;
-      if (more) context_.push_back(v.token);
-    }
+    // The kept drafts are in the cache; the target's own last pick is the next pending token.
+    const Verification v = verifier_.verify({out_, 0, draft_, draft_source_.distributions()}, sampler,
+                                            [&](int32_t token, bool drafted) {
+                                              const bool go_on = take(token);
+                                              if (drafted && go_on) context_.push_back(token);
+                                              return go_on;
+                                            });
+    spec.accepted += v.accepted;
+    pending = v.last;
+    more = v.more;
     // Rollback: the cache keeps what context_ holds, the rejected drafts go.
     runner_.seq_truncate(seq_, int64_t(context_.size()));
   }

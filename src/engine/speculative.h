@@ -1,11 +1,9 @@
 // Speculative decoding over one sequence: a draft source proposes the next
 // tokens, one verification pass of the target runs them all, and the target
-// keeps a prefix of them plus one token of its own. Greedy: the longest
-// prefix its greedy picks confirm, then its next pick, so the output is token
-// for token what greedy decoding gives. Sampling: speculative rejection
-// sampling (sampling/speculative_acceptance.h), so the output is distributed
-// as the sampler's chain over the target's logits. Rejected positions are
-// truncated away and nothing is recomputed.
+// keeps a prefix of them plus one token of its own (engine/draft_verifier.h:
+// greedy, the output is plain greedy decoding's; sampling, it is distributed
+// as the sampler's chain). Rejected positions are truncated away and nothing
+// is recomputed.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +11,10 @@
 #include <vector>
 
 #include "engine/completion.h"
+#include "engine/draft_verifier.h"
 #include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "sampling/sampler.h"
-#include "sampling/speculative_acceptance.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -70,15 +68,6 @@ class SpeculativeGenerator {
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
-  // The token the target keeps at row `row` of the verification pass, and
-  // whether it is the drafted one.
-  struct Verdict {
-    int32_t token;
-    bool drafted;
-  };
-  Verdict greedy_verdict(size_t row) const;
-  Verdict sampled_verdict(size_t row, Sampler& sampler);
-
   ModelRunner& runner_;
   const Tokenizer& tokenizer_;
   DraftSource& draft_source_;
@@ -89,8 +78,7 @@ class SpeculativeGenerator {
   std::vector<int32_t> draft_;
   Batch batch_;
   BatchOutputs out_;
-  TokenDistribution target_;  // p at the row being judged
-  RejectionScratch rejection_;
+  DraftVerifier verifier_;
 };
 
 }  // namespace nt

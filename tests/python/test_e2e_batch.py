@@ -175,3 +175,57 @@ def test_a_prompt_past_the_context_fails_alone(model):
     assert out[1]["prompt_tokens"] > 32
     for o in (out[0], out[2]):
         assert o["completion_tokens"] == 4 and o["stop_reason"] == "token limit", o
+
+
+# Speculation: prompts whose continuations repeat what they hold, so lookup drafts get accepted.
+SPECULATED = [
+    {"id": "list", "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 24, "temperature": 0},
+    {"id": "repeat", "prompt": "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog",
+     "max_tokens": 24, "temperature": 0},
+    {"id": "chat", "messages": [{"role": "user", "content": "Repeat after me: red, green, blue, red, green, blue."}],
+     "max_tokens": 20, "temperature": 0},
+    {"id": "sampled", "prompt": "A B C D A B C D A B", "max_tokens": 20, "temperature": 0.8, "seed": 42},
+]
+
+
+@pytest.fixture(scope="module")
+def lookup_output(model):
+    stdin = "\n".join(json.dumps(r) for r in SPECULATED) + "\n"
+    result = run_batch("-np", 3, "--lookup", "--draft-max", 4, stdin=stdin)
+    return [json.loads(line) for line in result.stdout.splitlines()], result.stderr
+
+
+def test_lookup_greedy_lines_are_plain_batch_and_run_output(model, lookup_output):
+    out, _ = lookup_output
+    greedy = [r for r in SPECULATED if r["temperature"] == 0]
+    plain = [json.loads(line) for line in
+             run_batch("-np", 3, stdin="\n".join(json.dumps(r) for r in greedy) + "\n").stdout.splitlines()]
+    by_id = {o["id"]: o for o in out}
+    for request, reference in zip(greedy, plain):
+        got = by_id[request["id"]]
+        assert got["text"] == reference["text"] == run_alone(request), request["id"]
+        assert got["completion_tokens"] == reference["completion_tokens"]
+    assert sum(by_id[r["id"]]["accepted"] for r in greedy) > 0, "no lookup draft was accepted on repeating prompts"
+
+
+def test_lookup_sampled_line_is_reproducible_and_is_run_with_lookup(model, lookup_output):
+    out, _ = lookup_output
+    request = SPECULATED[-1]
+    got = next(o for o in out if o["id"] == request["id"])
+    again = json.loads(run_batch("--lookup", "--draft-max", 4, stdin=json.dumps(request) + "\n").stdout)
+    assert without_seconds([got]) == without_seconds([again])
+    # The single-sequence speculative decoder with the same seed is the reference (its distribution is tested there).
+    result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(MODEL), "--device", "cpu", "--raw", "-p",
+                             request["prompt"], "-n", str(request["max_tokens"]), "--temp", str(request["temperature"]),
+                             "--seed", str(request["seed"]), "--lookup", "--draft-max", "4"],
+                            capture_output=True, text=True, timeout=300, check=True)
+    assert result.stdout == request["prompt"] + got["text"]
+
+
+def test_lookup_lines_report_drafts_and_the_progress_line_tokens_per_pass(lookup_output):
+    out, stderr = lookup_output
+    for o in out:
+        assert set(o) == {"id", "text", "prompt_tokens", "completion_tokens", "stop_reason", "seconds", "drafted",
+                          "accepted"}, o
+        assert 0 <= o["accepted"] <= o["drafted"]
+    assert "tokens per sequence per pass" in stderr

@@ -4,6 +4,7 @@ the closing statistics report acceptance and tokens per pass, and unsupported
 flag combinations end with an error naming the flag. (That sampling keeps the
 target's distribution is tested statistically in the unit tests.)"""
 
+import json
 import subprocess
 
 import pytest
@@ -150,8 +151,9 @@ def test_bench_reports_speculation_beside_plain_decoding(stories):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["batch", "--lookup"], "batch --lookup: batch does not decode speculatively yet"),
-    (["batch", "--draft-max", "3"], "batch --draft-max: batch does not decode speculatively yet"),
+    (["batch", "--draft-model", "x.gguf"], "batch --draft-model: batch does not draft with a second model yet"),
+    (["batch", "--draft-max", "3"], "--draft-max needs a draft source"),
+    (["batch", "--draft-self", "99"], "--draft-self 99: the model has"),
     (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
     (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup: choose one draft source"),
     (["bench", "--draft-max", "2"], "--draft-max needs a draft source"),
@@ -159,3 +161,18 @@ def test_bench_reports_speculation_beside_plain_decoding(stories):
 def test_commands_refuse_speculation_they_cannot_do(stories, args, message):
     stderr = command(args[0], "-m", stories, *args[1:], code=1, stdin="").stderr
     assert message in stderr
+
+
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "2", "--draft-max", "3"]])
+def test_batch_speculates_and_each_line_is_plain_greedy(stories, source):
+    prompts = ["Once upon a time", "Lily and Tom went to the park. Lily and Tom", "The cat", "One day"]
+    lines = "".join(json.dumps({"id": i, "prompt": p, "max_tokens": 60, "temperature": 0}) + "\n"
+                    for i, p in enumerate(prompts))
+    result = command("batch", "-m", stories, "-np", 3, *source, stdin=lines)
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [o["id"] for o in out] == list(range(len(prompts)))
+    for prompt, o in zip(prompts, out):
+        alone = run("-m", stories, "--raw", "-p", prompt, "-n", "60", "--temp", "0").stdout
+        assert prompt + o["text"] == alone, prompt
+    assert sum(o["accepted"] for o in out) > 0
+    assert "tokens per sequence per pass" in result.stderr

@@ -4,11 +4,14 @@
 // logits hash the sequence's cached tokens (so a mixed-up position, sequence
 // or page shows), then on the real models: stories260K exactly (and its
 // BOS-only sequence must reproduce llama2.c's golden ids), and SmolLM2 for
-// all of 8 prompts over 64 tokens.
+// all of 8 prompts over 64 tokens. With speculation, the references are the
+// same (greedy) or the SpeculativeGenerator alone with the same draft
+// (sampling: its tests show it keeps the target's distribution).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -19,6 +22,9 @@
 #include "core/error.h"
 #include "engine/batch_scheduler.h"
 #include "engine/generator.h"
+#include "engine/lookup_draft.h"
+#include "engine/self_draft.h"
+#include "engine/step_drafter.h"
 #include "engine_test_models.h"
 #include "tokenizer/synthetic_vocab.h"
 
@@ -381,6 +387,119 @@ TEST_F(BatchSchedulerTest, StreamsEachRequestsTextAndCountsProgress) {
   EXPECT_EQ(p.passes, int64_t(runner.batches.size()));
 }
 
+// --- Speculation ---
+
+// Drafts what a known reference continuation of the context holds, with
+// every third proposed token off by one: some drafts are kept whole, some
+// in part, so acceptance and rollback both happen.
+class OracleDraft final : public DraftSource {
+ public:
+  explicit OracleDraft(std::vector<std::vector<int32_t>> references) : references_(std::move(references)) {}
+  void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override {
+    for (const auto& ref : references_) {
+      if (ref.size() <= context.size() || !std::equal(context.begin(), context.end(), ref.begin())) continue;
+      for (size_t i = context.size(); i < ref.size() && int64_t(draft.size()) < max; ++i) {
+        draft.push_back(i % 3 == 2 ? (ref[i] + 1) % kVocab : ref[i]);
+      }
+      return;
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> references_;
+};
+
+// What the SpeculativeGenerator makes of the request alone with `draft`.
+GenerationResult alone_speculative(ModelRunner& runner, const Tokenizer& tokenizer, const GenerationRequest& r,
+                                   DraftSource& draft, int64_t draft_max) {
+  SpeculativeGenerator g(runner, tokenizer, draft, draft_max);
+  Sampler sampler(r.sampling, runner.config().vocab_size);
+  GenerationResult out;
+  const auto stats = g.generate(r.prompt, sampler, r.options, [&](std::string_view piece) { out.text += piece; });
+  out.tokens = g.generated();
+  out.prompt_tokens = stats.generation.prompt_tokens;
+  out.completion_tokens = stats.generation.generated_tokens;
+  out.stop = stats.generation.stop;
+  out.speculation = stats.speculation;
+  return out;
+}
+
+TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAndKeepTheirOutput) {
+  const int64_t context = 96;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  std::vector<GenerationRequest> requests = {
+      request(prompt_of(5, 1), greedy(), 30),
+      request(prompt_of(40, 2), top_k_sampling(3), 25),
+      request(prompt_of(70, 3), greedy(), 40),  // the context fills
+      request(prompt_of(9, 4), top_k_sampling(4, 0), 18),
+      request(prompt_of(20, 5), greedy(), 24),
+  };
+  // The oracle knows every request's plain output.
+  std::vector<std::vector<int32_t>> references;
+  for (const auto& r : requests) {
+    std::vector<int32_t> full = r.prompt;
+    const GenerationResult plain = alone(make_runner, tokenizer, r);
+    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+    references.push_back(std::move(full));
+  }
+  const int64_t draft_max = 4;
+  FakeRunner runner(context, 3 * context);
+  SchedulerOptions options;
+  options.parallel = 3;
+  options.prompt_budget = 32;
+  options.draft = [&](SeqId, const SamplingParams&) { return std::make_unique<OracleDraft>(references); };
+  options.draft_max = draft_max;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+
+  SpeculationStats total;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationResult& got = scheduler.result(i);
+    auto alone_runner = make_runner();
+    OracleDraft draft(references);
+    const GenerationResult want = alone_speculative(*alone_runner, tokenizer, requests[i], draft, draft_max);
+    expect_same(got, want, i);
+    EXPECT_EQ(got.speculation.passes, want.speculation.passes) << i;
+    EXPECT_EQ(got.speculation.drafted, want.speculation.drafted) << i;
+    EXPECT_EQ(got.speculation.accepted, want.speculation.accepted) << i;
+    if (requests[i].sampling.temperature == 0.0f) {
+      expect_same(got, alone(make_runner, tokenizer, requests[i]), i);  // greedy: plain greedy's output
+      EXPECT_GT(got.speculation.accepted, 0) << i;
+      EXPECT_LT(got.speculation.accepted, got.speculation.drafted) << i;
+    }
+    total.passes += got.speculation.passes;
+    total.drafted += got.speculation.drafted;
+    total.accepted += got.speculation.accepted;
+  }
+  EXPECT_EQ(scheduler.result(2).stop, StopReason::ContextFull);
+  const SchedulerProgress& p = scheduler.progress();
+  EXPECT_EQ(p.speculation.passes, total.passes);
+  EXPECT_EQ(p.speculation.drafted, total.drafted);
+  EXPECT_EQ(p.speculation.accepted, total.accepted);
+
+  // One pass verified several sequences' drafts, each a stepwise run of up to draft_max + 1 entries.
+  bool shared = false;
+  for (const Batch& b : runner.batches) {
+    int drafts = 0;
+    for (const SequenceRun& run : sequence_runs(b)) {
+      if (!run.stepwise) continue;
+      EXPECT_LE(run.count, draft_max + 1);
+      drafts += run.count > 1 ? 1 : 0;
+    }
+    shared |= drafts > 1;
+  }
+  EXPECT_TRUE(shared) << "no pass verified the drafts of two sequences";
+}
+
+TEST_F(BatchSchedulerTest, RefusesAnEmptyDraftBudget) {
+  FakeRunner runner(64, 64);
+  SchedulerOptions options;
+  options.draft = [](SeqId, const SamplingParams&) { return std::make_unique<LookupDraft>(); };
+  options.draft_max = 0;
+  EXPECT_THROW(BatchScheduler(runner, tokenizer, options), Error);
+}
+
 // --- Real models on the CPU backend ---
 
 std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t context, int sequences) {
@@ -390,14 +509,26 @@ std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& f
   return make_cpu_runner(file, o);
 }
 
+// A draft source on the batched run's runner.
+using RunnerDraft = std::function<std::unique_ptr<DraftSource>(ModelRunner& runner, SeqId seq, const SamplingParams& s)>;
+
+std::unique_ptr<DraftSource> lookup_draft(ModelRunner&, SeqId, const SamplingParams&) {
+  return std::make_unique<LookupDraft>();
+}
+
+std::unique_ptr<DraftSource> two_layer_self_draft(ModelRunner& runner, SeqId seq, const SamplingParams& s) {
+  return std::make_unique<SelfDraft>(runner, seq, 2, draft_sampling(s));
+}
+
 // Runs the requests through a scheduler of `parallel` slots (prompts in
-// chunks of `budget`), and each alone through the Generator on its own runner.
+// chunks of `budget`, each drafting with `draft` when set), and each alone
+// through the Generator on its own runner.
 struct BatchedAndAlone {
   std::vector<GenerationResult> batched, alone;
 };
 
 BatchedAndAlone run_both(const std::string& path, int64_t context, const std::vector<GenerationRequest>& requests,
-                         int parallel, int64_t budget) {
+                         int parallel, int64_t budget, const RunnerDraft& draft = {}) {
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   BatchedAndAlone out;
@@ -406,6 +537,7 @@ BatchedAndAlone run_both(const std::string& path, int64_t context, const std::ve
     SchedulerOptions options;
     options.parallel = parallel;
     options.prompt_budget = budget;
+    if (draft) options.draft = [&](SeqId seq, const SamplingParams& s) { return draft(*runner, seq, s); };
     BatchScheduler scheduler(*runner, tokenizer, options);
     for (const auto& r : requests) scheduler.submit(r);
     scheduler.run();
@@ -432,6 +564,13 @@ std::vector<GenerationRequest> stories_requests(const Tokenizer& tokenizer, cons
   return requests;
 }
 
+// The stories requests over three chains: top-k, the whole row, and penalties.
+std::vector<GenerationRequest> stories_sampled_requests(const Tokenizer& tokenizer) {
+  SamplingParams penalised = top_k_sampling(11);
+  penalised.repeat_penalty = 1.2f;
+  return stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+}
+
 TEST(BatchSchedulerModels, Stories260KBatchedGreedyIsExactlyTheSingleSequenceOutput) {
   const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
@@ -453,11 +592,45 @@ TEST(BatchSchedulerModels, Stories260KSampledRequestsAreExactlyTheirSingleSequen
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  SamplingParams penalised = top_k_sampling(11);
-  penalised.repeat_penalty = 1.2f;
-  const auto requests = stories_requests(tokenizer, {top_k_sampling(5), top_k_sampling(6, 0), penalised});
+  const auto requests = stories_sampled_requests(tokenizer);
   const BatchedAndAlone r = run_both(path, 128, requests, 4, 32);
   for (size_t i = 0; i < requests.size(); ++i) expect_same(r.batched[i], r.alone[i], i);
+}
+
+// Speculating greedy requests in a batch give plain greedy output alone, with
+// lookup drafts and self drafts (each on its request's sequence) alike.
+TEST(BatchSchedulerModels, Stories260KSpeculativeBatchedGreedyIsExactlyTheSingleSequenceOutput) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const auto requests = stories_requests(tokenizer, {greedy()});
+  for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
+    const BatchedAndAlone r = run_both(path, 128, requests, 3, 32, draft);
+    int64_t accepted = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      expect_same(r.batched[i], r.alone[i], i);
+      accepted += r.batched[i].speculation.accepted;
+    }
+    EXPECT_GT(accepted, 0);
+  }
+}
+
+// Sampling: each request is what the SpeculativeGenerator gives alone with the same draft and seed.
+TEST(BatchSchedulerModels, Stories260KSpeculativeSampledRequestsAreTheirSingleSequenceSpeculativeOutput) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const auto requests = stories_sampled_requests(tokenizer);
+  for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
+    const BatchedAndAlone r = run_both(path, 128, requests, 4, 32, draft);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto runner = cpu_runner(file, 128, 1);
+      const auto source = draft(*runner, 0, requests[i].sampling);
+      expect_same(r.batched[i], alone_speculative(*runner, tokenizer, requests[i], *source, 8), i);
+    }
+  }
 }
 
 // Greedy picks of `steps` tokens of seq after its cached positions, the
@@ -517,9 +690,9 @@ TEST(BatchSchedulerModels, ACopiedPrefixContinuesExactlyAsAFullPrefill) {
   EXPECT_EQ(greedy_steps(*runner, src, first, n, 24), want);
 }
 
-TEST(BatchSchedulerModels, SmolLM2BatchedGreedyIsTheSingleSequenceOutputForEveryPrompt) {
-  const std::string path = test::smollm2_gguf();
-  if (path.empty()) GTEST_SKIP() << "the default SmolLM2 model is absent";
+// SmolLM2's 8 prompts over 64 greedy tokens, batched (drafting with `draft`
+// when set) against each alone through the plain Generator.
+void expect_smollm2_batched_greedy_is_alone(const std::string& path, const RunnerDraft& draft) {
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   const std::vector<std::string> prompts = {
@@ -537,7 +710,7 @@ TEST(BatchSchedulerModels, SmolLM2BatchedGreedyIsTheSingleSequenceOutputForEvery
   std::vector<GenerationRequest> requests;
   for (const auto& p : prompts) requests.push_back(request(tokenizer.encode(p, true), greedy(), 64));
   // Four slots for eight requests.
-  const BatchedAndAlone r = run_both(path, 256, requests, 4, 32);
+  const BatchedAndAlone r = run_both(path, 256, requests, 4, 32, draft);
   int same = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& got = r.batched[i].tokens;
@@ -554,6 +727,18 @@ TEST(BatchSchedulerModels, SmolLM2BatchedGreedyIsTheSingleSequenceOutputForEvery
   // run its single-sequence kernels (cpu::matmul_groups), so none may flip.
   EXPECT_EQ(same, 8);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.batched[i].completion_tokens, 64) << i;
+}
+
+TEST(BatchSchedulerModels, SmolLM2BatchedGreedyIsTheSingleSequenceOutputForEveryPrompt) {
+  const std::string path = test::smollm2_gguf();
+  if (path.empty()) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  expect_smollm2_batched_greedy_is_alone(path, {});
+}
+
+TEST(BatchSchedulerModels, SmolLM2LookupBatchedGreedyIsTheSingleSequenceOutputForEveryPrompt) {
+  const std::string path = test::smollm2_gguf();
+  if (path.empty()) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  expect_smollm2_batched_greedy_is_alone(path, lookup_draft);
 }
 
 }  // namespace
