@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/tensor_names.h"
-#include "storage/layer_reads.h"
 #include "storage/size_parse.h"
 
 namespace nt {
@@ -16,30 +14,6 @@ std::string_view tier_name(Tier tier) {
     case Tier::Disk: return "disk";
   }
   return "?";
-}
-
-ModelFootprint model_footprint(const GgufHeader& header, const LlamaConfig& config, uint64_t read_alignment,
-                               const std::string& source) {
-  ModelFootprint m;
-  for (const LayerRead& r : plan_layer_reads(header, read_alignment, source)) {
-    m.layers.push_back({r.tensor_bytes, r.file_bytes, r.staging_bytes});
-  }
-  if (int64_t(m.layers.size()) != config.n_layers) {
-    fail("{}: the file has tensors for {} layers but block_count says {}", source, m.layers.size(), config.n_layers);
-  }
-  m.tied_embeddings = config.tied_embeddings;
-  for (const auto& t : header.tensors) {
-    if (layer_of_tensor(t.name)) continue;
-    if (t.name == "token_embd.weight") {
-      m.token_embd_bytes = t.n_bytes;
-    } else if (t.name == "output.weight") {
-      m.output_head_bytes = t.n_bytes;
-    } else {
-      m.small_bytes += t.n_bytes;
-    }
-  }
-  if (m.tied_embeddings) m.output_head_bytes = m.token_embd_bytes;
-  return m;
 }
 
 RamBudget automatic_ram_budget(uint64_t mem_available, const LlamaConfig& c, int64_t max_batch) {

@@ -43,10 +43,6 @@ struct ModelFootprint {
   uint64_t small_bytes = 0;  // output_norm, rope_freqs and any other non-layer tensor
 };
 
-// From the GGUF tensor directory; `read_alignment` is the storage reader's.
-ModelFootprint model_footprint(const GgufHeader& header, const LlamaConfig& config, uint64_t read_alignment,
-                               const std::string& source);
-
 // VRAM the runner needs besides the weights, for `context` tokens per
 // sequence and prefill chunks of up to `max_batch` tokens, as the CUDA
 // runner's memory plan computes it (runtime/device_memory_plan.h).
