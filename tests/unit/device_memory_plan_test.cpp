@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "runtime/kernel_shapes.h"
 
 namespace nt {
