@@ -58,14 +58,14 @@ def test_memory_plan_is_the_runners_and_shows_the_kv_pool():
     one = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20").stdout
     assert "GPU      132 SMs (ASSUMED: the H200's 132, no GPU to ask; pass --gpu-sms)" in one, one
     assert re.search(r"upload and landing buffers +\S+ MiB", one), one
-    four = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--parallel", "4", "--gpu-sms", "16").stdout
-    assert "GPU      16 SMs (given)" in four, four
-    assert "KV cache (F16, 4 x 512 tokens)" in four, four
+    two = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--parallel", "2", "--gpu-sms", "16").stdout
+    assert "GPU      16 SMs (given)" in two, two
+    assert "KV cache (F16, 2 x 512 tokens)" in two, two
     # 30 layers x 512 positions x 2 (K, V) x 192 (3 KV heads of 64) x 2 bytes = 11.25 MiB a sequence.
-    assert re.search(r"KV cache \(F16, 4 x 512 tokens\) +45\.00 MiB", four), four
-    m = re.search(r"4 sequences' KV caches \(33\.75 MiB more than one's\) push (\d+) layers out of VRAM "
-                  r"\((\d+) resident with one sequence\)", four)
-    assert m and int(m[1]) > 0 and int(m[2]) == tiers(one)["vram"], four
+    assert re.search(r"KV cache \(F16, 2 x 512 tokens\) +22\.50 MiB", two), two
+    m = re.search(r"2 sequences' KV caches \(11\.25 MiB more than one's\) push (\d+) layers out of VRAM "
+                  r"\((\d+) resident with one sequence\)", two)
+    assert m and int(m[1]) > 0 and int(m[2]) == tiers(one)["vram"], two
 
 
 def test_slow_cpu_gets_no_layers():
