@@ -20,6 +20,9 @@
 #include "engine/gpu_probe.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_config.h"
+#include "model/llama_weights.h"
+#include "runtime/device_memory_plan.h"
+#include "runtime/kernel_shapes.h"
 #include "storage/disk_bench.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"
@@ -31,6 +34,9 @@ namespace {
 
 // PCIe 4.0 x16 moves about 25 GB/s of pinned H2D copies in practice (32 GB/s raw).
 constexpr double kNominalH2dGbps = 25.0;
+// The attention split count, and so the activation arena, depends on the SM
+// count; without a GPU to ask, the H200's.
+constexpr int kAssumedGpuSms = 132;
 // Seconds the CPU rate measurement runs at each pass size.
 constexpr double kCpuProbeSeconds = 0.4;
 // Far beyond the last-level caches, so the host read probe measures DRAM.
@@ -43,6 +49,7 @@ struct PlanOptions {
   int64_t sequences = 1;
   int64_t batch = 256;
   int ring = 2;
+  int gpu_sms = 0;
   std::string io = "auto";
   double h2d_gbps = 0, disk_gbps = 0;
   uint64_t bench_mib = 256;
@@ -100,6 +107,26 @@ CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file) {
   return rate;
 }
 
+// The SM count the memory plan is computed for: given, the GPU's, or assumed and said so.
+int gpu_sms(const PlanOptions& o, const std::optional<GpuSummary>& gpu, std::string* source) {
+  if (o.gpu_sms > 0) {
+    *source = "given";
+    return o.gpu_sms;
+  }
+  if (gpu) {
+    *source = gpu->name;
+    return gpu->multiprocessors;
+  }
+  *source = fmt::format("ASSUMED: the H200's {}, no GPU to ask; pass --gpu-sms", kAssumedGpuSms);
+  return kAssumedGpuSms;
+}
+
+// The CUDA runner's buffers for `sequences` sequences: the code it allocates from.
+RunnerBuffers plan_buffers(const LlamaConfig& config, const LlamaWeights& weights, int64_t context, const PlanOptions& o,
+                           int64_t sequences, int sms) {
+  return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms);
+}
+
 struct PlanSource {
   const std::string& path;
   const GgufFile& file;
@@ -108,6 +135,9 @@ struct PlanSource {
   const FileReader& reader;
   const ReaderOptions& reader_options;
   IoBackend io;
+  const LlamaWeights& weights;
+  const std::vector<LayerRead>& reads;
+  int sms;
 };
 
 // plan --gpus: budgets and rates per GPU (given, found on the GPUs, or
@@ -131,7 +161,7 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
     fail("no GPU to size the VRAM budgets from: pass --vram-budget, e.g. --vram-budget 24GiB,24GiB or one value for all");
   }
   MultiGpuRequest& r = in.request;
-  const ModelFootprint model = model_footprint(src.file.header(), src.config, src.reader.alignment(), src.path);
+  const ModelFootprint model = device_footprint(src.config, src.weights, src.reads);
   in.model = &model;
   in.h2d_source = o.h2d_gbps > 0 ? "given" : have_gpu ? "measured: 256 MiB pinned copies" : "ASSUMED: PCIe 4.0 x16 nominal; pass --h2d-gbps";
   in.gpu_source = o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
@@ -152,7 +182,7 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
     in.peer_source = "ASSUMED: a bounce through host memory, two copies at half the H2D rate; pass --peer-gbps";
   }
   r.ram_budget = ram_budget;
-  r.reserve = estimate_vram_reserve(src.config, src.context, o.batch, o.sequences);
+  r.reserve = vram_reserve(plan_buffers(src.config, src.weights, src.context, o, o.sequences, src.sms), model);
   r.ring_slots = r.staging_slots = o.ring;
   r.disk_to_device = src.reader.accepts_device_memory();
   r.shape = tensor_split_shape(src.file.header(), src.config);
@@ -186,6 +216,10 @@ void plan(const PlanOptions& o) {
   reader_options.device_destinations = gpu.has_value();  // the streaming ring lives in VRAM
   const OpenedReader opened = open_file_reader(path, reader_options);
   const FileReader& reader = *opened.reader;
+  const LlamaWeights weights = load_llama_weights(*file, config);
+  const std::vector<LayerRead> reads = plan_layer_reads(file->header(), reader.alignment(), path);
+  std::string sms_source;
+  const int sms = gpu_sms(o, gpu, &sms_source);
 
   // Budgets.
   uint64_t ram_budget = 0;
@@ -200,7 +234,7 @@ void plan(const PlanOptions& o) {
                              format_size(r.host_buffers), format_size(r.headroom));
   }
   if (!gpu_ids.empty()) {
-    plan_gpus(o, gpu_ids, gpu.has_value(), {path, *file, config, context, reader, reader_options, io}, ram_budget,
+    plan_gpus(o, gpu_ids, gpu.has_value(), {path, *file, config, context, reader, reader_options, io, weights, reads, sms}, ram_budget,
               ram_source);
     return;
   }
@@ -216,20 +250,18 @@ void plan(const PlanOptions& o) {
     fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
   }
 
-  const ModelFootprint model = model_footprint(file->header(), config, reader.alignment(), path);
-  PlanRequest request;
-  request.vram_budget = vram_budget;
-  request.ram_budget = ram_budget;
-  request.reserve = estimate_vram_reserve(config, context, o.batch, o.sequences);
-  request.ring_slots = o.ring;
-  request.staging_slots = o.ring;
-  request.disk_to_device = reader.accepts_device_memory();
-  const PlacementPlan p = plan_placement(model, request);
+  // The CUDA runner's own placement: device-layout sizes and its buffers.
+  const DevicePlacement placed = plan_device_placement(
+      config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring, vram_budget, ram_budget);
+  const ModelFootprint& model = placed.footprint;
+  const PlanRequest& request = placed.request;
+  const PlacementPlan& p = placed.plan;
   check_cpu_layers(cpu_layers, p);
   // What holding many sequences costs: the plan for one beside it.
-  PlanRequest one_request = request;
-  one_request.reserve = estimate_vram_reserve(config, context, o.batch, 1);
-  const PlacementPlan one = plan_placement(model, one_request);
+  const DevicePlacement one_placed = plan_device_placement(
+      config, weights, reads, plan_buffers(config, weights, context, o, 1, sms), o.ring, vram_budget, ram_budget);
+  const PlanRequest& one_request = one_placed.request;
+  const PlacementPlan& one = one_placed.plan;
 
   uint64_t all_layers = 0;
   for (const auto& l : model.layers) all_layers += l.resident_bytes;
@@ -241,6 +273,7 @@ void plan(const PlanOptions& o) {
              o.sequences > 1 ? fmt::format(" for each of {} sequences", o.sequences) : std::string(), o.batch);
   fmt::print("budgets  VRAM {} ({})\n         RAM  {} ({})\n", format_size(vram_budget), vram_source, format_size(ram_budget),
              ram_source);
+  fmt::print("GPU      {} SMs ({})\n", sms, sms_source);
   fmt::print("I/O      {}: {}\n", io_backend_name(reader.backend()), reader.description());
   if (!opened.notes.empty()) fmt::print("         ({})\n", opened.notes);
 
@@ -253,6 +286,7 @@ void plan(const PlanOptions& o) {
   row(fmt::format("activations (batch {})", o.batch), format_size(r.activations));
   row(fmt::format("logits (batch {})", o.batch), format_size(r.logits));
   row("prefill GEMM scratch", format_size(r.gemm_scratch));
+  row("upload and landing buffers", format_size(r.staging));
   row("output head and norms", format_size(model.output_head_bytes + model.small_bytes));
   row("token embedding", model.tied_embeddings  ? std::string("(the head)")
                          : p.token_embd_in_vram ? format_size(model.token_embd_bytes)
@@ -351,6 +385,8 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-sms", o.gpu_sms, "GPU multiprocessors the memory plan assumes (default: the GPU's; without one the H200's 132)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--io", o.io, "Storage reader: auto, uring, cufile or mmap")->capture_default_str()->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
   cmd->add_option("--h2d-gbps", o.h2d_gbps, "Host-to-device GB/s (default: measured; without a GPU an assumed 25)")->check(CLI::PositiveNumber);
   cmd->add_option("--disk-gbps", o.disk_gbps, "Storage read GB/s (default: measured on the model file)")->check(CLI::PositiveNumber);

@@ -10,7 +10,7 @@ namespace nt {
 
 std::optional<GpuSummary> find_gpu(std::string* why) {
 #ifdef NT_HAVE_CUDA
-  if (const auto d = probe_cuda_device(0, why)) return GpuSummary{d->name, d->free_memory};
+  if (const auto d = probe_cuda_device(0, why)) return GpuSummary{d->name, d->free_memory, d->multiprocessors};
 #else
   *why = "this build has no CUDA backend";
 #endif
@@ -20,7 +20,7 @@ std::optional<GpuSummary> find_gpu(std::string* why) {
 std::vector<GpuSummary> find_gpus(const std::vector<int>& ids) {
 #ifdef NT_HAVE_CUDA
   std::vector<GpuSummary> gpus;
-  for (const auto& d : require_gpus(ids)) gpus.push_back({d.name, d.free_memory});
+  for (const auto& d : require_gpus(ids)) gpus.push_back({d.name, d.free_memory, d.multiprocessors});
   return gpus;
 #else
   fail("this build has no CUDA backend to find the {} GPUs of --gpus with", ids.size());

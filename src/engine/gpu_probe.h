@@ -12,6 +12,7 @@ namespace nt {
 struct GpuSummary {
   std::string name;
   uint64_t free_bytes = 0;
+  int multiprocessors = 0;
 };
 
 // nullopt with `why` set when there is no usable GPU or this build has no CUDA.

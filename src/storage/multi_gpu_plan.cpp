@@ -147,7 +147,7 @@ std::vector<int64_t> layer_boundaries(const ModelFootprint& model, const MultiGp
   const VramReserve& r = request.reserve;
   std::vector<double> capacity;
   for (size_t g = 0; g < gpus.size(); ++g) {
-    uint64_t fixed = r.activations + r.gemm_scratch;
+    uint64_t fixed = r.activations + r.gemm_scratch + r.staging;
     if (g + 1 == gpus.size()) fixed += r.logits + model.output_head_bytes + model.small_bytes;
     if (gpus[g].vram_budget <= fixed) {
       fail("GPU {}: VRAM budget {} holds no layer: its buffers besides layers need {}", gpus[g].id,

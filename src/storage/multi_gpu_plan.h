@@ -89,7 +89,7 @@ TensorSplitShape tensor_split_shape(const GgufHeader& header, const LlamaConfig&
 struct MultiGpuRequest {
   std::vector<GpuResources> gpus;  // in pipeline order; GPU 0 of the list is rank 0
   uint64_t ram_budget = 0;         // pinned host RAM, shared by all GPUs
-  VramReserve reserve;             // of the whole model on one GPU (estimate_vram_reserve)
+  VramReserve reserve;             // of the whole model on one GPU (vram_reserve, runtime/device_memory_plan.h)
   int ring_slots = 2, staging_slots = 2;
   bool disk_to_device = false;
   TensorSplitShape shape;

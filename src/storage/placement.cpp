@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/tensor_names.h"
-#include "storage/layer_reads.h"
 #include "storage/size_parse.h"
 
 namespace nt {
@@ -16,51 +14,6 @@ std::string_view tier_name(Tier tier) {
     case Tier::Disk: return "disk";
   }
   return "?";
-}
-
-ModelFootprint model_footprint(const GgufHeader& header, const LlamaConfig& config, uint64_t read_alignment,
-                               const std::string& source) {
-  ModelFootprint m;
-  for (const LayerRead& r : plan_layer_reads(header, read_alignment, source)) {
-    m.layers.push_back({r.tensor_bytes, r.file_bytes, r.staging_bytes});
-  }
-  if (int64_t(m.layers.size()) != config.n_layers) {
-    fail("{}: the file has tensors for {} layers but block_count says {}", source, m.layers.size(), config.n_layers);
-  }
-  m.tied_embeddings = config.tied_embeddings;
-  for (const auto& t : header.tensors) {
-    if (layer_of_tensor(t.name)) continue;
-    if (t.name == "token_embd.weight") {
-      m.token_embd_bytes = t.n_bytes;
-    } else if (t.name == "output.weight") {
-      m.output_head_bytes = t.n_bytes;
-    } else {
-      m.small_bytes += t.n_bytes;
-    }
-  }
-  if (m.tied_embeddings) m.output_head_bytes = m.token_embd_bytes;
-  return m;
-}
-
-VramReserve estimate_vram_reserve(const LlamaConfig& c, int64_t context, int64_t max_batch, int64_t sequences) {
-  const uint64_t b = uint64_t(std::max<int64_t>(max_batch, 1));
-  const uint64_t dim = uint64_t(c.dim), q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim()), ffn = uint64_t(c.ffn_dim);
-  const uint64_t widest_input = std::max({dim, q, ffn});
-  VramReserve r;
-  // A KV slot of the whole context per sequence, as the CUDA runner holds them.
-  r.kv_cache = uint64_t(c.n_layers) * uint64_t(context) * kv * 2 * 2 * uint64_t(std::max<int64_t>(sequences, 1));
-  // F32 hidden state, normed input, fused QKV, attention output, gate, up, and
-  // the FFN product; then the widest input again as int8 codes with 8 bytes of
-  // scales per 32 (mat-vec path) and as F16 (GEMM path).
-  r.activations = 4 * b * (dim + widest_input + (q + 2 * kv) + q + 3 * ffn) + b * widest_input + b * widest_input / 4 +
-                  2 * b * widest_input;
-  r.logits = uint64_t(c.vocab_size) * b * 4;
-  // Prefill dequantizes one weight matrix to F16 for cuBLAS; the CUDA runner
-  // caps that scratch at 256 MiB and tiles larger matrices.
-  constexpr uint64_t kGemmScratchCap = 256ull << 20;
-  const uint64_t largest_matrix = std::max({uint64_t(c.vocab_size) * dim, ffn * dim, (q + 2 * kv) * dim, q * dim});
-  r.gemm_scratch = std::min(kGemmScratchCap, 2 * largest_matrix);
-  return r;
 }
 
 RamBudget automatic_ram_budget(uint64_t mem_available, const LlamaConfig& c, int64_t max_batch) {
@@ -116,9 +69,9 @@ PlacementPlan plan_placement(const ModelFootprint& model, const PlanRequest& req
   if (resident > n) {
     const VramReserve& r = request.reserve;
     fail("VRAM budget {} is too small: streaming every layer still needs {} (KV cache {}, activations {}, logits {}, "
-         "GEMM scratch {}, output head and norms {}, {} layer buffers of {})",
+         "GEMM scratch {}, staging {}, output head and norms {}, {} layer buffers of {})",
          format_size(request.vram_budget), format_size(vram_needed(0)), format_size(r.kv_cache), format_size(r.activations),
-         format_size(r.logits), format_size(r.gemm_scratch), format_size(model.output_head_bytes + model.small_bytes),
+         format_size(r.logits), format_size(r.gemm_scratch), format_size(r.staging), format_size(model.output_head_bytes + model.small_bytes),
          request.ring_slots, format_size(suffix_max_slot[0]));
   }
   for (size_t i = 0; i < resident; ++i) plan.layer_tier[i] = Tier::Vram;

@@ -43,21 +43,17 @@ struct ModelFootprint {
   uint64_t small_bytes = 0;  // output_norm, rope_freqs and any other non-layer tensor
 };
 
-// From the GGUF tensor directory; `read_alignment` is the storage reader's.
-ModelFootprint model_footprint(const GgufHeader& header, const LlamaConfig& config, uint64_t read_alignment,
-                               const std::string& source);
-
-// VRAM the runner needs besides the weights, for `context` tokens and prefill
-// chunks of up to `max_batch` tokens. Mirrors the CUDA runner's buffers; the
-// CUDA side may overwrite any field with its exact number.
+// VRAM the runner needs besides the weights, for `context` tokens per
+// sequence and prefill chunks of up to `max_batch` tokens, as the CUDA
+// runner's memory plan computes it (runtime/device_memory_plan.h).
 struct VramReserve {
   uint64_t kv_cache = 0;      // n_layers x context x kv_dim x 2 (K, V) x 2 bytes (F16) x sequences
-  uint64_t activations = 0;   // hidden state, Q/K/V, attention and FFN outputs, quantized/F16 inputs
+  uint64_t activations = 0;   // hidden state, Q/K/V, attention and FFN outputs, quantized/F16 inputs, sampling scratch
   uint64_t logits = 0;        // vocab x max_batch x 4
   uint64_t gemm_scratch = 0;  // one dequantized F16 weight matrix for prefill GEMMs
-  uint64_t total() const { return kv_cache + activations + logits + gemm_scratch; }
+  uint64_t staging = 0;       // the weight upload's landing buffer and streamed layers' H2D landing buffers
+  uint64_t total() const { return kv_cache + activations + logits + gemm_scratch + staging; }
 };
-VramReserve estimate_vram_reserve(const LlamaConfig& config, int64_t context, int64_t max_batch, int64_t sequences = 1);
 
 // The automatic RAM budget: MemAvailable less the host buffers the runner
 // needs besides pinned layers (logits and embedding rows of max_batch tokens),

@@ -12,8 +12,9 @@ from project_paths import MODELS_DIR, NTRANSFORMER, require_built
 
 MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 # A budget that keeps some of SmolLM2's 30 layers resident and streams the rest
-# (a 512-token context and 16-token batches keep the reserve small).
-BASE = ["plan", "--vram-budget", "130MiB", "--ram-budget", "1GiB", "-c", "512", "--batch", "16",
+# (a 512-token context and 16-token batches keep the reserve small; the
+# runner's 64 MiB upload buffer and 54 MiB GEMM scratch are most of it).
+BASE = ["plan", "--vram-budget", "200MiB", "--ram-budget", "1GiB", "-c", "512", "--batch", "16",
         "--h2d-gbps", "8", "--disk-gbps", "2", "--gpu-gbps", "500", "--batch-tokens", "16"]
 
 
@@ -51,6 +52,20 @@ def test_prints_a_hybrid_plan_without_a_gpu():
     assert p[1][3] > 0, "a CPU far faster than the link takes layers at one token"
     assert p[16][3] <= p[1][3], "more tokens per pass never give the CPU more layers"
     assert "other splits" in out and "<- chosen" in out
+
+
+def test_memory_plan_is_the_runners_and_shows_the_kv_pool():
+    one = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20").stdout
+    assert "GPU      132 SMs (ASSUMED: the H200's 132, no GPU to ask; pass --gpu-sms)" in one, one
+    assert re.search(r"upload and landing buffers +\S+ MiB", one), one
+    two = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--parallel", "2", "--gpu-sms", "16").stdout
+    assert "GPU      16 SMs (given)" in two, two
+    assert "KV cache (F16, 2 x 512 tokens)" in two, two
+    # 30 layers x 512 positions x 2 (K, V) x 192 (3 KV heads of 64) x 2 bytes = 11.25 MiB a sequence.
+    assert re.search(r"KV cache \(F16, 2 x 512 tokens\) +22\.50 MiB", two), two
+    m = re.search(r"2 sequences' KV caches \(11\.25 MiB more than one's\) push (\d+) layers out of VRAM "
+                  r"\((\d+) resident with one sequence\)", two)
+    assert m and int(m[1]) > 0 and int(m[2]) == tiers(one)["vram"], two
 
 
 def test_slow_cpu_gets_no_layers():

@@ -22,23 +22,9 @@ constexpr int kThreads = 256;
 constexpr int kKeyTile = kKvTile;               // one key per lane in the softmax step
 constexpr int kMaxAcc = 16;                     // output accumulators per thread
 constexpr int kMaxRowElems = kThreads * kMaxAcc; // query rows * head_dim per block
+static_assert(kMaxRowElems == kAttentionMaxRowElems, "the host plans the generic kernel's tiles (runtime/kernel_shapes.h)");
 
-// Query rows of a block: tokens of one query tile times the heads of one KV
-// group (row r = token_in_tile * group + head_in_group), so K/V are read once
-// per group.
-struct Geometry {
-  int group = 1, tile_tokens = 1, rows = 1, n_tiles = 1;
-};
-
-Geometry geometry(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim) {
-  Geometry g;
-  g.group = n_heads / n_kv_heads;
-  const int max_rows = std::min(64, kMaxRowElems / head_dim);
-  g.tile_tokens = int(std::clamp<int64_t>(max_rows / g.group, 1, std::max<int64_t>(n_tokens, 1)));
-  g.rows = g.tile_tokens * g.group;
-  g.n_tiles = int((n_tokens + g.tile_tokens - 1) / g.tile_tokens);
-  return g;
-}
+using Geometry = AttentionGeometry;
 
 size_t shared_bytes(const Geometry& g, int head_dim) {
   return sizeof(float) * (size_t(g.rows) * head_dim + size_t(kKeyTile) * (head_dim + 1) + size_t(g.rows) * kKeyTile +
@@ -393,32 +379,6 @@ void launch_generic(const AttentionParams& p, const Geometry& g, cudaStream_t st
 
 }  // namespace
 
-int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors) {
-  if (n_tokens == 1) {
-    // One wave of decode blocks (two fit per multiprocessor), each with at
-    // least one 64-key tile: on an H200 at context 512, 8 splits beat 4 and
-    // 16; up to 128K keys no split count beat one wave.
-    const int64_t wave = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / n_kv_heads);
-    const int64_t useful = (max_keys + 2 * kKeyTile - 1) / (2 * kKeyTile);
-    return int(std::clamp<int64_t>(std::min(wave, useful), 1, kMaxSplits));
-  }
-  const bool mma = attention_detail::mma_prefill_shape_supported(n_heads, n_kv_heads, head_dim);
-  const int64_t tiles = mma ? attention_detail::mma_prefill_query_tiles(n_tokens, n_heads, n_kv_heads)
-                            : geometry(n_tokens, n_heads, n_kv_heads, head_dim).n_tiles;
-  const int64_t blocks = int64_t(n_kv_heads) * tiles;
-  // Tensor-core blocks: one per multiprocessor is enough (splits cost a
-  // combine kernel); the generic kernel's blocks are lighter.
-  const int64_t target = (mma ? 1 : 2) * int64_t(multiprocessors);
-  const int64_t wanted = (target + blocks - 1) / blocks;
-  const int64_t keys_per_split = (mma ? 8 : 4) * kKeyTile;  // at least 4 tiles of the kernel's width
-  const int64_t useful = (max_keys + keys_per_split - 1) / keys_per_split;
-  return int(std::clamp<int64_t>(std::min(wanted, useful), 1, kMaxSplits));
-}
-
-size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, int n_splits) {
-  return n_splits > 1 ? size_t(n_splits) * size_t(n_tokens) * size_t(n_heads) * size_t(head_dim + 2) : 0;
-}
-
 bool attention_decode_fusion_supported(const AttentionParams& p) {
   if (attention_detail::short_decode_supported(p)) return true;
   return p.n_tokens == 1 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && attention_detail::mma_prefill_supported(p) &&
@@ -495,7 +455,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     NT_CUDA_CHECK_LAUNCH();
     merged = true;  // in its last block per KV head
   } else {
-    const Geometry g = geometry(p.n_tokens, p.n_heads, p.n_kv_heads, p.head_dim);
+    const Geometry g = attention_geometry(p.n_tokens, p.n_heads, p.n_kv_heads, p.head_dim);
     if (g.rows * p.head_dim > kMaxRowElems) {
       fail("attention: {} query heads per KV head of dimension {} exceed this kernel's {} elements per block", g.group,
            p.head_dim, kMaxRowElems);

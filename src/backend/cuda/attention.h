@@ -11,13 +11,10 @@
 
 #include <cstdint>
 
+#include "runtime/kernel_shapes.h"  // kKvTile (the K cache layout), attention_splits
+
 namespace nt {
 
-// The K cache is laid out for decode, where lane j of a warp scores key j of
-// a 32-key tile: per KV head, per tile, per 8-element chunk of the head, the
-// 32 keys' chunks side by side, so a warp's 16-byte loads are contiguous.
-// Needs head_dim % 8 == 0 and context % 32 == 0. V is [context][head_dim].
-constexpr int kKvTile = 32;
 
 // One-token launches whose every replay sees at most this many keys
 // (AttentionParams::max_keys) run the short-context decode kernel on sm_90
@@ -77,11 +74,6 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
 // Whether attention() can fold RoPE, the cache store and the q8 output into a
 // one-token launch of this shape (out_stride == n_heads * head_dim for q8).
 bool attention_decode_fusion_supported(const AttentionParams& p);
-
-// Splits that fill the GPU for n_tokens queries when up to max_keys keys are visible.
-int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors);
-
-size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, int n_splits);
 
 void attention(const AttentionParams& p, cudaStream_t stream);
 

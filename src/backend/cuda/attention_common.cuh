@@ -46,7 +46,7 @@ __device__ __forceinline__ float2* partial_ml(const AttentionParams& p, int spli
   return reinterpret_cast<float2*>(ml) + (int64_t(split) * p.n_tokens + t) * p.n_heads + head;
 }
 
-constexpr int kMaxSplits = 256;
+constexpr int kMaxSplits = kAttentionMaxSplits;
 
 // Per KV head: how many of a one-token launch's split blocks have finished.
 // The last one merges the splits and puts the count back to 0, so every
@@ -194,12 +194,10 @@ void launch_short_decode(const AttentionParams& p, cudaStream_t stream);
 
 // Tensor-core attention (attention_prefill.cu): prefill, and decode too, for
 // head_dim 64 or 128 and up to kMmaRows query heads per KV head.
-constexpr int kMmaRows = 64;  // query rows (tokens x group heads) per block
+constexpr int kMmaRows = kAttentionMmaRows;  // query rows (tokens x group heads) per block
 
-bool mma_prefill_shape_supported(int n_heads, int n_kv_heads, int head_dim);
 // Also checks the alignment of queries and outputs for vector accesses.
 bool mma_prefill_supported(const AttentionParams& p);
-int64_t mma_prefill_query_tiles(int64_t n_tokens, int n_heads, int n_kv_heads);
 // Whether a launch of this (one-token, split) shape merges its splits itself.
 bool mma_merges_in_launch(const AttentionParams& p);
 // Returns whether the launch merged its splits itself (one token, scratch

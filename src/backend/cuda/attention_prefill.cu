@@ -344,10 +344,6 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool mma_prefill_shape_supported(int n_heads, int n_kv_heads, int head_dim) {
-  return (head_dim == 64 || head_dim == 128) && n_heads / n_kv_heads <= kMmaRows;
-}
-
 bool mma_merges_in_launch(const AttentionParams& p) {
   const size_t smem = p.head_dim == 64 ? PrefillSmem<64>::kBytes : PrefillSmem<128>::kBytes;
   return p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits && p.n_kv_heads <= kMaxCountedKvHeads &&
@@ -358,11 +354,6 @@ bool mma_prefill_supported(const AttentionParams& p) {
   const auto aligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
   return mma_prefill_shape_supported(p.n_heads, p.n_kv_heads, p.head_dim) && aligned(p.q, 16) && p.q_stride % 4 == 0 &&
          aligned(p.out, 8) && p.out_stride % 2 == 0;
-}
-
-int64_t mma_prefill_query_tiles(int64_t n_tokens, int n_heads, int n_kv_heads) {
-  const int64_t tile_tokens = kMmaRows / (n_heads / n_kv_heads);
-  return (n_tokens + tile_tokens - 1) / tile_tokens;
 }
 
 bool launch_mma_prefill(const AttentionParams& p, cudaStream_t stream) {

@@ -404,7 +404,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   OpenedReader opened = open_layer_reader(file.path(), options_);
   const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   const RunnerBuffers buffers =
-      runner_buffers(c, w, context_, cache_context_, options_, device_.multiprocessors);
+      runner_buffers(c, w, context_, cache_context_, options_.max_batch, options_.max_sequences, device_.multiprocessors);
   size_t free_bytes = 0, total_bytes = 0;
   NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };

@@ -10,6 +10,7 @@
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
+#include "runtime/device_memory_plan.h"
 #include "storage/io_reader.h"
 #include "storage/placement.h"
 
@@ -42,12 +43,9 @@ struct CudaRunnerOptions {
 };
 
 // Where the runner would put each layer, with the sizes it planned from (CUDA
-// device-layout bytes). Needs a GPU when no VRAM budget is given.
-struct CudaPlacement {
-  ModelFootprint footprint;
-  PlanRequest request;
-  PlacementPlan plan;
-};
+// device-layout bytes). Needs a GPU for its SM count and, when no VRAM budget
+// is given, its free memory.
+using CudaPlacement = DevicePlacement;
 CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options = {});
 
 // Uploads the weights of the Llama model in `file` to the GPU (the layers that

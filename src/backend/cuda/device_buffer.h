@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "runtime/device_layout.h"  // align_device
+
 namespace nt {
 
 class DeviceBuffer {
@@ -61,9 +63,5 @@ class PinnedBuffer {
   size_t bytes_ = 0;
   size_t mapped_ = 0;  // bytes of the registered mapping
 };
-
-// Rounds a byte count up to the 256-byte alignment cudaMalloc guarantees, so
-// sub-allocations carved from one block keep vector loads aligned.
-constexpr uint64_t align_device(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace nt

@@ -12,22 +12,9 @@
 #include <cstdint>
 
 #include "quant/tensor_type.h"
+#include "runtime/device_layout.h"  // WeightLayout, device_matrix_bytes
 
 namespace nt {
-
-struct WeightLayout {
-  struct Segment {
-    int src, len, plane, dst;  // copy len bytes from block offset src to plane record offset dst
-  };
-  int block_elems = 1, block_bytes = 1;  // the file format
-  int n_planes = 1;
-  int plane_bytes[4] = {};
-  int n_segments = 0;
-  Segment segments[4] = {};
-};
-
-// Throws nt::Error for formats the CUDA backend cannot run.
-const WeightLayout& weight_layout(TensorType type);
 
 struct DeviceMatrix {
   TensorType type = TensorType::F32;
@@ -36,10 +23,6 @@ struct DeviceMatrix {
 
   int64_t blocks_per_row() const;
 };
-
-// Device bytes a rows x cols matrix of `type` occupies (planes 256-byte aligned).
-// Throws if cols is not a multiple of 32 or of the format's block.
-uint64_t device_matrix_bytes(TensorType type, int64_t rows, int64_t cols);
 
 // Lays the planes out at `memory`, which must hold device_matrix_bytes.
 DeviceMatrix place_device_matrix(TensorType type, int64_t rows, int64_t cols, void* memory);

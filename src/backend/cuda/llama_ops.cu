@@ -95,12 +95,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 }
 
 constexpr int kArgmaxThreads = 256;
-constexpr int64_t kArgmaxChunk = 16 * kArgmaxThreads;  // elements a block of the first pass scans
+static_assert(kArgmaxChunk == 16 * kArgmaxThreads, "a first-pass block scans 16 elements a thread");
 
 struct ArgmaxCandidate {
   float value;
   int32_t index;  // -1: none beat -inf
 };
+static_assert(sizeof(ArgmaxCandidate) == kArgmaxCandidateBytes, "the host plans the argmax scratch");
 
 // Whether (v, i) beats (w, j) under argmax_first's rule: larger, or equal and earlier.
 __device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_t j) {
@@ -224,10 +225,6 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_
   if (n == 0) return;
   cuda::launch_kernel(swiglu_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
   NT_CUDA_CHECK_LAUNCH();
-}
-
-uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n) {
-  return uint64_t(n_rows) * uint64_t((n + kArgmaxChunk - 1) / kArgmaxChunk) * sizeof(ArgmaxCandidate);
 }
 
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream) {

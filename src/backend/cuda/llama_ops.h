@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "runtime/kernel_shapes.h"
+
 namespace nt {
 
 // out[t] = x[t] / rms(x[t]) * weight, for n_rows rows of dim (a multiple of 32).
@@ -47,8 +49,7 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_
 // out[r] = index of the largest of x[r][0..n): argmax_first's rule (the first
 // on ties, NaN never wins, 0 when nothing beats -inf). Two launches: chunks of
 // each row in parallel, then their winners; `scratch` holds
-// argmax_scratch_bytes(n_rows, n).
-uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n);
+// argmax_scratch_bytes(n_rows, n) (runtime/kernel_shapes.h).
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, cudaStream_t stream);
 
 // Decoding without the host between steps: a step's pick (the argmax, or a

@@ -2,123 +2,29 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
-#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/layer_stream.h"
-#include "backend/cuda/llama_ops.h"
-#include "backend/cuda/top_logits.h"
-#include "core/error.h"
+#include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/placement.h"
 
 namespace nt {
 
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors) {
-  const uint64_t b = uint64_t(batch);
-  const uint64_t max_input = uint64_t(std::max({c.dim, c.q_dim(), c.ffn_dim}));
-  ActivationLayout a{};
-  for (int64_t n = 1; n <= batch; ++n) {  // the partials of the widest key split any chunk length uses
-    const int splits = attention_splits(n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), context, multiprocessors);
-    a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
-  }
-  ArenaPlan plan;
-  a.inputs = plan.reserve(4 * (kInputsHeader + 5 * b));  // a batch adds rows' positions and slots, runs' positions, head rows
-  a.x = plan.reserve(4 * b * uint64_t(c.dim));
-  a.xn = plan.reserve(4 * b * max_input);
-  a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));
-  a.att = plan.reserve(4 * b * uint64_t(c.q_dim()));
-  a.gate = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.up = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.h = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.logits = plan.reserve(4 * b * uint64_t(c.vocab_size));
-  a.partials = plan.reserve(4 * a.partial_floats);
-  a.q8 = plan.reserve(b * max_input);
-  a.q8_scales = plan.reserve(8 * b * max_input / 32);
-  a.f16 = plan.reserve(2 * b * max_input);
-  a.norm_q8 = plan.reserve(uint64_t(c.dim));
-  a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
-  a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
-  a.argmax = plan.reserve(4 * b);
-  a.argmax_scratch = plan.reserve(argmax_scratch_bytes(int64_t(b), c.vocab_size));
-  a.head_rows = plan.reserve(4 * b);
-  a.top = plan.reserve(sizeof(TopLogit) * kMaxTopLogits + 4);  // then the poisoned index
-  a.top_scratch = plan.reserve(top_logits_scratch_bytes(c.vocab_size));
-  a.total = plan.size();
-  return a;
-}
-
-std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw) {
-  std::vector<std::vector<const WeightRef*>> g;
-  if (lw.wq.type == lw.wk.type && lw.wq.type == lw.wv.type) {
-    g.push_back({&lw.wq, &lw.wk, &lw.wv});
-  } else {
-    g.push_back({&lw.wq});
-    g.push_back({&lw.wk});
-    g.push_back({&lw.wv});
-  }
-  for (const WeightRef* m : {&lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) g.push_back({m});
-  return g;
-}
-
-uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
-  int64_t rows = 0;
-  for (const WeightRef* p : parts) rows += p->rows;
-  return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
-}
-
-uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
-
-RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                             const CudaRunnerOptions& o, int multiprocessors) {
-  uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
-  if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
-  for (const LlamaLayerWeights& lw : w.layers) {
-    for (const auto& g : layer_matrix_groups(lw)) {
-      int64_t rows = 0;
-      for (const WeightRef* p : g) rows += p->rows;
-      largest = std::max(largest, uint64_t(rows) * uint64_t(g[0]->cols));
-    }
-  }
-  RunnerBuffers b;
-  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context) * uint64_t(o.max_sequences);
-  b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
-  b.activations = layout_activations(c, o.max_batch, context, multiprocessors).total;
-  return b;
-}
+static_assert(kLandingBuffers == kStreamLandingBuffers, "the memory plan counts the streamer's landing buffers");
 
 CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
                            const RunnerBuffers& buffers, const CudaRunnerOptions& o) {
-  if (reads.size() != w.layers.size()) fail("the file has tensors for {} layers but block_count says {}", reads.size(), w.layers.size());
-  CudaPlacement p;
-  uint64_t max_staging = 0;
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    uint64_t bytes = 0;
-    for (const auto& g : layer_matrix_groups(w.layers[l])) bytes += group_device_bytes(g);
-    p.footprint.layers.push_back({bytes, reads[l].file_bytes, reads[l].staging_bytes});
-    max_staging = std::max(max_staging, reads[l].staging_bytes);
-  }
-  p.footprint.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
-  p.footprint.small_bytes = 2 * uint64_t(c.n_layers) * align_device(4 * uint64_t(c.dim)) + 2 * align_device(4 * uint64_t(c.dim)) +
-                            (c.tied_embeddings ? 0 : group_device_bytes({&w.token_embd}));
-  p.request.reserve.kv_cache = buffers.kv;
-  p.request.reserve.gemm_scratch = buffers.gemm;
-  // Activations, the upload staging and the landing buffers of streamed layers' H2D copies.
-  p.request.reserve.activations = buffers.activations + kUploadStagingBytes + kLandingBuffers * max_staging;
+  uint64_t vram_budget = 0;
   if (o.vram_budget) {
-    p.request.vram_budget = *o.vram_budget;
+    vram_budget = *o.vram_budget;
   } else {
     size_t free_bytes = 0, total_bytes = 0;
     NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    p.request.vram_budget = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
+    vram_budget = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
   }
-  p.request.ram_budget = o.ram_budget ? *o.ram_budget : automatic_ram_budget(host_mem_available(), c, o.max_batch).budget;
-  p.request.ring_slots = o.ring_slots;
-  p.request.staging_slots = o.ring_slots;
-  p.plan = plan_placement(p.footprint, p.request);
-  return p;
+  const uint64_t ram_budget = o.ram_budget ? *o.ram_budget : automatic_ram_budget(host_mem_available(), c, o.max_batch).budget;
+  return plan_device_placement(c, w, reads, buffers, o.ring_slots, vram_budget, ram_budget);
 }
 
 OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o) {
@@ -134,9 +40,9 @@ CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const C
   NT_CUDA_CHECK(cudaSetDevice(device.index));
   const OpenedReader opened = open_layer_reader(file.path(), options);
   const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
-  const int64_t cache_context = (context + kKvTile - 1) / kKvTile * kKvTile;
   return place_layers(config, weights, reads,
-                      runner_buffers(config, weights, context, cache_context, options, device.multiprocessors),
+                      runner_buffers(config, weights, context, kv_cache_context(context), options.max_batch, options.max_sequences,
+                                     device.multiprocessors),
                       options);
 }
 

@@ -17,7 +17,7 @@
 namespace nt {
 namespace {
 
-constexpr int kChunk = 4096;  // logits a first-pass block takes; at least kMaxTopLogits
+constexpr int kChunk = int(kTopLogitsChunk);
 constexpr int kChunkThreads = 512;
 constexpr int kFinalThreads = 1024;
 constexpr int kFinalItems = 8;  // candidates a final thread holds: 32 chunks of 256 fit
@@ -219,8 +219,6 @@ bool top_logits_fits(int64_t n, int64_t k) {
   return n > 0 && n <= INT_MAX && k > 0 && k <= std::min<int64_t>(n, kMaxTopLogits) &&
          chunks_of(n) * k <= kFinalThreads * kFinalItems;
 }
-
-uint64_t top_logits_scratch_bytes(int64_t n) { return uint64_t(chunks_of(n)) * (2 * kMaxTopLogits + 1) * 4; }
 
 void top_logits(const float* x, int64_t n, const int32_t* k, TopLogit* out, int32_t* poisoned, void* scratch,
                 cudaStream_t stream) {

@@ -7,20 +7,9 @@
 
 #include <cstdint>
 
+#include "runtime/kernel_shapes.h"  // kMaxTopLogits, TopLogit, top_logits_scratch_bytes
+
 namespace nt {
-
-// The most logits top_logits selects; a chain that needs more takes the row.
-constexpr int64_t kMaxTopLogits = 256;
-
-// One selected logit; laid out as the sampler's Candidate, which this CUDA
-// (C++17) header cannot include.
-struct TopLogit {
-  float logit;
-  int32_t id;
-};
-
-// Scratch top_logits needs for rows of n logits.
-uint64_t top_logits_scratch_bytes(int64_t n);
 
 // Whether top_logits takes the top k of n logits: k <= kMaxTopLogits and the
 // final block holds k per 4096 logits in its registers (8192: a 128K

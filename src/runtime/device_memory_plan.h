@@ -1,0 +1,94 @@
+// The CUDA runner's device memory, planned on the host: the activation
+// arena's layout, the layers' device-layout sizes, the buffers beside the
+// weights (KV slots, GEMM scratch, activations, staging) and the placement of
+// layers in VRAM, pinned RAM and storage. The runner allocates from these
+// numbers and `ntransformer plan` prints them, in every build, so the two
+// cannot disagree. Device facts (the SM count, the budgets) are parameters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+#include "runtime/device_layout.h"
+#include "storage/layer_reads.h"
+#include "storage/placement.h"
+
+namespace nt {
+
+inline constexpr uint64_t kUploadStagingBytes = 64ull << 20;  // the weight upload's landing buffer (and each pinned slot)
+inline constexpr uint64_t kGemmScratchMaxBytes = 256ull << 20;
+inline constexpr uint64_t kMemoryMarginBytes = 512ull << 20;  // CUDA context, cuBLAS workspace, fragmentation
+inline constexpr int kStreamLandingBuffers = 2;               // file-layout landing buffers of streamed layers' H2D copies
+
+// Offsets of sub-allocations inside one device block, each 256-byte aligned.
+class ArenaPlan {
+ public:
+  uint64_t reserve(uint64_t bytes) {
+    const uint64_t at = size_;
+    size_ += align_device(bytes);
+    return at;
+  }
+  uint64_t size() const { return size_; }
+
+ private:
+  uint64_t size_ = 0;
+};
+
+// A step's inputs, on the device and in the pinned staging alike, so one copy
+// moves them: the position, the top_logits k, then the tokens.
+inline constexpr int64_t kInputsHeader = 2;
+
+// Offsets of the activation buffers for chunks of up to `batch` tokens.
+struct ActivationLayout {
+  uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, head_rows,
+      top, top_scratch;
+  uint64_t norm_q8, norm_q8_scales, norm_sumsq;
+  uint64_t partial_floats;
+  uint64_t total;
+};
+
+ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors);
+
+// The matrices of a layer as uploaded: groups of row-stacked parts (Q, K and V
+// fused when they share a format).
+std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw);
+
+uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts);  // throws for unsupported formats
+
+// K and V of one position over all layers, in f16.
+uint64_t cache_bytes_per_position(const LlamaConfig& c);
+
+// Device memory besides the weights, shared by the planner and the allocation.
+struct RunnerBuffers {
+  uint64_t kv = 0, gemm = 0, activations = 0;
+  uint64_t logits = 0;  // the activation arena's logits rows, part of `activations`
+};
+
+// `cache_context` is kv_cache_context(context) (runtime/kernel_shapes.h).
+// `max_batch` tokens a prefill chunk, KV slots of `max_sequences` sequences.
+RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+                             int64_t max_batch, int max_sequences, int multiprocessors);
+
+// The model's sizes in device layout (layers, head, norms, token embedding).
+ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads);
+
+// The buffers as the placement's reserve, with the staging the footprint's streamed layers need.
+VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& model);
+
+// Where the runner puts each layer, with the sizes it planned from.
+struct DevicePlacement {
+  ModelFootprint footprint;
+  PlanRequest request;
+  PlacementPlan plan;
+};
+
+// The placement of layers in VRAM, pinned RAM and storage, in device-layout
+// bytes, within the given budgets. Norm vectors, the token embedding and the
+// head always stay resident. Throws nt::Error when it does not fit.
+DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+                                      const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
+                                      uint64_t ram_budget);
+
+}  // namespace nt
