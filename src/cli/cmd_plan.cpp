@@ -47,7 +47,7 @@ struct PlanOptions {
   std::string vram_budget, ram_budget;
   int64_t context = 0;
   int64_t sequences = 1;
-  int64_t batch = 256;
+  int64_t batch = kDefaultMaxBatch;  // the runner's prefill chunk
   int ring = 2;
   int gpu_sms = 0;
   std::string io = "auto";
@@ -383,7 +383,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--parallel,--sequences", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens (the CUDA runner's prefill chunk)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-sms", o.gpu_sms, "GPU multiprocessors the memory plan assumes (default: the GPU's; without one the H200's 132)")
       ->check(CLI::PositiveNumber);

@@ -20,6 +20,8 @@ namespace nt {
 inline constexpr uint64_t kUploadStagingBytes = 64ull << 20;  // the weight upload's landing buffer (and each pinned slot)
 inline constexpr uint64_t kGemmScratchMaxBytes = 256ull << 20;
 inline constexpr uint64_t kMemoryMarginBytes = 512ull << 20;  // CUDA context, cuBLAS workspace, fragmentation
+// Tokens per prefill chunk when none is asked for: the runner's and plan's default.
+inline constexpr int64_t kDefaultMaxBatch = 512;
 inline constexpr int kStreamLandingBuffers = 2;               // file-layout landing buffers of streamed layers' H2D copies
 
 // Offsets of sub-allocations inside one device block, each 256-byte aligned.

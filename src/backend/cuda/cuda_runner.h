@@ -18,7 +18,7 @@ namespace nt {
 
 struct CudaRunnerOptions {
   int device = 0;
-  int64_t max_batch = 512;       // tokens per prefill chunk (bounds activation memory)
+  int64_t max_batch = kDefaultMaxBatch;  // tokens per prefill chunk (bounds activation memory)
   int max_sequences = 1;         // sequences whose KV caches are held at once (a KV slot of the whole context each)
   int64_t gemm_min_tokens = 16;  // chunks at least this long use the dequantize + GEMM path
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
