@@ -1,5 +1,5 @@
 // `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]
-// [--lookup | --draft-self [N]] [--draft-max N]`: many generations through
+// [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N]`: many generations through
 // continuous batching (engine/batch_scheduler.h), each sequence drafting for
 // itself when a draft source is given. Input lines are described in
 // cli/batch_lines.h; each gets one output line, in input order, written as
@@ -39,7 +39,7 @@ struct BatchOptions {
   int64_t batch_size = 256;
   std::string chat_template;
   std::vector<std::string> stop;
-  SpeculationOptions speculation;  // --lookup or --draft-self; --draft-model is refused
+  SpeculationOptions speculation;  // --lookup, --draft-self or --draft-model
 };
 
 struct InputLine {
@@ -120,10 +120,6 @@ std::string progress_text(const SchedulerProgress& p) {
 
 void batch(const BatchOptions& o) {
   check_speculation_options(o.speculation);
-  if (!o.speculation.draft_model.empty()) {
-    fail("batch --draft-model: batch does not draft with a second model yet (it holds one sequence); use --lookup or "
-         "--draft-self");
-  }
   BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
   std::vector<InputLine> lines;
   if (o.input.empty()) {
@@ -168,9 +164,11 @@ void batch(const BatchOptions& o) {
   SchedulerOptions so;
   so.parallel = o.parallel;
   so.prompt_budget = o.batch_size;
+  std::optional<DraftModelSequences> draft_model;  // --draft-model: a draft sequence per slot
+  if (!o.speculation.draft_model.empty()) draft_model.emplace(o.speculation.draft_model, mo, loaded, o.parallel);
   if (o.speculation.enabled()) {
     so.draft = [&](SeqId seq, const SamplingParams& sampling) {
-      return make_target_draft(o.speculation, loaded, sampling, seq);
+      return draft_model ? draft_model->draft_for(seq, sampling) : make_target_draft(o.speculation, loaded, sampling, seq);
     };
     so.draft_max = o.speculation.draft_max;
     so.draft(0, o.sampling);  // a bad --draft-self count fails here, before any request runs

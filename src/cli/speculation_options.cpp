@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "engine/default_model.h"
 #include "engine/lookup_draft.h"
@@ -51,11 +53,14 @@ void refuse_speculation_options(const SpeculationOptions& o, std::string_view co
 
 namespace {
 
-LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target) {
+}  // namespace
+
+LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
+                             int sequences) {
   ModelOptions draft = target_options;
   draft.model = path;
   draft.context = target.runner->context_size();
-  draft.sequences = 1;
+  draft.sequences = sequences;
   // The budgets and the trace are the target's; the draft is small and resident.
   draft.vram_budget.clear();
   draft.ram_budget.clear();
@@ -72,7 +77,19 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
   return loaded;
 }
 
-}  // namespace
+DraftModelSequences::DraftModelSequences(const std::string& path, const ModelOptions& target_options,
+                                         const LoadedModel& target, int sequences)
+    : model_(load_draft_model(path, target_options, target, sequences)) {}
+
+std::unique_ptr<DraftSource> DraftModelSequences::draft_for(SeqId seq, const SamplingParams& sampling) {
+  auto known = std::find_if(seq_of_.begin(), seq_of_.end(), [&](const auto& p) { return p.first == seq; });
+  if (known == seq_of_.end()) {
+    // The default sequence drafts on the draft's; the others get one as their slots first draft.
+    seq_of_.emplace_back(seq, seq == 0 ? SeqId(0) : model_.runner->seq_alloc());
+    known = seq_of_.end() - 1;
+  }
+  return std::make_unique<ModelDraft>(*model_.runner, known->second, draft_sampling(sampling));
+}
 
 std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, LoadedModel& target,
                                                const SamplingParams& sampling, SeqId seq,

@@ -53,6 +53,25 @@ std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& options
                                                const SamplingParams& sampling, SeqId seq = 0,
                                                const LayerSkipOptions* layer_skip = nullptr);
 
+// The --draft-model for `target`, opened with the target's device, threads
+// and context for `sequences` sequences; nt::Error naming the flag when it
+// cannot load or its vocabulary differs (naming the first difference).
+LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
+                             int sequences = 1);
+
+// --draft-model for many sequences at once (batch): one draft runner with a
+// sequence of its own for each of the target's.
+class DraftModelSequences {
+ public:
+  DraftModelSequences(const std::string& path, const ModelOptions& target_options, const LoadedModel& target, int sequences);
+  // A draft for the target's sequence `seq`, on its draft sequence.
+  std::unique_ptr<DraftSource> draft_for(SeqId seq, const SamplingParams& sampling);
+
+ private:
+  LoadedModel model_;
+  std::vector<std::pair<SeqId, SeqId>> seq_of_;  // (target's, draft's)
+};
+
 // A command's draft source, and the model it runs when it is a --draft-model.
 class Speculation {
  public:

@@ -151,7 +151,7 @@ def test_bench_reports_speculation_beside_plain_decoding(stories):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["batch", "--draft-model", "x.gguf"], "batch --draft-model: batch does not draft with a second model yet"),
+    (["batch", "--draft-model", "x.gguf"], "--draft-model: "),
     (["batch", "--draft-max", "3"], "--draft-max needs a draft source"),
     (["batch", "--draft-self", "99"], "--draft-self 99: the model has"),
     (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
@@ -163,8 +163,9 @@ def test_commands_refuse_speculation_they_cannot_do(stories, args, message):
     assert message in stderr
 
 
-@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "2", "--draft-max", "3"]])
-def test_batch_speculates_and_each_line_is_plain_greedy(stories, source):
+@pytest.mark.parametrize("source", [["--lookup"], ["--draft-self", "2", "--draft-max", "3"], ["--draft-model", "q8_0"]])
+def test_batch_speculates_and_each_line_is_plain_greedy(stories, stories_q8_0, source):
+    source = [str(stories_q8_0) if s == "q8_0" else s for s in source]  # a draft model: the target quantized
     prompts = ["Once upon a time", "Lily and Tom went to the park. Lily and Tom", "The cat", "One day"]
     lines = "".join(json.dumps({"id": i, "prompt": p, "max_tokens": 60, "temperature": 0}) + "\n"
                     for i, p in enumerate(prompts))
