@@ -12,14 +12,7 @@ build=${1:?build dir}; ref=${2:?reference bin dir or -}; spec=${3:-llama3-70b:q4
 shift $(($# < 3 ? $# : 3))
 counts=("$@"); ((${#counts[@]})) || counts=(0 auto 16 24)
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
-mkdir -p "$out" "$work"
-cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib/python3*/dist-packages/nvidia \
-  -name 'libcublas.so.13*' 2>/dev/null | head -1)
-[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nt="$build/src/ntransformer"
-IFS=: read -r preset type budget <<<"$spec"
-file="$work/$preset-$type.gguf"
-[[ -f "$file" ]] || "$nt" make-model --preset "$preset" --type "$type" --out "$file" 2>>"$out/make-model.log" || exit 1
+source "$(dirname "$0")/device_model.sh"
 echo "== plan"
 "$nt" plan -m "$file" --vram-budget "$budget" 2>&1 | tee "$out/plan.txt" | sed -n '/four tiers/,$p' | head -30
 for n in "${counts[@]}"; do

@@ -7,13 +7,6 @@
 set -uo pipefail
 build=${1:?build dir}; spec=${2:-llama3-70b:q4_k_m:24GiB}; counts=${3:-1,2,4,8,16,32,64,128,256}
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
-mkdir -p "$out" "$work"
-cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib/python3*/dist-packages/nvidia \
-  -name 'libcublas.so.13*' 2>/dev/null | head -1)
-[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nt="$build/src/ntransformer"
-IFS=: read -r preset type budget <<<"$spec"
-file="$work/$preset-$type.gguf"
-[[ -f "$file" ]] || "$nt" make-model --preset "$preset" --type "$type" --out "$file" 2>>"$out/make-model.log" || exit 1
+source "$(dirname "$0")/device_model.sh"
 "$nt" bench -m "$file" --device cuda --vram-budget "$budget" --cpu-layers "${NT_CPU_LAYERS:-0}" -p 0 -n 0 -r 2 \
   --pass-tokens "$counts" 2>&1 | grep -E "^\| .*\| [0-9]+ \||model:|streaming:" | tee "$out/pass_cost.md"
