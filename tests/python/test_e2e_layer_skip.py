@@ -20,7 +20,7 @@ from gguf import GGUFReader  # noqa: E402
 
 from project_paths import NTRANSFORMER, REFERENCE_DIR, SHARED_MODELS, convert_stories260k  # noqa: E402
 from test_e2e_perplexity import reference_perplexity  # noqa: E402
-from test_e2e_stories import golden  # noqa: E402
+from test_e2e_stories import golden, golden_story_file  # noqa: E402
 from tokenizer_oracles import read_llama2c_tokenizer, sentencepiece_processor  # noqa: E402
 
 sys.path.insert(0, str(REFERENCE_DIR))
@@ -43,10 +43,7 @@ def stories(tmp_path_factory):
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory):
     """The golden story three times: several windows of CTX, the last one partial."""
-    _, story = golden()
-    path = tmp_path_factory.mktemp("layer_skip") / "story.txt"
-    path.write_text("\n".join([story] * 3), encoding="utf-8")
-    return path
+    return golden_story_file(tmp_path_factory.mktemp("layer_skip"))
 
 
 def run(command, *args, code=0):

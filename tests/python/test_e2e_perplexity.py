@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from project_paths import NTRANSFORMER, REFERENCE_DIR, SHARED_MODELS, convert_stories260k  # noqa: E402
-from test_e2e_stories import golden  # noqa: E402
+from test_e2e_stories import golden_story_file  # noqa: E402
 from tokenizer_oracles import read_llama2c_tokenizer, sentencepiece_processor  # noqa: E402
 
 sys.path.insert(0, str(REFERENCE_DIR))
@@ -36,10 +36,7 @@ def stories(tmp_path_factory):
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory):
     """The golden story three times: more than one window of the model's whole context."""
-    _, story = golden()
-    path = tmp_path_factory.mktemp("ppl") / "story.txt"
-    path.write_text("\n".join([story] * 3), encoding="utf-8")
-    return path
+    return golden_story_file(tmp_path_factory.mktemp("ppl"))
 
 
 def reference_perplexity(model, tokens, n_ctx):

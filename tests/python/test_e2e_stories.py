@@ -58,6 +58,15 @@ def golden():
     return [int(t) for t in ids.group(1).split()], story.group(1)
 
 
+def golden_story_file(directory, times=3):
+    """The golden story `times` times over, one a line, in directory/story.txt:
+    a text longer than one window, for perplexity and calibration."""
+    _, story = golden()
+    path = directory / "story.txt"
+    path.write_text("\n".join([story] * times), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="module")
 def stories_gguf(tmp_path_factory):
     require_built(GENERATE_TOOL, LOGITS_TOOL)
