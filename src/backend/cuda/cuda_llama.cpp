@@ -323,8 +323,9 @@ class CudaLlamaRunner final : public ModelRunner {
   std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
   std::vector<SequenceRun> host_runs_;
   std::vector<HostLayers::SlotRows> host_rows_;
-  double host_seconds_ = 0;  // the host's layer compute, over all passes
-  int64_t host_passes_ = 0;
+  double host_seconds_ = 0;      // the host's layer compute, over all passes
+  int64_t host_passes_ = 0;      // passes in which the host computed layers
+  int64_t host_layers_run_ = 0;  // layers it computed, over those passes
 };
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
@@ -362,9 +363,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
 
 CudaLlamaRunner::~CudaLlamaRunner() {
   if (host_ && host_passes_ > 0) {
-    std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass computing them (%d threads)\n",
+    std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass and %.2f ms a layer computing them (%d threads)\n",
                  static_cast<long long>(host_->count()), static_cast<long long>(host_passes_),
-                 host_seconds_ / double(host_passes_) * 1e3, host_->threads());
+                 host_seconds_ / double(host_passes_) * 1e3, host_seconds_ / double(host_layers_run_) * 1e3,
+                 host_->threads());
   }
   host_.reset();
   if (streamer_) {
@@ -805,12 +807,14 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   // Token embeddings into the residual stream x.
   gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
+  bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
     const size_t l = size_t(layers[i]);
     if (on_host(int64_t(l), n)) {
       size_t end = i + 1;
       while (end < layers.size() && on_host(layers[end], n)) ++end;
       run_on_host(layers.subspan(i, end - i), n, chunk);
+      host_computed = true;
       i = end - 1;
       continue;
     }
@@ -867,6 +871,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   }
   if (host_ && n > options_.cpu_max_tokens) host_->after_gpu_pass(host_rows_, stream_);
   if (host_ && n <= options_.cpu_max_tokens) host_->after_host_pass(host_rows_);
+  if (host_computed) ++host_passes_;
 
   // Final norm and classifier, for the head's rows.
   const int64_t rows = head.count;
@@ -912,7 +917,7 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
     host_seconds_ += std::chrono::duration<double>(end - begin).count();
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
   }
-  ++host_passes_;
+  host_layers_run_ += int64_t(layers.size());
   copy_floats(host_->host_x_on_device(), x_, floats, stream_);
 }
 
