@@ -24,7 +24,6 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
       layer_(config, std::move(inv_freqs), max_rows),
       x_(size_t(max_rows) * size_t(config.dim) * sizeof(float), "the hybrid pass's hidden-state hand-off") {
   x_on_device_ = static_cast<float*>(x_.device_pointer());
-  norms_.reserve(2 * layers.size());  // stable addresses for the weights pointing into them
   for (size_t i = 0; i < layers.size(); ++i) {
     const int64_t l = layers[i];
     if (!pinned[i]) fail("layer {}: the CPU computes only layers with a pinned RAM-tier copy", l);
@@ -32,14 +31,10 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
     for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) offset[t.info] = t.staging_offset;
     LlamaLayerWeights w = file_weights.layers[size_t(l)];
     for (WeightRef* ref : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
-      if (const auto at = offset.find(ref->info); at != offset.end()) {
-        ref->data = pinned[i] + at->second;
-      } else if (ref == &w.attn_norm || ref == &w.ffn_norm) {  // the runner keeps no pointer into the file
-        norms_.emplace_back(ref->f32(), ref->f32() + ref->cols);
-        ref->data = reinterpret_cast<const uint8_t*>(norms_.back().data());
-      } else {
-        fail("layer {}: tensor {} is not in the layer's pinned copy", l, ref->info->name);
-      }
+      // A layer's read holds every "blk.N." tensor, norms included: the runner keeps no pointer into the file.
+      const auto at = offset.find(ref->info);
+      if (at == offset.end()) fail("layer {}: tensor {} is not in the layer's pinned copy", l, ref->info->name);
+      ref->data = pinned[i] + at->second;
     }
     index_[size_t(l)] = int(weights_.size());
     weights_.push_back(w);

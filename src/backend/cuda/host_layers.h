@@ -70,7 +70,6 @@ class HostLayers {
   LlamaConfig config_;
   std::vector<int> index_;                   // layer -> host index, -1 for the GPU's
   std::vector<LlamaLayerWeights> weights_;   // per host index, pointing into the pinned copies
-  std::vector<std::vector<float>> norms_;    // norm vectors copied from the file when not in a pinned copy
   int64_t pool_rows_;
   std::vector<uint16_t> k_cache_, v_cache_;  // [host index][pool row][kv_dim] F16
   cpu::ThreadPool pool_;
