@@ -15,11 +15,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -34,6 +36,7 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/quantized_gemm.h"
 #include "backend/cuda/runner_memory.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
@@ -265,6 +268,10 @@ class CudaLlamaRunner final : public ModelRunner {
   void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
               const NormOut& norm_out = {});
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm);
+  // Whether a chunk of n tokens below gemm_min_tokens multiplies m on the int8 tensor cores.
+  bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
+    return n >= options_.int8_gemm_min_tokens && n < options_.gemm_min_tokens && quantized_gemm_supported(m.type, m.cols);
+  }
 
   LlamaConfig config_;
   int64_t context_;
@@ -344,6 +351,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   // prefills through the mat-vec, which reads float rows 4 or 8 elements at a time.
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
     options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
+  }
+  // NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec, for A/B runs.
+  if (const char* env = std::getenv("NT_CUDA_INT8_GEMM"); env && std::string_view(env) == "0") {
+    options_.int8_gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   // One KV slot of the whole context per sequence: the attention kernels
@@ -649,6 +660,11 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
     gemm_->run(m, in.f16, n, y, y_stride, accumulate, stream_);
     return;
   }
+  if (int8_gemm_takes(m, n) && in.q8) {
+    DeviceBuffer& scratch = gemm_->scratch();
+    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size()}, stream_);
+    return;
+  }
   for (int64_t t = 0; t < n; t += kMatvecMaxColumns) {
     const int columns = int(std::min<int64_t>(kMatvecMaxColumns, n - t));
     MatvecParams p;
@@ -848,7 +864,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
     if (!fold) rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
     if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
-    if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type) {
+    if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
       MatvecParams p;
       p.w = L.gate;
       p.w_up = L.up;
@@ -884,23 +900,16 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const bool head_gemm = rows >= options_.gemm_min_tokens;
   if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
   if (head_gemm) convert_f32_to_f16(xn_, rows * c.dim, f16_, stream_);
-  const Input final_in{xn_, q8_, q8_scales_, f16_, c.dim};
-  if (head_gemm) {
-    gemm_->run(output_, f16_, rows, logits_, c.vocab_size, false, stream_);
+  if (fold) {  // one token, whose last down projection wrote the final norm's input
+    MatvecParams p;
+    p.w = output_;
+    p.x = folded_x;
+    p.norm_in = folded_in;
+    p.y = logits_;
+    p.y_stride = c.vocab_size;
+    matvec(p, 1, stream_);
   } else {
-    for (int64_t t = 0; t < rows; t += kMatvecMaxColumns) {
-      const int columns = int(std::min<int64_t>(kMatvecMaxColumns, rows - t));
-      MatvecParams p;
-      p.w = output_;
-      p.x = {final_in.f32 + t * c.dim, final_in.q8 + t * c.dim, final_in.q8_scales + t * c.dim / 32};
-      if (fold) {
-        p.x = folded_x;
-        p.norm_in = folded_in;
-      }
-      p.y = logits_ + t * c.vocab_size;
-      p.y_stride = c.vocab_size;
-      matvec(p, columns, stream_);
-    }
+    matmul(output_, Input{xn_, q8_, q8_scales_, f16_, c.dim}, rows, logits_, c.vocab_size, false);
   }
 }
 

@@ -20,7 +20,12 @@ struct CudaRunnerOptions {
   int device = 0;
   int64_t max_batch = kDefaultMaxBatch;  // tokens per prefill chunk (bounds activation memory)
   int max_sequences = 1;         // sequences whose KV caches are held at once (a KV slot of the whole context each)
-  int64_t gemm_min_tokens = 16;  // chunks at least this long use the dequantize + GEMM path
+  // Chunks at least this long use the dequantize + cuBLAS GEMM; shorter ones
+  // of at least int8_gemm_min_tokens multiply q8 activations on the int8
+  // tensor cores where the format has a kernel (quantized_gemm.h), the rest
+  // go through the mat-vec, 8 tokens a launch.
+  int64_t gemm_min_tokens = 65;
+  int64_t int8_gemm_min_tokens = 9;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,

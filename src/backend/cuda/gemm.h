@@ -25,6 +25,10 @@ class Gemm {
   void run(const DeviceMatrix& w, const uint16_t* x_f16, int64_t n_tokens, float* y, int64_t y_stride,
            bool accumulate, cudaStream_t stream);
 
+  // The f16 scratch, free between runs on the stream: the int8 GEMM keeps
+  // its split-K partial sums there (quantized_gemm.h).
+  DeviceBuffer& scratch() { return scratch_; }
+
  private:
   void* handle_ = nullptr;  // cublasHandle_t
   DeviceBuffer scratch_;

@@ -1,0 +1,37 @@
+// Mat-mul of a few to a few dozen tokens with quantized weights on the int8
+// tensor cores: Y = X W^T, reading the weights' codes in place (no f16 copy)
+// and the activations as q8 (quantize_activations). Each 32-element block of
+// a row times a token's q8 block is one integer mma; the block scales apply
+// in the epilogue of that mma. Batched decode and speculative verification
+// passes of 9-64 tokens read every weight once instead of once per 8 tokens
+// (the mat-vec) or twice plus an f16 write (the dequantize + cuBLAS GEMM).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/device_matrix.h"
+#include "backend/cuda/matvec.h"
+
+namespace nt {
+
+// Whether quantized_gemm takes matrices of `type` with rows of `cols` elements.
+bool quantized_gemm_supported(TensorType type, int64_t cols);
+
+struct QuantizedGemmParams {
+  DeviceMatrix w;                     // rows x cols
+  Activations x;                      // q8 and q8_scales of n_tokens rows of cols
+  int64_t n_tokens = 0;
+  float* y = nullptr;                 // token t, row r at y[t * y_stride + r]
+  int64_t y_stride = 0;
+  bool accumulate = false;            // y += X W^T instead of y = X W^T
+  // Split-K partial sums, when a matrix has too few rows to fill the GPU;
+  // fewer splits are used when they do not fit.
+  float* scratch = nullptr;
+  uint64_t scratch_bytes = 0;
+};
+
+void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream);
+
+}  // namespace nt
