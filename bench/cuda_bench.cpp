@@ -33,6 +33,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/quantized_gemm.h"
 #include "backend/cuda/top_logits.h"
 #include "core/half.h"
 #include "event_timing.h"
@@ -308,6 +309,40 @@ void bench_gemm(std::mt19937& rng) {
       });
       fmt::print("{:<6} {:>6} {:>12.1f} {:>12.1f} {:>10.1f}\n", tensor_type_name(t), tokens, mv * 1e3, gm * 1e3,
                  2.0 * double(n) * double(n) * double(tokens) / (gm * 1e-3) / 1e12);
+    }
+  }
+}
+
+// The int8 tensor-core GEMM of 8-64 tokens through the 8B's and 70B's
+// matrices: GB/s of the weights' file bytes (read once per call) against the
+// copy ceiling, and the one-token mat-vec of the same matrix, the floor.
+void bench_int8_gemm(double copy_gbs, std::mt19937& rng) {
+  fmt::print("\n== int8 GEMM of T tokens (GB/s = weight file bytes / time; copy ceiling {:.0f} GB/s)\n", copy_gbs);
+  fmt::print("{:<6} {:>13} {:>4} {:>10} {:>8} {:>7} {:>13}\n", "type", "matrix", "T", "us", "GB/s", "ceil%", "matvec T=1 us");
+  DeviceBuffer scratch(64ull << 20, "split-K partials");
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {8192, 8192}, {28672, 8192}, {8192, 28672}};
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
+    for (const auto& [rows, cols] : shapes) {
+      const Matrices m = make_matrices(t, rows, cols, 1ull << 30, rng);
+      DeviceBuffer y(size_t(64 * rows) * 4, "y");
+      const double one = matvec_ms(m, make_activation(1, cols), y, 1);
+      for (int64_t tokens : {8, 16, 32, 64}) {
+        const Activation a = make_activation(tokens, cols);
+        const double ms = time_ms([&](int i) {
+          QuantizedGemmParams p;
+          p.w = m.copies[size_t(i) % m.copies.size()];
+          p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
+          p.n_tokens = tokens;
+          p.y = y.as<float>();
+          p.y_stride = rows;
+          p.scratch = scratch.as<float>();
+          p.scratch_bytes = scratch.size();
+          quantized_gemm(p, nullptr);
+        });
+        const double gbs = double(m.file_bytes) / (ms * 1e-3) / 1e9;
+        fmt::print("{:<6} {:>6}x{:<6} {:>4} {:>10.1f} {:>8.0f} {:>6.1f}% {:>13.1f}\n", tensor_type_name(t), rows, cols, tokens,
+                   ms * 1e3, gbs, 100 * gbs / copy_gbs, one * 1e3);
+      }
     }
   }
 }
@@ -686,6 +721,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
     if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng);
     if (what == "all" || what == "gemm") bench_gemm(rng);
+    if (what == "all" || what == "int8") bench_int8_gemm(copy_gbs, rng);
     if (what == "all" || what == "dequantize") bench_dequantize(copy_gbs, rng);
     if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "attention") bench_prefill_attention(d.multiprocessors, rng);

@@ -10,11 +10,12 @@
 namespace nt {
 namespace {
 
-// A block is four warps over 64 rows (16 each, one mma tile) and up to 64
-// tokens; it walks its share of the row in steps of 256 elements (one K-quant
-// super-block, eight 32-element blocks), staging the tokens' q8 codes and
-// scales of the next step in shared memory while it computes this one.
-constexpr int kWarps = 4;
+// A block is eight warps over 128 rows (16 each, one mma tile) and up to 64
+// tokens; it walks its share of the rows in steps of 256 elements (one
+// K-quant super-block, eight 32-element blocks), copying the weights and the
+// tokens' q8 codes and scales of the next steps into shared memory
+// (cp.async) while it computes this one.
+constexpr int kWarps = 8;
 constexpr int kRowsPerBlock = 16 * kWarps;
 constexpr int kStepElems = 256;
 constexpr int kBlocksPerStep = kStepElems / 32;
@@ -28,47 +29,46 @@ constexpr int kBlocksPerMultiprocessor = 4;
 // The weights of one 32-element block of a row, for the mma that takes it:
 // integer weights (w_lo for elements 0-15, w_hi for 16-31) multiply the
 // block's integer dot products, then x = f * d_token * sum - min * s_token,
-// where (d, s) are the token block's q8 scale and scaled sum.
+// where (d, s) are the token block's q8 scale and scaled sum. Formats
+// without a min term (kHasMin false) skip its multiply-add.
 struct BlockScale {
   int w_lo, w_hi;
   float f, min;
 };
 
-// Each tile format loads one row's codes of one step for thread t of the
-// row's quad and hands out, per block j, the thread's elements 4t..4t+3 (lo)
-// and 16+4t..16+4t+3 (hi) as four signed bytes each: the mma fragment layout.
-// kSplitHalves: the halves have their own weights (16-element scale groups),
-// so they take two k16 mmas instead of one k32.
-__device__ __forceinline__ uint32_t load_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+// A tile format stages one row's step as kPieces 16-byte pieces of its
+// planes (a row of kRowStride bytes in shared memory; the stride puts the
+// eight rows of a fragment load in different banks) and keeps the 2-byte
+// scale records, which 16-byte copies cannot address, in registers (Step,
+// loaded a step ahead). Per block j it hands out thread t's elements
+// 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) as four signed bytes each: the mma
+// fragment layout. kSplitHalves: the halves have their own weights
+// (16-element scale groups) and take two k16 mmas instead of one k32.
+// kPiecesPerBlock: pieces of one 32-element block (legacy formats, whose
+// last step may hold fewer blocks); 0 for K-quants, whose steps are whole.
+__device__ __forceinline__ uint32_t word(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ float half_at(const uint8_t* p) { return cuda::half_to_float(__ldg(reinterpret_cast<const uint16_t*>(p))); }
 
 // Q4_K: qs[128] | (d, dmin, scales[12]). Block j = 2c + n: qs bytes 32c + l, nibble n.
 struct TileQ4_K {
-  static constexpr bool kSplitHalves = false;
-  struct Raw {
-    uint32_t q[8];
-    uint4 header;
-  };
-  static __device__ Raw load(const DeviceMatrix& m, int64_t row, int64_t step, int t, int) {
+  static constexpr bool kSplitHalves = false, kHasMin = true;
+  static constexpr int kPieces = 9, kRowStride = 144, kPiecesPerBlock = 0;
+  struct Step {};
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
     const int64_t sb = row * (m.cols / 256) + step;
-    const uint8_t* qs = m.plane[0] + sb * 128 + 4 * t;
-    Raw r;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      r.q[2 * c] = load_u32(qs + 32 * c);
-      r.q[2 * c + 1] = load_u32(qs + 32 * c + 16);
-    }
-    r.header = cuda::load_stream16(m.plane[1] + sb * 16);
-    return r;
+    return k < 8 ? m.plane[0] + sb * 128 + 16 * k : m.plane[1] + sb * 16;
   }
-  static __device__ void codes(const Raw& r, int j, uint32_t& lo, uint32_t& hi) {
-    const int shift = 4 * (j % 2);
-    lo = (r.q[2 * (j / 2)] >> shift) & cuda::kLowNibbles;
-    hi = (r.q[2 * (j / 2) + 1] >> shift) & cuda::kLowNibbles;
+  static __device__ Step load_step(const DeviceMatrix&, int64_t, int64_t, int) { return {}; }
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
+    const uint8_t* q = s + 32 * (j / 2) + 4 * t;
+    lo = (word(q) >> (4 * (j % 2))) & cuda::kLowNibbles;
+    hi = (word(q + 16) >> (4 * (j % 2))) & cuda::kLowNibbles;
   }
-  static __device__ BlockScale scale(const Raw& r, int j) {
+  static __device__ BlockScale scale(const uint8_t* s, const Step&, int j) {
+    const uint4 header = *reinterpret_cast<const uint4*>(s + 128);
     int sc, mn;
-    cuda::k_scale_min(r.header, j, sc, mn);
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&r.header.x));
+    cuda::k_scale_min(header, j, sc, mn);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&header.x));
     return {sc, sc, dm.x, dm.y * float(mn)};
   }
 };
@@ -76,112 +76,98 @@ struct TileQ4_K {
 // Q6_K: ql[128] | qh[64] | scales[16] | d. Block j = 4c + 2n + a: ql bytes
 // 64c + 32a + l, nibble n; qh bytes 32c + l, bits 2(2n + a); x = d sc (q - 32).
 struct TileQ6_K {
-  static constexpr bool kSplitHalves = true;
-  struct Raw {
-    uint32_t ql[8], qh[4];
-    uint4 scales;
+  static constexpr bool kSplitHalves = true, kHasMin = false;
+  static constexpr int kPieces = 13, kRowStride = 208, kPiecesPerBlock = 0;
+  struct Step {
     float d;
   };
-  static __device__ Raw load(const DeviceMatrix& m, int64_t row, int64_t step, int t, int) {
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
     const int64_t sb = row * (m.cols / 256) + step;
-    const uint8_t* ql = m.plane[0] + sb * 128 + 4 * t;
-    const uint8_t* qh = m.plane[1] + sb * 64 + 4 * t;
-    Raw r;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // i = 2c + a
-      r.ql[2 * i] = load_u32(ql + 32 * i);
-      r.ql[2 * i + 1] = load_u32(ql + 32 * i + 16);
-    }
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      r.qh[2 * c] = load_u32(qh + 32 * c);
-      r.qh[2 * c + 1] = load_u32(qh + 32 * c + 16);
-    }
-    r.scales = cuda::load_stream16(m.plane[2] + sb * 16);
-    r.d = cuda::half_to_float(__ldg(reinterpret_cast<const uint16_t*>(m.plane[3] + sb * 2)));
-    return r;
+    return k < 8 ? m.plane[0] + sb * 128 + 16 * k : k < 12 ? m.plane[1] + sb * 64 + 16 * (k - 8) : m.plane[2] + sb * 16;
   }
-  static __device__ void codes(const Raw& r, int j, uint32_t& lo, uint32_t& hi) {
+  static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int) {
+    return {half_at(m.plane[3] + (row * (m.cols / 256) + step) * 2)};
+  }
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
     const int c = j / 4, g = j % 4, n = g / 2, a = g % 2;
+    const uint8_t* ql = s + 64 * c + 32 * a + 4 * t;
+    const uint8_t* qh = s + 128 + 32 * c + 4 * t;
     auto code = [&](uint32_t l, uint32_t h) {
       const uint32_t q = ((l >> (4 * n)) & cuda::kLowNibbles) | (((h >> (2 * g)) & 0x03030303u) << 4);
       return __vsub4(q, 0x20202020u);
     };
-    lo = code(r.ql[2 * (2 * c + a)], r.qh[2 * c]);
-    hi = code(r.ql[2 * (2 * c + a) + 1], r.qh[2 * c + 1]);
+    lo = code(word(ql), word(qh));
+    hi = code(word(ql + 16), word(qh + 16));
   }
-  static __device__ BlockScale scale(const Raw& r, int j) {
-    const uint32_t word = j < 2 ? r.scales.x : j < 4 ? r.scales.y : j < 6 ? r.scales.z : r.scales.w;
-    const int shift = 16 * (j % 2);  // groups 2j and 2j + 1: bytes 2(j%2) and 2(j%2) + 1 of word j/2
-    return {int(int8_t(word >> shift)), int(int8_t(word >> (shift + 8))), r.d, 0.0f};
+  static __device__ BlockScale scale(const uint8_t* s, const Step& step, int j) {
+    const uint32_t w = word(s + 192 + 4 * (j / 2));
+    const int shift = 16 * (j % 2);  // groups 2j and 2j + 1
+    return {int(int8_t(w >> shift)), int(int8_t(w >> (shift + 8))), step.d, 0.0f};
   }
 };
 
-// The legacy 32-element blocks, eight to a step; a row's last step may hold
-// fewer (`blocks`), and nothing past the row is read.
+// The legacy 32-element blocks, eight to a step.
 // Q8_0: qs[32] | d.
 struct TileQ8_0 {
-  static constexpr bool kSplitHalves = false;
-  struct Raw {
-    uint32_t q[16];
-    float d[8];
+  static constexpr bool kSplitHalves = false, kHasMin = false;
+  static constexpr int kPieces = 16, kRowStride = 272, kPiecesPerBlock = 2;
+  struct Step {
+    float d[kBlocksPerStep];
   };
-  static __device__ Raw load(const DeviceMatrix& m, int64_t row, int64_t step, int t, int blocks) {
-    const int64_t b0 = row * (m.cols / 32) + step * kBlocksPerStep;
-    Raw r{};
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
+    return m.plane[0] + (row * (m.cols / 32) + step * kBlocksPerStep) * 32 + 16 * k;
+  }
+  static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int blocks) {
+    const uint8_t* d = m.plane[1] + (row * (m.cols / 32) + step * kBlocksPerStep) * 2;
+    Step r{};
 #pragma unroll
-    for (int j = 0; j < kBlocksPerStep; ++j) {
-      if (j < blocks) {
-        const uint8_t* qs = m.plane[0] + (b0 + j) * 32 + 4 * t;
-        r.q[2 * j] = load_u32(qs);
-        r.q[2 * j + 1] = load_u32(qs + 16);
-        r.d[j] = cuda::half_to_float(__ldg(reinterpret_cast<const uint16_t*>(m.plane[1] + (b0 + j) * 2)));
-      }
-    }
+    for (int j = 0; j < kBlocksPerStep; ++j) r.d[j] = j < blocks ? half_at(d + 2 * j) : 0.0f;
     return r;
   }
-  static __device__ void codes(const Raw& r, int j, uint32_t& lo, uint32_t& hi) {
-    lo = r.q[2 * j];
-    hi = r.q[2 * j + 1];
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
+    lo = word(s + 32 * j + 4 * t);
+    hi = word(s + 32 * j + 16 + 4 * t);
   }
-  static __device__ BlockScale scale(const Raw& r, int j) { return {1, 1, r.d[j], 0.0f}; }
+  static __device__ BlockScale scale(const uint8_t*, const Step& step, int j) { return {1, 1, step.d[j], 0.0f}; }
 };
 
 // Q4_0: qs[16] | d, x = (q - 8) d. Q4_1: qs[16] | (d, m), x = q d + m.
 // Byte i of qs holds element i (low nibble) and 16 + i (high).
 template <bool kMin>
 struct TileQ4Legacy {
-  static constexpr bool kSplitHalves = false;
-  struct Raw {
-    uint32_t q[8];
-    float2 dm[8];
+  static constexpr bool kSplitHalves = false, kHasMin = kMin;
+  static constexpr int kPieces = 8, kRowStride = 144, kPiecesPerBlock = 1;
+  struct Step {
+    float2 dm[kBlocksPerStep];
   };
-  static __device__ Raw load(const DeviceMatrix& m, int64_t row, int64_t step, int t, int blocks) {
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
+    return m.plane[0] + (row * (m.cols / 32) + step * kBlocksPerStep + k) * 16;
+  }
+  static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int blocks) {
     const int64_t b0 = row * (m.cols / 32) + step * kBlocksPerStep;
-    Raw r{};
+    Step r{};
 #pragma unroll
     for (int j = 0; j < kBlocksPerStep; ++j) {
-      if (j < blocks) {
-        r.q[j] = load_u32(m.plane[0] + (b0 + j) * 16 + 4 * t);
-        if constexpr (kMin) {
-          const uint32_t dm = load_u32(m.plane[1] + (b0 + j) * 4);
-          r.dm[j] = __half22float2(*reinterpret_cast<const __half2*>(&dm));
-        } else {
-          r.dm[j] = {cuda::half_to_float(__ldg(reinterpret_cast<const uint16_t*>(m.plane[1] + (b0 + j) * 2))), 0.0f};
-        }
+      if (j >= blocks) continue;
+      if constexpr (kMin) {
+        const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(m.plane[1] + (b0 + j) * 4));
+        r.dm[j] = __half22float2(*reinterpret_cast<const __half2*>(&dm));
+      } else {
+        r.dm[j] = {half_at(m.plane[1] + (b0 + j) * 2), 0.0f};
       }
     }
     return r;
   }
-  static __device__ void codes(const Raw& r, int j, uint32_t& lo, uint32_t& hi) {
-    lo = r.q[j] & cuda::kLowNibbles;
-    hi = (r.q[j] >> 4) & cuda::kLowNibbles;
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
+    const uint32_t q = word(s + 16 * j + 4 * t);
+    lo = q & cuda::kLowNibbles;
+    hi = (q >> 4) & cuda::kLowNibbles;
     if constexpr (!kMin) {
       lo = __vsub4(lo, 0x08080808u);
       hi = __vsub4(hi, 0x08080808u);
     }
   }
-  static __device__ BlockScale scale(const Raw& r, int j) { return {1, 1, r.dm[j].x, -r.dm[j].y}; }
+  static __device__ BlockScale scale(const uint8_t*, const Step& step, int j) { return {1, 1, step.dm[j].x, -step.dm[j].y}; }
 };
 
 __device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -206,7 +192,10 @@ __device__ __forceinline__ void cp_async(void* smem, const void* global, int byt
   }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 
 struct KernelParams {
   DeviceMatrix w;
@@ -219,31 +208,45 @@ struct KernelParams {
   int64_t steps_per_split;
 };
 
+// Pipeline stages: the narrow tiles compute little per step, so more steps' loads are in flight.
 template <int kCols>
-constexpr int stage_bytes() {
-  return kCols * kCodeStride + kBlocksPerStep * kCols * 8;
+constexpr int pipeline_stages() {
+  return kCols == 64 ? 2 : 3;
 }
 
-// Stages the q8 codes and scales of `blocks` blocks of step `step` for tokens
-// col_base.. (the last token repeats past n_tokens): codes [token][kCodeStride],
-// then scales [block][token] as float2 (d, d * sum q).
-template <int kCols>
-__device__ void stage_tokens(const KernelParams& p, int64_t step, int64_t col_base, int blocks, uint8_t* stage) {
-  const int64_t row_bytes = p.w.cols, row_blocks = p.w.cols / 32;
+// One stage: the block's weight rows, the tokens' q8 codes [token][kCodeStride],
+// then their scales [block][token] as float2 (d, d * sum q).
+template <class Tile, int kCols>
+constexpr int stage_bytes() {
+  return kRowsPerBlock * Tile::kRowStride + kCols * kCodeStride + kBlocksPerStep * kCols * 8;
+}
+
+// Issues the copies of step `step` into `stage`: the weight pieces of rows
+// row_base.. (the last row repeats past the matrix) and the tokens col_base..
+// (the last token repeats past n_tokens), `blocks` 32-element blocks of each.
+template <class Tile, int kCols>
+__device__ void stage_step(const KernelParams& p, int64_t step, int64_t row_base, int64_t col_base, int blocks,
+                           uint8_t* stage) {
+  for (int i = threadIdx.x; i < kRowsPerBlock * Tile::kPieces; i += blockDim.x) {
+    const int r = i / Tile::kPieces, k = i % Tile::kPieces;
+    if (Tile::kPiecesPerBlock && k >= blocks * Tile::kPiecesPerBlock) continue;
+    const int64_t row = std::min<int64_t>(row_base + r, p.w.rows - 1);
+    cp_async(stage + r * Tile::kRowStride + 16 * k, Tile::piece(p.w, row, step, k), 16);
+  }
+  uint8_t* codes = stage + kRowsPerBlock * Tile::kRowStride;
   for (int i = threadIdx.x; i < kCols * kBlocksPerStep * 2; i += blockDim.x) {
     const int col = i / (2 * kBlocksPerStep), piece = i % (2 * kBlocksPerStep);
     if (piece >= 2 * blocks) continue;
     const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
-    cp_async(stage + col * kCodeStride + piece * 16, p.q8 + token * row_bytes + step * kStepElems + piece * 16, 16);
+    cp_async(codes + col * kCodeStride + piece * 16, p.q8 + token * p.w.cols + step * kStepElems + piece * 16, 16);
   }
-  auto* scales = reinterpret_cast<float2*>(stage + kCols * kCodeStride);
+  auto* scales = reinterpret_cast<float2*>(codes + kCols * kCodeStride);
   for (int i = threadIdx.x; i < kCols * kBlocksPerStep; i += blockDim.x) {
     const int col = i % kCols, j = i / kCols;
     if (j >= blocks) continue;
     const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
-    cp_async(scales + j * kCols + col, p.q8_scales + token * row_blocks + step * kBlocksPerStep + j, 8);
+    cp_async(scales + j * kCols + col, p.q8_scales + token * (p.w.cols / 32) + step * kBlocksPerStep + j, 8);
   }
-  cp_async_commit();
 }
 
 // PRECOND: cols % 32 == 0 (% 256 for K-quants); grid (row blocks, splits, token
@@ -252,76 +255,86 @@ __device__ void stage_tokens(const KernelParams& p, int64_t step, int64_t col_ba
 template <class Tile, int kCols>
 __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  constexpr int kTiles = kCols / 8;
+  constexpr int kTiles = kCols / 8, kStages = pipeline_stages<kCols>(), kStage = stage_bytes<Tile, kCols>();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int64_t rows = p.w.rows;
-  const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock + warp * 16 + g, row1 = row0 + 8;
-  const int64_t load_row0 = std::min(row0, rows - 1), load_row1 = std::min(row1, rows - 1);
+  const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the thread's rows in the block
+  const int64_t load_row0 = std::min(row_base + r0, rows - 1), load_row1 = std::min(row_base + r1, rows - 1);
   const int64_t col_base = int64_t(blockIdx.z) * kCols;
   const int64_t steps = (p.w.cols + kStepElems - 1) / kStepElems;
   const int64_t first = int64_t(blockIdx.y) * p.steps_per_split, last = std::min(first + p.steps_per_split, steps);
   auto blocks_in = [&](int64_t step) { return int(std::min<int64_t>(kBlocksPerStep, p.w.cols / 32 - step * kBlocksPerStep)); };
 
   cuda::allow_dependents();
-  // Weights are never written by the kernels before this one: fetch them before waiting.
-  typename Tile::Raw raw0 = Tile::load(p.w, load_row0, first, t, blocks_in(first));
-  typename Tile::Raw raw1 = Tile::load(p.w, load_row1, first, t, blocks_in(first));
   cuda::wait_for_inputs();
-  stage_tokens<kCols>(p, first, col_base, blocks_in(first), smem);
+  for (int s = 0; s < kStages - 1; ++s) {  // one commit group per stage, empty past the split's end
+    if (first + s < last) stage_step<Tile, kCols>(p, first + s, row_base, col_base, blocks_in(first + s), smem + s * kStage);
+    cp_async_commit();
+  }
+  typename Tile::Step step0 = Tile::load_step(p.w, load_row0, first, blocks_in(first));
+  typename Tile::Step step1 = Tile::load_step(p.w, load_row1, first, blocks_in(first));
 
   float acc[kTiles][4] = {};
   for (int64_t step = first; step < last; ++step) {
-    uint8_t* stage = smem + ((step - first) % 2) * stage_bytes<kCols>();
+    const int64_t i = step - first;
     const int blocks = blocks_in(step);
-    typename Tile::Raw next0 = raw0, next1 = raw1;
-    cp_async_wait_all();
-    __syncthreads();  // this step's tokens are staged, and every warp is done with the other buffer
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // this step is staged, and every warp is done with the stage refilled next
+    const int64_t ahead = step + kStages - 1;
+    if (ahead < last) stage_step<Tile, kCols>(p, ahead, row_base, col_base, blocks_in(ahead), smem + ((i + kStages - 1) % kStages) * kStage);
+    cp_async_commit();
+    typename Tile::Step next0 = step0, next1 = step1;
     if (step + 1 < last) {
-      stage_tokens<kCols>(p, step + 1, col_base, blocks_in(step + 1), smem + ((step + 1 - first) % 2) * stage_bytes<kCols>());
-      next0 = Tile::load(p.w, load_row0, step + 1, t, blocks_in(step + 1));
-      next1 = Tile::load(p.w, load_row1, step + 1, t, blocks_in(step + 1));
+      next0 = Tile::load_step(p.w, load_row0, step + 1, blocks_in(step + 1));
+      next1 = Tile::load_step(p.w, load_row1, step + 1, blocks_in(step + 1));
     }
-    const uint8_t* codes = stage;
-    const auto* scales = reinterpret_cast<const float2*>(stage + kCols * kCodeStride);
+    const uint8_t* stage = smem + (i % kStages) * kStage;
+    const uint8_t* w0 = stage + r0 * Tile::kRowStride;
+    const uint8_t* w1 = stage + r1 * Tile::kRowStride;
+    const uint8_t* codes = stage + kRowsPerBlock * Tile::kRowStride;
+    const auto* scales = reinterpret_cast<const float2*>(codes + kCols * kCodeStride);
 #pragma unroll
     for (int j = 0; j < kBlocksPerStep; ++j) {
       if (j >= blocks) break;
       uint32_t lo0, hi0, lo1, hi1;
-      Tile::codes(raw0, j, lo0, hi0);
-      Tile::codes(raw1, j, lo1, hi1);
-      const BlockScale s0 = Tile::scale(raw0, j), s1 = Tile::scale(raw1, j);
+      Tile::codes(w0, j, t, lo0, hi0);
+      Tile::codes(w1, j, t, lo1, hi1);
+      const BlockScale s0 = Tile::scale(w0, step0, j), s1 = Tile::scale(w1, step1, j);
+      // One weight per row when the halves share it: the float factor takes it, the dot stays as the mma wrote it.
+      const float f0 = Tile::kSplitHalves ? s0.f : s0.f * float(s0.w_lo), f1 = Tile::kSplitHalves ? s1.f : s1.f * float(s1.w_lo);
 #pragma unroll
       for (int nt = 0; nt < kTiles; ++nt) {
         const uint8_t* x = codes + (nt * 8 + g) * kCodeStride + 32 * j + 4 * t;
-        const uint32_t b_lo = *reinterpret_cast<const uint32_t*>(x);
-        const uint32_t b_hi = *reinterpret_cast<const uint32_t*>(x + 16);
+        const uint32_t b_lo = word(x), b_hi = word(x + 16);
         // Rows (g, g, g + 8, g + 8), tokens (2t, 2t + 1, 2t, 2t + 1) of the tile.
-        int c[4];
+        int c[4] = {};
         if constexpr (Tile::kSplitHalves) {
-          int c_lo[4] = {}, c_hi[4] = {};
-          mma_k16(c_lo, lo0, lo1, b_lo);
+          int c_hi[4] = {};
+          mma_k16(c, lo0, lo1, b_lo);
           mma_k16(c_hi, hi0, hi1, b_hi);
-          c[0] = s0.w_lo * c_lo[0] + s0.w_hi * c_hi[0];
-          c[1] = s0.w_lo * c_lo[1] + s0.w_hi * c_hi[1];
-          c[2] = s1.w_lo * c_lo[2] + s1.w_hi * c_hi[2];
-          c[3] = s1.w_lo * c_lo[3] + s1.w_hi * c_hi[3];
+          c[0] = s0.w_lo * c[0] + s0.w_hi * c_hi[0];
+          c[1] = s0.w_lo * c[1] + s0.w_hi * c_hi[1];
+          c[2] = s1.w_lo * c[2] + s1.w_hi * c_hi[2];
+          c[3] = s1.w_lo * c[3] + s1.w_hi * c_hi[3];
         } else {
-          int dot[4] = {};
-          mma_k32(dot, lo0, lo1, hi0, hi1, b_lo, b_hi);
-          c[0] = s0.w_lo * dot[0];
-          c[1] = s0.w_lo * dot[1];
-          c[2] = s1.w_lo * dot[2];
-          c[3] = s1.w_lo * dot[3];
+          mma_k32(c, lo0, lo1, hi0, hi1, b_lo, b_hi);
         }
         const float4 ds = *reinterpret_cast<const float4*>(scales + j * kCols + nt * 8 + 2 * t);  // tokens 2t, 2t + 1
-        acc[nt][0] = fmaf(-s0.min, ds.y, fmaf(s0.f * ds.x, float(c[0]), acc[nt][0]));
-        acc[nt][1] = fmaf(-s0.min, ds.w, fmaf(s0.f * ds.z, float(c[1]), acc[nt][1]));
-        acc[nt][2] = fmaf(-s1.min, ds.y, fmaf(s1.f * ds.x, float(c[2]), acc[nt][2]));
-        acc[nt][3] = fmaf(-s1.min, ds.w, fmaf(s1.f * ds.z, float(c[3]), acc[nt][3]));
+        acc[nt][0] = fmaf(f0 * ds.x, float(c[0]), acc[nt][0]);
+        acc[nt][1] = fmaf(f0 * ds.z, float(c[1]), acc[nt][1]);
+        acc[nt][2] = fmaf(f1 * ds.x, float(c[2]), acc[nt][2]);
+        acc[nt][3] = fmaf(f1 * ds.z, float(c[3]), acc[nt][3]);
+        if constexpr (Tile::kHasMin) {
+          acc[nt][0] = fmaf(-s0.min, ds.y, acc[nt][0]);
+          acc[nt][1] = fmaf(-s0.min, ds.w, acc[nt][1]);
+          acc[nt][2] = fmaf(-s1.min, ds.y, acc[nt][2]);
+          acc[nt][3] = fmaf(-s1.min, ds.w, acc[nt][3]);
+        }
       }
     }
-    raw0 = next0;
-    raw1 = next1;
+    step0 = next0;
+    step1 = next1;
   }
 
   const bool split = gridDim.y > 1;
@@ -331,7 +344,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
   for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int64_t row = i < 2 ? row0 : row1, token = col_base + nt * 8 + 2 * t + (i % 2);
+      const int64_t row = row_base + (i < 2 ? r0 : r1), token = col_base + nt * 8 + 2 * t + (i % 2);
       if (row >= rows || token >= p.n_tokens) continue;
       float* y = out + token * stride + row;
       *y = !split && p.accumulate ? *y + acc[nt][i] : acc[nt][i];
@@ -377,7 +390,7 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   splits = (steps + steps_per_split - 1) / steps_per_split;
 
   KernelParams k{p.w, p.x.q8, p.x.q8_scales, p.n_tokens, splits > 1 ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
-  constexpr size_t smem = 2 * size_t(stage_bytes<kCols>());
+  constexpr size_t smem = size_t(pipeline_stages<kCols>()) * size_t(stage_bytes<Tile, kCols>());
   static const bool configured = [] {
     NT_CUDA_CHECK(cudaFuncSetAttribute(quantized_gemm_kernel<Tile, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
