@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
+
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -54,6 +57,16 @@ int read_int(const std::string& path) {
   return value;
 }
 
+// Pieces a parallel_for hands each thread: enough that threads that finish
+// early take over from slow ones, few enough that each stays a long sequential read.
+int pieces_per_thread_setting() {
+  const char* env = std::getenv("NT_CPU_PIECES_PER_THREAD");
+  if (!env || !*env) return 4;
+  const int n = std::atoi(env);
+  if (n < 1 || n > 64) fail("NT_CPU_PIECES_PER_THREAD={}: expected 1 to 64", env);
+  return n;
+}
+
 }  // namespace
 
 int physical_core_count() {
@@ -73,7 +86,8 @@ int physical_core_count() {
   return cores.empty() ? fallback : int(cores.size());
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : physical_core_count()) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads > 0 ? n_threads : physical_core_count()), pieces_per_thread_(pieces_per_thread_setting()) {
   workers_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

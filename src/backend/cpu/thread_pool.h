@@ -37,18 +37,28 @@ class ThreadPool {
     run_erased(&fn, [](void* ctx, int i, int n) { (*static_cast<F*>(ctx))(i, n); });
   }
 
-  // Splits [0, n) into one contiguous range per thread, cut at multiples of
-  // `grain`, and calls fn(begin, end) for each non-empty range.
+  // Splits [0, n) into about pieces_per_thread() contiguous pieces per
+  // thread, cut at multiples of `grain`, which the threads take in turn until
+  // none is left, calling fn(begin, end) for each: a thread slowed by others
+  // on its core (a VM's shared vCPU, a busy sibling) then does less instead
+  // of holding up the rest.
   template <typename Fn>
   void parallel_for(int64_t n, Fn&& fn, int64_t grain = 1) {
     if (n <= 0) return;
-    run([&](int i, int nt) {
-      const int64_t chunks = (n + grain - 1) / grain;
-      const int64_t begin = std::min(n, chunks * i / nt * grain);
-      const int64_t end = std::min(n, chunks * (i + 1) / nt * grain);
-      if (begin < end) fn(begin, end);
+    const int64_t chunks = (n + grain - 1) / grain;
+    const int64_t pieces = std::min<int64_t>(chunks, int64_t(n_threads_) * pieces_per_thread_);
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t p = next.fetch_add(1, std::memory_order_relaxed); p < pieces; p = next.fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t begin = std::min(n, chunks * p / pieces * grain);
+        const int64_t end = std::min(n, chunks * (p + 1) / pieces * grain);
+        if (begin < end) fn(begin, end);
+      }
     });
   }
+
+  // 4 unless NT_CPU_PIECES_PER_THREAD says otherwise (1: one static share each, for A/B runs).
+  int pieces_per_thread() const { return pieces_per_thread_; }
 
  private:
   using TaskFn = void (*)(void*, int, int);
@@ -57,6 +67,7 @@ class ThreadPool {
   void run_task(int index);
 
   int n_threads_;
+  int pieces_per_thread_;
   std::vector<std::thread> workers_;
   std::mutex dispatch_mutex_;  // one parallel op at a time from outside
   void* task_ctx_ = nullptr;

@@ -242,7 +242,7 @@ __device__ void stage_step(const KernelParams& p, int64_t step, int64_t row_base
   }
   auto* scales = reinterpret_cast<float2*>(codes + kCols * kCodeStride);
   for (int i = threadIdx.x; i < kCols * kBlocksPerStep; i += blockDim.x) {
-    const int col = i % kCols, j = i / kCols;
+    const int col = i / kBlocksPerStep, j = i % kBlocksPerStep;  // a token's scales are contiguous in global memory
     if (j >= blocks) continue;
     const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
     cp_async(scales + j * kCols + col, p.q8_scales + token * (p.w.cols / 32) + step * kBlocksPerStep + j, 8);
