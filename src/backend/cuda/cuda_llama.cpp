@@ -21,7 +21,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -352,9 +351,13 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
     options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
-  // NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec, for A/B runs.
-  if (const char* env = std::getenv("NT_CUDA_INT8_GEMM"); env && std::string_view(env) == "0") {
-    options_.int8_gemm_min_tokens = std::numeric_limits<int64_t>::max();
+  // For A/B runs: NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec,
+  // NT_CUDA_INT8_GEMM=N sets int8_gemm_min_tokens to N.
+  if (const char* env = std::getenv("NT_CUDA_INT8_GEMM"); env && *env) {
+    char* end = nullptr;
+    const long long n = std::strtoll(env, &end, 10);
+    if (*end != '\0' || n < 0) fail("NT_CUDA_INT8_GEMM={}: expected 0 (off) or the smallest chunk it takes", env);
+    options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   // One KV slot of the whole context per sequence: the attention kernels
