@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "engine/gpu_probe.h"
 #include "storage/disk_bench.h"
 
@@ -23,22 +22,6 @@ bool streams_from_disk(const std::vector<SplitCandidate>& placed) {
   return false;
 }
 
-// Each split placed without rates, or why it cannot be.
-std::vector<SplitCandidate> placements(const ModelFootprint& model, const MultiGpuRequest& request) {
-  std::vector<SplitCandidate> all;
-  for (Split split : {Split::Layer, Split::Tensor}) {
-    SplitCandidate c;
-    c.split = split;
-    try {
-      c.plan = place_multi_gpu(model, request, split);
-    } catch (const Error& e) {
-      c.error = e.what();
-    }
-    all.push_back(std::move(c));
-  }
-  return all;
-}
-
 void measure_rates(const GgufFile& file, const ModelFootprint& model, MultiGpuRequest& r) {
   for (GpuResources& g : r.gpus) {
     g.h2d_gbps = measure_h2d_gbps(g.id);
@@ -49,7 +32,7 @@ void measure_rates(const GgufFile& file, const ModelFootprint& model, MultiGpuRe
     const double gbps = measure_gpu_to_gpu_gbps(r.gpus[g].id, r.gpus[g + 1].id);
     r.peer_gbps = g == 0 ? gbps : std::min(r.peer_gbps, gbps);
   }
-  if (streams_from_disk(placements(model, r))) r.disk_gbps = measure_disk_read(file.path(), kDiskProbeBytes).gbps;
+  if (streams_from_disk(split_candidates(model, r, false))) r.disk_gbps = measure_disk_read(file.path(), kDiskProbeBytes).gbps;
 }
 
 }  // namespace

@@ -385,13 +385,13 @@ MultiGpuPlan plan_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& 
   return plan;
 }
 
-std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request) {
+std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request, bool predict) {
   std::vector<SplitCandidate> all;
   for (Split split : {Split::Layer, Split::Tensor}) {
     SplitCandidate c;
     c.split = split;
     try {
-      c.plan = plan_multi_gpu(model, request, split);
+      c.plan = predict ? plan_multi_gpu(model, request, split) : place_multi_gpu(model, request, split);
     } catch (const Error& e) {
       c.error = e.what();
     }

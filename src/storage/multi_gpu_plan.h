@@ -147,7 +147,8 @@ struct SplitCandidate {
   std::optional<MultiGpuPlan> plan;
   std::string error;
 };
-std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request);
+// With `predict` false each is only placed (place_multi_gpu), which needs no rates.
+std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request, bool predict = true);
 
 // The candidate with the shortest predicted pass (the layer split among
 // equals: it moves less between GPUs); throws with both reasons when neither fits.

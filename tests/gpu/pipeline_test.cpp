@@ -31,6 +31,7 @@
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"
+#include "smollm2_prompts.h"
 #include "stories.h"
 #include "test_models.h"
 #include "tokenizer/tokenizer.h"
@@ -107,7 +108,9 @@ void expect_same(const Handed& got, const Handed& want, const std::string& what)
   EXPECT_EQ(got.top_logits, want.top_logits) << what;
 }
 
-// Passes over four sequences through every path of forward(Batch).
+// Passes over four sequences through every path of forward(Batch); those
+// longer than max_batch (64 here) are several chunks, which a pipeline's
+// stages overlap.
 Handed run_script(ModelRunner& r, const std::vector<int32_t>& t, const LayerSchedule& schedule = {}) {
   Handed handed;
   Batch b;
@@ -154,6 +157,12 @@ Handed run_script(ModelRunner& r, const std::vector<int32_t>& t, const LayerSche
   r.seq_copy_prefix(0, s3, 20);
   run(210, 4, 20, s3, Output::Logits);
   run(220, 3, 14, s2, Output::Argmax);
+  pass();
+  // Three chunks in one pass: the stages work on different chunks at once.
+  for (const SeqId s : {SeqId(0), s1, s2}) r.seq_truncate(s, 0);
+  run(0, 60, 0, 0, Output::Logits);
+  run(60, 60, 0, s1, Output::Argmax);
+  b.add_run(std::span(t).subspan(120, 60), 0, s2, Output::Top);
   pass();
   for (const SeqId s : {s1, s2, s3}) r.seq_free(s);
   r.seq_truncate(0, 0);
@@ -274,12 +283,7 @@ TEST(Pipeline, Stories260KFollowsLlama2cGreedyPath) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       EXPECT_EQ(argmax_first(std::span(all).subspan(i * size_t(vocab), size_t(vocab))), golden[i]) << "prefill position " << i;
     }
-    std::vector<int32_t> picks;
-    runner->decode_greedy(1, 0, int64_t(golden.size()), [&](int32_t t) {
-      picks.push_back(t);
-      return true;
-    });
-    EXPECT_EQ(picks, golden);
+    EXPECT_EQ(test::greedy_decode(*runner, {1}, int(golden.size())), golden) << "decoding from BOS";
   }
   std::filesystem::remove(path);
 }
@@ -306,16 +310,6 @@ TEST(Pipeline, SpeculationDecodesAsOverOneRunner) {
   const std::vector<int32_t> want = speculate(*reference_runner(*file));
   EXPECT_EQ(speculate(*pipeline(*file, layer_split({0, 0, 0}, {{V, V}, {V, R}, {V}}), exact_options())), want);
   std::filesystem::remove(path);
-}
-
-std::vector<std::vector<int32_t>> smollm2_prompts(const Tokenizer& tokenizer) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (const char* text : {"1, 2, 3, 4, 5, 6, 7, 8,", "2, 4, 6, 8, 10, 12,", "101, 102, 103, 104,", "10, 20, 30, 40,",
-                           "Monday, Tuesday, Wednesday,", "January, February, March, April,", "a, b, c, d, e, f,",
-                           "The capital of France is"}) {
-    prompts.push_back(tokenizer.encode(text));
-  }
-  return prompts;
 }
 
 // Every prompt on its own sequence, prefilled in one pass, then each step one
@@ -351,7 +345,7 @@ TEST(Pipeline, SmolLM2DecodesAsOneRunner) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const auto prompts = smollm2_prompts(tokenizer);
+  const auto prompts = test::smollm2_batch_prompts(tokenizer);
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
   auto one = make_cuda_runner(*file, kContext, o);
@@ -403,7 +397,9 @@ TEST(Pipeline, OpenModelRunsTheLayerSplit) {
     SCOPED_TRACE(m.runner->description());
     EXPECT_NE(m.runner->description().find("layer split over 2 stages"), std::string::npos);
     EXPECT_EQ(m.split_summary.empty(), split.has_value()) << m.split_summary;
-    if (!split) EXPECT_NE(m.split_summary.find("--split auto: layer split"), std::string::npos) << m.split_summary;
+    if (!split) {
+      EXPECT_NE(m.split_summary.find("--split auto: layer split"), std::string::npos) << m.split_summary;
+    }
     EXPECT_EQ(test::greedy_decode(*m.runner, {1}, 64), golden);
   }
   std::filesystem::remove(path);

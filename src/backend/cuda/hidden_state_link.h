@@ -25,8 +25,10 @@ class HiddenStateLink {
 
   // Queues the copy of `bytes` of `src` (on `from`, once the work queued on
   // src_stream is done) into `dst` (on `to`); the work queued on dst_stream
-  // afterwards waits for it. The receiving stage must be idle: the pipeline
-  // runs one chunk through the stages at a time.
+  // afterwards waits for it. The receiving stage must be done with its
+  // previous chunk (the pipeline's hand-off slots see to it), and the
+  // source must stay unchanged until the copy has run (work queued later
+  // on src_stream).
   void carry(const float* src, cudaStream_t src_stream, float* dst, cudaStream_t dst_stream, uint64_t bytes);
 
   // "peer to peer", "on one GPU", or why the copies go through host memory; for logs.

@@ -1,11 +1,15 @@
 #include "backend/cuda/pipeline_runner.h"
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gpu_set.h"
 #include "backend/cuda/hidden_state_link.h"
 #include "backend/cuda/pipeline_stage.h"
@@ -13,6 +17,7 @@
 #include "core/error.h"
 #include "model/llama_weights.h"
 #include "runtime/device_memory_plan.h"
+#include "runtime/hand_off_slot.h"
 #include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/layer_reads.h"
@@ -44,11 +49,22 @@ class CudaPipelineRunner final : public ModelRunner {
   void copy_pages(std::span<const PageCopy> copies) override;
 
  private:
+  // Stage g's part of a pass: each chunk from the stage before (its hand-off
+  // slot filled), through its layers, on to the next stage (once that one is
+  // done with the chunk before). `overlapped`: the stages run on threads of
+  // their own, so a stage's residual stream must be read out before the
+  // stage before it may refill it.
+  void run_stage(size_t g, const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out, bool overlapped);
+  // run_stage on threads of their own, stage 0 on this one; rethrows the
+  // first stage's error after stopping the others.
+  void run_stages_overlapped(const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out);
+
   LlamaConfig config_;
   int64_t max_batch_;
   std::vector<int64_t> first_layer_, end_layer_;       // per stage
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // in layer order
   std::vector<std::unique_ptr<HiddenStateLink>> links_;  // links_[g]: stage g to stage g + 1
+  std::vector<HandOffSlot> hand_offs_;                   // hand_offs_[g]: stage g + 1's residual stream
   std::vector<int32_t> slots_;                          // a pass's KV slot of each run
   std::vector<std::vector<int32_t>> stage_layers_;      // a pass's scheduled layers of each stage
 };
@@ -101,6 +117,7 @@ CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, co
     links_.push_back(std::make_unique<HiddenStateLink>(stages_[g]->device(), stages_[g + 1]->device(), hidden_bytes));
   }
   stage_layers_.resize(stages_.size());
+  hand_offs_ = std::vector<HandOffSlot>(links_.size());
 }
 
 std::string CudaPipelineRunner::description() const {
@@ -122,8 +139,10 @@ void CudaPipelineRunner::copy_pages(std::span<const PageCopy> copies) {
   for (const auto& s : stages_) s->copy_slots(copies);
 }
 
-// Chunk by chunk, each through every stage in turn: stage g + 1 continues
-// from the hidden state stage g left, each running its share of the schedule.
+// Each chunk through every stage in turn: stage g + 1 continues from the
+// hidden state stage g left, each running its share of the schedule. A pass
+// of several chunks overlaps them: stage g computes chunk k + 1 while stage
+// g + 1 computes chunk k.
 void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                        BatchOutputs& out) {
   slots_.clear();
@@ -134,18 +153,58 @@ void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const Seque
       if (l >= first_layer_[g] && l < end_layer_[g]) stage_layers_[g].push_back(l);
     }
   }
+  for (HandOffSlot& slot : hand_offs_) slot.reset();
+  if (stages_.size() > 1 && int64_t(batch.size()) > max_batch_) {
+    run_stages_overlapped(batch, runs, out);
+    return;
+  }
+  for (size_t g = 0; g < stages_.size(); ++g) run_stage(g, batch, runs, out, false);
+}
+
+void CudaPipelineRunner::run_stage(size_t g, const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out,
+                                   bool overlapped) {
   const int64_t total = int64_t(batch.size());
   const uint64_t row_bytes = uint64_t(config_.dim) * sizeof(float);
+  PipelineStage& stage = *stages_[g];
   for (int64_t at = 0; at < total; at += max_batch_) {
     const int64_t n = std::min(max_batch_, total - at);
-    for (size_t g = 0; g < stages_.size(); ++g) {
-      if (g > 0) {
-        PipelineStage& from = *stages_[g - 1];
-        PipelineStage& to = *stages_[g];
-        links_[g - 1]->carry(from.hidden(), from.stream(), to.hidden(), to.stream(), uint64_t(n) * row_bytes);
-      }
-      stages_[g]->run_batch_chunk(batch, runs, slots_, at, n, stage_layers_[g], out);
+    if (g > 0) hand_offs_[g - 1].wait_filled();
+    stage.run_batch_chunk(batch, runs, slots_, at, n, stage_layers_[g], out);
+    if (g + 1 < stages_.size()) {
+      PipelineStage& next = *stages_[g + 1];
+      hand_offs_[g].wait_free();
+      links_[g]->carry(stage.hidden(), stage.stream(), next.hidden(), next.stream(), uint64_t(n) * row_bytes);
+      if (overlapped) NT_CUDA_CHECK(cudaStreamSynchronize(stage.stream()));
+      hand_offs_[g].fill();
     }
+    if (g > 0) hand_offs_[g - 1].free();
+  }
+}
+
+void CudaPipelineRunner::run_stages_overlapped(const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out) {
+  std::vector<std::exception_ptr> errors(stages_.size());
+  const auto guarded = [&](size_t g) {
+    try {
+      run_stage(g, batch, runs, out, true);
+    } catch (const HandOffAborted&) {
+      // another stage failed; its error is the one to report
+    } catch (...) {
+      errors[g] = std::current_exception();
+      for (HandOffSlot& slot : hand_offs_) slot.abort();
+    }
+  };
+  std::vector<std::thread> workers;
+  try {
+    for (size_t g = 1; g < stages_.size(); ++g) workers.emplace_back(guarded, g);
+  } catch (...) {  // no thread for a stage: the others must not wait for it
+    for (HandOffSlot& slot : hand_offs_) slot.abort();
+    for (std::thread& w : workers) w.join();
+    throw;
+  }
+  guarded(0);
+  for (std::thread& w : workers) w.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
 }
 

@@ -5,7 +5,8 @@
 // storage into its own GPU. A pass runs each chunk of the batch through the
 // stages in turn, the hidden state crossing between GPUs (hidden_state_link.h);
 // the first stage embeds the tokens, the last computes the head and what the
-// entries ask for. It serves the whole ModelRunner seam: batches, sequence
+// entries ask for. The chunks of a pass longer than max_batch overlap: each
+// stage works through them on a thread of its own. It serves the whole ModelRunner seam: batches, sequence
 // memory and layer schedules, with the single-sequence methods' defaults.
 #pragma once
 
