@@ -54,7 +54,10 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
     if (several_gpus) {
-      OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, {o.gpus, o.vram_budgets, cuda}, o.split);
+      // One budget given for all, or one per GPU.
+      std::vector<uint64_t> budgets = o.vram_budgets;
+      if (budgets.empty() && o.vram_budget) budgets.assign(o.gpus.size(), *o.vram_budget);
+      OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, {o.gpus, budgets, cuda}, o.split);
       m.runner = std::move(pipeline.runner);
       m.split_summary = std::move(pipeline.summary);
       return m;

@@ -35,7 +35,7 @@ struct OpenModelOptions {
   // pipeline); a single entry runs on that GPU alone. Empty: GPU 0.
   std::vector<int> gpus;
   std::optional<Split> split;          // with several GPUs: layer or tensor; nullopt: auto
-  std::vector<uint64_t> vram_budgets;  // with several GPUs: one per entry of gpus (instead of vram_budget); empty: free VRAM
+  std::vector<uint64_t> vram_budgets;  // with several GPUs: one per entry of gpus; empty: vram_budget for each, else free VRAM
   IoBackend io = IoBackend::Auto;
   // CUDA: RAM-tier layers the CPU computes (engine/hybrid_split.h); nullopt: auto.
   std::optional<int64_t> cpu_layers;

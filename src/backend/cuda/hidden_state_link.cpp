@@ -26,17 +26,26 @@ void HiddenStateLink::carry(const float* src, cudaStream_t src_stream, float* ds
   if (bytes > max_bytes_) {
     fail("the hidden state from GPU {} to GPU {}: {} bytes exceed the link's {}", from_, to_, bytes, max_bytes_);
   }
-  NT_CUDA_CHECK(cudaSetDevice(from_));
+  // A failure names both GPUs: a peer path that the driver reported but cannot use shows here.
+  const auto check = [&](cudaError_t err, const char* step) {
+    if (err != cudaSuccess) {
+      fail("the hidden state from GPU {} to GPU {} ({}): {} failed: {} ({})", from_, to_, route(), step,
+           cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+  };
+  check(cudaSetDevice(from_), "selecting the sending GPU");
   switch (route_) {
-    case Route::SameGpu: NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, src_stream)); break;
-    case Route::Peer: NT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, to_, src, from_, bytes, src_stream)); break;
-    case Route::Host: NT_CUDA_CHECK(cudaMemcpyAsync(bounce_.as<void>(), src, bytes, cudaMemcpyDeviceToHost, src_stream)); break;
+    case Route::SameGpu: check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, src_stream), "the copy"); break;
+    case Route::Peer: check(cudaMemcpyPeerAsync(dst, to_, src, from_, bytes, src_stream), "the peer copy"); break;
+    case Route::Host:
+      check(cudaMemcpyAsync(bounce_.as<void>(), src, bytes, cudaMemcpyDeviceToHost, src_stream), "the copy to the host");
+      break;
   }
-  NT_CUDA_CHECK(cudaEventRecord(sent_, src_stream));
-  NT_CUDA_CHECK(cudaSetDevice(to_));
-  NT_CUDA_CHECK(cudaStreamWaitEvent(dst_stream, sent_, 0));
+  check(cudaEventRecord(sent_, src_stream), "marking the copy");
+  check(cudaSetDevice(to_), "selecting the receiving GPU");
+  check(cudaStreamWaitEvent(dst_stream, sent_, 0), "waiting for the copy");
   if (route_ == Route::Host) {
-    NT_CUDA_CHECK(cudaMemcpyAsync(dst, bounce_.as<void>(), bytes, cudaMemcpyHostToDevice, dst_stream));
+    check(cudaMemcpyAsync(dst, bounce_.as<void>(), bytes, cudaMemcpyHostToDevice, dst_stream), "the copy from the host");
   }
 }
 
