@@ -74,6 +74,7 @@ CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, co
     : config_(read_llama_config(file.header(), file.path())), max_batch_(options.runner.max_batch) {
   if (plan.split != Split::Layer) fail("the pipeline runs a layer split, not a {} split", split_name(plan.split));
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
+  if (plan.gpus.empty()) fail("a layer split needs at least one stage");
   std::vector<int> ids;
   for (const GpuPlacement& p : plan.gpus) ids.push_back(p.gpu.id);
   require_gpus(ids);  // an absent GPU is named before anything loads
