@@ -153,22 +153,29 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
     budgets = parse_per_gpu_sizes(o.vram_budget, ids, "--vram-budget");
     in.budget_sources.assign(ids.size(), "given");
   } else if (have_gpu) {
+    std::vector<uint64_t> free_bytes;
     for (const auto& g : found) {
-      budgets.push_back(g.free_bytes);
-      in.budget_sources.push_back("free on " + g.name);
+      free_bytes.push_back(g.free_bytes);
+      in.budget_sources.push_back(fmt::format("free on {} less the runner's margin", g.name));
     }
+    budgets = free_vram_budgets(ids, free_bytes);  // as the pipeline runner takes them
   } else {
     fail("no GPU to size the VRAM budgets from: pass --vram-budget, e.g. --vram-budget 24GiB,24GiB or one value for all");
   }
-  MultiGpuRequest& r = in.request;
   const ModelFootprint model = device_footprint(src.config, src.weights, src.reads);
   in.model = &model;
   in.h2d_source = o.h2d_gbps > 0 ? "given" : have_gpu ? "measured: 256 MiB pinned copies" : "ASSUMED: PCIe 4.0 x16 nominal; pass --h2d-gbps";
   in.gpu_source = o.gpu_gbps > 0 ? "given" : "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
+  std::vector<GpuResources> gpus;
   for (size_t g = 0; g < ids.size(); ++g) {
     const double h2d = o.h2d_gbps > 0 ? o.h2d_gbps : have_gpu ? measure_h2d_gbps(ids[g]) : kNominalH2dGbps;
-    r.gpus.push_back({ids[g], budgets[g], h2d, o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps});
+    gpus.push_back({ids[g], budgets[g], h2d, o.gpu_gbps > 0 ? o.gpu_gbps : kAssumedGpuLayerGbps});
   }
+  // The placement the pipeline runner would make: the same request from the same buffers.
+  in.request = device_multi_gpu_request(src.file.header(), src.config, model,
+                                        plan_buffers(src.config, src.weights, src.context, o, o.sequences, src.sms),
+                                        std::move(gpus), ram_budget, o.ring);
+  MultiGpuRequest& r = in.request;
   // The slowest link of the chain bounds the hand-offs and the ring all-reduce.
   if (o.peer_gbps > 0) {
     r.peer_gbps = o.peer_gbps;
@@ -181,12 +188,6 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
     r.peer_gbps = r.gpus[0].h2d_gbps / 2;
     in.peer_source = "ASSUMED: a bounce through host memory, two copies at half the H2D rate; pass --peer-gbps";
   }
-  r.ram_budget = ram_budget;
-  r.reserve = vram_reserve(plan_buffers(src.config, src.weights, src.context, o, o.sequences, src.sms), model);
-  r.ring_slots = r.staging_slots = o.ring;
-  r.disk_to_device = src.reader.accepts_device_memory();
-  r.shape = tensor_split_shape(src.file.header(), src.config);
-  r.hidden_bytes_per_token = uint64_t(src.config.dim) * 4;
   std::string disk_source;
   r.disk_gbps = disk_gbps(o, src.path, src.reader_options, src.io, &disk_source);
 

@@ -3,7 +3,10 @@
 #include <fmt/core.h>
 
 #include "cli/plan_hybrid.h"
+#include "cli/plan_multi_gpu.h"
+#include "core/error.h"
 #include "core/progress.h"
+#include "engine/gpu_list.h"
 #include "engine/open_model.h"
 #include "storage/io_reader.h"
 #include "storage/size_parse.h"
@@ -16,7 +19,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
-  cmd.add_option("--vram-budget", o.vram_budget, "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM)");
+  cmd.add_option("--vram-budget", o.vram_budget,
+                 "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM); with --gpus one for each, "
+                 "e.g. 24GiB,20GiB, or one for all");
   cmd.add_option("--ram-budget", o.ram_budget, "CUDA: host RAM to pin for streamed layers, e.g. 48GiB (default: from MemAvailable)");
   cmd.add_option("--io", o.io, "CUDA: file reader for loading and streaming layers: auto, uring, cufile or mmap (auto loads a file the page cache holds through mmap, and otherwise reads with uring)")
       ->capture_default_str()
@@ -27,6 +32,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "predicts a gain)")
       ->capture_default_str();
   cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
+  cmd.add_option("--gpus", o.gpus,
+                 "CUDA: the GPUs to run on, e.g. 0,1: one stage of consecutive layers on each, in order (a GPU listed "
+                 "twice holds two stages; default: GPU 0 alone)");
+  cmd.add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (planned, not run yet) or auto "
+                                     "(the default: the faster by the planner, from rates measured at load)");
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
@@ -49,7 +59,16 @@ LoadedModel load_model(const ModelOptions& o) {
   open.sequences = o.sequences;
   open.threads = o.threads;
   open.kv_f32 = o.kv_f32;
-  if (!o.vram_budget.empty()) open.vram_budget = parse_size(o.vram_budget, "--vram-budget");
+  if (!o.gpus.empty()) open.gpus = parse_gpu_ids(o.gpus, "--gpus");
+  if (!o.split.empty()) {
+    if (open.gpus.empty()) fail("--split needs --gpus, e.g. --gpus 0,1 --split layer");
+    open.split = parse_split(o.split);
+  }
+  if (open.gpus.size() > 1 && !o.vram_budget.empty()) {
+    open.vram_budgets = parse_per_gpu_sizes(o.vram_budget, open.gpus, "--vram-budget");
+  } else if (!o.vram_budget.empty()) {
+    open.vram_budget = parse_size(o.vram_budget, "--vram-budget");
+  }
   if (!o.ram_budget.empty()) open.ram_budget = parse_size(o.ram_budget, "--ram-budget");
   open.io = parse_io_backend(o.io);
   open.trace_path = o.trace;
@@ -59,6 +78,7 @@ LoadedModel load_model(const ModelOptions& o) {
   OpenedModel opened = open_model(open);
   progress.finish();
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
+  if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
   return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner)};
 }

@@ -65,6 +65,9 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
   draft.vram_budget.clear();
   draft.ram_budget.clear();
   draft.trace.clear();
+  // A small draft runs on the target's first GPU alone.
+  draft.gpus = target_options.gpus.substr(0, target_options.gpus.find(','));
+  draft.split.clear();
   LoadedModel loaded;
   try {
     loaded = load_model(draft);

@@ -1,6 +1,5 @@
 #include "engine/gpu_list.h"
 
-#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -40,7 +39,6 @@ std::vector<int> parse_gpu_ids(std::string_view text, std::string_view flag) {
     if (err != std::errc() || end != item.data() + item.size() || id < 0) {
       fail("{} '{}': '{}' is not a GPU index (a whole number from 0)", flag, text, item);
     }
-    if (std::find(ids.begin(), ids.end(), id) != ids.end()) fail("{} '{}': GPU {} is listed twice", flag, text, id);
     ids.push_back(id);
   }
   return ids;

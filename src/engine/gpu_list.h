@@ -8,9 +8,10 @@
 
 namespace nt {
 
-// Distinct non-negative device indices separated by commas (spaces allowed
-// around them). Throws nt::Error naming `flag` for an empty list or item, an
-// item that is not a whole number, and a GPU listed twice.
+// Non-negative device indices separated by commas (spaces allowed around
+// them). A GPU may repeat: in a layer split it then holds several stages,
+// which tests the pipeline on one GPU. Throws nt::Error naming `flag` for an
+// empty list or item and an item that is not a whole number.
 std::vector<int> parse_gpu_ids(std::string_view text, std::string_view flag);
 
 // One size for all `gpus` or one per GPU in order (parse_size units).

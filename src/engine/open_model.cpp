@@ -9,6 +9,7 @@
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
+#include "engine/open_pipeline.h"
 #endif
 
 namespace nt {
@@ -32,13 +33,19 @@ OpenedModel open_model(const OpenModelOptions& o) {
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
   Device device = o.device;
-#ifdef NT_HAVE_CUDA
-  if (device == Device::Auto) {
-    std::string why;
-    device = probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
+  const bool several_gpus = o.gpus.size() > 1;
+  if (several_gpus && o.cpu_layers.value_or(0) > 0) {
+    fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
+#ifdef NT_HAVE_CUDA
+  if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
+    std::string why;
+    device = !o.gpus.empty() || probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
+  }
+  if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");
   if (device == Device::Cuda) {
     CudaRunnerOptions cuda;
+    cuda.device = o.gpus.empty() ? 0 : o.gpus[0];
     cuda.max_sequences = o.sequences;
     cuda.vram_budget = o.vram_budget;
     cuda.ram_budget = o.ram_budget;
@@ -46,6 +53,15 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.trace_path = o.trace_path;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
+    if (several_gpus) {
+      // One budget given for all, or one per GPU.
+      std::vector<uint64_t> budgets = o.vram_budgets;
+      if (budgets.empty() && o.vram_budget) budgets.assign(o.gpus.size(), *o.vram_budget);
+      OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, {o.gpus, budgets, cuda}, o.split);
+      m.runner = std::move(pipeline.runner);
+      m.split_summary = std::move(pipeline.summary);
+      return m;
+    }
     std::optional<CudaPlacement> placement;
     try {
       placement = plan_cuda_placement(*m.file, context, cuda);
@@ -66,6 +82,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   }
 #else
   if (device == Device::Cuda) fail("--device cuda: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
+  if (!o.gpus.empty()) fail("--gpus: this build has no CUDA backend (configure with -DNT_CUDA=ON)");
 #endif
   if (!m.runner) {
     if (o.cpu_layers.value_or(0) > 0) fail("--cpu-layers {}: a hybrid split needs the CUDA backend", *o.cpu_layers);

@@ -8,10 +8,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "storage/io_reader.h"
+#include "storage/multi_gpu_plan.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -28,6 +30,12 @@ struct OpenModelOptions {
   bool kv_f32 = false;         // CPU: F32 KV cache
   // CUDA tiered streaming; empty: automatic.
   std::optional<uint64_t> vram_budget, ram_budget;
+  // CUDA over several GPUs: one stage of a layer split per entry, in layer
+  // order (a GPU listed twice holds two stages: one GPU testing the
+  // pipeline); a single entry runs on that GPU alone. Empty: GPU 0.
+  std::vector<int> gpus;
+  std::optional<Split> split;          // with several GPUs: layer or tensor; nullopt: auto
+  std::vector<uint64_t> vram_budgets;  // with several GPUs: one per entry of gpus; empty: vram_budget for each, else free VRAM
   IoBackend io = IoBackend::Auto;
   // CUDA: RAM-tier layers the CPU computes (engine/hybrid_split.h); nullopt: auto.
   std::optional<int64_t> cpu_layers;
@@ -41,6 +49,7 @@ struct OpenedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
   std::string hybrid_summary;  // how the CUDA hybrid split was chosen; empty when nothing is in host RAM
+  std::string split_summary;   // how --split auto chose among several GPUs; empty otherwise
 };
 
 OpenedModel open_model(const OpenModelOptions& options);

@@ -7,7 +7,7 @@
 
 namespace nt {
 
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors) {
+ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors, bool head) {
   const uint64_t b = uint64_t(batch);
   const uint64_t max_input = uint64_t(std::max({c.dim, c.q_dim(), c.ffn_dim}));
   ActivationLayout a{};
@@ -24,7 +24,7 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.gate = plan.reserve(4 * b * uint64_t(c.ffn_dim));
   a.up = plan.reserve(4 * b * uint64_t(c.ffn_dim));
   a.h = plan.reserve(4 * b * uint64_t(c.ffn_dim));
-  a.logits = plan.reserve(4 * b * uint64_t(c.vocab_size));
+  a.logits = plan.reserve(head ? 4 * b * uint64_t(c.vocab_size) : 0);
   a.partials = plan.reserve(4 * a.partial_floats);
   a.q8 = plan.reserve(b * max_input);
   a.q8_scales = plan.reserve(8 * b * max_input / 32);
@@ -64,6 +64,11 @@ uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.
 
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
                              int64_t max_batch, int max_sequences, int multiprocessors) {
+  return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true);
+}
+
+RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head) {
   uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
   if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
   for (const LlamaLayerWeights& lw : w.layers) {
@@ -74,9 +79,10 @@ RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_
     }
   }
   RunnerBuffers b;
-  b.kv = cache_bytes_per_position(c) * uint64_t(cache_context) * uint64_t(max_sequences);
+  b.kv = cache_bytes_per_position(c) / uint64_t(c.n_layers) * uint64_t(layers) * uint64_t(cache_context) *
+         uint64_t(max_sequences);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
-  const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors);
+  const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors, head);
   b.activations = a.total;
   b.logits = a.partials - a.logits;  // the logits rows as reserved: up to the next buffer
   return b;
@@ -92,8 +98,9 @@ ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, con
   }
   m.tied_embeddings = c.tied_embeddings;
   m.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
+  m.resident_embedding_bytes = group_device_bytes({&w.token_embd});
   m.small_bytes = 2 * uint64_t(c.n_layers) * align_device(4 * uint64_t(c.dim)) + 2 * align_device(4 * uint64_t(c.dim)) +
-                  (c.tied_embeddings ? 0 : group_device_bytes({&w.token_embd}));
+                  (c.tied_embeddings ? 0 : m.resident_embedding_bytes);
   return m;
 }
 
@@ -121,6 +128,29 @@ DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& 
   p.request.staging_slots = ring_slots;
   p.plan = plan_placement(p.footprint, p.request);
   return p;
+}
+
+std::vector<uint64_t> free_vram_budgets(const std::vector<int>& ids, const std::vector<uint64_t>& free_bytes) {
+  std::vector<uint64_t> budgets;
+  for (size_t g = 0; g < ids.size(); ++g) {
+    const uint64_t stages = uint64_t(std::count(ids.begin(), ids.end(), ids[g]));
+    const uint64_t margin = stages * kMemoryMarginBytes;
+    budgets.push_back(free_bytes[g] > margin ? (free_bytes[g] - margin) / stages : 0);
+  }
+  return budgets;
+}
+
+MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const LlamaConfig& c, const ModelFootprint& model,
+                                         const RunnerBuffers& buffers, std::vector<GpuResources> gpus, uint64_t ram_budget,
+                                         int ring_slots) {
+  MultiGpuRequest r;
+  r.gpus = std::move(gpus);
+  r.ram_budget = ram_budget;
+  r.reserve = vram_reserve(buffers, model);
+  r.ring_slots = r.staging_slots = ring_slots;
+  r.shape = tensor_split_shape(header, c);
+  r.hidden_bytes_per_token = uint64_t(c.dim) * 4;
+  return r;
 }
 
 }  // namespace nt

@@ -13,6 +13,7 @@
 #include "model/llama_weights.h"
 #include "runtime/device_layout.h"
 #include "storage/layer_reads.h"
+#include "storage/multi_gpu_plan.h"
 #include "storage/placement.h"
 
 namespace nt {
@@ -42,7 +43,8 @@ class ArenaPlan {
 // moves them: the position, the top_logits k, then the tokens.
 inline constexpr int64_t kInputsHeader = 2;
 
-// Offsets of the activation buffers for chunks of up to `batch` tokens.
+// Offsets of the activation buffers for chunks of up to `batch` tokens; a
+// runner without the head (a pipeline stage before the last) has no logits rows.
 struct ActivationLayout {
   uint64_t inputs, x, xn, qkv, att, gate, up, h, logits, partials, q8, q8_scales, f16, argmax, argmax_scratch, head_rows,
       top, top_scratch;
@@ -51,7 +53,8 @@ struct ActivationLayout {
   uint64_t total;
 };
 
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors);
+ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors,
+                                    bool head = true);
 
 // The matrices of a layer as uploaded: groups of row-stacked parts (Q, K and V
 // fused when they share a format).
@@ -72,6 +75,11 @@ struct RunnerBuffers {
 // `max_batch` tokens a prefill chunk, KV slots of `max_sequences` sequences.
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
                              int64_t max_batch, int max_sequences, int multiprocessors);
+// The same for a stage of a layer split (CudaRunnerOptions::stage) holding
+// `layers` of the model's layers: their KV slots only, and the logits rows
+// only when it holds the head. As the multi-GPU planner reserves per GPU.
+RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head);
 
 // The model's sizes in device layout (layers, head, norms, token embedding).
 ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads);
@@ -92,5 +100,19 @@ struct DevicePlacement {
 DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
                                       const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
                                       uint64_t ram_budget);
+
+// Each stage's VRAM budget when none is given: its GPU's free memory
+// (free_bytes[i] of ids[i]) less kMemoryMarginBytes for each stage it holds
+// (a CUDA context share, a cuBLAS workspace), shared evenly by those stages.
+std::vector<uint64_t> free_vram_budgets(const std::vector<int>& ids, const std::vector<uint64_t>& free_bytes);
+
+// The memory side of a multi-GPU request as the CUDA runner allocates it:
+// the GPUs' budgets, the shared RAM, the runner's buffers (of the whole
+// model, which the planner scales per GPU as stage_buffers does), the
+// tensor split's shape and the hidden state's size. `plan --gpus` adds the
+// rates to predict; the pipeline runner places from it as it is.
+MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const LlamaConfig& c, const ModelFootprint& model,
+                                         const RunnerBuffers& buffers, std::vector<GpuResources> gpus, uint64_t ram_budget,
+                                         int ring_slots);
 
 }  // namespace nt

@@ -127,17 +127,34 @@ uint64_t assign_shared_ram(std::vector<GpuPlacement>& gpus, const std::vector<Gp
   return total;
 }
 
-void check_request(const ModelFootprint& model, const MultiGpuRequest& request) {
+void check_placement_request(const ModelFootprint& model, const MultiGpuRequest& request, Split split) {
   if (request.gpus.empty()) fail("a multi-GPU plan needs at least one GPU");
+  // A GPU listed twice in a layer split holds two stages (one GPU testing the pipeline).
   std::set<int> seen;
   for (const auto& g : request.gpus) {
-    if (!seen.insert(g.id).second) fail("GPU {} is listed twice", g.id);
-    if (g.gpu_gbps <= 0) fail("GPU {}: a compute rate is needed to predict a pass", g.id);
+    if (!seen.insert(g.id).second && split == Split::Tensor) fail("GPU {} is listed twice: a tensor split needs distinct GPUs", g.id);
   }
   if (model.layers.size() < request.gpus.size()) {
     fail("{} layers cannot be shared among {} GPUs", model.layers.size(), request.gpus.size());
   }
+}
+
+void check_rates(const MultiGpuRequest& request) {
+  for (const auto& g : request.gpus) {
+    if (g.gpu_gbps <= 0) fail("GPU {}: a compute rate is needed to predict a pass", g.id);
+  }
   if (request.gpus.size() > 1 && request.peer_gbps <= 0) fail("a GPU-to-GPU speed is needed to predict several GPUs");
+}
+
+// The small tensors GPU g of G holds in the layer split: the last GPU the
+// norms and the rest of small_bytes, the first the token embedding, which a
+// device footprint counts in small_bytes (or as the head, when tied).
+uint64_t stage_small_bytes(const ModelFootprint& model, size_t g, size_t G) {
+  if (G == 1) return model.small_bytes;
+  const bool first = g == 0, last = g + 1 == G;
+  uint64_t bytes = first ? model.resident_embedding_bytes : 0;
+  if (last) bytes += model.small_bytes - (model.tied_embeddings ? 0 : model.resident_embedding_bytes);
+  return bytes;
 }
 
 // The layer split's ranges: cumulative layer cost (weights and KV cache)
@@ -147,8 +164,8 @@ std::vector<int64_t> layer_boundaries(const ModelFootprint& model, const MultiGp
   const VramReserve& r = request.reserve;
   std::vector<double> capacity;
   for (size_t g = 0; g < gpus.size(); ++g) {
-    uint64_t fixed = r.activations + r.gemm_scratch + r.staging;
-    if (g + 1 == gpus.size()) fixed += r.logits + model.output_head_bytes + model.small_bytes;
+    uint64_t fixed = r.activations + r.gemm_scratch + r.staging + stage_small_bytes(model, g, gpus.size());
+    if (g + 1 == gpus.size()) fixed += r.logits + model.output_head_bytes;
     if (gpus[g].vram_budget <= fixed) {
       fail("GPU {}: VRAM budget {} holds no layer: its buffers besides layers need {}", gpus[g].id,
            format_size(gpus[g].vram_budget), format_size(fixed));
@@ -195,7 +212,7 @@ void plan_layer_split(const ModelFootprint& model, const MultiGpuRequest& reques
     m.model.tied_embeddings = G == 1 && model.tied_embeddings;
     m.model.token_embd_bytes = first ? model.token_embd_bytes : 0;
     m.model.output_head_bytes = last ? model.output_head_bytes : 0;
-    m.model.small_bytes = last ? model.small_bytes : 0;
+    m.model.small_bytes = stage_small_bytes(model, g, G);
     m.reserve = request.reserve;
     m.reserve.kv_cache = kv_per_layer * uint64_t(p.end_layer - p.first_layer);
     if (!last) m.reserve.logits = 0;
@@ -279,6 +296,31 @@ GpuStage predict_stage(const GpuPlacement& p, const ModelFootprint& model, const
   return s;
 }
 
+// The placement, and each GPU's own footprint for the prediction.
+MultiGpuPlan place(const ModelFootprint& model, const MultiGpuRequest& request, Split split, std::vector<GpuModel>& models) {
+  check_placement_request(model, request, split);
+  MultiGpuPlan plan;
+  plan.split = split;
+  if (split == Split::Layer) {
+    plan_layer_split(model, request, plan, models);
+  } else {
+    plan_tensor_split(model, request, plan, models);
+  }
+
+  // Streamed layers take the shared RAM in layer order (shards of a layer by GPU).
+  std::vector<Streamed> order;
+  for (size_t layer = 0; layer < model.layers.size(); ++layer) {
+    for (size_t g = 0; g < plan.gpus.size(); ++g) {
+      const GpuPlacement& p = plan.gpus[g];
+      if (int64_t(layer) < p.first_layer || int64_t(layer) >= p.end_layer) continue;
+      const size_t index = layer - size_t(p.first_layer);
+      if (p.plan.layer_tier[index] != Tier::Vram) order.push_back({g, index});
+    }
+  }
+  plan.ram_total = assign_shared_ram(plan.gpus, models, order, request);
+  return plan;
+}
+
 }  // namespace
 
 std::string_view split_name(Split split) { return split == Split::Layer ? "layer" : "tensor"; }
@@ -312,29 +354,15 @@ TensorSplitShape tensor_split_shape(const GgufHeader& header, const LlamaConfig&
   return s;
 }
 
-MultiGpuPlan plan_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& request, Split split) {
-  check_request(model, request);
-  MultiGpuPlan plan;
-  plan.split = split;
+MultiGpuPlan place_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& request, Split split) {
   std::vector<GpuModel> models;
-  if (split == Split::Layer) {
-    plan_layer_split(model, request, plan, models);
-  } else {
-    plan_tensor_split(model, request, plan, models);
-  }
+  return place(model, request, split, models);
+}
 
-  // Streamed layers take the shared RAM in layer order (shards of a layer by GPU).
-  std::vector<Streamed> order;
-  for (size_t layer = 0; layer < model.layers.size(); ++layer) {
-    for (size_t g = 0; g < plan.gpus.size(); ++g) {
-      const GpuPlacement& p = plan.gpus[g];
-      if (int64_t(layer) < p.first_layer || int64_t(layer) >= p.end_layer) continue;
-      const size_t index = layer - size_t(p.first_layer);
-      if (p.plan.layer_tier[index] != Tier::Vram) order.push_back({g, index});
-    }
-  }
-  plan.ram_total = assign_shared_ram(plan.gpus, models, order, request);
-
+MultiGpuPlan plan_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& request, Split split) {
+  std::vector<GpuModel> models;
+  MultiGpuPlan plan = place(model, request, split, models);
+  check_rates(request);
   uint64_t all_disk = 0;
   for (const auto& p : plan.gpus) all_disk += p.plan.streamed_from_disk;
   const double G = double(plan.gpus.size()), T = double(std::max<int64_t>(request.tokens, 1));
@@ -357,13 +385,13 @@ MultiGpuPlan plan_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& 
   return plan;
 }
 
-std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request) {
+std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request, bool predict) {
   std::vector<SplitCandidate> all;
   for (Split split : {Split::Layer, Split::Tensor}) {
     SplitCandidate c;
     c.split = split;
     try {
-      c.plan = plan_multi_gpu(model, request, split);
+      c.plan = predict ? plan_multi_gpu(model, request, split) : place_multi_gpu(model, request, split);
     } catch (const Error& e) {
       c.error = e.what();
     }

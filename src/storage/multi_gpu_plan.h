@@ -130,8 +130,15 @@ struct MultiGpuPlan {
   double seconds = 0;         // predicted pass
 };
 
-// Throws nt::Error naming the GPU whose budget holds nothing, the head or
-// block geometry that forbids a tensor split, or the RAM shortfall.
+// The placement alone (ranges or shards, tiers, the shared RAM), which needs
+// no rates: what the pipeline runner allocates from. Throws nt::Error naming
+// the GPU whose budget holds nothing, the head or block geometry that forbids
+// a tensor split (or a GPU listed twice for it), or the RAM shortfall. A GPU
+// listed twice in a layer split holds two consecutive stages.
+MultiGpuPlan place_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& request, Split split);
+
+// The placement and its predicted pass (stages, communication, seconds);
+// also throws when a rate the prediction needs is missing.
 MultiGpuPlan plan_multi_gpu(const ModelFootprint& model, const MultiGpuRequest& request, Split split);
 
 // Both splits, each a plan or the reason it cannot be made.
@@ -140,7 +147,8 @@ struct SplitCandidate {
   std::optional<MultiGpuPlan> plan;
   std::string error;
 };
-std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request);
+// With `predict` false each is only placed (place_multi_gpu), which needs no rates.
+std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request, bool predict = true);
 
 // The candidate with the shortest predicted pass (the layer split among
 // equals: it moves less between GPUs); throws with both reasons when neither fits.

@@ -41,6 +41,11 @@ struct ModelFootprint {
   uint64_t token_embd_bytes = 0;
   bool tied_embeddings = false;
   uint64_t small_bytes = 0;  // output_norm, rope_freqs and any other non-layer tensor
+  // The token embedding where the runner always keeps it resident (a
+  // device footprint, which counts it in small_bytes, or as the head when
+  // tied): a layer split's first GPU holds it. 0 where token_embd_bytes is
+  // the optional copy.
+  uint64_t resident_embedding_bytes = 0;
 };
 
 // VRAM the runner needs besides the weights, for `context` tokens per

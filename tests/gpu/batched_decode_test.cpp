@@ -16,6 +16,7 @@
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"
+#include "smollm2_prompts.h"
 #include "stories.h"
 #include "streaming_budgets.h"
 #include "test_models.h"
@@ -165,12 +166,7 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  std::vector<std::vector<int32_t>> prompts;
-  for (const char* text : {"1, 2, 3, 4, 5, 6, 7, 8,", "2, 4, 6, 8, 10, 12,", "101, 102, 103, 104,", "10, 20, 30, 40,",
-                           "Monday, Tuesday, Wednesday,", "January, February, March, April,", "a, b, c, d, e, f,",
-                           "The capital of France is"}) {
-    prompts.push_back(tokenizer.encode(text));
-  }
+  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
   auto runner = make_cuda_runner(*file, 256, o);

@@ -147,3 +147,21 @@ def test_corrupt_llama2c_checkpoint(tmp_path):
     garbage.write_bytes(os.urandom(4096))
     message = fails("convert-llama2c", garbage, tokenizer, tmp_path / "out.gguf")
     assert garbage.name in message
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--split", "layer"], "--split needs --gpus"),
+    (["--gpus", "0,x"], "--gpus '0,x': 'x' is not a GPU index"),
+    (["--gpus", "0,1", "--vram-budget", "1GiB,2GiB,3GiB"], "3 values for 2 GPUs"),
+    (["--gpus", "0,1", "--split", "rows"], "--split 'rows'"),
+    (["--gpus", "0,1", "--cpu-layers", "2"], "the CPU computes no layers of a run over several GPUs"),
+    (["--gpus", "0,1", "--device", "cpu"], "--gpus"),
+    (["--gpus", "0,0"], "GPU 0"),  # no GPU visible: named as absent (or this build has none)
+])
+def test_gpu_flags_name_the_flag_or_the_gpu(tiny, extra, message):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(tiny), "-p", "Hello", "-n", "2", *extra],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "what():" not in result.stderr and "terminate called" not in result.stderr
+    assert message in result.stderr or "no CUDA backend" in result.stderr, result.stderr

@@ -135,7 +135,7 @@ def test_a_gpu_too_small_is_named():
 
 @pytest.mark.parametrize("extra, message", [
     (["--gpus", "0,x", "--vram-budget", "1GiB"], "--gpus '0,x': 'x' is not a GPU index"),
-    (["--gpus", "0,1,0", "--vram-budget", "1GiB"], "GPU 0 is listed twice"),
+    (["--gpus", "0,1,0", "--vram-budget", "1GiB", "--split", "tensor"], "GPU 0 is listed twice"),
     (["--gpus", "0,,1", "--vram-budget", "1GiB"], "--gpus '0,,1': an empty item"),
     (["--gpus", "0,1", "--vram-budget", "1GiB,2GiB,3GiB"], "3 values for 2 GPUs"),
     (["--gpus", "0,1"], "pass --vram-budget"),

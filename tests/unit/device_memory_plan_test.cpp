@@ -105,5 +105,42 @@ TEST(DeviceMemoryPlan, BuffersAndReserve) {
   EXPECT_EQ(uint64_t(p.plan.count(Tier::Vram)), ((24ull << 30) - fixed - 2 * (500ull << 20)) / layer);  // ring slots hold the larger staging
 }
 
+// A layer split's stage allocates what the multi-GPU planner reserves on its
+// GPU: the KV slots of its layers, the logits rows only with the head, and
+// the token embedding (always resident on the CUDA runner) on the first.
+TEST(DeviceMemoryPlan, StageBuffersAreWhatTheLayerSplitReserves) {
+  const LlamaConfig c = llama70b();
+  const LlamaWeights w = q4k_weights(c, false);
+  std::vector<LayerRead> reads(80);
+  for (auto& r : reads) r.staging_bytes = r.file_bytes = 500ull << 20;
+  const ModelFootprint f = device_footprint(c, w, reads);
+  EXPECT_EQ(f.resident_embedding_bytes, q4k_bytes(128256, 8192));
+  const int64_t context = 4096, batch = 512;
+  const int sequences = 2, sms = 132;
+  const RunnerBuffers whole = runner_buffers(c, w, context, kv_cache_context(context), batch, sequences, sms);
+  const std::vector<GpuResources> gpus = {{0, 1ull << 40, 0, 0}, {1, 1ull << 40, 0, 0}};
+  const MultiGpuRequest r = device_multi_gpu_request(GgufHeader{}, c, f, whole, gpus, 1ull << 40, 2);
+  const MultiGpuPlan plan = place_multi_gpu(f, r, Split::Layer);
+  ASSERT_EQ(plan.gpus.size(), 2u);
+  for (size_t g = 0; g < 2; ++g) {
+    const int64_t layers = plan.gpus[g].end_layer - plan.gpus[g].first_layer;
+    const bool head = g == 1;
+    const RunnerBuffers b = stage_buffers(c, w, context, kv_cache_context(context), batch, sequences, sms, layers, head);
+    EXPECT_EQ(b.kv, whole.kv / 80 * uint64_t(layers));
+    EXPECT_EQ(b.logits, head ? whole.logits : 0);
+    EXPECT_EQ(b.activations, whole.activations - (head ? 0 : whole.logits));
+    const uint64_t held = head ? f.output_head_bytes + f.small_bytes - f.resident_embedding_bytes : f.resident_embedding_bytes;
+    EXPECT_EQ(plan.gpus[g].plan.vram_fixed, held + vram_reserve(b, f).total()) << "GPU " << g;
+  }
+}
+
+TEST(DeviceMemoryPlan, FreeVramIsSharedByTheStagesOfAGpu) {
+  const uint64_t GiB = 1ull << 30;
+  EXPECT_EQ(free_vram_budgets({0, 1, 0}, {10 * GiB, 8 * GiB, 10 * GiB}),
+            (std::vector<uint64_t>{(10 * GiB - 2 * kMemoryMarginBytes) / 2, 8 * GiB - kMemoryMarginBytes,
+                                   (10 * GiB - 2 * kMemoryMarginBytes) / 2}));
+  EXPECT_EQ(free_vram_budgets({3}, {kMemoryMarginBytes / 2}), (std::vector<uint64_t>{0}));
+}
+
 }  // namespace
 }  // namespace nt

@@ -215,8 +215,66 @@ TEST(MultiGpuPlan, ErrorsNameTheGpu) {
       EXPECT_NE(std::string(e.what()).find("GPU 7"), std::string::npos) << e.what();
     }
   }
+}
+
+// One GPU listed twice holds two stages of a layer split (how one GPU tests
+// the pipeline); a tensor split needs distinct GPUs.
+TEST(MultiGpuPlan, AGpuListedTwiceHoldsTwoLayerStages) {
+  MultiGpuRequest r = request({2000 * MiB, 2000 * MiB}, 4000 * MiB);
   r.gpus[1].id = 0;
-  EXPECT_THROW(plan_multi_gpu(m, r, Split::Layer), Error) << "a GPU listed twice";
+  const MultiGpuPlan plan = plan_multi_gpu(twenty_layers(), r, Split::Layer);
+  expect_layers_covered_once(plan, 20);
+  EXPECT_EQ(plan.gpus[0].gpu.id, 0);
+  EXPECT_EQ(plan.gpus[1].gpu.id, 0);
+  try {
+    plan_multi_gpu(twenty_layers(), r, Split::Tensor);
+    ADD_FAILURE() << "a tensor split over GPU 0 twice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU 0 is listed twice"), std::string::npos) << e.what();
+  }
+}
+
+// What a runner allocates from needs no rates; the prediction does.
+TEST(MultiGpuPlan, PlacementNeedsNoRates) {
+  MultiGpuRequest r = request({1500 * MiB, 1500 * MiB}, 4000 * MiB);
+  const MultiGpuPlan predicted = plan_multi_gpu(twenty_layers(), r, Split::Layer);
+  for (auto& g : r.gpus) g.gpu_gbps = g.h2d_gbps = 0;
+  r.peer_gbps = r.disk_gbps = 0;
+  const MultiGpuPlan placed = place_multi_gpu(twenty_layers(), r, Split::Layer);
+  ASSERT_EQ(placed.gpus.size(), 2u);
+  for (size_t g = 0; g < 2; ++g) {
+    EXPECT_EQ(placed.gpus[g].first_layer, predicted.gpus[g].first_layer);
+    EXPECT_EQ(placed.gpus[g].plan.layer_tier, predicted.gpus[g].plan.layer_tier);
+  }
+  EXPECT_EQ(placed.seconds, 0);
+  EXPECT_THROW(plan_multi_gpu(twenty_layers(), r, Split::Layer), Error);
+}
+
+// A device footprint keeps the token embedding resident, counted in
+// small_bytes (or as the tied head): the layer split puts it on the first
+// GPU, the head and the rest of small_bytes on the last.
+TEST(MultiGpuPlan, LayerSplitHoldsTheEmbeddingOnTheFirstGpu) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelFootprint m = twenty_layers();
+    m.token_embd_bytes = 0;
+    m.tied_embeddings = tied;
+    m.resident_embedding_bytes = tied ? m.output_head_bytes : 300 * MiB;
+    m.small_bytes = 1 * MiB + (tied ? 0 : m.resident_embedding_bytes);
+    const MultiGpuRequest r = request({4000 * MiB, 4000 * MiB, 4000 * MiB}, 4000 * MiB);
+    const MultiGpuPlan plan = place_multi_gpu(m, r, Split::Layer);
+    ASSERT_EQ(plan.gpus.size(), 3u);
+    // Every layer resident: vram_fixed is the reserve and the small tensors each holds.
+    const auto reserve = [&](size_t g) {
+      VramReserve v = r.reserve;
+      v.kv_cache = 10 * MiB * uint64_t(plan.gpus[g].end_layer - plan.gpus[g].first_layer);
+      if (g < 2) v.logits = 0;
+      return v.total();
+    };
+    EXPECT_EQ(plan.gpus[0].plan.vram_fixed, reserve(0) + m.resident_embedding_bytes);
+    EXPECT_EQ(plan.gpus[1].plan.vram_fixed, reserve(1));
+    EXPECT_EQ(plan.gpus[2].plan.vram_fixed, reserve(2) + m.output_head_bytes + 1 * MiB);
+  }
 }
 
 TEST(MultiGpuPlan, TensorSplitRejectsCutsOffBlockBoundaries) {

@@ -12,6 +12,8 @@
 // through L2), q, out and its q8 form.
 #include <cooperative_groups.h>
 
+#include <atomic>
+
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/launch.cuh"
 
@@ -232,11 +234,15 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
 template <int kHeadDim>
 void launch_short(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t bytes = ShortSmem<kHeadDim>::kBytes;
-  static const bool configured = [] {
+  // Once per GPU: the attribute holds for the device it was set on (a pipeline's stages use several).
+  static std::atomic<uint64_t> configured{0};  // a bit per device index
+  int device = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (!(configured.load() & bit)) {
     NT_CUDA_CHECK(cudaFuncSetAttribute(short_decode_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    return true;
-  }();
-  (void)configured;
+    configured.fetch_or(bit);
+  }
   cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim>, kRanks, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes,
                               stream, p);
   NT_CUDA_CHECK_LAUNCH();

@@ -35,6 +35,7 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/quantized_gemm.h"
 #include "backend/cuda/runner_memory.h"
 #include "backend/cuda/sample_top.h"
@@ -113,7 +114,10 @@ struct LayerOnDevice {
   }
 };
 
-class CudaLlamaRunner final : public ModelRunner {
+// Also a stage of a layer-split pipeline (pipeline_stage.h) when
+// options.stage names its layers: it then holds only those, and the pipeline
+// keeps the sequences' books.
+class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
  public:
   CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options);
   ~CudaLlamaRunner() override;
@@ -157,6 +161,18 @@ class CudaLlamaRunner final : public ModelRunner {
     run_tokens(tokens, pos, {.top = &top, .keep = keep});
   }
 
+  // As a pipeline stage.
+  int device() const override { return device_.index; }
+  cudaStream_t stream() const override { return stream_; }
+  float* hidden() override { return x_; }
+  // One chunk of a batch (entries [at, at + n)), and what it hands back.
+  void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots, int64_t at,
+                       int64_t n, std::span<const int32_t> layers, BatchOutputs& out) override;
+  void copy_slots(std::span<const PageCopy> copies) override {
+    NT_CUDA_CHECK(cudaSetDevice(device_.index));
+    copy_pages(copies);
+  }
+
  protected:
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override;
@@ -173,7 +189,7 @@ class CudaLlamaRunner final : public ModelRunner {
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
   bool decodes_in_graphs() const {
-    return options_.decode_graph && !streamer_ && int64_t(default_layers_.size()) == config_.n_layers;
+    return options_.decode_graph && !streamer_ && int64_t(default_layers_.size()) == stage_layers();
   }
   // The kinds of one-token step graph. Logits: the staged inputs copied in,
   // then the forward pass (the caller copies out what it needs). Greedy: the
@@ -247,9 +263,6 @@ class CudaLlamaRunner final : public ModelRunner {
   // Consecutive layers the host computes: the hidden state crosses to the
   // host and back once for all of them.
   void run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows);
-  // One chunk of a batch (entries [at, at + n)), and what it hands back.
-  void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
-                       std::span<const int32_t> layers, BatchOutputs& out);
   // The captured graph of a batched decode step of n sequences, or null when
   // this batch cannot replay one; captured from `pass` on first use.
   cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
@@ -277,6 +290,13 @@ class CudaLlamaRunner final : public ModelRunner {
   int64_t cache_context_;  // context_ rounded up to whole KV tiles
   CudaRunnerOptions options_;
   CudaDeviceInfo device_;
+  // The layers held: all of them, or a pipeline stage's range.
+  int64_t first_layer_ = 0, end_layer_ = 0;
+  bool embeds_ = true;    // holds the token embedding (the range starts at layer 0)
+  bool has_head_ = true;  // holds the final norm and the head (the range ends at the last layer)
+  int64_t stage_layers() const { return end_layer_ - first_layer_; }
+  Tier tier_of(int64_t layer) const { return layer_tier_[size_t(layer - first_layer_)]; }
+  std::string gpu_label() const { return fmt::format("GPU {} ({})", device_.index, device_.name); }
   uint64_t weight_bytes_per_token_ = 0;
   uint64_t resident_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -328,6 +348,7 @@ class CudaLlamaRunner final : public ModelRunner {
   std::vector<int32_t> gpu_layers_;          // a pass's layers that the GPU runs
   std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
   std::vector<SequenceRun> host_runs_;
+  std::vector<int32_t> run_slots_;  // forward_pages: each run's KV slot
   std::vector<HostLayers::SlotRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
@@ -360,10 +381,23 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
+  end_layer_ = config_.n_layers;
+  if (const auto& stage = options_.stage) {
+    if (stage->first_layer < 0 || stage->first_layer >= stage->end_layer || stage->end_layer > config_.n_layers ||
+        int64_t(stage->tiers.size()) != stage->end_layer - stage->first_layer) {
+      fail("{}: a pipeline stage of layers [{}, {}) with {} tiers does not fit the model's {} layers", gpu_label(),
+           stage->first_layer, stage->end_layer, stage->tiers.size(), config_.n_layers);
+    }
+    if (options_.cpu_layers > 0) fail("{}: a pipeline stage computes no layers on the CPU (use --cpu-layers 0)", gpu_label());
+    first_layer_ = stage->first_layer;
+    end_layer_ = stage->end_layer;
+  }
+  embeds_ = first_layer_ == 0;
+  has_head_ = end_layer_ == config_.n_layers;
   // One KV slot of the whole context per sequence: the attention kernels
   // read a sequence's cache as one contiguous range.
   init_pages(KvPages(options_.max_sequences, cache_context_, context_, KvPages::Layout::PagePerSequence));
-  for (int64_t l = 0; l < config_.n_layers; ++l) default_layers_.push_back(int32_t(l));
+  for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   // Compute first: streamed layers' re-lay kernels (layer_stream.h) fill the
@@ -376,6 +410,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
+  cudaSetDevice(device_.index);  // a pipeline's stages may sit on other GPUs than the current one
   if (host_ && host_passes_ > 0) {
     std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass and %.2f ms a layer computing them (%d threads)\n",
                  static_cast<long long>(host_->count()), static_cast<long long>(host_passes_),
@@ -403,11 +438,13 @@ std::string CudaLlamaRunner::tier_counts() const {
   const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens, {} threads)",
                                               host_->count(), options_.cpu_max_tokens, host_->threads())
                                 : std::string();
-  return fmt::format("layers {} vram + {} ram{} + {} disk", n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk));
+  const std::string range = options_.stage ? fmt::format("{}-{}: ", first_layer_, end_layer_ - 1) : std::string();
+  return fmt::format("layers {}{} vram + {} ram{} + {} disk", range, n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk));
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}, {}{}, {}{})", device_.name, device_.multiprocessors,
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}, {}{}, {}{})",
+                     options_.stage ? gpu_label() : device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
@@ -419,23 +456,27 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   const LlamaConfig& c = config_;
   OpenedReader opened = open_layer_reader(file.path(), options_);
   const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
-  const RunnerBuffers buffers =
-      runner_buffers(c, w, context_, cache_context_, options_.max_batch, options_.max_sequences, device_.multiprocessors);
+  const RunnerBuffers buffers = stage_buffers(c, w, context_, cache_context_, options_.max_batch, options_.max_sequences,
+                                              device_.multiprocessors, stage_layers(), has_head_);
   size_t free_bytes = 0, total_bytes = 0;
   NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
-  CudaPlacement placement;
-  try {
-    placement = place_layers(c, w, reads, buffers, options_);
-  } catch (const Error& e) {
-    fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
-         file.path(), device_.name, e.what(), gib(free_bytes), gib(total_bytes));
+  PlacementPlan placement;
+  if (options_.stage) {
+    placement.layer_tier = options_.stage->tiers;  // the multi-GPU plan placed the stage
+  } else {
+    try {
+      placement = place_layers(c, w, reads, buffers, options_).plan;
+    } catch (const Error& e) {
+      fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
+           file.path(), gpu_label(), e.what(), gib(free_bytes), gib(total_bytes));
+    }
   }
-  layer_tier_ = placement.plan.layer_tier;
+  layer_tier_ = placement.layer_tier;
   if (options_.cpu_layers > 0 && options_.cpu_max_tokens < 1) {
     fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options_.cpu_layers, options_.cpu_max_tokens);
   }
-  const std::vector<Path> paths = spread_cpu_paths(placement.plan, options_.cpu_layers);
+  const std::vector<Path> paths = spread_cpu_paths(placement, options_.cpu_layers);  // [layer - first_layer_]
 
   ArenaPlan plan;  // resident weights
   struct Pending {
@@ -469,12 +510,12 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   };
 
   std::vector<int64_t> streamed_layers;
-  layers_.resize(size_t(c.n_layers));
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  layers_.resize(size_t(c.n_layers));  // indexed by layer; those outside a stage's range stay empty
+  for (int64_t l = first_layer_; l < end_layer_; ++l) {
     const LlamaLayerWeights& lw = w.layers[size_t(l)];
     LayerOnDevice& ld = layers_[size_t(l)];
     int streamed = -1;
-    if (layer_tier_[size_t(l)] != Tier::Vram) {
+    if (tier_of(l) != Tier::Vram) {
       streamed = int(streamed_layers.size());
       streamed_layers.push_back(l);
       slot_plans.emplace_back();
@@ -493,10 +534,12 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     for (size_t i = 0; i < 4; ++i) add_matrix(rest[i], groups[ld.qkv.size() + i], streamed);
     weight_bytes_per_token_ += lw.bytes();
   }
-  add_matrix(&token_embd_, {&w.token_embd}, -1);
-  if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
-  weight_bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
-  add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
+  if (embeds_ || (has_head_ && c.tied_embeddings)) add_matrix(&token_embd_, {&w.token_embd}, -1);
+  if (has_head_) {
+    if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
+    weight_bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
+    add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
+  }
   const std::vector<float> inv_freq =
       rope_inv_freqs(c, c.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
   add_vector(&inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
@@ -517,7 +560,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
          "scratch {:.2f}) plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
          "model or a smaller --vram-budget",
-         file.path(), device_.name, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
+         file.path(), gpu_label(), gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
          gib(buffers.gemm + buffers.activations), gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
   }
 
@@ -533,7 +576,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   for (size_t j = 0; j < streamed.size(); ++j) {
     const int64_t l = streamed_layers[j];
     streamed[j].layer = l;
-    streamed[j].tier = layer_tier_[size_t(l)];
+    streamed[j].tier = tier_of(l);
     streamed[j].read = reads[size_t(l)];
     for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
   }
@@ -569,7 +612,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   UploadOptions upload;
   upload.slot_bytes = kUploadStagingBytes;
   upload_weights(*load.reader, uploads, upload, report_from(0));
-  if (c.tied_embeddings) output_ = token_embd_;
+  if (has_head_ && c.tied_embeddings) output_ = token_embd_;
   k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
@@ -590,8 +633,8 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   slot_bytes_ = slot_bytes;
   std::vector<int64_t> host_layers;
   std::vector<const uint8_t*> pinned;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    if (paths[size_t(l)] != Path::Cpu) continue;
+  for (int64_t l = first_layer_; l < end_layer_; ++l) {
+    if (paths[size_t(l - first_layer_)] != Path::Cpu) continue;
     host_layers.push_back(l);
     pinned.push_back(streamer_->pinned_bytes(l));
   }
@@ -610,7 +653,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
 }
 
 void CudaLlamaRunner::allocate_activations() {
-  const ActivationLayout a = layout_activations(config_, options_.max_batch, context_, device_.multiprocessors);
+  const ActivationLayout a = layout_activations(config_, options_.max_batch, context_, device_.multiprocessors, has_head_);
   activations_ = DeviceBuffer(a.total, "activation buffers");
   auto* base = activations_.as<uint8_t>();
   auto at = [&](uint64_t offset) { return static_cast<void*>(base + offset); };
@@ -624,7 +667,7 @@ void CudaLlamaRunner::allocate_activations() {
   gate_ = static_cast<float*>(at(a.gate));
   up_ = static_cast<float*>(at(a.up));
   h_ = static_cast<float*>(at(a.h));
-  logits_ = static_cast<float*>(at(a.logits));
+  logits_ = has_head_ ? static_cast<float*>(at(a.logits)) : nullptr;
   partials_ = a.partial_floats ? static_cast<float*>(at(a.partials)) : nullptr;
   q8_ = static_cast<int8_t*>(at(a.q8));
   q8_scales_ = static_cast<float2*>(at(a.q8_scales));
@@ -688,11 +731,14 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // A host layer's output is the next GPU layer's plain input.
   if (host_) return false;
-  if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || !matvec_wants_q8(output_.type)) return false;
+  if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(output_.type))) {
+    return false;
+  }
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
   if (config_.dim / 32 > device_.multiprocessors) return false;
-  for (const LayerOnDevice& L : layers_) {
+  for (int64_t l = first_layer_; l < end_layer_; ++l) {
+    const LayerOnDevice& L = layers_[size_t(l)];
     for (const MatrixPart& part : L.qkv) {
       if (!matvec_wants_q8(part.m.type)) return false;
     }
@@ -705,18 +751,18 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
 
 uint16_t* CudaLlamaRunner::k_cache_at(int64_t slot, int64_t layer) const {
   const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
-  return k_cache_.as<uint16_t>() + (slot * config_.n_layers + layer) * cache_layer;
+  return k_cache_.as<uint16_t>() + (slot * stage_layers() + layer - first_layer_) * cache_layer;
 }
 
 uint16_t* CudaLlamaRunner::v_cache_at(int64_t slot, int64_t layer) const {
   const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
-  return v_cache_.as<uint16_t>() + (slot * config_.n_layers + layer) * cache_layer;
+  return v_cache_.as<uint16_t>() + (slot * stage_layers() + layer - first_layer_) * cache_layer;
 }
 
 bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
   const LlamaConfig& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const int64_t slot_stride = c.n_layers * c.n_kv_heads * cache_context_ * c.head_dim;
+  const int64_t slot_stride = stage_layers() * c.n_kv_heads * cache_context_ * c.head_dim;
   RopeKvParams rope;
   rope.qkv_stride = qkv_width;
   rope.inv_freq = inv_freq_;
@@ -801,12 +847,15 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const LlamaConfig& c = config_;
   const bool use_gemm = n >= options_.gemm_min_tokens;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const bool fold = may_fold && folds_norms(n, use_gemm);
+  // The head's folded input comes from the last layer's down: a stage may run none.
+  const bool fold = may_fold && folds_norms(n, use_gemm) && !layers.empty();
   const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
   const NormIn folded_in{norm_sumsq_, c.rms_eps};
-  // x += m * in; when folding, also the input of the RMSNorm with weight `next_norm`.
+  // x += m * in; when folding, also the input of the RMSNorm with weight
+  // `next_norm` (none after a pipeline stage's last layer: the next stage norms).
   auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* next_norm) {
-    matmul(m, in, n, x_, c.dim, true, fold ? NormOut{next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
+    const bool folds = fold && next_norm;
+    matmul(m, in, n, x_, c.dim, true, folds ? NormOut{next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
   };
 
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
@@ -823,8 +872,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     }
     streamer_->begin_chunk(stream_, gpu_layers_);
   }
-  // Token embeddings into the residual stream x.
-  gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
+  // Token embeddings into the residual stream x (a later pipeline stage finds the hidden state there).
+  if (embeds_) gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
   bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -1119,7 +1168,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
                                                     const std::function<void()>& pass) {
   const LlamaConfig& c = config_;
   if (!decodes_in_graphs() || n < 2 || n >= options_.gemm_min_tokens || int64_t(runs.size()) != n || at != 0 ||
-      int64_t(batch.size()) != n || int64_t(layers.size()) != c.n_layers ||
+      int64_t(batch.size()) != n || int64_t(layers.size()) != stage_layers() ||
       !attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim))) {
     return nullptr;
   }
@@ -1159,16 +1208,19 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
       case Output::None: break;
     }
   }
+  run_slots_.clear();
+  for (const SequenceRun& r : runs) run_slots_.push_back(kv_pages().pages(r.seq)[0]);
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
-    run_batch_chunk(batch, runs, at, std::min(options_.max_batch, total - at), layers, out);
+    run_batch_chunk(batch, runs, run_slots_, at, std::min(options_.max_batch, total - at), layers, out);
   }
 }
 
 // The chunk's inputs move in one copy: [header][tokens][each row's position]
 // [each row's slot][each sequence's first position][the head's rows].
-void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
-                                      std::span<const int32_t> layers, BatchOutputs& out) {
+void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots,
+                                      int64_t at, int64_t n, std::span<const int32_t> layers, BatchOutputs& out) {
+  NT_CUDA_CHECK(cudaSetDevice(device_.index));  // a pipeline drives stages on several GPUs from one thread
   const int64_t vocab = config_.vocab_size;
   int32_t* staged = host_io_.as<int32_t>();
   staged[0] = int32_t(batch.entries[size_t(at)].pos);
@@ -1179,11 +1231,12 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   int32_t* run_pos = token_slot + n;
   const auto device = [&](const int32_t* host) { return pos_dev_ + (host - staged); };
   std::vector<ChunkSequence> seqs;
-  for (const SequenceRun& r : runs) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const SequenceRun& r = runs[i];
     const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
     if (first >= end) continue;
     const int64_t pos = r.pos + (first - r.first);
-    const int32_t slot = kv_pages().pages(r.seq)[0];
+    const int32_t slot = slots[i];
     for (int64_t t = first; t < end; ++t) {
       token_pos[t - at] = int32_t(pos + (t - first));
       token_slot[t - at] = slot;
@@ -1198,7 +1251,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   for (int64_t t = 0; t < n; ++t) {
     const BatchEntry& e = batch.entries[size_t(at + t)];
     tokens[t] = e.token;
-    if (e.output != Output::None) head_rows[rows++] = int32_t(t);
+    if (e.output != Output::None && has_head_) head_rows[rows++] = int32_t(t);
   }
   const size_t input_bytes = size_t(head_rows + rows - staged) * 4;
   // The head's rows are gathered unless they are the chunk's last ones; a
@@ -1259,6 +1312,11 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
 }  // namespace
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
+  return std::make_unique<CudaLlamaRunner>(file, context, options);
+}
+
+std::unique_ptr<PipelineStage> make_pipeline_stage(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
+  if (!options.stage) fail("make_pipeline_stage: the options name no stage (CudaRunnerOptions::stage)");
   return std::make_unique<CudaLlamaRunner>(file, context, options);
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
@@ -16,8 +17,18 @@
 
 namespace nt {
 
+// A stage of a layer-split pipeline (pipeline_runner.h): the layers
+// [first_layer, end_layer) with the tiers the multi-GPU plan gave them
+// (tiers[i] is layer first_layer + i); the token embedding when it starts at
+// layer 0, the final norm and the head when it ends at the last.
+struct StageLayers {
+  int64_t first_layer = 0, end_layer = 0;
+  std::vector<Tier> tiers;
+};
+
 struct CudaRunnerOptions {
   int device = 0;
+  std::optional<StageLayers> stage;  // unset: the whole model, placed within the budgets below
   int64_t max_batch = kDefaultMaxBatch;  // tokens per prefill chunk (bounds activation memory)
   int max_sequences = 1;         // sequences whose KV caches are held at once (a KV slot of the whole context each)
   // Chunks at least this long use the dequantize + cuBLAS GEMM; shorter ones

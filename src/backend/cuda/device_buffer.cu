@@ -46,7 +46,8 @@ PinnedBuffer::PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
   void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) cannot(std::strerror(errno));
   if (granule == kHugePage) madvise(p, mapped_, MADV_HUGEPAGE);  // best effort: without huge pages it pins at the 4 KiB rate
-  const cudaError_t err = cudaHostRegister(p, mapped_, cudaHostRegisterMapped);
+  // Portable: the GPUs of a pipeline copy through it as pinned memory, not only the current one.
+  const cudaError_t err = cudaHostRegister(p, mapped_, cudaHostRegisterMapped | cudaHostRegisterPortable);
   if (err != cudaSuccess) {
     cudaGetLastError();
     munmap(p, mapped_);

@@ -1,0 +1,28 @@
+// The CUDA backend over several GPUs (OpenModelOptions::gpus): the split
+// (engine/gpu_split.h), then for the layer split the pipeline of one stage
+// per GPU (backend/cuda/pipeline_runner.h). The tensor split is planned but
+// not run yet: asked for, it is an error; chosen by auto, the layer split
+// runs instead and the summary says so.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/cuda/pipeline_runner.h"
+#include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+#include "storage/multi_gpu_plan.h"
+
+namespace nt {
+
+struct OpenedPipeline {
+  std::unique_ptr<ModelRunner> runner;
+  std::string summary;  // how --split auto chose; empty when the split was given
+};
+
+OpenedPipeline open_cuda_pipeline(const GgufFile& file, int64_t context, const CudaPipelineOptions& options,
+                                  std::optional<Split> split);
+
+}  // namespace nt
