@@ -106,50 +106,32 @@ struct TileQ6_K {
   }
 };
 
-// The legacy 32-element blocks, eight to a step.
-// Q8_0: qs[32] | d.
-struct TileQ8_0 {
-  static constexpr bool kSplitHalves = false, kHasMin = false;
-  static constexpr int kPieces = 16, kRowStride = 272, kPiecesPerBlock = 2;
-  struct Step {
-    float d[kBlocksPerStep];
-  };
-  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
-    return m.plane[0] + (row * (m.cols / 32) + step * kBlocksPerStep) * 32 + 16 * k;
-  }
-  static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int blocks) {
-    const uint8_t* d = m.plane[1] + (row * (m.cols / 32) + step * kBlocksPerStep) * 2;
-    Step r{};
-#pragma unroll
-    for (int j = 0; j < kBlocksPerStep; ++j) r.d[j] = j < blocks ? half_at(d + 2 * j) : 0.0f;
-    return r;
-  }
-  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
-    lo = word(s + 32 * j + 4 * t);
-    hi = word(s + 32 * j + 16 + 4 * t);
-  }
-  static __device__ BlockScale scale(const uint8_t*, const Step& step, int j) { return {1, 1, step.d[j], 0.0f}; }
-};
-
-// Q4_0: qs[16] | d, x = (q - 8) d. Q4_1: qs[16] | (d, m), x = q d + m.
-// Byte i of qs holds element i (low nibble) and 16 + i (high).
-template <bool kMin>
-struct TileQ4Legacy {
-  static constexpr bool kSplitHalves = false, kHasMin = kMin;
-  static constexpr int kPieces = 8, kRowStride = 144, kPiecesPerBlock = 1;
+// The legacy 32-element blocks, eight to a step. Q8_0: qs[32] | d, x = q d.
+// Q4_0: qs[16] | d, x = (q - 8) d. Q4_1: qs[16] | (d, m), x = q d + m. Byte i
+// of a 4-bit block holds element i (low nibble) and 16 + i (high).
+template <TensorType kType>
+struct TileLegacy {
+  static constexpr bool kNibbles = kType != TensorType::Q8_0;
+  static constexpr bool kSplitHalves = false, kHasMin = kType == TensorType::Q4_1;
+  static constexpr int kCodeBytes = kNibbles ? 16 : 32;
+  static constexpr int kPieces = kBlocksPerStep * kCodeBytes / 16, kRowStride = 16 * kPieces + 16;
+  static constexpr int kPiecesPerBlock = kCodeBytes / 16;
   struct Step {
     float2 dm[kBlocksPerStep];
   };
+  static __device__ int64_t first_block(const DeviceMatrix& m, int64_t row, int64_t step) {
+    return row * (m.cols / 32) + step * kBlocksPerStep;
+  }
   static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
-    return m.plane[0] + (row * (m.cols / 32) + step * kBlocksPerStep + k) * 16;
+    return m.plane[0] + first_block(m, row, step) * kCodeBytes + 16 * k;
   }
   static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int blocks) {
-    const int64_t b0 = row * (m.cols / 32) + step * kBlocksPerStep;
+    const int64_t b0 = first_block(m, row, step);
     Step r{};
 #pragma unroll
     for (int j = 0; j < kBlocksPerStep; ++j) {
       if (j >= blocks) continue;
-      if constexpr (kMin) {
+      if constexpr (kHasMin) {
         const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(m.plane[1] + (b0 + j) * 4));
         r.dm[j] = __half22float2(*reinterpret_cast<const __half2*>(&dm));
       } else {
@@ -159,12 +141,17 @@ struct TileQ4Legacy {
     return r;
   }
   static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
-    const uint32_t q = word(s + 16 * j + 4 * t);
-    lo = q & cuda::kLowNibbles;
-    hi = (q >> 4) & cuda::kLowNibbles;
-    if constexpr (!kMin) {
-      lo = __vsub4(lo, 0x08080808u);
-      hi = __vsub4(hi, 0x08080808u);
+    if constexpr (kNibbles) {
+      const uint32_t q = word(s + 16 * j + 4 * t);
+      lo = q & cuda::kLowNibbles;
+      hi = (q >> 4) & cuda::kLowNibbles;
+      if constexpr (kType == TensorType::Q4_0) {
+        lo = __vsub4(lo, 0x08080808u);
+        hi = __vsub4(hi, 0x08080808u);
+      }
+    } else {
+      lo = word(s + 32 * j + 4 * t);
+      hi = word(s + 32 * j + 16 + 4 * t);
     }
   }
   static __device__ BlockScale scale(const uint8_t*, const Step& step, int j) { return {1, 1, step.dm[j].x, -step.dm[j].y}; }
@@ -438,9 +425,9 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_for_tokens<TileQ4_K>(p, stream);
     case TensorType::Q6_K: return launch_for_tokens<TileQ6_K>(p, stream);
-    case TensorType::Q8_0: return launch_for_tokens<TileQ8_0>(p, stream);
-    case TensorType::Q4_0: return launch_for_tokens<TileQ4Legacy<false>>(p, stream);
-    case TensorType::Q4_1: return launch_for_tokens<TileQ4Legacy<true>>(p, stream);
+    case TensorType::Q8_0: return launch_for_tokens<TileLegacy<TensorType::Q8_0>>(p, stream);
+    case TensorType::Q4_0: return launch_for_tokens<TileLegacy<TensorType::Q4_0>>(p, stream);
+    case TensorType::Q4_1: return launch_for_tokens<TileLegacy<TensorType::Q4_1>>(p, stream);
     default: break;
   }
 }
