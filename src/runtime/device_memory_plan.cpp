@@ -29,9 +29,10 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.q8 = plan.reserve(b * max_input);
   a.q8_scales = plan.reserve(8 * b * max_input / 32);
   a.f16 = plan.reserve(2 * b * max_input);
-  a.norm_q8 = plan.reserve(uint64_t(c.dim));
-  a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
-  a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
+  // The folded norms' inputs, a row per token: a stepwise run folds them for each of its tokens.
+  a.norm_q8 = plan.reserve(b * uint64_t(c.dim));
+  a.norm_q8_scales = plan.reserve(8 * b * uint64_t(c.dim) / 32);
+  a.norm_sumsq = plan.reserve(4 * b * uint64_t(c.dim) / 32);
   a.argmax = plan.reserve(4 * b);
   a.argmax_scratch = plan.reserve(argmax_scratch_bytes(int64_t(b), c.vocab_size));
   a.head_rows = plan.reserve(4 * b);
