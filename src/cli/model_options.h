@@ -26,6 +26,8 @@ struct ModelOptions {
   std::string io = "auto";
   std::string cpu_layers = "auto";  // CUDA: RAM-tier layers the CPU computes: N, 0 or auto
   std::string trace;  // Chrome-trace JSON of streamed layers' reads, copies and compute
+  // A --draft-model loaded after this model: on CUDA its VRAM comes out of this model's budget.
+  std::string draft_model;
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);

@@ -51,9 +51,11 @@ void refuse_speculation_options(const SpeculationOptions& o, std::string_view co
   }
 }
 
-namespace {
-
-}  // namespace
+LoadedModel load_target_model(const ModelOptions& target_options, const SpeculationOptions& speculation) {
+  ModelOptions target = target_options;
+  target.draft_model = speculation.draft_model;
+  return load_model(target);
+}
 
 LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
                              int sequences) {
@@ -65,6 +67,7 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
   draft.vram_budget.clear();
   draft.ram_budget.clear();
   draft.trace.clear();
+  draft.draft_model.clear();
   LoadedModel loaded;
   try {
     loaded = load_model(draft);

@@ -5,7 +5,9 @@
 // draft source (lookup, the model's own first layers, a draft model) must
 // decode exactly what plain greedy decoding does, on stories260K and SmolLM2,
 // resident and streamed. Both kinds of test check that they can fail: the
-// same runs without the stepwise flag round differently.
+// same runs without the stepwise flag round differently. Last, a draft
+// model's VRAM comes out of the target's budget, so the target streams.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,13 +20,16 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_runner.h"
+#include "core/error.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
 #include "engine/model_draft.h"
+#include "engine/prompts.h"
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "gpu_test_util.h"
 #include "model/llama2c_converter.h"
+#include "storage/size_parse.h"
 #include "streaming_budgets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -310,14 +315,83 @@ TEST(SpeculativeGreedy, EveryDraftSourceIsPlainGreedyOnSmolLM2) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const Model m = open_model("SmolLM2", path, 10, 10);
   const Tokenizer& t = *m.tokenizer;
+  const ChatTemplate chat = ChatTemplate::for_tokenizer(t, "");
+  const auto ask = [&](const std::string& user) {
+    const std::vector<ChatMessage> messages = {{"user", user}};
+    return encode_conversation(t, chat, messages).tokens;
+  };
+  // The CPU's prompt kinds: on the CPU, chat and code part from plain greedy
+  // after about 30 tokens when verification takes the prompt GEMM (docs/PERFORMANCE.md).
   const std::vector<std::vector<int32_t>> prompts = {
-      t.encode("Give me three tips for staying healthy. First,", true),
-      t.encode("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", true),
-      t.encode(std::string("Repeat this text word for word: ") + kStory + "\n\n" + "Once upon a time,", true)};
+      ask("Give me three tips for staying healthy."),
+      encode_completion(t, "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n").tokens,
+      ask(std::string("Repeat this text word for word:\n\n") + kStory)};
   const int parted = expect_every_source_is_plain_greedy(m, prompts, 128, 512, path);
   // The chunked kernels round differently (no folded norms, other splits,
   // the prefill attention); over these runs that must show in the tokens.
   EXPECT_GT(parted, 0) << "no run parts from plain greedy without the stepwise flag: these prompts cannot tell";
+}
+
+// --- The draft model's share of VRAM ---
+
+// A budget that holds the whole target alone but not beside its draft: the
+// target streams layers instead, the pair stays within the budget, and
+// speculation through the streamed target is still plain greedy.
+TEST(DraftModelVram, TheTargetStreamsLayersToLeaveItsDraftRoom) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const Model m = open_model("SmolLM2", path, 10, 10);
+  constexpr int64_t kContext = 256;
+  CudaRunnerOptions o;
+  o.vram_budget = uint64_t(1) << 50;
+  o.ram_budget = uint64_t(1) << 40;
+  const CudaPlacement everything = plan_cuda_placement(*m.file, kContext, o);
+  o.draft_model = path;
+  const uint64_t draft = plan_cuda_placement(*m.file, kContext, o).draft.total();
+  ASSERT_GT(draft, 0u);
+  const int64_t n_layers = int64_t(everything.footprint.layers.size());
+  o.vram_budget = everything.plan.vram_total() + draft / 2;
+  const CudaPlacement beside = plan_cuda_placement(*m.file, kContext, o);
+  EXPECT_EQ(beside.request.vram_budget, *o.vram_budget - draft);
+  EXPECT_LT(beside.plan.count(Tier::Vram), n_layers) << "the draft's share streamed nothing";
+  EXPECT_LE(beside.plan.vram_total() + draft, *o.vram_budget);
+  o.draft_model.clear();
+  EXPECT_EQ(plan_cuda_placement(*m.file, kContext, o).plan.count(Tier::Vram), n_layers) << "the budget alone holds every layer";
+
+  o.draft_model = path;
+  auto target = make_cuda_runner(*m.file, kContext, o);
+  EXPECT_NE(target->description().find(fmt::format("layers {} vram", beside.plan.count(Tier::Vram))), std::string::npos)
+      << target->description();
+  auto draft_runner = make_cuda_runner(*m.file, kContext);
+  const std::vector<int32_t> prompt = ids_of_length(*m.tokenizer, kStory, 40);
+  GenerationOptions options;
+  options.max_tokens = 64;
+  auto plain = runner_for(m, Placement::Resident, kContext);
+  const std::vector<int32_t> want = plain_greedy(*plain, *m.tokenizer, prompt, options);
+  ModelDraft source(*draft_runner, 0, greedy_sampling());
+  SpeculativeGenerator generator(*target, *m.tokenizer, source, 8);
+  Sampler sampler(greedy_sampling(), target->config().vocab_size);
+  generator.generate(prompt, sampler, options, [](std::string_view) {});
+  EXPECT_EQ(generator.generated(), want);
+}
+
+TEST(DraftModelVram, ADraftLargerThanTheBudgetIsRefusedByName) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  CudaRunnerOptions o;
+  o.vram_budget = uint64_t(1) << 50;
+  o.draft_model = path;
+  const DraftVram draft = plan_cuda_placement(*file, 256, o).draft;
+  o.vram_budget = draft.total() - 1;
+  try {
+    make_cuda_runner(*file, 256, o);
+    ADD_FAILURE() << "a draft larger than the budget was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--draft-model " + path), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(draft.total())), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
+#include "storage/size_parse.h"
 
 namespace nt {
 namespace {
@@ -75,6 +76,16 @@ TEST(DeviceMemoryPlan, DecodeActivationArena) {
   }
 }
 
+// The folded norms' inputs hold a row per token of the chunk: a stepwise run
+// folds them for each of its rows, as one-token steps do for theirs.
+TEST(DeviceMemoryPlan, FoldedNormInputsHoldARowPerToken) {
+  const LlamaConfig c = llama70b();
+  const ActivationLayout a = layout_activations(c, 16, 4096, 132);
+  EXPECT_EQ(a.norm_q8_scales - a.norm_q8, al(16 * 8192));
+  EXPECT_EQ(a.norm_sumsq - a.norm_q8_scales, al(16 * 8 * 8192 / 32));
+  EXPECT_EQ(a.argmax - a.norm_sumsq, al(16 * 4 * 8192 / 32));
+}
+
 TEST(DeviceMemoryPlan, BuffersAndReserve) {
   const LlamaConfig c = llama70b();
   const LlamaWeights w = q4k_weights(c, false);
@@ -103,6 +114,98 @@ TEST(DeviceMemoryPlan, BuffersAndReserve) {
   const uint64_t fixed = f.output_head_bytes + f.small_bytes + r.total();
   EXPECT_EQ(p.plan.vram_fixed, fixed);
   EXPECT_EQ(uint64_t(p.plan.count(Tier::Vram)), ((24ull << 30) - fixed - 2 * (500ull << 20)) / layer);  // ring slots hold the larger staging
+}
+
+// Llama 3.2 1B shapes (tied embeddings): a draft beside the 70B.
+LlamaConfig llama1b() {
+  LlamaConfig c;
+  c.n_layers = 16;
+  c.dim = 2048;
+  c.ffn_dim = 8192;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = 64;
+  c.vocab_size = 128256;
+  c.tied_embeddings = true;
+  return c;
+}
+
+std::vector<LayerRead> reads_of(const LlamaConfig& c, uint64_t bytes) {
+  std::vector<LayerRead> reads(size_t(c.n_layers));
+  for (auto& r : reads) r.staging_bytes = r.file_bytes = bytes;
+  return reads;
+}
+
+// The draft is resident whole: its layers, head and norms in device layout,
+// the KV slots of as many sequences as the target's, and the buffers its own
+// runner allocates at the default prefill chunk.
+TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
+  const LlamaConfig c = llama1b();
+  const LlamaWeights w = q4k_weights(c, true);
+  const std::vector<LayerRead> reads = reads_of(c, 60ull << 20);
+  const DraftVram d = draft_vram("draft.gguf", c, w, reads, 4000, 2, 132);
+  const uint64_t layer = q4k_bytes(2048 + 2 * 512, 2048) + q4k_bytes(2048, 2048) + 3 * q4k_bytes(8192, 2048);
+  EXPECT_EQ(d.weights, 16 * layer + q4k_bytes(128256, 2048) + 2 * 16 * al(4 * 2048) + 2 * al(4 * 2048));
+  EXPECT_EQ(d.kv_cache, 2ull * 16 * 4000 * 512 * 2 * 2);  // 2 sequences x layers x positions x kv_dim x (K, V) x f16
+  const RunnerBuffers b = runner_buffers(c, w, 4000, 4000, kDefaultMaxBatch, 2, 132);
+  EXPECT_EQ(d.buffers, b.activations + b.gemm + (64ull << 20) + 2 * (60ull << 20));  // upload buffer, two landing buffers
+  EXPECT_EQ(d.path, "draft.gguf");
+  // What the draft's runner plans for itself with room for everything: every layer in VRAM.
+  const DevicePlacement own = plan_device_placement(c, w, reads, b, 2, 1ull << 40, 1ull << 40);
+  EXPECT_EQ(own.plan.count(Tier::Vram), 16);
+  EXPECT_EQ(own.plan.vram_total(), d.total());
+}
+
+// Beside a draft the 70B plans within what the draft leaves: fewer resident
+// layers, and the two together within the budget.
+TEST(DeviceMemoryPlan, DraftComesOutOfTheTargetsBudget) {
+  const LlamaConfig c = llama70b();
+  const LlamaWeights w = q4k_weights(c, false);
+  const std::vector<LayerRead> reads = reads_of(c, 500ull << 20);
+  const RunnerBuffers buffers = runner_buffers(c, w, 4000, kv_cache_context(4000), 1, 1, 132);
+  const LlamaConfig dc = llama1b();
+  const DraftVram draft = draft_vram("draft.gguf", dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  const uint64_t budget = 24ull << 30;
+  const DevicePlacement alone = plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40);
+  const DevicePlacement beside = plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40, &draft);
+  EXPECT_EQ(beside.request.vram_budget, budget - draft.total());
+  EXPECT_EQ(beside.draft.total(), draft.total());
+  const uint64_t layer = q4k_bytes(8192 + 2 * 1024, 8192) + q4k_bytes(8192, 8192) + 3 * q4k_bytes(28672, 8192);
+  const uint64_t fixed = beside.plan.vram_fixed;
+  EXPECT_EQ(uint64_t(beside.plan.count(Tier::Vram)), (budget - draft.total() - fixed - 2 * (500ull << 20)) / layer);
+  EXPECT_LT(beside.plan.count(Tier::Vram), alone.plan.count(Tier::Vram));
+  EXPECT_LE(beside.plan.vram_total() + draft.total(), budget);
+}
+
+TEST(DeviceMemoryPlan, DraftLargerThanTheBudgetNamesTheFileAndTheSizes) {
+  const LlamaConfig c = llama70b();
+  const LlamaWeights w = q4k_weights(c, false);
+  const std::vector<LayerRead> reads = reads_of(c, 500ull << 20);
+  const RunnerBuffers buffers = runner_buffers(c, w, 4000, kv_cache_context(4000), 1, 1, 132);
+  const LlamaConfig dc = llama1b();
+  const DraftVram draft = draft_vram("small-draft.gguf", dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  const uint64_t budget = draft.total() - 1;
+  try {
+    plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40, &draft);
+    ADD_FAILURE() << "a draft larger than the budget was planned";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--draft-model small-draft.gguf"), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(draft.total())), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(budget)), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(draft.kv_cache)), std::string::npos) << message;
+  }
+  // The draft fits but leaves the target too little to stream every layer: the target's error, with the draft's share.
+  try {
+    plan_device_placement(c, w, reads, buffers, 2, draft.total() + (1ull << 30), 1ull << 40, &draft);
+    ADD_FAILURE() << "a target without room to stream was planned";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("too small"), std::string::npos) << message;
+    EXPECT_NE(message.find("beside --draft-model small-draft.gguf, which takes " + format_size(draft.total())),
+              std::string::npos)
+        << message;
+  }
 }
 
 }  // namespace

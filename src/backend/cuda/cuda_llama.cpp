@@ -444,7 +444,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
   CudaPlacement placement;
   try {
-    placement = place_layers(c, w, reads, buffers, options_);
+    placement = place_layers(c, w, reads, buffers, context_, device_.multiprocessors, options_);
   } catch (const Error& e) {
     fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
          file.path(), device_.name, e.what(), gib(free_bytes), gib(total_bytes));
@@ -528,15 +528,19 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   const int slots = streamed_layers.empty() ? 0 : options_.ring_slots;
   const uint64_t ring_bytes = uint64_t(slots) * slot_bytes;
 
-  // Everything the runner allocates, checked against free memory before uploading.
+  // Everything the runner allocates, and the draft model loaded after it,
+  // checked against free memory before uploading.
   const uint64_t needed =
       plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
-  if (needed + kMemoryMarginBytes > free_bytes) {
+  const uint64_t draft_bytes = placement.draft.total();
+  if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
     fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
-         "scratch {:.2f}) plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
+         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
          "model or a smaller --vram-budget",
          file.path(), device_.name, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
-         gib(buffers.gemm + buffers.activations), gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
+         gib(buffers.gemm + buffers.activations),
+         draft_bytes ? fmt::format(" and {:.2f} GiB for --draft-model {}", gib(draft_bytes), placement.draft.path) : "",
+         gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
   }
 
   weights_ = DeviceBuffer(plan.size(), "the model weights");
