@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "backend/cuda/matvec.h"
-#include "core/error.h"
 #include "gpu_test_util.h"
 
 namespace nt {
@@ -188,20 +187,6 @@ TEST(StepwiseMatvec, PartsGiveEachColumnTheOneColumnLaunch) {
       }
     }
   }
-}
-
-TEST(StepwiseMatvec, RefusesRowPairsForSeveralColumns) {
-  const auto bytes = test::random_weights(TensorType::Q4_K, 4, 256);
-  const test::DeviceWeights dw = test::upload_weights(TensorType::Q4_K, bytes, 4, 256);
-  DeviceBuffer x(2 * 256, "x"), s(2 * 8 * 8, "scales"), y(32, "y");
-  MatvecParams p;
-  p.w = dw.m;
-  p.x.q8 = x.as<int8_t>();
-  p.x.q8_scales = s.as<float2>();
-  p.y = y.as<float>();
-  p.y_stride = 4;
-  p.rows_per_warp = 2;
-  EXPECT_THROW(matvec_stepwise(p, 2, nullptr), Error);
 }
 
 }  // namespace

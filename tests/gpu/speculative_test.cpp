@@ -87,16 +87,22 @@ const char* kStory =
     "One day, Lily and Max went to the park. They saw a big tree with red apples. Lily wanted an apple, but the tree "
     "was too tall. Max barked and ran around the tree. ";
 
+// The prompt on sequence `seq` from position 0, through the batch path
+// every sequence's prompt takes.
+void prefill(ModelRunner& runner, const std::vector<int32_t>& prompt, SeqId seq) {
+  Batch batch;
+  BatchOutputs out;
+  batch.add_run(prompt, 0, seq, Output::Argmax);
+  runner.forward(batch, out);
+}
+
 // The logits of `run` at positions prompt.size()... of a fresh sequence: one
 // pass of the run with the stepwise flag given, or (steps) one single-token
 // pass per entry on the default sequence, the path plain greedy decoding takes.
 std::vector<float> run_logits(ModelRunner& runner, const std::vector<int32_t>& prompt, const std::vector<int32_t>& run,
                               bool steps, bool stepwise) {
   const SeqId seq = steps ? 0 : runner.seq_alloc();
-  Batch batch;
-  BatchOutputs out;
-  batch.add_run(prompt, 0, seq, Output::Argmax);  // every sequence's prompt through the same batch path
-  runner.forward(batch, out);
+  prefill(runner, prompt, seq);
   const int64_t vocab = runner.config().vocab_size;
   std::vector<float> logits(run.size() * size_t(vocab));
   if (steps) {
@@ -105,7 +111,8 @@ std::vector<float> run_logits(ModelRunner& runner, const std::vector<int32_t>& p
     }
     return logits;
   }
-  batch.clear();
+  Batch batch;
+  BatchOutputs out;
   for (size_t i = 0; i < run.size(); ++i) batch.add(run[i], int64_t(prompt.size() + i), seq, Output::Logits, stepwise);
   runner.forward(batch, out);
   logits = out.logits;
@@ -171,16 +178,11 @@ TEST(StepwiseRuns, KeepTheirNumbersBesideOtherSequences) {
     const int64_t vocab = runner->config().vocab_size;
     const std::vector<float> steps = run_logits(*runner, prompt, run, true, false);
     const SeqId verified = runner->seq_alloc(), prefilled = runner->seq_alloc(), stepped = runner->seq_alloc();
-    Batch batch;
-    BatchOutputs out;
-    for (const SeqId s : {verified, stepped}) {
-      batch.clear();
-      batch.add_run(prompt, 0, s, Output::Argmax);
-      runner->forward(batch, out);
-    }
+    for (const SeqId s : {verified, stepped}) prefill(*runner, prompt, s);
     // A prompt chunk, the stepwise run (its third entry feeding the cache
     // only) and a one-token step, in one pass.
-    batch.clear();
+    Batch batch;
+    BatchOutputs out;
     batch.add_run({story.begin() + 50, story.end()}, 0, prefilled, Output::Logits);
     const size_t first = batch.size();
     for (size_t i = 0; i < run.size(); ++i) {

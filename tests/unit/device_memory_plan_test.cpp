@@ -13,18 +13,26 @@ namespace {
 
 uint64_t al(uint64_t b) { return (b + 255) / 256 * 256; }
 
-// Llama 3.1 70B shapes.
-LlamaConfig llama70b() {
+struct Shapes {
+  int64_t layers, dim, ffn, heads, kv_heads, head_dim, vocab;
+  bool tied;
+};
+
+LlamaConfig llama(const Shapes& s) {
   LlamaConfig c;
-  c.n_layers = 80;
-  c.dim = 8192;
-  c.ffn_dim = 28672;
-  c.n_heads = 64;
-  c.n_kv_heads = 8;
-  c.head_dim = 128;
-  c.vocab_size = 128256;
+  c.n_layers = s.layers;
+  c.dim = s.dim;
+  c.ffn_dim = s.ffn;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.vocab_size = s.vocab;
+  c.tied_embeddings = s.tied;
   return c;
 }
+
+LlamaConfig llama70b() { return llama({80, 8192, 28672, 64, 8, 128, 128256, false}); }  // Llama 3.1 70B
+LlamaConfig llama1b() { return llama({16, 2048, 8192, 32, 8, 64, 128256, true}); }     // Llama 3.2 1B: a draft beside it
 
 LlamaWeights q4k_weights(const LlamaConfig& c, bool tied) {
   const auto m = [](int64_t rows, int64_t cols) {
@@ -116,20 +124,6 @@ TEST(DeviceMemoryPlan, BuffersAndReserve) {
   EXPECT_EQ(uint64_t(p.plan.count(Tier::Vram)), ((24ull << 30) - fixed - 2 * (500ull << 20)) / layer);  // ring slots hold the larger staging
 }
 
-// Llama 3.2 1B shapes (tied embeddings): a draft beside the 70B.
-LlamaConfig llama1b() {
-  LlamaConfig c;
-  c.n_layers = 16;
-  c.dim = 2048;
-  c.ffn_dim = 8192;
-  c.n_heads = 32;
-  c.n_kv_heads = 8;
-  c.head_dim = 64;
-  c.vocab_size = 128256;
-  c.tied_embeddings = true;
-  return c;
-}
-
 std::vector<LayerRead> reads_of(const LlamaConfig& c, uint64_t bytes) {
   std::vector<LayerRead> reads(size_t(c.n_layers));
   for (auto& r : reads) r.staging_bytes = r.file_bytes = bytes;
@@ -156,18 +150,31 @@ TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
   EXPECT_EQ(own.plan.vram_total(), d.total());
 }
 
+// The 70B at a 4000-token context, and the 1B as its draft.
+struct TargetAndDraft {
+  LlamaConfig config = llama70b();
+  LlamaWeights weights = q4k_weights(config, false);
+  std::vector<LayerRead> reads = reads_of(config, 500ull << 20);
+  RunnerBuffers buffers = runner_buffers(config, weights, 4000, kv_cache_context(4000), 1, 1, 132);
+  DraftVram draft;
+
+  explicit TargetAndDraft(const std::string& draft_path) {
+    const LlamaConfig dc = llama1b();
+    draft = draft_vram(draft_path, dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  }
+  DevicePlacement plan(uint64_t vram_budget, bool with_draft) const {
+    return plan_device_placement(config, weights, reads, buffers, 2, vram_budget, 1ull << 40, with_draft ? &draft : nullptr);
+  }
+};
+
 // Beside a draft the 70B plans within what the draft leaves: fewer resident
 // layers, and the two together within the budget.
 TEST(DeviceMemoryPlan, DraftComesOutOfTheTargetsBudget) {
-  const LlamaConfig c = llama70b();
-  const LlamaWeights w = q4k_weights(c, false);
-  const std::vector<LayerRead> reads = reads_of(c, 500ull << 20);
-  const RunnerBuffers buffers = runner_buffers(c, w, 4000, kv_cache_context(4000), 1, 1, 132);
-  const LlamaConfig dc = llama1b();
-  const DraftVram draft = draft_vram("draft.gguf", dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  const TargetAndDraft t("draft.gguf");
+  const DraftVram& draft = t.draft;
   const uint64_t budget = 24ull << 30;
-  const DevicePlacement alone = plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40);
-  const DevicePlacement beside = plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40, &draft);
+  const DevicePlacement alone = t.plan(budget, false);
+  const DevicePlacement beside = t.plan(budget, true);
   EXPECT_EQ(beside.request.vram_budget, budget - draft.total());
   EXPECT_EQ(beside.draft.total(), draft.total());
   const uint64_t layer = q4k_bytes(8192 + 2 * 1024, 8192) + q4k_bytes(8192, 8192) + 3 * q4k_bytes(28672, 8192);
@@ -178,15 +185,11 @@ TEST(DeviceMemoryPlan, DraftComesOutOfTheTargetsBudget) {
 }
 
 TEST(DeviceMemoryPlan, DraftLargerThanTheBudgetNamesTheFileAndTheSizes) {
-  const LlamaConfig c = llama70b();
-  const LlamaWeights w = q4k_weights(c, false);
-  const std::vector<LayerRead> reads = reads_of(c, 500ull << 20);
-  const RunnerBuffers buffers = runner_buffers(c, w, 4000, kv_cache_context(4000), 1, 1, 132);
-  const LlamaConfig dc = llama1b();
-  const DraftVram draft = draft_vram("small-draft.gguf", dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  const TargetAndDraft t("small-draft.gguf");
+  const DraftVram& draft = t.draft;
   const uint64_t budget = draft.total() - 1;
   try {
-    plan_device_placement(c, w, reads, buffers, 2, budget, 1ull << 40, &draft);
+    t.plan(budget, true);
     ADD_FAILURE() << "a draft larger than the budget was planned";
   } catch (const Error& e) {
     const std::string message = e.what();
@@ -197,7 +200,7 @@ TEST(DeviceMemoryPlan, DraftLargerThanTheBudgetNamesTheFileAndTheSizes) {
   }
   // The draft fits but leaves the target too little to stream every layer: the target's error, with the draft's share.
   try {
-    plan_device_placement(c, w, reads, buffers, 2, draft.total() + (1ull << 30), 1ull << 40, &draft);
+    t.plan(draft.total() + (1ull << 30), true);
     ADD_FAILURE() << "a target without room to stream was planned";
   } catch (const Error& e) {
     const std::string message = e.what();
