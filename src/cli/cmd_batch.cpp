@@ -138,7 +138,7 @@ void batch(const BatchOptions& o) {
 
   ModelOptions mo = o.model;
   mo.sequences = o.parallel;
-  auto loaded = load_model(mo);
+  auto loaded = load_target_model(mo, o.speculation);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   // Made when first needed (a model without a template warns only then), or now to check --chat-template.

@@ -74,7 +74,7 @@ void bench(const BenchOptions& o) {
   // Speculation's prompt is text of unknown length: it gets the model's default context.
   const int64_t longest_pass = o.pass_tokens.empty() ? 0 : *std::max_element(o.pass_tokens.begin(), o.pass_tokens.end());
   if (mo.context == 0 && !speculates) mo.context = std::max({o.n_prompt, max_depth + o.n_gen, longest_pass, int64_t(8)}) + 1;
-  auto loaded = load_model(mo);
+  auto loaded = load_target_model(mo, o.speculative.speculation);
   apply_layer_skip(o.layer_skip, loaded);
   auto& runner = *loaded.runner;
   check_pass_tokens(o.pass_tokens, runner.context_size());

@@ -25,7 +25,7 @@ struct ChatOptions {
 
 void chat(const ChatOptions& o) {
   check_speculation_options(o.speculation);
-  auto loaded = load_model(o.model);
+  auto loaded = load_target_model(o.model, o.speculation);
   const Speculation speculation(o.speculation, o.model, loaded, o.sampling);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);

@@ -4,6 +4,7 @@
 // speeds (measured where possible, else given or clearly labelled as assumed);
 // then which RAM layers the CPU would compute while the link streams the rest.
 // With --gpus 0,1: the placement over several GPUs for --split layer|tensor|auto.
+// With --draft-model FILE: the draft's VRAM comes out of the budget first.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -60,6 +61,7 @@ struct PlanOptions {
   bool project = false;
   std::string gpus, split;
   double peer_gbps = 0;
+  std::string draft_model;
 };
 
 std::string layer_span(const PlacementPlan& p, Tier tier) {
@@ -119,6 +121,17 @@ int gpu_sms(const PlanOptions& o, const std::optional<GpuSummary>& gpu, std::str
   }
   *source = fmt::format("ASSUMED: the H200's {}, no GPU to ask; pass --gpu-sms", kAssumedGpuSms);
   return kAssumedGpuSms;
+}
+
+// The --draft-model's VRAM beside a model of `context` positions for
+// `sequences` sequences, as the runner plans it (its layer reads through `reader_options`).
+DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, const ReaderOptions& reader_options, int sms) {
+  const auto file = GgufFile::open(o.draft_model);
+  const LlamaConfig config = read_llama_config(file->header(), o.draft_model);
+  const LlamaWeights weights = load_llama_weights(*file, config);
+  const OpenedReader opened = open_file_reader(o.draft_model, reader_options);
+  const std::vector<LayerRead> reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
+  return draft_vram(o.draft_model, config, weights, reads, context, int(sequences), sms);
 }
 
 // The CUDA runner's buffers for `sequences` sequences: the code it allocates from.
@@ -208,6 +221,7 @@ void plan(const PlanOptions& o) {
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
   const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");
   if (!o.split.empty() && gpu_ids.empty()) fail("--split needs --gpus, e.g. --gpus 0,1 --split auto");
+  if (!o.draft_model.empty() && !gpu_ids.empty()) fail("--draft-model with --gpus: a draft model is planned on one GPU only");
 
   std::string no_gpu;
   const auto gpu = find_gpu(&no_gpu);
@@ -251,16 +265,24 @@ void plan(const PlanOptions& o) {
     fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
   }
 
-  // The CUDA runner's own placement: device-layout sizes and its buffers.
-  const DevicePlacement placed = plan_device_placement(
-      config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring, vram_budget, ram_budget);
+  // The CUDA runner's own placement: device-layout sizes and its buffers,
+  // within what a draft model leaves of the budget.
+  std::optional<DraftVram> draft, draft_one;
+  if (!o.draft_model.empty()) {
+    draft = plan_draft(o, context, o.sequences, reader_options, sms);
+    draft_one = plan_draft(o, context, 1, reader_options, sms);
+  }
+  const DevicePlacement placed =
+      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring,
+                            vram_budget, ram_budget, draft ? &*draft : nullptr);
   const ModelFootprint& model = placed.footprint;
   const PlanRequest& request = placed.request;
   const PlacementPlan& p = placed.plan;
   check_cpu_layers(cpu_layers, p);
   // What holding many sequences costs: the plan for one beside it.
-  const DevicePlacement one_placed = plan_device_placement(
-      config, weights, reads, plan_buffers(config, weights, context, o, 1, sms), o.ring, vram_budget, ram_budget);
+  const DevicePlacement one_placed =
+      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, 1, sms), o.ring, vram_budget,
+                            ram_budget, draft_one ? &*draft_one : nullptr);
   const PlanRequest& one_request = one_placed.request;
   const PlacementPlan& one = one_placed.plan;
 
@@ -294,7 +316,15 @@ void plan(const PlanOptions& o) {
                                                 : std::string("0 B (host: one row per token)"));
   row(fmt::format("streaming ring ({} x {})", o.ring, format_size(p.vram_slot_bytes)), format_size(p.vram_ring));
   row("resident layers", format_size(p.vram_layers));
-  row("total", format_size(p.vram_total()) + " of " + format_size(vram_budget));
+  const DraftVram& d = placed.draft;
+  if (draft) {
+    row("draft model weights", format_size(d.weights));
+    row(o.sequences > 1 ? fmt::format("draft model KV cache ({} x {} tokens)", o.sequences, context)
+                        : fmt::format("draft model KV cache ({} tokens)", context),
+        format_size(d.kv_cache));
+    row("draft model buffers", format_size(d.buffers));
+  }
+  row("total", format_size(p.vram_total() + d.total()) + " of " + format_size(vram_budget));
   fmt::print("RAM (pinned)\n");
   row("layers", format_size(p.ram_layers));
   row(fmt::format("storage staging ({} x {})", o.ring, format_size(p.ram_slot_bytes)), format_size(p.ram_staging));
@@ -304,6 +334,12 @@ void plan(const PlanOptions& o) {
   for (Tier t : {Tier::Vram, Tier::Ram, Tier::Disk}) {
     fmt::print("  {:<5} layers {:<8} {:>3} layers {:>12}\n", tier_name(t), layer_span(p, t), p.count(t),
                format_size(p.resident_bytes(model, t)));
+  }
+  if (draft) {
+    const DevicePlacement alone = plan_device_placement(
+        config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring, vram_budget, ram_budget);
+    fmt::print("  the draft model {} ({} of VRAM, resident) pushes {} layers out of VRAM ({} resident without it)\n", d.path,
+               format_size(d.total()), alone.plan.count(Tier::Vram) - p.count(Tier::Vram), alone.plan.count(Tier::Vram));
   }
   if (o.sequences > 1) {
     fmt::print("  {} sequences' KV caches ({} more than one's) push {} layers out of VRAM ({} resident with one sequence)\n",
@@ -405,6 +441,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (every layer's matrices cut across the GPUs) or auto (the faster predicted)")
       ->check(CLI::IsMember({"layer", "tensor", "auto"}));
   cmd->add_option("--peer-gbps", o.peer_gbps, "With --gpus: GPU-to-GPU GB/s (default: measured between the GPUs; without them assumed, half the H2D rate)")->check(CLI::PositiveNumber);
+  cmd->add_option("--draft-model", o.draft_model,
+                  "A speculative draft model resident beside the model (as run --draft-model loads it): its weights, KV "
+                  "cache and buffers come out of the VRAM budget first");
   cmd->add_flag("--project", o.project, "Also project decode on consumer machines (RTX 4090, RTX 3090) from published rates");
   cmd->callback([] { plan(o); });
 }

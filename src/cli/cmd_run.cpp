@@ -137,7 +137,7 @@ void evaluate(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector
 
 void run(const RunOptions& o) {
   check_speculation_flags(o);
-  auto loaded = load_model(o.model);
+  auto loaded = load_target_model(o.model, o.speculation);
   // With --draft-self the skip list shapes the draft alone (exact); otherwise every pass skips (lossy).
   if (!o.speculation.draft_self()) apply_layer_skip(o.layer_skip, loaded);
   const Speculation speculation(o.speculation, o.model, loaded, o.sampling, 0, &o.layer_skip);  // a bad draft fails before any output

@@ -72,6 +72,7 @@ LoadedModel load_model(const ModelOptions& o) {
   if (!o.ram_budget.empty()) open.ram_budget = parse_size(o.ram_budget, "--ram-budget");
   open.io = parse_io_backend(o.io);
   open.trace_path = o.trace;
+  open.draft_model = o.draft_model;
   open.cpu_layers = parse_cpu_layers(o.cpu_layers);
   ProgressLine progress("loading weights", 1.0);
   open.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };

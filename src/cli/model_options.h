@@ -29,6 +29,8 @@ struct ModelOptions {
   // CUDA over several GPUs: --gpus 0,1 (a GPU may repeat: stages sharing it)
   // and --split layer|tensor|auto; empty: GPU 0 alone.
   std::string gpus, split;
+  // A --draft-model loaded after this model: on CUDA its VRAM comes out of this model's budget.
+  std::string draft_model;
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);

@@ -51,9 +51,11 @@ void refuse_speculation_options(const SpeculationOptions& o, std::string_view co
   }
 }
 
-namespace {
-
-}  // namespace
+LoadedModel load_target_model(const ModelOptions& target_options, const SpeculationOptions& speculation) {
+  ModelOptions target = target_options;
+  target.draft_model = speculation.draft_model;
+  return load_model(target);
+}
 
 LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
                              int sequences) {
@@ -68,6 +70,7 @@ LoadedModel load_draft_model(const std::string& path, const ModelOptions& target
   // A small draft runs on the target's first GPU alone.
   draft.gpus = target_options.gpus.substr(0, target_options.gpus.find(','));
   draft.split.clear();
+  draft.draft_model.clear();
   LoadedModel loaded;
   try {
     loaded = load_model(draft);

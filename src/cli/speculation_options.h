@@ -53,6 +53,12 @@ std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& options
                                                const SamplingParams& sampling, SeqId seq = 0,
                                                const LayerSkipOptions* layer_skip = nullptr);
 
+// The target model of a command that may speculate, loaded as load_model
+// does but leaving room for a --draft-model: on CUDA the draft's weights, KV
+// cache and buffers come out of the target's VRAM budget, so the target
+// streams more layers rather than the two exceed it.
+LoadedModel load_target_model(const ModelOptions& target_options, const SpeculationOptions& speculation);
+
 // The --draft-model for `target`, opened with the target's device, threads
 // and context for `sequences` sequences; nt::Error naming the flag when it
 // cannot load or its vocabulary differs (naming the first difference).

@@ -51,6 +51,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.ram_budget = o.ram_budget;
     cuda.io = o.io;
     cuda.trace_path = o.trace_path;
+    cuda.draft_model = o.draft_model;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
     if (several_gpus) {

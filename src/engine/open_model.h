@@ -40,6 +40,9 @@ struct OpenModelOptions {
   // CUDA: RAM-tier layers the CPU computes (engine/hybrid_split.h); nullopt: auto.
   std::optional<int64_t> cpu_layers;
   std::string trace_path;
+  // CUDA: a draft model that will be opened beside this one on its GPU
+  // (context and sequences this one's): its VRAM comes out of this one's budget.
+  std::string draft_model;
   std::function<void(uint64_t, uint64_t)> on_load_progress;  // weights loaded, total
 };
 

@@ -32,8 +32,10 @@ struct BatchEntry {
   // decode step takes, instead of as a prompt chunk (whose matrix kernels
   // round differently): a speculative verification run then gives exactly
   // the numbers greedy decoding gives, which the model would otherwise turn
-  // into other tokens. Entries of one run agree on it. Honoured by the CPU
-  // backend; the CUDA backend does not honour it yet.
+  // into other tokens. Entries of one run agree on it. Both backends honour
+  // it in one pass (each weight read once for the run); on CUDA a hybrid
+  // split's CPU layers take one-token kernels only in passes the CPU
+  // computes (up to cpu_max_tokens entries), larger ones stream them.
   bool stepwise = false;
 };
 

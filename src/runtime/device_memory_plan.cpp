@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
+#include "storage/size_parse.h"
 
 namespace nt {
 
@@ -29,9 +30,10 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   a.q8 = plan.reserve(b * max_input);
   a.q8_scales = plan.reserve(8 * b * max_input / 32);
   a.f16 = plan.reserve(2 * b * max_input);
-  a.norm_q8 = plan.reserve(uint64_t(c.dim));
-  a.norm_q8_scales = plan.reserve(8 * uint64_t(c.dim) / 32);
-  a.norm_sumsq = plan.reserve(4 * uint64_t(c.dim) / 32);
+  // The folded norms' inputs, a row per token: a stepwise run folds them for each of its tokens.
+  a.norm_q8 = plan.reserve(b * uint64_t(c.dim));
+  a.norm_q8_scales = plan.reserve(8 * b * uint64_t(c.dim) / 32);
+  a.norm_sumsq = plan.reserve(4 * b * uint64_t(c.dim) / 32);
   a.argmax = plan.reserve(4 * b);
   a.argmax_scratch = plan.reserve(argmax_scratch_bytes(int64_t(b), c.vocab_size));
   a.head_rows = plan.reserve(4 * b);
@@ -116,17 +118,45 @@ VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& mod
   return r;
 }
 
+DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+                     int64_t context, int sequences, int multiprocessors) {
+  const RunnerBuffers buffers =
+      runner_buffers(c, w, context, kv_cache_context(context), kDefaultMaxBatch, sequences, multiprocessors);
+  const ModelFootprint model = device_footprint(c, w, reads);
+  const VramReserve reserve = vram_reserve(buffers, model);
+  DraftVram d;
+  d.path = path;
+  for (const LayerFootprint& l : model.layers) d.weights += l.resident_bytes;
+  d.weights += model.output_head_bytes + model.small_bytes;  // small_bytes holds an untied token embedding
+  d.kv_cache = reserve.kv_cache;
+  d.buffers = reserve.total() - reserve.kv_cache;
+  return d;
+}
+
 DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
                                       const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
-                                      uint64_t ram_budget) {
+                                      uint64_t ram_budget, const DraftVram* draft) {
   DevicePlacement p;
+  if (draft) p.draft = *draft;
+  if (p.draft.total() > vram_budget) {
+    fail("--draft-model {}: the draft needs {} of VRAM (weights {}, KV cache {}, buffers {}), more than the whole VRAM "
+         "budget of {}; raise --vram-budget or use a smaller draft",
+         p.draft.path, format_size(p.draft.total()), format_size(p.draft.weights), format_size(p.draft.kv_cache),
+         format_size(p.draft.buffers), format_size(vram_budget));
+  }
   p.footprint = device_footprint(c, w, reads);
   p.request.reserve = vram_reserve(buffers, p.footprint);
-  p.request.vram_budget = vram_budget;
+  p.request.vram_budget = vram_budget - p.draft.total();
   p.request.ram_budget = ram_budget;
   p.request.ring_slots = ring_slots;
   p.request.staging_slots = ring_slots;
-  p.plan = plan_placement(p.footprint, p.request);
+  try {
+    p.plan = plan_placement(p.footprint, p.request);
+  } catch (const Error& e) {
+    if (!draft) throw;
+    fail("{} (that is what the VRAM budget of {} leaves beside --draft-model {}, which takes {})", e.what(),
+         format_size(vram_budget), p.draft.path, format_size(p.draft.total()));
+  }
   return p;
 }
 

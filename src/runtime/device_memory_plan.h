@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/llama_config.h"
@@ -87,19 +88,39 @@ ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, con
 // The buffers as the placement's reserve, with the staging the footprint's streamed layers need.
 VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& model);
 
+// A draft model (--draft-model) on the target's GPU: resident whole, as its
+// own runner plans itself with every layer in VRAM (its prefill chunk the
+// runner default), so the target's placement can leave it room.
+struct DraftVram {
+  std::string path;      // the draft's file, for messages
+  uint64_t weights = 0;  // its layers, head, norms and token embedding in device layout
+  uint64_t kv_cache = 0;
+  uint64_t buffers = 0;  // activations, logits, GEMM scratch, upload and landing buffers
+  uint64_t total() const { return weights + kv_cache + buffers; }
+};
+
+// The draft's VRAM beside a target of `context` positions per sequence and
+// `sequences` sequences (the draft holds as many), on a GPU of
+// `multiprocessors` SMs; `reads` are the draft file's layer reads.
+DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+                     int64_t context, int sequences, int multiprocessors);
+
 // Where the runner puts each layer, with the sizes it planned from.
 struct DevicePlacement {
   ModelFootprint footprint;
-  PlanRequest request;
+  PlanRequest request;  // its vram_budget what the draft leaves
   PlacementPlan plan;
+  DraftVram draft;      // total 0 without one
 };
 
 // The placement of layers in VRAM, pinned RAM and storage, in device-layout
 // bytes, within the given budgets. Norm vectors, the token embedding and the
-// head always stay resident. Throws nt::Error when it does not fit.
+// head always stay resident. With a draft model, its VRAM comes out of the
+// budget first. Throws nt::Error when it does not fit: naming the draft and
+// both sizes when the draft alone exceeds the budget.
 DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
                                       const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
-                                      uint64_t ram_budget);
+                                      uint64_t ram_budget, const DraftVram* draft = nullptr);
 
 // Each stage's VRAM budget when none is given: its GPU's free memory
 // (free_bytes[i] of ids[i]) less kMemoryMarginBytes for each stage it holds

@@ -161,6 +161,7 @@ TEST(Matvec, RejectsSplitsAndRowPairsItCannotRun) {
   p.warps_per_row = 0;
   p.rows_per_warp = 2;
   EXPECT_THROW(matvec(p, 2, nullptr), Error);
+  EXPECT_THROW(matvec_stepwise(p, 2, nullptr), Error);  // stepwise columns keep a split, not a row pairing
   p.rows_per_warp = 3;
   EXPECT_THROW(matvec(p, 1, nullptr), Error);
 }

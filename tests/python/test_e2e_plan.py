@@ -99,3 +99,47 @@ def test_bad_cpu_layers_name_the_flag(value):
 def test_projection_is_marked():
     out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--project").stdout
     assert "PROJECTION" in out and "RTX 4090" in out and "RTX 3090" in out, out
+
+
+def plan_with_budget(budget, *extra, code=0):
+    """plan at another VRAM budget (BASE's own replaced), the CPU rates given."""
+    args = list(BASE)
+    args[args.index("--vram-budget") + 1] = budget
+    require_built(NTRANSFORMER)
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} is absent")
+    env = {**os.environ, "NT_MODELS_DIR": str(MODELS_DIR), "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([str(NTRANSFORMER), *args, "--cpu-gbps", "200", "--cpu-batch-gbps", "20", *extra],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == code, r.stdout + r.stderr
+    return r
+
+
+def mib(text):
+    value, unit = text.split()
+    return float(value) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
+
+
+def test_draft_model_takes_its_vram_from_the_budget():
+    # SmolLM2 as its own draft: a budget that holds every layer alone, and only part of them beside the draft.
+    alone = plan_with_budget("540MiB").stdout
+    beside = plan_with_budget("540MiB", "--draft-model", str(MODEL)).stdout
+    without, left = tiers(alone)["vram"], tiers(beside)["vram"]
+    assert 0 < left < without == 30, beside
+    m = re.search(r"the draft model \S+ \((\S+ \S+) of VRAM, resident\) pushes (\d+) layers out of VRAM "
+                  r"\((\d+) resident without it\)", beside)
+    assert m and int(m[2]) == without - left and int(m[3]) == without, beside
+    rows = {k: mib(v) for k, v in re.findall(r"^  (draft model weights|draft model KV cache \(512 tokens\)|draft model "
+                                             r"buffers) +(\S+ \S+)$", beside, re.M)}
+    assert len(rows) == 3, beside
+    assert abs(sum(rows.values()) - mib(m[1])) < 0.02, beside
+    # The draft's KV cache is its own 30 layers x 512 positions x (K, V) x 192 x 2 bytes, as the target's.
+    assert rows["draft model KV cache (512 tokens)"] == 11.25, beside
+    total, budget = re.search(r"^  total +(\S+ \S+) of (\S+ \S+)$", beside, re.M).groups()
+    assert mib(total) <= mib(budget) == 540, beside
+
+
+def test_draft_model_larger_than_the_budget_names_it():
+    r = plan_with_budget("300MiB", "--draft-model", str(MODEL), code=1)
+    assert f"--draft-model {MODEL}: the draft needs" in r.stderr, r.stderr
+    assert "more than the whole VRAM budget of 300.00 MiB" in r.stderr, r.stderr

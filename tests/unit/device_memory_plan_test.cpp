@@ -6,24 +6,33 @@
 
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
+#include "storage/size_parse.h"
 
 namespace nt {
 namespace {
 
 uint64_t al(uint64_t b) { return (b + 255) / 256 * 256; }
 
-// Llama 3.1 70B shapes.
-LlamaConfig llama70b() {
+struct Shapes {
+  int64_t layers, dim, ffn, heads, kv_heads, head_dim, vocab;
+  bool tied;
+};
+
+LlamaConfig llama(const Shapes& s) {
   LlamaConfig c;
-  c.n_layers = 80;
-  c.dim = 8192;
-  c.ffn_dim = 28672;
-  c.n_heads = 64;
-  c.n_kv_heads = 8;
-  c.head_dim = 128;
-  c.vocab_size = 128256;
+  c.n_layers = s.layers;
+  c.dim = s.dim;
+  c.ffn_dim = s.ffn;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.vocab_size = s.vocab;
+  c.tied_embeddings = s.tied;
   return c;
 }
+
+LlamaConfig llama70b() { return llama({80, 8192, 28672, 64, 8, 128, 128256, false}); }  // Llama 3.1 70B
+LlamaConfig llama1b() { return llama({16, 2048, 8192, 32, 8, 64, 128256, true}); }     // Llama 3.2 1B: a draft beside it
 
 LlamaWeights q4k_weights(const LlamaConfig& c, bool tied) {
   const auto m = [](int64_t rows, int64_t cols) {
@@ -73,6 +82,16 @@ TEST(DeviceMemoryPlan, DecodeActivationArena) {
     EXPECT_EQ(a.partial_floats, partial_floats) << sms << " SMs";
     EXPECT_EQ(a.total, expected) << sms << " SMs";
   }
+}
+
+// The folded norms' inputs hold a row per token of the chunk: a stepwise run
+// folds them for each of its rows, as one-token steps do for theirs.
+TEST(DeviceMemoryPlan, FoldedNormInputsHoldARowPerToken) {
+  const LlamaConfig c = llama70b();
+  const ActivationLayout a = layout_activations(c, 16, 4096, 132);
+  EXPECT_EQ(a.norm_q8_scales - a.norm_q8, al(16 * 8192));
+  EXPECT_EQ(a.norm_sumsq - a.norm_q8_scales, al(16 * 8 * 8192 / 32));
+  EXPECT_EQ(a.argmax - a.norm_sumsq, al(16 * 4 * 8192 / 32));
 }
 
 TEST(DeviceMemoryPlan, BuffersAndReserve) {
@@ -140,6 +159,93 @@ TEST(DeviceMemoryPlan, FreeVramIsSharedByTheStagesOfAGpu) {
             (std::vector<uint64_t>{(10 * GiB - 2 * kMemoryMarginBytes) / 2, 8 * GiB - kMemoryMarginBytes,
                                    (10 * GiB - 2 * kMemoryMarginBytes) / 2}));
   EXPECT_EQ(free_vram_budgets({3}, {kMemoryMarginBytes / 2}), (std::vector<uint64_t>{0}));
+}
+
+std::vector<LayerRead> reads_of(const LlamaConfig& c, uint64_t bytes) {
+  std::vector<LayerRead> reads(size_t(c.n_layers));
+  for (auto& r : reads) r.staging_bytes = r.file_bytes = bytes;
+  return reads;
+}
+
+// The draft is resident whole: its layers, head and norms in device layout,
+// the KV slots of as many sequences as the target's, and the buffers its own
+// runner allocates at the default prefill chunk.
+TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
+  const LlamaConfig c = llama1b();
+  const LlamaWeights w = q4k_weights(c, true);
+  const std::vector<LayerRead> reads = reads_of(c, 60ull << 20);
+  const DraftVram d = draft_vram("draft.gguf", c, w, reads, 4000, 2, 132);
+  const uint64_t layer = q4k_bytes(2048 + 2 * 512, 2048) + q4k_bytes(2048, 2048) + 3 * q4k_bytes(8192, 2048);
+  EXPECT_EQ(d.weights, 16 * layer + q4k_bytes(128256, 2048) + 2 * 16 * al(4 * 2048) + 2 * al(4 * 2048));
+  EXPECT_EQ(d.kv_cache, 2ull * 16 * 4000 * 512 * 2 * 2);  // 2 sequences x layers x positions x kv_dim x (K, V) x f16
+  const RunnerBuffers b = runner_buffers(c, w, 4000, 4000, kDefaultMaxBatch, 2, 132);
+  EXPECT_EQ(d.buffers, b.activations + b.gemm + (64ull << 20) + 2 * (60ull << 20));  // upload buffer, two landing buffers
+  EXPECT_EQ(d.path, "draft.gguf");
+  // What the draft's runner plans for itself with room for everything: every layer in VRAM.
+  const DevicePlacement own = plan_device_placement(c, w, reads, b, 2, 1ull << 40, 1ull << 40);
+  EXPECT_EQ(own.plan.count(Tier::Vram), 16);
+  EXPECT_EQ(own.plan.vram_total(), d.total());
+}
+
+// The 70B at a 4000-token context, and the 1B as its draft.
+struct TargetAndDraft {
+  LlamaConfig config = llama70b();
+  LlamaWeights weights = q4k_weights(config, false);
+  std::vector<LayerRead> reads = reads_of(config, 500ull << 20);
+  RunnerBuffers buffers = runner_buffers(config, weights, 4000, kv_cache_context(4000), 1, 1, 132);
+  DraftVram draft;
+
+  explicit TargetAndDraft(const std::string& draft_path) {
+    const LlamaConfig dc = llama1b();
+    draft = draft_vram(draft_path, dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
+  }
+  DevicePlacement plan(uint64_t vram_budget, bool with_draft) const {
+    return plan_device_placement(config, weights, reads, buffers, 2, vram_budget, 1ull << 40, with_draft ? &draft : nullptr);
+  }
+};
+
+// Beside a draft the 70B plans within what the draft leaves: fewer resident
+// layers, and the two together within the budget.
+TEST(DeviceMemoryPlan, DraftComesOutOfTheTargetsBudget) {
+  const TargetAndDraft t("draft.gguf");
+  const DraftVram& draft = t.draft;
+  const uint64_t budget = 24ull << 30;
+  const DevicePlacement alone = t.plan(budget, false);
+  const DevicePlacement beside = t.plan(budget, true);
+  EXPECT_EQ(beside.request.vram_budget, budget - draft.total());
+  EXPECT_EQ(beside.draft.total(), draft.total());
+  const uint64_t layer = q4k_bytes(8192 + 2 * 1024, 8192) + q4k_bytes(8192, 8192) + 3 * q4k_bytes(28672, 8192);
+  const uint64_t fixed = beside.plan.vram_fixed;
+  EXPECT_EQ(uint64_t(beside.plan.count(Tier::Vram)), (budget - draft.total() - fixed - 2 * (500ull << 20)) / layer);
+  EXPECT_LT(beside.plan.count(Tier::Vram), alone.plan.count(Tier::Vram));
+  EXPECT_LE(beside.plan.vram_total() + draft.total(), budget);
+}
+
+TEST(DeviceMemoryPlan, DraftLargerThanTheBudgetNamesTheFileAndTheSizes) {
+  const TargetAndDraft t("small-draft.gguf");
+  const DraftVram& draft = t.draft;
+  const uint64_t budget = draft.total() - 1;
+  try {
+    t.plan(budget, true);
+    ADD_FAILURE() << "a draft larger than the budget was planned";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--draft-model small-draft.gguf"), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(draft.total())), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(budget)), std::string::npos) << message;
+    EXPECT_NE(message.find(format_size(draft.kv_cache)), std::string::npos) << message;
+  }
+  // The draft fits but leaves the target too little to stream every layer: the target's error, with the draft's share.
+  try {
+    t.plan(draft.total() + (1ull << 30), true);
+    ADD_FAILURE() << "a target without room to stream was planned";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("too small"), std::string::npos) << message;
+    EXPECT_NE(message.find("beside --draft-model small-draft.gguf, which takes " + format_size(draft.total())),
+              std::string::npos)
+        << message;
+  }
 }
 
 }  // namespace

@@ -408,6 +408,9 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
          p.rope.rope_pairs);
   }
   if (p.out_q8 && (!p.out_q8_scales || p.head_dim % 32 != 0)) fail("attention: q8 output needs scales and head_dim % 32 == 0");
+  if (p.keys_just_stored && p.rope.inv_freq) {
+    fail("attention: a launch with folded RoPE fetches keys before its wait, so it cannot read keys just stored");
+  }
   if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
     fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
   }

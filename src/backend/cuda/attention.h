@@ -53,6 +53,11 @@ struct AttentionParams {
   const int32_t* pos = nullptr;      // device: position of token 0; token t sees keys 0..pos+t
   int64_t n_tokens = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  // The previous kernel in the stream stored keys this launch reads besides
+  // the one at pos (a stepwise run's, runtime/batch.h): the launch fetches no
+  // key before that kernel's results are visible. (Placed in the padding
+  // before max_keys: the launches' parameters keep their size.)
+  bool keys_just_stored = false;
   int64_t max_keys = 0;              // one token: the most keys any run of this launch sees (pos < max_keys); 0: unknown
   int n_splits = 1;                  // key-range splits; > 1 needs `partials` (unused by the short-context decode)
   float* partials = nullptr;         // attention_partials_floats() floats

@@ -59,8 +59,9 @@ struct ShortSmem {
 
 // PRECOND: one token; pos + 1 <= kShortDecodeMaxKeys; head_dim == kHeadDim;
 // launched in clusters of kRanks blocks (sm_90 and newer: the body is empty
-// for older architectures, which never launch it).
-template <int kHeadDim>
+// for older architectures, which never launch it). kWaitFirst
+// (AttentionParams::keys_just_stored): nothing is fetched before the wait.
+template <int kHeadDim, bool kWaitFirst>
 __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
 
   NT_TRACE_BLOCK(kAttention);
   cuda::allow_dependents();
+  if constexpr (kWaitFirst) cuda::wait_for_inputs();
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), head = blockIdx.x / kRanks;
   const int group = p.n_heads / p.n_kv_heads, kv_head = head / group;
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   const bool fused = p.rope.inv_freq != nullptr;
   const bool rotates = fused && tid < p.rope.rope_pairs;
   const float inv_freq = rotates ? p.rope.inv_freq[tid] : 0.0f;
-  cuda::wait_for_inputs();
+  if constexpr (!kWaitFirst) cuda::wait_for_inputs();
 
   // The query (rotated, scaled), and the new key and value as the cache holds
   // them (f16): fused, from the raw projections, stored by one block of the
@@ -231,21 +233,23 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
 #endif
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kWaitFirst>
 void launch_short(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t bytes = ShortSmem<kHeadDim>::kBytes;
-  // Once per GPU: the attribute holds for the device it was set on (a pipeline's stages use several).
-  static std::atomic<uint64_t> configured{0};  // a bit per device index
-  int device = 0;
-  NT_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (!(configured.load() & bit)) {
-    NT_CUDA_CHECK(cudaFuncSetAttribute(short_decode_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    configured.fetch_or(bit);
-  }
-  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim>, kRanks, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes,
+  static std::atomic<uint64_t> configured{0};
+  cuda::allow_dynamic_shared_memory(short_decode_kernel<kHeadDim, kWaitFirst>, bytes, configured);
+  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim, kWaitFirst>, kRanks, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes,
                               stream, p);
   NT_CUDA_CHECK_LAUNCH();
+}
+
+template <int kHeadDim>
+void launch_short(const AttentionParams& p, cudaStream_t stream) {
+  if (p.keys_just_stored) {
+    launch_short<kHeadDim, true>(p, stream);
+  } else {
+    launch_short<kHeadDim, false>(p, stream);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,11 @@
 // ones through dequantize + cuBLAS GEMM. Batches of many sequences run the
 // same layer loop, each sequence in its own KV slot (runner_memory.h plans
 // the device memory; batched decode steps replay a graph per sequence count).
+// A batch's stepwise runs (speculative verification) compute each of their
+// rows as a one-token step does, in the same pass: their columns go through
+// mat-vec launches that compute every column as the one-column launch does
+// (matvec_stepwise), with the step's folded norms, and each row attends as
+// the decode step at its position would.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -232,6 +237,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     int64_t max_keys = 0;
     SeqId seq = 0;          // the host's view, for the layers it computes
     int64_t first_pos = 0;
+    bool stepwise = false;  // a stepwise run's rows (BatchEntry::stepwise)
   };
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
@@ -240,11 +246,13 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     const int32_t* gather = nullptr;
   };
   // A chunk's sequences; for a batch also every row's position and slot
-  // (device), so one launch stores the whole chunk's keys and values.
+  // (device), so one launch stores the whole chunk's keys and values. The
+  // last stepwise_rows rows are those of stepwise runs (batches only).
   struct ChunkRows {
     std::span<const ChunkSequence> seqs;
     const int32_t* token_pos = nullptr;
     const int32_t* token_slot = nullptr;
+    int64_t stepwise_rows = 0;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
   // pos_dev_); logits of the last token (or all) into logits_.
@@ -253,11 +261,31 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     run_chunk(n, {{&one, 1}}, default_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
-  // the head's rows' logits into logits_.
+  // the head's rows' logits into logits_, then (stepwise rows) every
+  // stepwise row's.
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
+  // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
+  // columns or GEMM, prefill attention; `fold`: one token folding its norms
+  // (folds_norms), `attn_folded`: the previous layer wrote this one's norm
+  // input, next_norm the norm after it.
+  void chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
+                   const ChunkRows& rows, const float* next_norm);
+  // Layer L over rows [first, n), those of stepwise runs: each with the
+  // arithmetic of a one-token step (the decode mat-vec's, its folded norms
+  // when `fold`, attention at its own key count), all rows sharing every
+  // weight read.
+  void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
+                      const ChunkRows& rows, const float* next_norm);
+  // The final norm and head over rows [first, n) as stepwise_layer computes
+  // them, their logits from row `to` of logits_ on.
+  void stepwise_head(int64_t first, int64_t n, bool fold, int64_t to);
   // Layer l's RoPE, cache store and attention over the chunk's rows; whether
   // attention also wrote wo's q8 input.
   bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
+  // The shapes of this model's RoPE + cache-store and attention launches
+  // (positions, rows and caches left to the caller).
+  RopeKvParams rope_shape() const;
+  AttentionParams attention_shape() const;
   // Whether the host computes layer l in a pass of n tokens (the hybrid split).
   bool on_host(int64_t l, int64_t n) const { return host_ && n <= options_.cpu_max_tokens && host_->computes(l); }
   // Consecutive layers the host computes: the hidden state crosses to the
@@ -279,7 +307,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
   void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
               const NormOut& norm_out = {});
-  Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm);
+  // The input form of x's n rows of cols; the q8 form from row first_row of q8_ on.
+  Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
   // Whether a chunk of n tokens below gemm_min_tokens multiplies m on the int8 tensor cores.
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
     return n >= options_.int8_gemm_min_tokens && n < options_.gemm_min_tokens && quantized_gemm_supported(m.type, m.cols);
@@ -349,6 +378,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
   std::vector<SequenceRun> host_runs_;
   std::vector<int32_t> run_slots_;  // forward_pages: each run's KV slot
+  std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
   std::vector<HostLayers::SlotRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
@@ -363,6 +393,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   config_ = read_llama_config(file.header(), file.path());
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
+  // One-token steps run the decode mat-vec, which stepwise runs reproduce column by column.
+  if (options_.gemm_min_tokens < 2) fail("gemm_min_tokens must be at least 2, got {}", options_.gemm_min_tokens);
+  if (options_.int8_gemm_min_tokens < 2) fail("int8_gemm_min_tokens must be at least 2, got {}", options_.int8_gemm_min_tokens);
   if (config_.head_dim % 8 != 0) {
     fail("{}: head dimension {} is not a multiple of 8, which the CUDA KV cache layout needs", file.path(), config_.head_dim);
   }
@@ -377,7 +410,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (const char* env = std::getenv("NT_CUDA_INT8_GEMM"); env && *env) {
     char* end = nullptr;
     const long long n = std::strtoll(env, &end, 10);
-    if (*end != '\0' || n < 0) fail("NT_CUDA_INT8_GEMM={}: expected 0 (off) or the smallest chunk it takes", env);
+    if (*end != '\0' || n < 0 || n == 1) fail("NT_CUDA_INT8_GEMM={}: expected 0 (off) or the smallest chunk it takes, at least 2", env);
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
@@ -448,7 +481,7 @@ std::string CudaLlamaRunner::description() const {
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
-                     folds_norms(1, options_.gemm_min_tokens <= 1) ? ", folded norms" : "", tier_counts(),
+                     folds_norms(1, false) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
@@ -461,22 +494,22 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   size_t free_bytes = 0, total_bytes = 0;
   NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
-  PlacementPlan placement;
+  CudaPlacement placement;
   if (options_.stage) {
-    placement.layer_tier = options_.stage->tiers;  // the multi-GPU plan placed the stage
+    placement.plan.layer_tier = options_.stage->tiers;  // the multi-GPU plan placed the stage
   } else {
     try {
-      placement = place_layers(c, w, reads, buffers, options_).plan;
+      placement = place_layers(c, w, reads, buffers, context_, device_.multiprocessors, options_);
     } catch (const Error& e) {
       fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
            file.path(), gpu_label(), e.what(), gib(free_bytes), gib(total_bytes));
     }
   }
-  layer_tier_ = placement.layer_tier;
+  layer_tier_ = placement.plan.layer_tier;
   if (options_.cpu_layers > 0 && options_.cpu_max_tokens < 1) {
     fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options_.cpu_layers, options_.cpu_max_tokens);
   }
-  const std::vector<Path> paths = spread_cpu_paths(placement, options_.cpu_layers);  // [layer - first_layer_]
+  const std::vector<Path> paths = spread_cpu_paths(placement.plan, options_.cpu_layers);  // [layer - first_layer_]
 
   ArenaPlan plan;  // resident weights
   struct Pending {
@@ -553,15 +586,19 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
   const int slots = streamed_layers.empty() ? 0 : options_.ring_slots;
   const uint64_t ring_bytes = uint64_t(slots) * slot_bytes;
 
-  // Everything the runner allocates, checked against free memory before uploading.
+  // Everything the runner allocates, and the draft model loaded after it,
+  // checked against free memory before uploading.
   const uint64_t needed =
       plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
-  if (needed + kMemoryMarginBytes > free_bytes) {
+  const uint64_t draft_bytes = placement.draft.total();
+  if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
     fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
-         "scratch {:.2f}) plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
+         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
          "model or a smaller --vram-budget",
          file.path(), gpu_label(), gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
-         gib(buffers.gemm + buffers.activations), gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
+         gib(buffers.gemm + buffers.activations),
+         draft_bytes ? fmt::format(" and {:.2f} GiB for --draft-model {}", gib(draft_bytes), placement.draft.path) : "",
+         gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
   }
 
   weights_ = DeviceBuffer(plan.size(), "the model weights");
@@ -690,14 +727,16 @@ void CudaLlamaRunner::allocate_activations() {
   for (cudaEvent_t& e : step_done_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
-Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm) {
+Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
   if (use_gemm) {
     convert_f32_to_f16(x, n * cols, f16_, stream_);
     return Input{x, nullptr, nullptr, f16_, cols};
   }
   if (cols % 32 != 0) return Input{x, nullptr, nullptr, nullptr, cols};  // only float weights have such rows: f32 input
-  quantize_activations(x, n, cols, q8_, q8_scales_, stream_);
-  return Input{x, q8_, q8_scales_, nullptr, cols};
+  int8_t* q8 = q8_ + first_row * cols;
+  float2* scales = q8_scales_ + first_row * cols / 32;
+  quantize_activations(x, n, cols, q8, scales, stream_);
+  return Input{x, q8, scales, nullptr, cols};
 }
 
 void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
@@ -759,32 +798,44 @@ uint16_t* CudaLlamaRunner::v_cache_at(int64_t slot, int64_t layer) const {
   return v_cache_.as<uint16_t>() + (slot * stage_layers() + layer - first_layer_) * cache_layer;
 }
 
-bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
+RopeKvParams CudaLlamaRunner::rope_shape() const {
   const LlamaConfig& c = config_;
-  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const int64_t slot_stride = stage_layers() * c.n_kv_heads * cache_context_ * c.head_dim;
   RopeKvParams rope;
-  rope.qkv_stride = qkv_width;
+  rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
   rope.inv_freq = inv_freq_;
   rope.rope_pairs = int(c.rope_dim / 2);
   rope.n_heads = int(c.n_heads);
   rope.n_kv_heads = int(c.n_kv_heads);
   rope.head_dim = int(c.head_dim);
   rope.context = cache_context_;
+  rope.slot_stride = stage_layers() * c.n_kv_heads * cache_context_ * c.head_dim;
+  return rope;
+}
+
+AttentionParams CudaLlamaRunner::attention_shape() const {
+  const LlamaConfig& c = config_;
   AttentionParams shape;
-  shape.q_stride = qkv_width;
+  shape.q_stride = c.q_dim() + 2 * c.kv_dim();
   shape.context = cache_context_;
   shape.out_stride = c.q_dim();
   shape.n_heads = int(c.n_heads);
   shape.n_kv_heads = int(c.n_kv_heads);
   shape.head_dim = int(c.head_dim);
   shape.partials = partials_;
+  return shape;
+}
+
+bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
+  const LlamaConfig& c = config_;
+  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  RopeKvParams rope = rope_shape();
+  const int64_t slot_stride = rope.slot_stride;
+  const AttentionParams shape = attention_shape();
   if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its slot
     rope.qkv = qkv_;
     rope.n_tokens = n;
     rope.token_pos = rows.token_pos;
     rope.token_slot = rows.token_slot;
-    rope.slot_stride = slot_stride;
     rope.k_cache = k_cache_at(0, l);
     rope.v_cache = v_cache_at(0, l);
     rope_and_store_kv(rope, stream_);
@@ -845,18 +896,15 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
 void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<const int32_t> layers, const HeadRows& head,
                                 bool may_fold) {
   const LlamaConfig& c = config_;
-  const bool use_gemm = n >= options_.gemm_min_tokens;
-  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  // Rows [0, m) run as one chunk, the stepwise rows [m, n) as one-token steps.
+  const int64_t m = n - chunk.stepwise_rows;
+  const bool use_gemm = m >= options_.gemm_min_tokens;
   // The head's folded input comes from the last layer's down: a stage may run none.
-  const bool fold = may_fold && folds_norms(n, use_gemm) && !layers.empty();
-  const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
-  const NormIn folded_in{norm_sumsq_, c.rms_eps};
-  // x += m * in; when folding, also the input of the RMSNorm with weight
-  // `next_norm` (none after a pipeline stage's last layer: the next stage norms).
-  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* next_norm) {
-    const bool folds = fold && next_norm;
-    matmul(m, in, n, x_, c.dim, true, folds ? NormOut{next_norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
-  };
+  const bool fold = m == n && may_fold && folds_norms(n, use_gemm) && !layers.empty();
+  const bool step_fold = m < n && folds_norms(1, false) && !layers.empty();
+  const auto stepwise_seqs =
+      std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
+  const ChunkRows chunked{{chunk.seqs.begin(), stepwise_seqs}, chunk.token_pos, chunk.token_slot, 0};
 
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
   host_rows_.clear();
@@ -890,61 +938,24 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     const LayerOnDevice& L =
         streamed ? (slotted = layers_[l].in_slot(uint64_t(streamer_->before_layer(int64_t(l), stream_)) * slot_bytes_))
                  : layers_[l];
-    // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-    const bool attn_folded = fold && i > 0;  // the previous layer's down wrote the norm's input
-    if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
-    if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
-    const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
-    if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
-      MatvecPartsParams qkv;
-      for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
-      qkv.x = {xn_, q8_, q8_scales_};
-      if (attn_folded) {
-        qkv.x = folded_x;
-        qkv.norm_in = folded_in;
-      }
-      qkv.y = qkv_;
-      matvec_parts(qkv, stream_);
-    } else {
-      for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
-    }
-
-    const bool att_q8 = attend(L, int64_t(l), n, use_gemm, chunk);
-    const Input att_in = att_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
-    add_to_residual(L.wo, att_in, L.ffn_norm);
-
-    // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-    if (!fold) rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
-    if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
-    if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
-      MatvecParams p;
-      p.w = L.gate;
-      p.w_up = L.up;
-      p.x = {xn_, q8_, q8_scales_};
-      if (fold) {
-        p.x = folded_x;
-        p.norm_in = folded_in;
-      }
-      p.y = h_;
-      p.y_stride = c.ffn_dim;
-      matvec(p, int(n), stream_);
-    } else {
-      matmul(L.gate, normed, n, gate_, c.ffn_dim, false);
-      matmul(L.up, normed, n, up_, c.ffn_dim, false);
-      swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
-    }
-    add_to_residual(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm),
-                    i + 1 < layers.size() ? layers_[size_t(layers[i + 1])].attn_norm : output_norm_);
+    // The norm after this layer: the next layer's, or the final one (none
+    // after a pipeline stage's last layer: the next stage norms). When
+    // folding, each layer's down writes its input and the next layer's
+    // attention reads it (the first layer normalizes its own).
+    const float* next_norm = i + 1 < layers.size() ? layers_[size_t(layers[i + 1])].attn_norm : output_norm_;
+    if (m > 0) chunk_layer(L, int64_t(l), m, use_gemm, fold, fold && i > 0, chunked, next_norm);
+    if (m < n) stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
   if (host_ && n > options_.cpu_max_tokens) host_->after_gpu_pass(host_rows_, stream_);
   if (host_ && n <= options_.cpu_max_tokens) host_->after_host_pass(host_rows_);
   if (host_computed) ++host_passes_;
 
-  // Final norm and classifier, for the head's rows.
+  // Final norm and classifier, for the head's rows, then every stepwise row.
   const int64_t rows = head.count;
+  if (m < n && has_head_) stepwise_head(m, n, step_fold, rows);
   if (rows == 0) return;
-  const float* x_rows = x_ + (n - rows) * c.dim;
+  const float* x_rows = x_ + (m - rows) * c.dim;
   if (head.gather) {  // gather_rows_f32 reads x_ as a matrix of n rows; gate_ is free by now
     gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, x_), head.gather, rows, gate_, stream_);
     x_rows = gate_;
@@ -955,8 +966,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   if (fold) {  // one token, whose last down projection wrote the final norm's input
     MatvecParams p;
     p.w = output_;
-    p.x = folded_x;
-    p.norm_in = folded_in;
+    p.x = {nullptr, norm_q8_, norm_q8_scales_};
+    p.norm_in = {norm_sumsq_, c.rms_eps};
     p.y = logits_;
     p.y_stride = c.vocab_size;
     matvec(p, 1, stream_);
@@ -965,12 +976,173 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   }
 }
 
+void CudaLlamaRunner::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
+                                  const ChunkRows& rows, const float* next_norm) {
+  const LlamaConfig& c = config_;
+  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
+  const NormIn folded_in{norm_sumsq_, c.rms_eps};
+  // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
+  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
+    matmul(m, in, n, x_, c.dim, true, fold && norm ? NormOut{norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
+  };
+
+  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
+  if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
+  const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
+  if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
+    MatvecPartsParams qkv;
+    for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+    qkv.x = {xn_, q8_, q8_scales_};
+    if (attn_folded) {
+      qkv.x = folded_x;
+      qkv.norm_in = folded_in;
+    }
+    qkv.y = qkv_;
+    matvec_parts(qkv, stream_);
+  } else {
+    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
+  }
+
+  const bool att_q8 = attend(L, l, n, use_gemm, rows);
+  const Input att_in = att_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
+  add_to_residual(L.wo, att_in, L.ffn_norm);
+
+  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  if (!fold) rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
+  if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
+  if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
+    MatvecParams p;
+    p.w = L.gate;
+    p.w_up = L.up;
+    p.x = {xn_, q8_, q8_scales_};
+    if (fold) {
+      p.x = folded_x;
+      p.norm_in = folded_in;
+    }
+    p.y = h_;
+    p.y_stride = c.ffn_dim;
+    matvec(p, int(n), stream_);
+  } else {
+    matmul(L.gate, normed, n, gate_, c.ffn_dim, false);
+    matmul(L.up, normed, n, up_, c.ffn_dim, false);
+    swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
+  }
+  add_to_residual(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm), next_norm);
+}
+
+void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
+                                     bool attn_folded, const ChunkRows& rows, const float* next_norm) {
+  const LlamaConfig& c = config_;
+  const int64_t s = n - first, dim = c.dim, qkv_width = c.q_dim() + 2 * c.kv_dim();
+  float* x = x_ + first * dim;
+  // Row r's folded-norm input, and its plain normalized form.
+  const Activations folded_x{nullptr, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32};
+  const NormIn folded_in{norm_sumsq_ + first * dim / 32, c.rms_eps};
+  float* xn = xn_ + first * dim;
+  int8_t* xn_q8 = q8_ + first * dim;
+  float2* xn_scales = q8_scales_ + first * dim / 32;
+  const Activations normed{xn, xn_q8, xn_scales};
+  const auto norm_of = [&](const float* weight) {
+    return NormOut{weight, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32, norm_sumsq_ + first * dim / 32};
+  };
+  // x += m * in, as a one-token step's wo and down do.
+  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
+    MatvecParams p;
+    p.w = m;
+    p.x = {in.f32, in.q8, in.q8_scales};
+    p.y = x;
+    p.y_stride = dim;
+    p.residual = x;
+    if (fold && norm) p.norm_out = norm_of(norm);
+    matvec_stepwise(p, s, stream_);
+  };
+
+  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  if (!attn_folded) rms_norm(x, L.attn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
+  MatvecPartsParams qkv;
+  for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+  qkv.x = attn_folded ? folded_x : normed;
+  if (attn_folded) qkv.norm_in = folded_in;
+  qkv.y = qkv_ + first * qkv_width;
+  matvec_parts_stepwise(qkv, s, qkv_width, stream_);
+  // Every row's RoPE and cache store, then each row attends as a one-token
+  // step at its position does: its key count picks the kernel and the splits.
+  RopeKvParams rope = rope_shape();
+  rope.qkv = qkv_ + first * qkv_width;
+  rope.n_tokens = s;
+  rope.token_pos = rows.token_pos + first;
+  rope.token_slot = rows.token_slot + first;
+  rope.k_cache = k_cache_at(0, l);
+  rope.v_cache = v_cache_at(0, l);
+  rope_and_store_kv(rope, stream_);
+  for (const ChunkSequence& seq : rows.seqs) {
+    if (!seq.stepwise) continue;
+    for (int64_t t = 0; t < seq.rows; ++t) {
+      const int64_t row = seq.first_row + t;
+      AttentionParams att = attention_shape();
+      att.q = qkv_ + row * qkv_width;
+      att.out = att_ + row * c.q_dim();
+      att.k_cache = k_cache_at(seq.slot, l);
+      att.v_cache = v_cache_at(seq.slot, l);
+      att.pos = rows.token_pos + row;
+      att.n_tokens = 1;
+      att.max_keys = decode_max_keys(seq.first_pos + t);
+      att.n_splits = attention_splits(1, att.n_heads, att.n_kv_heads, att.head_dim, att.max_keys, device_.multiprocessors);
+      att.keys_just_stored = true;
+      attention(att, stream_);
+    }
+  }
+  add_to_residual(L.wo, prepare_input(att_ + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
+
+  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
+  float* h = h_ + first * c.ffn_dim;
+  MatvecParams p;
+  p.w = L.gate;
+  p.x = fold ? folded_x : normed;
+  if (fold) p.norm_in = folded_in;
+  p.y_stride = c.ffn_dim;
+  if (L.gate.type == L.up.type) {
+    p.w_up = L.up;
+    p.y = h;
+    matvec_stepwise(p, s, stream_);
+  } else {  // folds_norms never folds these: normed holds the input
+    p.y = gate_ + first * c.ffn_dim;
+    matvec_stepwise(p, s, stream_);
+    p.w = L.up;
+    p.y = up_ + first * c.ffn_dim;
+    matvec_stepwise(p, s, stream_);
+    swiglu(gate_ + first * c.ffn_dim, up_ + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
+  }
+  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
+}
+
+void CudaLlamaRunner::stepwise_head(int64_t first, int64_t n, bool fold, int64_t to) {
+  const LlamaConfig& c = config_;
+  const int64_t s = n - first, dim = c.dim;
+  MatvecParams p;
+  p.w = output_;
+  if (fold) {  // the last layer's down wrote the final norm's input
+    p.x = {nullptr, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32};
+    p.norm_in = {norm_sumsq_ + first * dim / 32, c.rms_eps};
+  } else {
+    p.x = {xn_ + first * dim, q8_ + first * dim, q8_scales_ + first * dim / 32};
+    rms_norm(x_ + first * dim, output_norm_, s, dim, c.rms_eps, xn_ + first * dim, q8_ + first * dim,
+             q8_scales_ + first * dim / 32, stream_);
+  }
+  p.y = logits_ + to * c.vocab_size;
+  p.y_stride = c.vocab_size;
+  matvec_stepwise(p, s, stream_);
+}
+
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
   const int64_t floats = n * config_.dim;
   copy_floats(x_, host_->host_x_on_device(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
-  for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos});
+  for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos, s.stepwise});
   for (const int32_t l : layers) {
     const auto begin = std::chrono::steady_clock::now();
     host_->run(l, host_runs_, n, kv_pages());
@@ -1173,7 +1345,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     return nullptr;
   }
   for (const BatchEntry& e : batch.entries) {
-    if (e.output != Output::Argmax) return nullptr;
+    if (e.output != Output::Argmax || e.stepwise) return nullptr;  // a stepwise row takes other kernels
   }
   cudaGraphExec_t& exec = batch_graphs_[n];
   if (!exec) exec = capture_graph(stream_, pass);
@@ -1217,7 +1389,8 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
 }
 
 // The chunk's inputs move in one copy: [header][tokens][each row's position]
-// [each row's slot][each sequence's first position][the head's rows].
+// [each row's slot][each sequence's first position][the head's rows]. Rows
+// follow the entries, but the stepwise runs' come after all others.
 void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots,
                                       int64_t at, int64_t n, std::span<const int32_t> layers, BatchOutputs& out) {
   NT_CUDA_CHECK(cudaSetDevice(device_.index));  // a pipeline drives stages on several GPUs from one thread
@@ -1231,42 +1404,50 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   int32_t* run_pos = token_slot + n;
   const auto device = [&](const int32_t* host) { return pos_dev_ + (host - staged); };
   std::vector<ChunkSequence> seqs;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const SequenceRun& r = runs[i];
-    const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
-    if (first >= end) continue;
-    const int64_t pos = r.pos + (first - r.first);
-    const int32_t slot = slots[i];
-    for (int64_t t = first; t < end; ++t) {
-      token_pos[t - at] = int32_t(pos + (t - first));
-      token_slot[t - at] = slot;
+  row_entries_.clear();
+  int64_t stepwise_rows = 0;
+  for (const bool stepwise : {false, true}) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const SequenceRun& r = runs[i];
+      const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
+      if (r.stepwise != stepwise || first >= end) continue;
+      const int64_t pos = r.pos + (first - r.first), row = int64_t(row_entries_.size());
+      const int32_t slot = slots[i];
+      for (int64_t t = first; t < end; ++t) {
+        tokens[row_entries_.size()] = batch.entries[size_t(t)].token;
+        token_pos[row_entries_.size()] = int32_t(pos + (t - first));
+        token_slot[row_entries_.size()] = slot;
+        row_entries_.push_back(t);
+      }
+      run_pos[seqs.size()] = int32_t(pos);
+      // A one-row run attends as a single-sequence decode step at its position does.
+      const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
+      seqs.push_back({row, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos, stepwise});
+      if (stepwise) stepwise_rows += end - first;
     }
-    run_pos[seqs.size()] = int32_t(pos);
-    // A one-row run attends as a single-sequence decode step at its position does.
-    const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos});
   }
+  // The head takes the other rows that ask for an output, then every stepwise row.
+  const int64_t m = n - stepwise_rows;
   int32_t* head_rows = run_pos + seqs.size();
   int64_t rows = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    const BatchEntry& e = batch.entries[size_t(at + t)];
-    tokens[t] = e.token;
-    if (e.output != Output::None && has_head_) head_rows[rows++] = int32_t(t);
+  for (int64_t t = 0; t < m; ++t) {
+    if (batch.entries[size_t(row_entries_[size_t(t)])].output != Output::None && has_head_) head_rows[rows++] = int32_t(t);
   }
   const size_t input_bytes = size_t(head_rows + rows - staged) * 4;
-  // The head's rows are gathered unless they are the chunk's last ones; a
-  // one-token pass runs as a single-sequence step does (folded norms).
-  const bool trailing = rows == 0 || (head_rows[0] == n - rows && head_rows[rows - 1] == n - 1);
+  // The head's rows are gathered unless they are the other rows' last ones;
+  // a one-token pass runs as a single-sequence step does (folded norms).
+  const bool trailing = rows == 0 || (head_rows[0] == m - rows && head_rows[rows - 1] == m - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  const ChunkRows chunk{seqs, device(token_pos), device(token_slot)};
+  const ChunkRows chunk{seqs, device(token_pos), device(token_slot), stepwise_rows};
+  const int64_t head_total = rows + stepwise_rows;
   auto* picks = static_cast<int32_t*>(host_out());
-  // The pass: the inputs in, the layers, the head, every row's argmax out.
+  // The pass: the inputs in, the layers, the head, every head row's argmax out.
   const auto pass = [&] {
     NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
     run_chunk(n, chunk, layers, {rows, gather}, n == 1);
-    if (rows > 0) {
-      argmax_rows(logits_, rows, vocab, argmax_, argmax_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(picks, argmax_, size_t(rows) * 4, cudaMemcpyDeviceToHost, stream_));
+    if (head_total > 0) {
+      argmax_rows(logits_, head_total, vocab, argmax_, argmax_scratch_, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(picks, argmax_, size_t(head_total) * 4, cudaMemcpyDeviceToHost, stream_));
     }
   };
   if (cudaGraphExec_t graph = batch_decode_graph(batch, runs, at, n, layers, pass)) {
@@ -1276,11 +1457,13 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (streamer_) streamer_->end_chunk();
-  for (int64_t i = 0; i < rows; ++i) {
-    const size_t entry = size_t(at + head_rows[i]);
+  for (int64_t i = 0; i < head_total; ++i) {
+    const size_t entry = size_t(row_entries_[size_t(i < rows ? head_rows[i] : m + (i - rows))]);
+    const Output output = batch.entries[entry].output;
+    if (output == Output::None) continue;  // a stepwise row that feeds the cache only
     const size_t slot = size_t(out.index[entry]);
     const float* row = logits_ + i * vocab;
-    switch (batch.entries[entry].output) {
+    switch (output) {
       case Output::Logits:
         NT_CUDA_CHECK(cudaMemcpy(out.logits.data() + slot * size_t(vocab), row, size_t(vocab) * 4, cudaMemcpyDeviceToHost));
         break;

@@ -52,6 +52,10 @@ struct CudaRunnerOptions {
   int64_t cpu_layers = 0;
   int64_t cpu_max_tokens = 1;
   int cpu_threads = 0;  // 0: one a physical core
+  // A --draft-model that will be resident beside this runner on its GPU,
+  // holding max_sequences sequences of this context: its weights, KV cache
+  // and buffers come out of the VRAM budget first (runtime/device_memory_plan.h).
+  std::string draft_model;
   std::string trace_path;               // Chrome-trace JSON of streaming, written when the runner is destroyed
   // Called as the weights load: the resident ones onto the GPU, then the RAM
   // tier's into pinned memory; (file bytes so far, their total).

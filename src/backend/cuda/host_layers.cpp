@@ -145,8 +145,17 @@ void HostLayers::after_host_pass(std::span<const SlotRows> runs) {
 void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages) {
   const size_t i = size_t(index_[size_t(layer)]);
   const size_t layer_elems = size_t(pool_rows_) * size_t(config_.kv_dim());
-  const cpu::TokenGroup all{0, n, n};
-  const cpu::LayerRows rows{n, runs, &pages, {&all, 1}};
+  // Every row takes the kernels of the pass's n tokens, but a stepwise run's, which take one-token steps'.
+  groups_.clear();
+  for (const SequenceRun& r : runs) {
+    const int64_t alone = r.stepwise ? 1 : n;
+    if (!groups_.empty() && groups_.back().alone == alone) {
+      groups_.back().count += r.count;
+    } else {
+      groups_.push_back({r.first, r.count, alone});
+    }
+  }
+  const cpu::LayerRows rows{n, runs, &pages, groups_};
   layer_.run(weights_[i], {k_cache_.data() + i * layer_elems, TensorType::F16},
              {v_cache_.data() + i * layer_elems, TensorType::F16}, rows, host_x(), pool_);
 }

@@ -45,7 +45,9 @@ class HostLayers {
   // Pinned [max_rows][dim]: the hidden state the runner copies in and back.
   float* host_x() { return x_.as<float>(); }
   float* host_x_on_device() const { return x_on_device_; }
-  // Layer `layer` over the first n rows of host_x, `runs` saying whose they are.
+  // Layer `layer` over the first n rows of host_x, `runs` saying whose they
+  // are (in row order, covering them; a stepwise run's rows take the kernels
+  // of one-token steps).
   void run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages);
   // The pool's page copies (copy-on-write of shared prefixes) in the host caches.
   void copy_pages(std::span<const PageCopy> copies);
@@ -74,6 +76,7 @@ class HostLayers {
   std::vector<uint16_t> k_cache_, v_cache_;  // [host index][pool row][kv_dim] F16
   cpu::ThreadPool pool_;
   cpu::LlamaLayer layer_;
+  std::vector<cpu::TokenGroup> groups_;  // run()'s rows by the kernels they take
   PinnedBuffer x_;
   float* x_on_device_ = nullptr;
   // The device side: the runner's caches, and the GPU's valid prefix per slot.

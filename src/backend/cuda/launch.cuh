@@ -12,7 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -44,6 +46,20 @@ __device__ __forceinline__ void wait_for_inputs() {
 
 // The current device is sm_90 or newer and NT_CUDA_PDL is not "0".
 bool programmatic_launch_enabled();
+
+// Opts `kernel` into `bytes` of dynamic shared memory on the current GPU the
+// first time it launches there: the attribute holds for the device it was
+// set on (a pipeline's stages use several). `configured` is the kernel's own
+// set of devices done, a bit per device index.
+template <typename Kernel>
+void allow_dynamic_shared_memory(Kernel kernel, size_t bytes, std::atomic<uint64_t>& configured) {
+  int device = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit && (configured.load() & bit)) return;
+  NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  configured.fetch_or(bit);
+}
 
 // The largest L2 access-policy window the device takes (0: none).
 size_t max_access_policy_window_bytes();

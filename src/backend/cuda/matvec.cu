@@ -59,7 +59,10 @@ bool matvec_wants_q8(TensorType type) {
   return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
 }
 
-void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
+namespace {
+
+// The params' own rules; `stepwise`: columns that each fold their norms as one does.
+void check_params(const MatvecParams& p, int64_t columns, bool stepwise) {
   if (p.w_up.rows && (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols)) {
     fail("gated matvec needs matrices of one type and shape: {} {}x{} vs {} {}x{}", tensor_type_name(p.w.type), p.w.rows,
          p.w.cols, tensor_type_name(p.w_up.type), p.w_up.rows, p.w_up.cols);
@@ -68,26 +71,69 @@ void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
     fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
          matvec_wants_q8(p.w.type) ? "q8" : "f32");
   }
-  if ((p.warps_per_row || p.rows_per_warp) && columns != 1) {
-    fail("matvec chooses warps per row and rows per warp only for one column, got {}", columns);
+  // Stepwise columns keep a forced split (the one-column launch's), not a row pairing.
+  const bool one_column_choice = p.rows_per_warp != 0 || (!stepwise && p.warps_per_row != 0);
+  if (one_column_choice && columns != 1) {
+    fail("matvec chooses {} only for one column, got {}", stepwise ? "rows per warp" : "warps per row and rows per warp",
+         columns);
   }
   if (p.rows_per_warp < 0 || p.rows_per_warp > 2 || (p.rows_per_warp == 2 && p.w_up.rows)) {
     fail("matvec takes 1 or 2 rows per warp, and 1 when gated; got {}", p.rows_per_warp);
   }
   const bool folds_norm = p.norm_in.group_sumsq || p.norm_out.q8;
-  if (folds_norm && (columns != 1 || !matvec_wants_q8(p.w.type))) {
-    fail("a folded RMSNorm needs one column of q8 activations, got {} columns of {}", columns, tensor_type_name(p.w.type));
+  if (folds_norm && ((!stepwise && columns != 1) || !matvec_wants_q8(p.w.type))) {
+    fail("a folded RMSNorm needs one column (or stepwise ones) of q8 activations, got {} columns of {}", columns,
+         tensor_type_name(p.w.type));
   }
   if (p.norm_out.q8 && (!p.norm_out.weight || !p.norm_out.q8_scales || !p.norm_out.group_sumsq || p.w_up.rows ||
                         p.w.rows % 32 != 0)) {
     fail("a norm output needs its weight, q8 scales and sums, an ungated matrix and rows in 32s, got {} rows", p.w.rows);
   }
+}
+
+// The params of columns [first, ...): every per-column pointer moved on.
+MatvecParams from_column(const MatvecParams& p, int64_t first) {
+  MatvecParams q = p;
+  const int64_t cols = p.w.cols, rows = p.w.rows;
+  if (q.x.f32) q.x.f32 += first * cols;
+  if (q.x.q8) q.x.q8 += first * cols;
+  if (q.x.q8_scales) q.x.q8_scales += first * cols / 32;
+  q.y += first * p.y_stride;
+  if (q.residual) q.residual += first * p.y_stride;
+  if (q.norm_in.group_sumsq) q.norm_in.group_sumsq += first * cols / 32;
+  if (q.norm_out.q8) {
+    q.norm_out.q8 += first * rows;
+    q.norm_out.q8_scales += first * rows / 32;
+    q.norm_out.group_sumsq += first * rows / 32;
+  }
+  return q;
+}
+
+}  // namespace
+
+void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
+  check_params(p, columns, false);
   if (p.w.rows == 0) return;
   if (cuda::launch_matvec_float(p, columns, stream) || cuda::launch_matvec_legacy(p, columns, stream) ||
       cuda::launch_matvec_kquant(p, columns, stream)) {
     return;
   }
   weight_layout(p.w.type);  // throws naming the unsupported type
+}
+
+void matvec_stepwise(const MatvecParams& p, int64_t columns, cudaStream_t stream) {
+  if (columns < 0) fail("matvec over {} columns", columns);
+  check_params(p, columns, true);
+  if (p.w.rows == 0) return;
+  for (int64_t first = 0; first < columns; first += kMatvecMaxColumns) {
+    const int n = int(std::min<int64_t>(kMatvecMaxColumns, columns - first));
+    const MatvecParams q = from_column(p, first);
+    if (n == 1) {
+      matvec(q, 1, stream);  // the one-column launch itself
+    } else if (!cuda::launch_matvec_stepwise(q, n, stream)) {
+      weight_layout(p.w.type);  // throws naming the unsupported type
+    }
+  }
 }
 
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,

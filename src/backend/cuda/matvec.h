@@ -69,10 +69,23 @@ bool matvec_wants_q8(TensorType type);
 
 void matvec(const MatvecParams& p, int columns, cudaStream_t stream);
 
+// Any number of columns, each computed with exactly the operations matvec(p, 1)
+// applies to one column alone (its warps per row, its format's decode units,
+// its folded norms), kMatvecMaxColumns at a time reading every weight once for
+// all: the tokens of a stepwise run (runtime/batch.h) then get the numbers of
+// one-token decode steps. Column c's folded norms lie where its activations
+// and outputs do: NormIn sums at group_sumsq + c * cols / 32, NormOut at
+// q8 + c * rows, q8_scales and group_sumsq + c * rows / 32.
+void matvec_stepwise(const MatvecParams& p, int64_t columns, cudaStream_t stream);
+
 // One column through every part: a single launch when the parts use at most
 // two formats that are instantiated together (the K-quant mixes), else one
 // mat-vec per part. Every part must have the same number of columns.
 void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream);
+
+// Any number of columns through the parts, each as matvec_parts computes one
+// column (column c's outputs at p.y + c * y_stride).
+void matvec_parts_stepwise(const MatvecPartsParams& p, int64_t columns, int64_t y_stride, cudaStream_t stream);
 
 // Quantizes `columns` rows of `cols` floats (cols a multiple of 32) to q8.
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,

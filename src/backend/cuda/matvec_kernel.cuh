@@ -44,14 +44,23 @@ constexpr int kDefaultUnroll = kGated ? (F::kUnroll + 1) / 2 : F::kUnroll;  // g
 // p.norm_in, when set, scales the products (NormIn). kNormOut: the block's
 // kWarps warps hold 32 rows, one q8 group of the output, and also write
 // p.norm_out for them (NormOut): one barrier, then warp 0 quantizes.
+// kStepwise: the first `columns` (at most kColumns) of the activation columns,
+// each computed with exactly the operations of a one-column launch of the same
+// kSplit (a row's units in the same order, the same reductions, its own folded
+// norms: column c's NormIn sums at group_sumsq + c * cols / 32, its NormOut at
+// q8 + c * rows, q8_scales and group_sumsq + c * rows / 32; warp c quantizes it).
 template <class F, int kColumns, bool kGated, int kSplit, int kUnroll, bool kTwoRows = false, int kWarps = kMatvecWarps,
-          bool kNormOut = false>
-__device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t block) {
+          bool kNormOut = false, bool kStepwise = false>
+__device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t block, int columns = kColumns) {
   static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "a row is split over 1, 2 or 4 warps");
   static_assert(!(kGated && kTwoRows), "a gated warp already reads two matrices");
-  static_assert(!kNormOut || (kColumns == 1 && !kGated && kWarps / kSplit * (kTwoRows ? 2 : 1) == 32),
-                "a norm output needs one column and 32 rows a block");
+  static_assert(!kNormOut || ((kColumns == 1 || kStepwise) && !kGated && kWarps / kSplit * (kTwoRows ? 2 : 1) == 32 &&
+                              kColumns <= kWarps),
+                "a norm output needs one column (or stepwise columns, a warp each) and 32 rows a block");
   constexpr bool kSecond = kGated || kTwoRows;  // a second weight stream: w_up or the next row
+  constexpr bool kNorms = kColumns == 1 || kStepwise;  // folded RMSNorms: one column, or columns each as one
+  // Whether column c is computed (constant true unless stepwise).
+  const auto used = [&](int c) { return !kStepwise || c < columns; };
   constexpr int kStride = 32 * kSplit;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row = (block * (kWarps / kSplit) + warp / kSplit) * (kTwoRows ? 2 : 1);
@@ -59,8 +68,11 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
   const int64_t next_row = kTwoRows && row + 1 < p.w.rows ? row + 1 : row;  // an odd last row reads its own twice
   if (kSplit == 1 && !kNormOut && !active) return;  // split rows keep every thread for the barrier
   [[maybe_unused]] float norm_weight = 0.0f;
+  [[maybe_unused]] const int norm_column = kStepwise ? warp : 0;  // the column a norm-output warp quantizes
   if constexpr (kNormOut) {
-    if (warp == 0) norm_weight = p.norm_out.weight[block * 32 + lane];  // never written: load before the wait
+    if (norm_column == warp && used(norm_column)) {
+      norm_weight = p.norm_out.weight[block * 32 + lane];  // never written: load before the wait
+    }
   }
   const int first = (warp % kSplit) * 32 + lane;
   const int units = active ? int(p.w.cols / F::kUnitElems) : 0;
@@ -82,9 +94,19 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
   };
   load_units(first);  // weights are never written: prefetch before the wait
   wait_for_inputs();
-  [[maybe_unused]] float group_sumsq = 0.0f;
-  if (kColumns == 1 && p.norm_in.group_sumsq) {
-    for (int64_t g = lane; g < p.w.cols / 32; g += 32) group_sumsq += p.norm_in.group_sumsq[g];
+  [[maybe_unused]] float group_sumsq[kNorms ? kColumns : 1] = {};
+  if (kNorms && p.norm_in.group_sumsq) {
+    if constexpr (kStepwise) {
+      const int64_t groups = p.w.cols / 32;
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) {
+        if (used(c)) {
+          for (int64_t g = lane; g < groups; g += 32) group_sumsq[c] += p.norm_in.group_sumsq[c * groups + g];
+        }
+      }
+    } else {
+      for (int64_t g = lane; g < p.w.cols / 32; g += 32) group_sumsq[0] += p.norm_in.group_sumsq[g];
+    }
   }
   for (int base = first; base < units; base += kStride * kUnroll) {
     if (base != first) load_units(base);
@@ -94,21 +116,30 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
       if (u < units) {
 #pragma unroll
         for (int c = 0; c < kColumns; ++c) {
-          acc[c] += dot_column<F>(r[k], p, c, u);
-          if constexpr (kSecond) acc_up[c] += dot_column<F>(r_up[k], p, c, u);
+          if (used(c)) {
+            acc[c] += dot_column<F>(r[k], p, c, u);
+            if constexpr (kSecond) acc_up[c] += dot_column<F>(r_up[k], p, c, u);
+          }
         }
       }
     }
   }
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) {
-    acc[c] = warp_sum(acc[c]);
-    if constexpr (kSecond) acc_up[c] = warp_sum(acc_up[c]);
+    if (used(c)) {
+      acc[c] = warp_sum(acc[c]);
+      if constexpr (kSecond) acc_up[c] = warp_sum(acc_up[c]);
+    }
   }
-  if (kColumns == 1 && p.norm_in.group_sumsq) {
-    const float inv = rsqrtf(warp_sum(group_sumsq) / float(p.w.cols) + p.norm_in.eps);
-    acc[0] *= inv;
-    acc_up[0] *= inv;
+  if (kNorms && p.norm_in.group_sumsq) {
+#pragma unroll
+    for (int c = 0; c < (kNorms ? kColumns : 1); ++c) {
+      if (used(c)) {
+        const float inv = rsqrtf(warp_sum(group_sumsq[c]) / float(p.w.cols) + p.norm_in.eps);
+        acc[c] *= inv;
+        acc_up[c] *= inv;
+      }
+    }
   }
   [[maybe_unused]] bool writes = true;
   if constexpr (kSplit > 1) {
@@ -134,29 +165,32 @@ __device__ __forceinline__ void matvec_block(const MatvecParams& p, int64_t bloc
       }
     }
   }
-  [[maybe_unused]] __shared__ float block_rows[kNormOut ? 32 : 1];
+  [[maybe_unused]] __shared__ float block_rows[kNormOut ? kColumns : 1][kNormOut ? 32 : 1];
   if (lane == 0 && writes) {
 #pragma unroll
     for (int c = 0; c < kColumns; ++c) {
+      if (!used(c)) continue;
       float v = kGated ? silu(acc[c]) * acc_up[c] : acc[c];
       if (p.residual) v += p.residual[c * p.y_stride + row];
       p.y[c * p.y_stride + row] = v;
-      if constexpr (kNormOut) block_rows[row - block * 32] = v;
+      if constexpr (kNormOut) block_rows[c][row - block * 32] = v;
       if (kTwoRows && next_row != row) {
         float v2 = acc_up[c];
         if (p.residual) v2 += p.residual[c * p.y_stride + next_row];
         p.y[c * p.y_stride + next_row] = v2;
-        if constexpr (kNormOut) block_rows[next_row - block * 32] = v2;
+        if constexpr (kNormOut) block_rows[c][next_row - block * 32] = v2;
       }
     }
   }
   if constexpr (kNormOut) {
     __syncthreads();
-    if (warp == 0) {
-      const float v = block_rows[lane];
-      quantize_q8_warp(v * norm_weight, p.norm_out.q8 + block * 32, p.norm_out.q8_scales + block);
+    if (norm_column == warp && used(norm_column)) {
+      const int c = norm_column;
+      const int64_t groups = p.w.rows / 32;
+      const float v = block_rows[c][lane];
+      quantize_q8_warp(v * norm_weight, p.norm_out.q8 + c * p.w.rows + block * 32, p.norm_out.q8_scales + c * groups + block);
       const float sumsq = warp_sum(v * v);
-      if (lane == 0) p.norm_out.group_sumsq[block] = sumsq;
+      if (lane == 0) p.norm_out.group_sumsq[c * groups + block] = sumsq;
     }
   }
 }
@@ -294,5 +328,7 @@ void launch_matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
 bool launch_matvec_float(const MatvecParams& p, int columns, cudaStream_t stream);
 bool launch_matvec_legacy(const MatvecParams& p, int columns, cudaStream_t stream);
 bool launch_matvec_kquant(const MatvecParams& p, int columns, cudaStream_t stream);
+// Stepwise columns (matvec_stepwise.cu): 1 to kMatvecMaxColumns, any format.
+bool launch_matvec_stepwise(const MatvecParams& p, int columns, cudaStream_t stream);
 
 }  // namespace nt::cuda

@@ -35,34 +35,33 @@ void launch_parts(const MatvecPartsParams& p, int64_t rows, int split, cudaStrea
   }
 }
 
-// Launches the fused kernel for a format pair it is instantiated for
-// ({a, b} in either order, or a alone); false otherwise.
-bool launch_pair(TensorType a, TensorType b, const MatvecPartsParams& p, int64_t rows, int split, cudaStream_t stream) {
+using PartsLauncher = void (*)(const MatvecPartsParams&, int64_t, int, cudaStream_t);
+
+// The fused kernel for a format pair it is instantiated for ({a, b} in
+// either order, or a alone); null otherwise.
+PartsLauncher pair_launcher(TensorType a, TensorType b) {
   auto is = [&](TensorType x, TensorType y) { return (a == x && b == y) || (a == y && b == x); };
   using T = TensorType;
-  if (is(T::Q4_K, T::Q6_K) || is(T::Q4_K, T::Q4_K) || is(T::Q6_K, T::Q6_K)) {
-    launch_parts<FormatQ4_K, FormatQ6_K>(p, rows, split, stream);
-  } else if (is(T::Q5_K, T::Q6_K) || is(T::Q5_K, T::Q5_K)) {
-    launch_parts<FormatQ5_K, FormatQ6_K>(p, rows, split, stream);
-  } else if (is(T::Q4_K, T::Q5_K)) {
-    launch_parts<FormatQ4_K, FormatQ5_K>(p, rows, split, stream);
-  } else if (is(T::Q3_K, T::Q4_K) || is(T::Q3_K, T::Q3_K)) {
-    launch_parts<FormatQ3_K, FormatQ4_K>(p, rows, split, stream);
-  } else if (is(T::Q3_K, T::Q5_K)) {
-    launch_parts<FormatQ3_K, FormatQ5_K>(p, rows, split, stream);
-  } else {
-    return false;
-  }
-  return true;
+  if (is(T::Q4_K, T::Q6_K) || is(T::Q4_K, T::Q4_K) || is(T::Q6_K, T::Q6_K)) return launch_parts<FormatQ4_K, FormatQ6_K>;
+  if (is(T::Q5_K, T::Q6_K) || is(T::Q5_K, T::Q5_K)) return launch_parts<FormatQ5_K, FormatQ6_K>;
+  if (is(T::Q4_K, T::Q5_K)) return launch_parts<FormatQ4_K, FormatQ5_K>;
+  if (is(T::Q3_K, T::Q4_K) || is(T::Q3_K, T::Q3_K)) return launch_parts<FormatQ3_K, FormatQ4_K>;
+  if (is(T::Q3_K, T::Q5_K)) return launch_parts<FormatQ3_K, FormatQ5_K>;
+  return nullptr;
 }
 
-}  // namespace
-}  // namespace cuda
+// How one column goes through the parts: the fused kernel with its row
+// split, or (fused null) one mat-vec per part.
+struct PartsLaunch {
+  PartsLauncher fused = nullptr;
+  int split = 0;
+  int64_t rows = 0;  // over all parts
+};
 
-void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
+PartsLaunch plan_parts(const MatvecPartsParams& p) {
   if (p.n_parts < 1 || p.n_parts > kMaxMatvecParts) fail("matvec_parts takes 1 to {} parts, got {}", kMaxMatvecParts, p.n_parts);
   const DeviceMatrix& first = p.part[0].w;
-  int64_t rows = 0;
+  PartsLaunch launch;
   TensorType other = first.type;
   bool fusable = true;
   for (int i = 0; i < p.n_parts; ++i) {
@@ -72,20 +71,45 @@ void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
       fusable = fusable && (other == first.type || other == m.type);
       other = m.type;
     }
-    rows += m.rows;
+    launch.rows += m.rows;
   }
-  if (!p.x.q8 || !p.x.q8_scales) fusable = false;  // matvec() below names what is missing
-  const int split = cuda::default_warps_per_row(first.cols / 32);  // 32 elements a unit for Q4_K..Q6_K
-  for (int i = 0; i < p.n_parts; ++i) fusable = fusable && p.part[i].w.rows % (cuda::kMatvecWarps / split) == 0;
-  if (fusable && rows > 0 && cuda::launch_pair(first.type, other, p, rows, split, stream)) return;
+  if (!p.x.q8 || !p.x.q8_scales) fusable = false;  // matvec() names what is missing
+  launch.split = default_warps_per_row(first.cols / 32);  // 32 elements a unit for Q4_K..Q6_K
+  for (int i = 0; i < p.n_parts; ++i) fusable = fusable && p.part[i].w.rows % (kMatvecWarps / launch.split) == 0;
+  if (fusable && launch.rows > 0) launch.fused = pair_launcher(first.type, other);
+  return launch;
+}
+
+// Part i alone, over `columns` columns whose outputs lie y_stride apart.
+MatvecParams part_params(const MatvecPartsParams& p, int i, int64_t y_stride) {
+  MatvecParams one;
+  one.w = p.part[i].w;
+  one.x = p.x;
+  one.norm_in = p.norm_in;
+  one.y = p.y + p.part[i].y_offset;
+  one.y_stride = y_stride;
+  return one;
+}
+
+}  // namespace
+}  // namespace cuda
+
+void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
+  const cuda::PartsLaunch launch = cuda::plan_parts(p);
+  if (launch.fused) {
+    launch.fused(p, launch.rows, launch.split, stream);
+    return;
+  }
+  for (int i = 0; i < p.n_parts; ++i) matvec(cuda::part_params(p, i, p.part[i].w.rows), 1, stream);
+}
+
+void matvec_parts_stepwise(const MatvecPartsParams& p, int64_t columns, int64_t y_stride, cudaStream_t stream) {
+  if (columns == 1) return matvec_parts(p, stream);
+  const cuda::PartsLaunch launch = cuda::plan_parts(p);
   for (int i = 0; i < p.n_parts; ++i) {
-    MatvecParams one;
-    one.w = p.part[i].w;
-    one.x = p.x;
-    one.norm_in = p.norm_in;
-    one.y = p.y + p.part[i].y_offset;
-    one.y_stride = one.w.rows;
-    matvec(one, 1, stream);
+    MatvecParams one = cuda::part_params(p, i, y_stride);
+    one.warps_per_row = launch.fused ? launch.split : 0;  // the fused kernel's split, else the part's own
+    matvec_stepwise(one, columns, stream);
   }
 }
 

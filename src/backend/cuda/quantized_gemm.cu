@@ -378,11 +378,8 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
 
   KernelParams k{p.w, p.x.q8, p.x.q8_scales, p.n_tokens, splits > 1 ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
   constexpr size_t smem = size_t(pipeline_stages<kCols>()) * size_t(stage_bytes<Tile, kCols>());
-  static const bool configured = [] {
-    NT_CUDA_CHECK(cudaFuncSetAttribute(quantized_gemm_kernel<Tile, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    return true;
-  }();
-  (void)configured;
+  static std::atomic<uint64_t> configured{0};
+  cuda::allow_dynamic_shared_memory(quantized_gemm_kernel<Tile, kCols>, smem, configured);
   cuda::launch_kernel(quantized_gemm_kernel<Tile, kCols>, dim3(unsigned(row_blocks), unsigned(splits), unsigned(token_tiles)),
                       dim3(32 * kWarps), smem, stream, k);
   NT_CUDA_CHECK_LAUNCH();

@@ -13,8 +13,22 @@ namespace nt {
 
 static_assert(kLandingBuffers == kStreamLandingBuffers, "the memory plan counts the streamer's landing buffers");
 
+namespace {
+
+// The draft model's VRAM, planned from its file as its own runner will plan it.
+DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunnerOptions& o) {
+  const auto file = GgufFile::open(o.draft_model);
+  const LlamaConfig config = read_llama_config(file->header(), o.draft_model);
+  const LlamaWeights weights = load_llama_weights(*file, config);
+  const OpenedReader opened = open_layer_reader(o.draft_model, o);
+  const auto reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
+  return draft_vram(o.draft_model, config, weights, reads, context, o.max_sequences, multiprocessors);
+}
+
+}  // namespace
+
 CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
-                           const RunnerBuffers& buffers, const CudaRunnerOptions& o) {
+                           const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o) {
   uint64_t vram_budget = 0;
   if (o.vram_budget) {
     vram_budget = *o.vram_budget;
@@ -24,7 +38,9 @@ CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const st
     vram_budget = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
   }
   const uint64_t ram_budget = o.ram_budget ? *o.ram_budget : automatic_ram_budget(host_mem_available(), c, o.max_batch).budget;
-  return plan_device_placement(c, w, reads, buffers, o.ring_slots, vram_budget, ram_budget);
+  if (o.draft_model.empty()) return plan_device_placement(c, w, reads, buffers, o.ring_slots, vram_budget, ram_budget);
+  const DraftVram draft = draft_model_vram(context, multiprocessors, o);
+  return plan_device_placement(c, w, reads, buffers, o.ring_slots, vram_budget, ram_budget, &draft);
 }
 
 OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o) {
@@ -43,7 +59,7 @@ CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const C
   return place_layers(config, weights, reads,
                       runner_buffers(config, weights, context, kv_cache_context(context), options.max_batch, options.max_sequences,
                                      device.multiprocessors),
-                      options);
+                      context, device.multiprocessors, options);
 }
 
 }  // namespace nt

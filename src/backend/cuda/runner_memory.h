@@ -16,9 +16,11 @@
 namespace nt {
 
 // plan_device_placement within the options' budgets; without a VRAM budget,
-// the free VRAM less kMemoryMarginBytes, without a RAM budget the automatic one.
+// the free VRAM less kMemoryMarginBytes, without a RAM budget the automatic
+// one. With o.draft_model, that draft's VRAM for `context` positions a
+// sequence on this GPU (`multiprocessors` SMs) comes out of the budget.
 CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
-                           const RunnerBuffers& buffers, const CudaRunnerOptions& o);
+                           const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o);
 
 // The storage reader of streamed layers (--io as given).
 OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o);
