@@ -58,7 +58,13 @@ void LlamaLayer::run(const LlamaLayerWeights& w, const LayerCache& k, const Laye
   rmsnorm_rows(x, w.ffn_norm.f32(), xb_.data(), n);
   matmul(w.w_gate, xb_.data(), gate_.data());
   matmul(w.w_up, xb_.data(), up_.data());
-  swiglu(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+  // Row by row: the kernel's vector blocks and scalar tail then split each
+  // row as in a one-token step, whatever the pass holds (an ffn_dim that is
+  // no multiple of the vector width would otherwise round by batch size).
+  for (int64_t t = 0; t < n; ++t) {
+    const size_t row = size_t(t * c.ffn_dim);
+    swiglu(gate_.data() + row, up_.data() + row, gate_.data() + row, c.ffn_dim);
+  }
   matmul(w.w_down, gate_.data(), xb_.data());
   add_inplace(x, xb_.data(), n * c.dim);
 }
