@@ -34,8 +34,9 @@ namespace {
 constexpr int32_t kVocab = 600;
 constexpr int64_t kPage = 16;
 
-// Logits that depend on every token the sequence's cache holds up to the
-// entry's position, read back through its pages.
+// Logits that depend on every token the entry attends to (the sequence's
+// cache before its run, then its path in the run: a token tree's ancestors),
+// read back through its pages.
 class FakeRunner final : public ModelRunner {
  public:
   // Paged: a pool of pool_positions; PagePerSequence: `sequences` slots of the whole context.
@@ -60,25 +61,23 @@ class FakeRunner final : public ModelRunner {
                      BatchOutputs& out) override {
     batches.push_back(batch);
     live_max = std::max(live_max, int64_t(runs.size()));
-    for (const BatchEntry& e : batch.entries) cache_[size_t(kv_pages().slot(e.seq, e.pos))] = e.token;
-    std::vector<float> row(kVocab);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const BatchEntry& e = batch.entries[i];
-      if (e.output == Output::None) continue;
-      logits_of(e.seq, e.pos, row);
-      const size_t slot = size_t(out.index[i]);
-      switch (e.output) {
-        case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab)); break;
-        case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
-        case Output::Top: {
-          Candidates top;
-          top.assign(row, batch.top_k);
-          out.top[slot].assign(top.view().begin(), top.view().end());
-          break;
-        }
-        case Output::None: break;
+    for (const SequenceRun& run : runs) {
+      for (int64_t i = 0; i < run.count; ++i) {
+        cache_[size_t(kv_pages().slot(run.seq, run.pos + i))] = batch.entries[size_t(run.first + i)].token;
       }
     }
+    std::vector<float> row(kVocab);
+    std::vector<int32_t> path;
+    for (const SequenceRun& run : runs) {
+      for (int64_t i = run.first; i < run.first + run.count; ++i) {
+        tree_path(batch, run, i, path);
+        if (batch.entries[size_t(i)].output != Output::None) logits_of(batch, run, path, i, row, out);
+      }
+    }
+  }
+
+  void copy_rows(std::span<const RowCopy> copies) override {
+    for (const RowCopy& c : copies) cache_[size_t(c.to)] = cache_[size_t(c.from)];
   }
 
   void copy_pages(std::span<const PageCopy> copies) override {
@@ -92,12 +91,29 @@ class FakeRunner final : public ModelRunner {
   int64_t live_max = 0;  // most sequences in one pass
 
  private:
-  void logits_of(SeqId seq, int64_t pos, std::vector<float>& row) const {
+  // Entry i's output, from the cache before its run and its path through the run.
+  void logits_of(const Batch& batch, const SequenceRun& run, std::span<const int32_t> path, int64_t i,
+                 std::vector<float>& row, BatchOutputs& out) const {
+    const BatchEntry& e = batch.entries[size_t(i)];
     uint64_t h = 1469598103934665603ull;
-    for (int64_t p = 0; p <= pos; ++p) h = (h ^ uint64_t(cache_[size_t(kv_pages().slot(seq, p))] + 1)) * 1099511628211ull;
+    const auto mix = [&](int32_t token) { h = (h ^ uint64_t(token + 1)) * 1099511628211ull; };
+    for (int64_t p = 0; p < run.pos; ++p) mix(cache_[size_t(kv_pages().slot(run.seq, p))]);
+    for (const int32_t index : path) mix(batch.entries[size_t(run.first + index)].token);
     // A clear favourite among 200 ordinary tokens, and a spread for sampling to choose from.
-    for (int32_t i = 0; i < kVocab; ++i) row[size_t(i)] = float((h >> (i % 40)) % 7) * 0.3f;
+    for (int32_t t = 0; t < kVocab; ++t) row[size_t(t)] = float((h >> (t % 40)) % 7) * 0.3f;
     row[size_t(300 + h % 200)] += 3.0f;
+    const size_t slot = size_t(out.index[size_t(i)]);
+    switch (e.output) {
+      case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab)); break;
+      case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
+      case Output::Top: {
+        Candidates top;
+        top.assign(row, batch.top_k);
+        out.top[slot].assign(top.view().begin(), top.view().end());
+        break;
+      }
+      case Output::None: break;
+    }
   }
 
   LlamaConfig config_;

@@ -45,8 +45,10 @@ void LlamaLayer::run(const LlamaLayerWeights& w, const LayerCache& k, const Laye
   matmul(w.wv, xb_.data(), v_.data());
   for (const SequenceRun& run : rows.runs) {
     for (int64_t t = run.first; t < run.first + run.count; ++t) {
-      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), row_pos(run, t), inv_freqs_.data());
-      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), row_pos(run, t), inv_freqs_.data());
+      // A tree row is cached at row_pos but rotated for its depth.
+      const int64_t pos = rows.tree ? rows.tree->rope_pos[size_t(t)] : row_pos(run, t);
+      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos, inv_freqs_.data());
+      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), pos, inv_freqs_.data());
     }
   }
   store_kv(k, v, rows);
@@ -102,8 +104,13 @@ void LlamaLayer::attend(const LayerCache& k, const LayerCache& v, const LayerRow
   attention_runs_.clear();
   for (const SequenceRun& run : rows.runs) {
     const size_t row = size_t(run.first) * size_t(c.q_dim());
-    attention_runs_.push_back(
-        {&q_[row], &att_[row], run.pos, int(run.count), rows.pages->pages(run.seq).data(), rows.pages->page_size()});
+    AttentionRun a{&q_[row], &att_[row], run.pos, int(run.count), rows.pages->pages(run.seq).data(), rows.pages->page_size()};
+    if (run.tree) {
+      a.tree_start = rows.tree->tree_start[size_t(run.first)];
+      a.path_start = rows.tree->path_start.data() + run.first;
+      a.paths = rows.tree->paths.data();
+    }
+    attention_runs_.push_back(a);
   }
   attention_runs(attention_runs_, view(k), view(v), shape, pool);
 }

@@ -31,6 +31,7 @@
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/host_layers.h"
+#include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
@@ -40,6 +41,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
+#include "runtime/tree_mask.h"
 #include "storage/hybrid_plan.h"
 #include "storage/layer_reads.h"
 #include "storage/page_cache.h"
@@ -159,6 +161,7 @@ class CudaLlamaRunner final : public ModelRunner {
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
+  void copy_rows(std::span<const RowCopy> copies) override;
   // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
   bool honours_default_schedule() const override { return true; }
   void default_schedule_changed(std::span<const int32_t> layers) override {
@@ -194,7 +197,7 @@ class CudaLlamaRunner final : public ModelRunner {
   // Writes a chunk's inputs into the pinned staging and copies them in.
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
-  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 5 * options_.max_batch; }
+  void* host_out() { return host_io_.as<int32_t>() + batch_input_words(options_.max_batch); }
   // Fails unless `tokens` are in the vocabulary (claim_default checks the positions).
   void check_token_ids(std::span<const int32_t> tokens) const;
   // What a run hands back after its tokens: one of
@@ -214,6 +217,7 @@ class CudaLlamaRunner final : public ModelRunner {
     int64_t max_keys = 0;
     SeqId seq = 0;          // the host's view, for the layers it computes
     int64_t first_pos = 0;
+    int64_t tree_start = -1;  // a token tree's first position (its rows' masks in ChunkRows); -1: causal
   };
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
@@ -223,10 +227,16 @@ class CudaLlamaRunner final : public ModelRunner {
   };
   // A chunk's sequences; for a batch also every row's position and slot
   // (device), so one launch stores the whole chunk's keys and values.
+  // With token trees, every row's RoPE position and `tree_words` words of
+  // ancestor bits a row (device), and their rows for the host layers.
   struct ChunkRows {
     std::span<const ChunkSequence> seqs;
     const int32_t* token_pos = nullptr;
     const int32_t* token_slot = nullptr;
+    const int32_t* token_rope_pos = nullptr;
+    const uint32_t* tree_masks = nullptr;
+    int tree_words = 0;
+    const cpu::TreeRows* host_trees = nullptr;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
   // pos_dev_); logits of the last token (or all) into logits_.
@@ -322,6 +332,7 @@ class CudaLlamaRunner final : public ModelRunner {
   std::vector<int32_t> gpu_layers_;          // a pass's layers that the GPU runs
   std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
   std::vector<SequenceRun> host_runs_;
+  cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
   std::vector<HostLayers::SlotRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
@@ -626,7 +637,7 @@ void CudaLlamaRunner::allocate_activations() {
   top_scratch_ = at(a.top_scratch);
   const uint64_t out_bytes = std::max({4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4,
                                        4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
-  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 5 * options_.max_batch) + out_bytes, "token and logit transfers");
+  host_io_ = PinnedBuffer(4 * uint64_t(batch_input_words(options_.max_batch)) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
   step_done_.resize(kGreedyRing);
@@ -719,6 +730,7 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     rope.n_tokens = n;
     rope.token_pos = rows.token_pos;
     rope.token_slot = rows.token_slot;
+    rope.token_rope_pos = rows.token_rope_pos;
     rope.slot_stride = slot_stride;
     rope.k_cache = k_cache_at(0, l);
     rope.v_cache = v_cache_at(0, l);
@@ -728,9 +740,10 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
   bool att_q8 = false;
   for (size_t i = 0; i < rows.seqs.size();) {
     const ChunkSequence& s = rows.seqs[i];
-    // Consecutive one-token sequences attend in one launch.
+    // Consecutive one-token sequences attend in one launch (a tree's row sees its ancestors apart).
+    const auto alone = [&](const ChunkSequence& q) { return q.rows == 1 && q.tree_start < 0; };
     size_t run = 1;
-    while (multi && s.rows == 1 && i + run < rows.seqs.size() && rows.seqs[i + run].rows == 1) ++run;
+    while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
     AttentionParams att = shape;
     uint16_t* k_cache = k_cache_at(s.slot, l);
     uint16_t* v_cache = v_cache_at(s.slot, l);
@@ -742,6 +755,11 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     att.n_tokens = s.rows;
     att.max_keys = s.rows == 1 ? s.max_keys : 0;
     att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
+    if (s.tree_start >= 0) {
+      att.tree_mask = rows.tree_masks + s.first_row * rows.tree_words;
+      att.tree_words = rows.tree_words;
+      att.tree_start = s.tree_start;
+    }
     if (run > 1) {
       att.n_seqs = int64_t(run);
       att.pos = rows.token_pos + s.first_row;
@@ -909,10 +927,12 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
   copy_floats(x_, host_->host_x_on_device(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
-  for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos});
+  for (const ChunkSequence& s : rows.seqs) {
+    host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos, false, s.tree_start >= 0});
+  }
   for (const int32_t l : layers) {
     const auto begin = std::chrono::steady_clock::now();
-    host_->run(l, host_runs_, n, kv_pages());
+    host_->run(l, host_runs_, n, kv_pages(), rows.host_trees);
     const auto end = std::chrono::steady_clock::now();
     host_seconds_ += std::chrono::duration<double>(end - begin).count();
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
@@ -1132,6 +1152,32 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
   if (host_) host_->copy_pages(copies);
 }
 
+void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
+  const LlamaConfig& c = config_;
+  KvRowMoves moves;
+  moves.k_cache = k_cache_.as<uint16_t>();
+  moves.v_cache = v_cache_.as<uint16_t>();
+  moves.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
+  moves.slot_stride = c.n_layers * moves.layer_stride;
+  moves.context = cache_context_;
+  moves.n_kv_heads = int(c.n_kv_heads);
+  moves.head_dim = int(c.head_dim);
+  moves.n_layers = int(c.n_layers);
+  // A row is slot * cache_context_ + position (one page per sequence); launches of moves follow each other.
+  for (size_t i = 0; i < copies.size(); i += kMaxKvRowMoves) {
+    moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, copies.size() - i));
+    for (int j = 0; j < moves.n_moves; ++j) {
+      const RowCopy& copy = copies[i + size_t(j)];
+      moves.slot[j] = int32_t(copy.from / cache_context_);
+      moves.from[j] = int32_t(copy.from % cache_context_);
+      moves.to[j] = int32_t(copy.to % cache_context_);
+    }
+    move_kv_rows(moves, stream_);
+  }
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (host_) host_->copy_rows(copies);
+}
+
 void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                     BatchOutputs& out) {
   // One token of the default sequence through every layer is a decode step
@@ -1145,6 +1191,12 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
       case Output::Logits: forward(token, first.pos, out.logits.data(), false); return;
       case Output::Top: forward_top(token, first.pos, batch.top_k, out.top[0]); return;
       case Output::None: break;
+    }
+  }
+  for (const SequenceRun& r : runs) {
+    if (r.tree && r.count > options_.max_batch) {  // its rows' ancestor bits are planned for trees of one chunk
+      fail("{}: a token tree of {} tokens is longer than the batch of {}; draft smaller trees", description(), r.count,
+           options_.max_batch);
     }
   }
   const int64_t total = int64_t(batch.size());
@@ -1179,7 +1231,8 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     run_pos[seqs.size()] = int32_t(pos);
     // A one-row run attends as a single-sequence decode step at its position does.
     const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos});
+    const int64_t tree_start = r.tree ? r.pos : -1;
+    seqs.push_back({first - at, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos, tree_start});
   }
   int32_t* head_rows = run_pos + seqs.size();
   int64_t rows = 0;
@@ -1188,12 +1241,27 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     tokens[t] = e.token;
     if (e.output != Output::None) head_rows[rows++] = int32_t(t);
   }
-  const size_t input_bytes = size_t(head_rows + rows - staged) * 4;
+  ChunkRows chunk{seqs, device(token_pos), device(token_slot)};
+  // Token trees: every row's RoPE position (its depth's), then each row's ancestor bits.
+  int32_t* inputs_end = head_rows + rows;
+  if (const int64_t words = chunk_tree_words(runs, at, n); words > 0) {
+    int32_t* rope_pos = inputs_end;
+    for (int64_t t = 0; t < n; ++t) rope_pos[t] = int32_t(batch.entries[size_t(at + t)].pos);
+    write_tree_masks(batch, runs, at, n, words, reinterpret_cast<uint32_t*>(rope_pos + n));
+    inputs_end = rope_pos + n + n * words;
+    chunk.token_rope_pos = device(rope_pos);
+    chunk.tree_masks = reinterpret_cast<const uint32_t*>(device(rope_pos + n));
+    chunk.tree_words = int(words);
+    if (host_) {
+      host_trees_.assign(batch, runs, at, n);
+      chunk.host_trees = &host_trees_;
+    }
+  }
+  const size_t input_bytes = size_t(inputs_end - staged) * 4;
   // The head's rows are gathered unless they are the chunk's last ones; a
   // one-token pass runs as a single-sequence step does (folded norms).
   const bool trailing = rows == 0 || (head_rows[0] == n - rows && head_rows[rows - 1] == n - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  const ChunkRows chunk{seqs, device(token_pos), device(token_slot)};
   auto* picks = static_cast<int32_t*>(host_out());
   // The pass: the inputs in, the layers, the head, every row's argmax out.
   const auto pass = [&] {

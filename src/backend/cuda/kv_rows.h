@@ -1,7 +1,8 @@
 // K and V rows between the runner's device cache layout (attention.h: per
 // slot and layer, [kv_head] then the tiled K or [context][head_dim] V) and a
 // dense staging block [layer][row][kv_dim], for the layers of a hybrid split
-// whose caches live on both sides of the link (host_layers.h).
+// whose caches live on both sides of the link (host_layers.h); and rows
+// moved within the cache (a token tree's accepted path).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,5 +30,21 @@ struct KvRowsParams {
 void kv_rows_to_staging(const KvRowsParams& p, cudaStream_t stream);
 // staging -> cache.
 void kv_rows_from_staging(const KvRowsParams& p, cudaStream_t stream);
+
+inline constexpr int kMaxKvRowMoves = 64;
+
+// Every layer's K and V of row (slot[i], from[i]) to (slot[i], to[i]), the
+// moves one after the other (a later one may read what an earlier wrote).
+struct KvRowMoves {
+  uint16_t* k_cache = nullptr;  // slot 0, layer 0; f16
+  uint16_t* v_cache = nullptr;
+  int64_t slot_stride = 0, layer_stride = 0;  // elements
+  int64_t context = 0;                        // the cache's positions per slot (a multiple of kKvTile)
+  int n_kv_heads = 0, head_dim = 0, n_layers = 0;
+  int n_moves = 0;  // at most kMaxKvRowMoves
+  int32_t slot[kMaxKvRowMoves] = {}, from[kMaxKvRowMoves] = {}, to[kMaxKvRowMoves] = {};
+};
+
+void move_kv_rows(const KvRowMoves& p, cudaStream_t stream);
 
 }  // namespace nt
