@@ -14,9 +14,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, int64_t tree_nodes,
-                   std::vector<int32_t>& chain, DraftTree& draft) {
-  if (tree_nodes > 0) return source.propose_tree(context, max_depth, tree_nodes, draft);
+void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, bool tree,
+                   int64_t max_nodes, std::vector<int32_t>& chain, DraftTree& draft) {
+  if (tree) return source.propose_tree(context, max_depth, max_nodes, draft);
   chain.clear();
   source.propose(context, max_depth, chain);
   draft.assign_chain(chain);
@@ -89,8 +89,8 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
     const int64_t length = int64_t(context_.size());
     context_.push_back(pending);
     const int64_t depth = draft_room(draft_max_, options.max_tokens, gen.generated_tokens, context_size, length);
-    propose_draft(draft_source_, context_, depth, tree_tokens_ > 0 ? tree_room(tree_tokens_, context_size, length) : 0,
-                  chain_, draft_);
+    propose_draft(draft_source_, context_, depth, tree_tokens_ > 0, tree_room(tree_tokens_, context_size, length), chain_,
+                  draft_);
     // Verify: the pending token and the draft in one run, each asking for what the target keeps after it.
     batch_.clear();
     add_verification(batch_, pending, length, seq_, draft_, output);

@@ -45,11 +45,11 @@ class DraftSource {
 // Fails unless draft_max is at least 1 and tree_tokens 0 (chains) or at least 2.
 void check_draft_shape(int64_t draft_max, int64_t tree_tokens);
 
-// One pass's draft from `source` into `draft`: a tree of up to tree_nodes
-// nodes when that is positive, else its chain (proposed into `chain`); no
-// path deeper than max_depth.
-void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, int64_t tree_nodes,
-                   std::vector<int32_t>& chain, DraftTree& draft);
+// One pass's draft from `source` into `draft`: with `tree`, a tree of up to
+// max_nodes nodes, else its chain (proposed into `chain`); no path deeper
+// than max_depth.
+void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, bool tree,
+                   int64_t max_nodes, std::vector<int32_t>& chain, DraftTree& draft);
 
 struct SpeculationStats {
   int64_t passes = 0;    // verification passes

@@ -73,24 +73,23 @@ double run_tree_attention(const TreeShape& s) {
   const DeviceBuffer dpos = test::to_device(std::vector<int32_t>{int32_t(s.prefix + s.first)});
   DeviceBuffer out = test::poisoned(size_t(s.rows * width) * 4);
   DeviceBuffer partials(std::max<size_t>(4, attention_partials_floats(s.rows, s.n_heads, s.head_dim, s.splits) * 4), "partials");
-  AttentionParams p;
-  p.q = dq.as<float>();
-  p.q_stride = width;
-  p.k_cache = dk.as<uint16_t>();
-  p.v_cache = dv.as<uint16_t>();
-  p.context = context;
-  p.out = out.as<float>();
-  p.out_stride = width;
-  p.pos = dpos.as<int32_t>();
-  p.n_tokens = s.rows;
-  p.n_heads = s.n_heads;
-  p.n_kv_heads = s.n_kv_heads;
-  p.head_dim = s.head_dim;
-  p.n_splits = s.splits;
-  p.partials = partials.as<float>();
-  p.tree_mask = dmask.as<uint32_t>();
-  p.tree_start = s.prefix;
-  p.tree_words = int(words);
+  const AttentionParams p{.q = dq.as<float>(),
+                          .q_stride = width,
+                          .k_cache = dk.as<uint16_t>(),
+                          .v_cache = dv.as<uint16_t>(),
+                          .context = context,
+                          .out = out.as<float>(),
+                          .out_stride = width,
+                          .pos = dpos.as<int32_t>(),
+                          .n_tokens = s.rows,
+                          .n_heads = s.n_heads,
+                          .n_kv_heads = s.n_kv_heads,
+                          .head_dim = s.head_dim,
+                          .n_splits = s.splits,
+                          .partials = partials.as<float>(),
+                          .tree_mask = dmask.as<uint32_t>(),
+                          .tree_start = s.prefix,
+                          .tree_words = int(words)};
   attention(p, nullptr);
   const auto got_all = test::to_host<float>(out, size_t(s.rows * width));
 
@@ -160,21 +159,16 @@ TEST(TreeAttention, GenericKernelSeesEachRowsAncestorsOnly) {
   }
 }
 
-TEST(TreeAttention, RefusesTreesWithFoldedRopeOrSeveralSequences) {
-  AttentionParams p;
-  p.n_tokens = 1;
-  p.n_heads = 8;
-  p.n_kv_heads = 8;
-  p.head_dim = 64;
-  p.context = kKvTile;
+TEST(TreeAttention, RefusesTreesOfSeveralSequencesOrWithoutMaskWords) {
   const uint32_t word = 1;
-  p.tree_mask = &word;
-  p.tree_words = 1;
-  p.n_seqs = 2;
-  EXPECT_THROW(attention(p, nullptr), Error);
-  p.n_seqs = 1;
-  p.tree_words = 0;
-  EXPECT_THROW(attention(p, nullptr), Error);
+  const AttentionParams one{.context = kKvTile, .n_tokens = 1, .n_heads = 8, .n_kv_heads = 8, .head_dim = 64,
+                            .tree_mask = &word, .tree_words = 1};
+  AttentionParams several = one;
+  several.n_seqs = 2;
+  EXPECT_THROW(attention(several, nullptr), Error);
+  AttentionParams no_words = one;
+  no_words.tree_words = 0;
+  EXPECT_THROW(attention(no_words, nullptr), Error);
 }
 
 }  // namespace

@@ -332,22 +332,38 @@ class ScriptedDraft final : public DraftSource {
   int64_t right_;
 };
 
+// Plain greedy decoding's 61 tokens after "Once upon a time": what scripted drafts propose from.
+struct Truth {
+  std::vector<int32_t> prompt;
+  GenerationOptions options;
+  Result want;
+  std::vector<int32_t> text;  // the prompt, then the tokens
+};
+
+Truth greedy_truth(const Stories& s) {
+  Truth t;
+  t.prompt = s.tokenizer->encode("Once upon a time", true);
+  t.options.max_tokens = 61;
+  auto plain_runner = cpu_runner(s.file, 256);
+  t.want = plain_greedy(*plain_runner, *s.tokenizer, t.prompt, t.options);
+  t.text = t.prompt;
+  t.text.insert(t.text.end(), t.want.tokens.begin(), t.want.tokens.end());
+  return t;
+}
+
 TEST(SpeculativeStories, AcceptsExactlyTheRightPrefixOfEachDraft) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
-  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
-  GenerationOptions options;
-  options.max_tokens = 61;
-  auto plain_runner = cpu_runner(s.file, 256);
-  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
-  ASSERT_EQ(want.tokens.size(), 61u);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), want.tokens.begin(), want.tokens.end());
+  const Truth t = greedy_truth(s);
+  ASSERT_EQ(t.want.tokens.size(), 61u);
+  const std::vector<int32_t>& prompt = t.prompt;
+  const GenerationOptions& options = t.options;
+  const Result& want = t.want;
 
   const int64_t draft_max = 5;
   for (const int64_t right : {int64_t(0), int64_t(2), draft_max}) {
     auto runner = cpu_runner(s.file, 256);
-    ScriptedDraft draft(*runner, truth, right);
+    ScriptedDraft draft(*runner, t.text, right);
     const SpecResult got = speculative(*runner, *s.tokenizer, draft, draft_max, prompt, options);
     expect_same(got.result, want, "right " + std::to_string(right));
     expect_consistent(got, prompt);
@@ -391,21 +407,15 @@ class ScriptedTreeDraft final : public DraftSource {
 TEST(SpeculativeStories, ATreeKeepsTheRightPathAndMovesItsRowsDown) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
-  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
-  GenerationOptions options;
-  options.max_tokens = 61;
-  auto plain_runner = cpu_runner(s.file, 256);
-  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
-  ASSERT_EQ(want.tokens.size(), 61u);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), want.tokens.begin(), want.tokens.end());
+  const Truth t = greedy_truth(s);
+  ASSERT_EQ(t.want.tokens.size(), 61u);
   for (const int64_t depth : {1, 4}) {
     auto runner = cpu_runner(s.file, 256);
-    ScriptedTreeDraft draft(*runner, truth);
+    ScriptedTreeDraft draft(*runner, t.text);
     // Room for two children a level.
-    const SpecResult got = speculative(*runner, *s.tokenizer, draft, depth, prompt, options, 2 * depth + 1);
-    expect_same(got.result, want, "depth " + std::to_string(depth));
-    expect_consistent(got, prompt);
+    const SpecResult got = speculative(*runner, *s.tokenizer, draft, depth, t.prompt, t.options, 2 * depth + 1);
+    expect_same(got.result, t.want, "depth " + std::to_string(depth));
+    expect_consistent(got, t.prompt);
     // As the chain whose drafts are all right: after the prefill's pick, 60
     // tokens in passes of up to depth + 1, with two nodes per drafted token.
     const int64_t passes = (60 + depth) / (depth + 1);

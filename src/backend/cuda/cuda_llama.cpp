@@ -262,6 +262,8 @@ class CudaLlamaRunner final : public ModelRunner {
   // this batch cannot replay one; captured from `pass` on first use.
   cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                                      std::span<const int32_t> layers, const std::function<void()>& pass);
+  // The KV caches' layout, for the kernels that move rows (layers, rows and staging unset).
+  KvRowsParams cache_layout() const;
   uint16_t* k_cache_at(int64_t slot, int64_t layer) const;
   uint16_t* v_cache_at(int64_t slot, int64_t layer) const;
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
@@ -593,15 +595,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     pinned.push_back(streamer_->pinned_bytes(l));
   }
   if (!host_layers.empty()) {
-    KvRowsParams device_caches;
-    device_caches.k_cache = k_cache_.as<uint16_t>();
-    device_caches.v_cache = v_cache_.as<uint16_t>();
-    device_caches.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
-    device_caches.slot_stride = c.n_layers * device_caches.layer_stride;
-    device_caches.context = cache_context_;
-    device_caches.n_kv_heads = int(c.n_kv_heads);
-    device_caches.head_dim = int(c.head_dim);
-    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), device_caches,
+    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), cache_layout(),
                                          std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
   }
 }
@@ -1152,17 +1146,23 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
   if (host_) host_->copy_pages(copies);
 }
 
-void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
+KvRowsParams CudaLlamaRunner::cache_layout() const {
   const LlamaConfig& c = config_;
+  KvRowsParams p;
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
+  p.slot_stride = c.n_layers * p.layer_stride;
+  p.context = cache_context_;
+  p.n_kv_heads = int(c.n_kv_heads);
+  p.head_dim = int(c.head_dim);
+  return p;
+}
+
+void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
   KvRowMoves moves;
-  moves.k_cache = k_cache_.as<uint16_t>();
-  moves.v_cache = v_cache_.as<uint16_t>();
-  moves.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
-  moves.slot_stride = c.n_layers * moves.layer_stride;
-  moves.context = cache_context_;
-  moves.n_kv_heads = int(c.n_kv_heads);
-  moves.head_dim = int(c.head_dim);
-  moves.n_layers = int(c.n_layers);
+  moves.caches = cache_layout();
+  moves.n_layers = int(config_.n_layers);
   // A row is slot * cache_context_ + position (one page per sequence); launches of moves follow each other.
   for (size_t i = 0; i < copies.size(); i += kMaxKvRowMoves) {
     moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, copies.size() - i));

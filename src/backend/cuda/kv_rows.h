@@ -36,12 +36,9 @@ inline constexpr int kMaxKvRowMoves = 64;
 // Every layer's K and V of row (slot[i], from[i]) to (slot[i], to[i]), the
 // moves one after the other (a later one may read what an earlier wrote).
 struct KvRowMoves {
-  uint16_t* k_cache = nullptr;  // slot 0, layer 0; f16
-  uint16_t* v_cache = nullptr;
-  int64_t slot_stride = 0, layer_stride = 0;  // elements
-  int64_t context = 0;                        // the cache's positions per slot (a multiple of kKvTile)
-  int n_kv_heads = 0, head_dim = 0, n_layers = 0;
-  int n_moves = 0;  // at most kMaxKvRowMoves
+  KvRowsParams caches;  // the caches' layout (layers, rows and staging unused)
+  int n_layers = 0;     // every layer, 0 to n_layers - 1
+  int n_moves = 0;      // at most kMaxKvRowMoves
   int32_t slot[kMaxKvRowMoves] = {}, from[kMaxKvRowMoves] = {}, to[kMaxKvRowMoves] = {};
 };
 
