@@ -30,7 +30,7 @@ void ModelDraft::propose_tree(std::span<const int32_t> context, int64_t max_dept
   tree.clear();
   if (max_depth <= 0 || max_nodes <= 0 || context.empty()) return drafter_.clear();
   const int64_t reuse = keep_shared_prefix(context);
-  drafter_.draft_tree(context.subspan(size_t(reuse)), reuse, max_depth, max_nodes, tree);
+  drafter_.draft_tree(context, reuse, max_depth, max_nodes, tree);
   // The cache now holds the context and the path the drafter ran last.
   cached_.assign(context.begin(), context.end());
   cached_.insert(cached_.end(), drafter_.cached_path().begin(), drafter_.cached_path().end());

@@ -25,6 +25,7 @@ StepDrafter::StepDrafter(ModelRunner& runner, SeqId seq, LayerSchedule schedule,
       greedy_(sampler_.picks_highest_logit()) {}
 
 void StepDrafter::draft(std::span<const int32_t> tokens, int64_t pos, int64_t max, std::vector<int32_t>& draft) {
+  last_context_.clear();  // a chain teaches the tree's calibration nothing
   distributions_.resize(greedy_ ? 0 : size_t(std::max<int64_t>(max, 0)));
   if (max > 0 && tokens.empty()) fail("a draft continues at least one token");
   const Output output = greedy_ ? Output::Argmax : Output::Logits;
@@ -84,14 +85,31 @@ std::span<float> StepDrafter::run_path(const DraftTree& tree, int32_t node, int6
   return out_.logits;
 }
 
-void StepDrafter::draft_tree(std::span<const int32_t> tokens, int64_t pos, int64_t max_depth, int64_t max_nodes,
+void StepDrafter::learn(std::span<const int32_t> context) {
+  const size_t known = last_context_.size();
+  if (known == 0 || context.size() <= known || !std::equal(last_context_.begin(), last_context_.end(), context.begin())) {
+    return;
+  }
+  // Down the path the target took: at each node that offered candidates, which one it kept.
+  int32_t node = -1;
+  for (size_t i = known; i < context.size() && !offered_[size_t(node + 1)].empty(); ++i) {
+    const TokenDistribution& offered = offered_[size_t(node + 1)];
+    for (size_t k = 0; k < offered.size(); ++k) calibration_.record(offered[k].p, k == 0, offered[k].id == context[i]);
+    node = last_tree_.child(node, context[i]);
+    if (node < 0) break;
+  }
+}
+
+void StepDrafter::draft_tree(std::span<const int32_t> context, int64_t from, int64_t max_depth, int64_t max_nodes,
                              DraftTree& tree) {
+  learn(context);
   tree.clear();
   distributions_.clear();
   cached_nodes_.clear();
   cached_tokens_.clear();
+  last_context_.clear();
   if (max_depth <= 0 || max_nodes <= 0) return;
-  if (tokens.empty()) fail("a draft continues at least one token");
+  if (from < 0 || from >= int64_t(context.size())) fail("a draft continues at least one token");
   struct Branch {
     double likelihood;
     int32_t parent, token;
@@ -103,26 +121,33 @@ void StepDrafter::draft_tree(std::span<const int32_t> tokens, int64_t pos, int64
   };
   std::priority_queue<Branch> candidates;
   int64_t found = 0;
+  offered_.assign(1, {});
   const auto offer = [&](std::span<float> row, int32_t parent, double likelihood, int64_t depth) {
-    likeliest(row, kBranching, next_);
-    for (const TokenProbability& t : next_) candidates.push({likelihood * t.p, parent, t.id, depth, found++});
+    TokenDistribution& next = offered_[size_t(parent + 1)];
+    likeliest(row, kBranching, next);
+    for (size_t k = 0; k < next.size(); ++k) {
+      candidates.push({likelihood * calibration_.acceptance(next[k].p, k == 0), parent, next[k].id, depth, found++});
+    }
   };
   batch_.clear();
-  batch_.add_run(tokens, pos, seq_, Output::Logits);
+  batch_.add_run(context.subspan(size_t(from)), from, seq_, Output::Logits);
   runner_.forward(batch_, out_, schedule_);
   offer(out_.logits, -1, 1.0, 1);
-  const int64_t base = pos + int64_t(tokens.size());
+  const int64_t base = int64_t(context.size());
   // Children are never likelier than their parent: the pops come likeliest
   // first, and each node is added after its parent.
   for (int64_t runs = 1; int64_t(tree.size()) < max_nodes && !candidates.empty();) {
     const Branch c = candidates.top();
     candidates.pop();
     const int32_t node = tree.add(c.token, c.parent);
+    offered_.emplace_back();
     if (runs < max_depth && c.depth < max_depth) {
       offer(run_path(tree, node, base), node, c.likelihood, c.depth + 1);
       ++runs;
     }
   }
+  last_tree_ = tree;
+  last_context_.assign(context.begin(), context.end());
 }
 
 }  // namespace nt

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
+#include "engine/draft_calibration.h"
 #include "engine/draft_tree.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
@@ -132,6 +133,21 @@ TEST(DraftTree, NodesFollowTheirParents) {
   EXPECT_EQ(batch.entries[3].parent, 2);
   EXPECT_TRUE(sequence_runs(batch).at(0).tree);
   EXPECT_TRUE(batch.entries[3].stepwise);
+}
+
+TEST(DraftCalibration, AnswersTheDraftsProbabilityUntilTheTargetSaysOtherwise) {
+  DraftCalibration c;
+  EXPECT_DOUBLE_EQ(c.acceptance(0.5, true), 0.5);
+  EXPECT_DOUBLE_EQ(c.acceptance(0.3, false), 0.3);
+  for (int i = 0; i < 100; ++i) {
+    c.record(0.5, true, true);    // a likeliest candidate the target always keeps
+    c.record(0.3, false, false);  // a runner-up it never does
+  }
+  EXPECT_GT(c.acceptance(0.5, true), 0.95);
+  EXPECT_LT(c.acceptance(0.3, false), 0.05);
+  // Other probabilities, and the same probability in the other rank, keep their own counts.
+  EXPECT_DOUBLE_EQ(c.acceptance(0.9, true), 0.9);
+  EXPECT_DOUBLE_EQ(c.acceptance(0.5, false), 0.5);
 }
 
 TEST(StepwiseRuns, ARunIsStepwiseOrNotAsAWhole) {
@@ -682,6 +698,22 @@ TEST(SpeculativeStories, ADraftModelIsPlainGreedyAndStaysInStepWithTheContext) {
       // A draft out of step with the context (a cache not truncated after a
       // rejection) would propose for the wrong text and be refused.
       EXPECT_GT(got.stats.speculation.acceptance(), least_acceptance) << what;
+    }
+  }
+  // The target as its own draft: its chains keep every token, and its trees,
+  // whose candidates' chances are learnt from what the target kept, must come
+  // close (its softmax alone would spend the tree on runners-up it never keeps).
+  {
+    double chain = 0;
+    for (const int64_t tree_tokens : {0, 24}) {
+      auto target = cpu_runner(s.file, 512);
+      auto draft_runner = cpu_runner(s.file, 512);
+      ModelDraft draft(*draft_runner, 0, greedy_sampling());
+      GenerationOptions long_run;
+      long_run.max_tokens = 400;
+      const SpecResult got = speculative(*target, *s.tokenizer, draft, 8, prompt, long_run, tree_tokens);
+      if (tree_tokens == 0) chain = got.stats.speculation.tokens_per_pass();
+      if (tree_tokens > 0) EXPECT_GT(got.stats.speculation.tokens_per_pass(), 0.95 * chain);
     }
   }
   // Trees from the Q4_0 draft: plain greedy, and more tokens per pass than its chains.
