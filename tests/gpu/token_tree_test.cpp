@@ -160,7 +160,8 @@ TEST(TokenTreeGpu, AKeptPathContinuesAsItsChain) {
       runner->forward(step, out);
       std::vector<int32_t> chain = path_tokens(node);
       chain.push_back(next);
-      EXPECT_LT(relative(out.logits, chain_logits(*runner, other, chain)), 1e-4);
+      // The step runs the one-token kernels (on the host, with CPU layers) and the chain a pass's: rounding apart.
+      EXPECT_LT(relative(out.logits, chain_logits(*runner, other, chain)), 1e-3);
     }
   }
 }
