@@ -45,11 +45,11 @@ Verification DraftVerifier::verify(const VerificationRun& run, Sampler& sampler,
     fail("the draft gave {} distributions for {} drafted tokens{}: only a sampled chain carries them",
          run.drawn_from.size(), run.draft.size(), run.draft.is_chain() ? "" : " in a tree");
   }
-  const bool greedy_chain = sampler.picks_highest_logit();
+  const bool greedy_target = sampler.picks_highest_logit();
   path_.clear();
   Verification v;
   for (int32_t node = -1;;) {
-    const Verdict verdict = greedy_chain ? greedy(run, node) : sampled(run, node, sampler);
+    const Verdict verdict = greedy_target ? greedy(run, node) : sampled(run, node, sampler);
     const bool drafted = verdict.node >= 0;
     if (drafted) {
       ++v.accepted;
