@@ -51,11 +51,13 @@ void bench_speculation(const SpeculationBenchOptions& o, const ModelOptions& mod
   // The plain runs first: each generator trusts the cache to hold what it left there.
   SpeculativeOrPlainGenerator plain(runner, *model.tokenizer, nullptr, 0);
   const Measured without = measure(plain, prompt, vocab, n_gen, repetitions);
-  SpeculativeOrPlainGenerator speculative(runner, *model.tokenizer, speculation.source(), o.speculation.draft_max);
+  SpeculativeOrPlainGenerator speculative(runner, *model.tokenizer, speculation.source(), o.speculation.draft_max,
+                                          speculation.tree_tokens());
   const Measured with = measure(speculative, prompt, vocab, n_gen, repetitions);
 
   const SpeculationStats& s = with.speculation;
-  const std::string draft = o.speculation.source_flag() + (o.speculation.draft_model.empty() ? "" : " " + o.speculation.draft_model);
+  const std::string draft = o.speculation.source_flag() + (o.speculation.draft_model.empty() ? "" : " " + o.speculation.draft_model) +
+                            (speculation.tree_tokens() > 0 ? fmt::format(", tree {}", speculation.tree_tokens()) : "");
   fmt::print("| model | backend | test | draft | tok/s | tok/s without | speedup | acceptance | tokens/pass |\n"
              "|---|---|---|---|---|---|---|---|---|\n");
   fmt::print("| {} | {} | tg{} after {} | {}, max {} | {:.1f} ± {:.1f} | {:.1f} ± {:.1f} | {:.2f} | {:.1f}% | {:.2f} |\n",

@@ -1,5 +1,5 @@
 // `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]
-// [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N]`: many generations through
+// [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N] [--draft-tree [N]]`: many generations through
 // continuous batching (engine/batch_scheduler.h), each sequence drafting for
 // itself when a draft source is given. Input lines are described in
 // cli/batch_lines.h; each gets one output line, in input order, written as
@@ -172,6 +172,7 @@ void batch(const BatchOptions& o) {
     };
     so.draft_max = o.speculation.draft_max;
     so.draft(0, o.sampling);  // a bad --draft-self count fails here, before any request runs
+    so.draft_tree = resolve_draft_tree(o.speculation, *loaded.runner);
   }
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
 

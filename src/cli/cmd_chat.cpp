@@ -34,7 +34,8 @@ void chat(const ChatOptions& o) {
   gen.max_tokens = o.n_predict;
   gen.stop_tokens = chat_stop_tokens(tokenizer, tmpl);
   Sampler sampler(o.sampling, loaded.runner->config().vocab_size);
-  SpeculativeOrPlainGenerator generator(*loaded.runner, tokenizer, speculation.source(), o.speculation.draft_max);
+  SpeculativeOrPlainGenerator generator(*loaded.runner, tokenizer, speculation.source(), o.speculation.draft_max,
+                                        speculation.tree_tokens());
 
   std::vector<ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});

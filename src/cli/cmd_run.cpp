@@ -183,7 +183,8 @@ void run(const RunOptions& o) {
   };
   ModelRunner& runner = *loaded.runner;
   Sampler sampler(o.sampling, runner.config().vocab_size);
-  SpeculativeOrPlainGenerator generator(runner, tokenizer, speculation.source(), o.speculation.draft_max);
+  SpeculativeOrPlainGenerator generator(runner, tokenizer, speculation.source(), o.speculation.draft_max,
+                                        speculation.tree_tokens());
   const SpeculativeStats stats = generator.generate(prompt.tokens, sampler, gen, print_text);
   print_stats(stats.generation, generator.speculates() ? &stats.speculation : nullptr);
   write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());

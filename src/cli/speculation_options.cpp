@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/error.h"
 #include "engine/default_model.h"
@@ -10,6 +11,7 @@
 #include "engine/model_draft.h"
 #include "engine/self_draft.h"
 #include "engine/step_drafter.h"
+#include "engine/tree_budget.h"
 
 namespace nt::cli {
 
@@ -30,9 +32,46 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
                           ->check(CLI::PositiveNumber);
   cmd.add_flag("--lookup", o.lookup,
                "Speculative decoding drafting from the context (prompt lookup: what followed the latest n-gram match)");
-  o.draft_max_flag = cmd.add_option("--draft-max", o.draft_max, "Speculation: tokens drafted per verification pass at most")
+  o.draft_max_flag = cmd.add_option("--draft-max", o.draft_max,
+                                    "Speculation: tokens drafted per verification pass at most (along each path of a "
+                                    "token tree)")
                          ->capture_default_str()
                          ->check(CLI::PositiveNumber);
+  o.draft_tree_flag = cmd.add_option("--draft-tree", o.draft_tree,
+                                     "Speculation: verify a token tree of up to N tokens per pass (the pending token and "
+                                     "drafts that branch where the draft is unsure); N omitted: the largest whose pass "
+                                     "costs at most 1.25 times a chain's, measured at load; 0: chains")
+                          ->expected(0, 1);
+}
+
+namespace {
+
+// --draft-tree's N; -1 when it is to be measured.
+int64_t draft_tree_arg(const SpeculationOptions& o) {
+  if (!o.draft_tree_flag || o.draft_tree_flag->count() == 0) return 0;
+  if (o.draft_tree.empty()) return -1;
+  int64_t n = 0;
+  const auto [end, error] = std::from_chars(o.draft_tree.data(), o.draft_tree.data() + o.draft_tree.size(), n);
+  if (error != std::errc() || end != o.draft_tree.data() + o.draft_tree.size() || n < 0 || n == 1) {
+    fail("--draft-tree {}: a tree holds at least 2 tokens per pass (the pending one and a draft); 0 for chains, or no "
+         "value for the measured default",
+         o.draft_tree);
+  }
+  return n;
+}
+
+}  // namespace
+
+int64_t resolve_draft_tree(const SpeculationOptions& o, ModelRunner& target) {
+  const int64_t n = draft_tree_arg(o);
+  if (n >= 0) return n;
+  const TreeBudget budget = measure_tree_budget(target, 0, o.draft_max);
+  std::string costs;
+  for (const PassCost& c : budget.measured) costs += fmt::format(", {} tokens {:.2f}x", c.tokens, c.ratio);
+  fmt::print(stderr, "--draft-tree: {} (passes against the chain's {} tokens{}; a tree may cost {:.2f}x)\n",
+             budget.tokens > 0 ? fmt::format("{} tokens per pass", budget.tokens) : std::string("chains"),
+             budget.chain_tokens, costs, kTreeCostRatio);
+  return budget.tokens;
 }
 
 void check_speculation_options(const SpeculationOptions& o) {
@@ -41,13 +80,18 @@ void check_speculation_options(const SpeculationOptions& o) {
   if (!o.enabled() && o.draft_max_flag && o.draft_max_flag->count() > 0) {
     fail("--draft-max needs a draft source: --draft-model, --draft-self or --lookup");
   }
+  if (!o.enabled() && o.draft_tree_flag && o.draft_tree_flag->count() > 0) {
+    fail("--draft-tree needs a draft source: --draft-model, --draft-self or --lookup");
+  }
+  draft_tree_arg(o);
 }
 
 void refuse_speculation_options(const SpeculationOptions& o, std::string_view command, std::string_view why) {
   const bool draft_max = o.draft_max_flag && o.draft_max_flag->count() > 0;
-  if (o.enabled() || draft_max) {
+  const bool draft_tree = o.draft_tree_flag && o.draft_tree_flag->count() > 0;
+  if (o.enabled() || draft_max || draft_tree) {
     fail("{} {}: {} does not decode speculatively yet ({}); run and chat do", command,
-         o.enabled() ? o.source_flag() : "--draft-max", command, why);
+         o.enabled() ? o.source_flag() : draft_max ? "--draft-max" : "--draft-tree", command, why);
   }
 }
 
@@ -125,12 +169,13 @@ Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target
   } else {
     source_ = make_target_draft(o, target, sampling, seq, layer_skip);
   }
+  if (source_) tree_tokens_ = resolve_draft_tree(o, *target.runner);
 }
 
 SpeculativeOrPlainGenerator::SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer,
-                                                         DraftSource* draft, int64_t draft_max)
+                                                         DraftSource* draft, int64_t draft_max, int64_t tree_tokens)
     : plain_(runner, tokenizer) {
-  if (draft) speculative_.emplace(runner, tokenizer, *draft, draft_max);
+  if (draft) speculative_.emplace(runner, tokenizer, *draft, draft_max, 0, tree_tokens);
 }
 
 SpeculativeStats SpeculativeOrPlainGenerator::generate(std::span<const int32_t> prompt, Sampler& sampler,

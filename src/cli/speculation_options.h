@@ -1,7 +1,8 @@
 // The speculative decoding flags, declared once for every command that
 // generates (run, chat, batch, bench): the draft source (--draft-model FILE,
-// --draft-self [N], --lookup) and --draft-max; their checks; opening the
-// draft; one generator over both paths; and the statistics line.
+// --draft-self [N], --lookup), --draft-max and --draft-tree [N]; their
+// checks; opening the draft; one generator over both paths; and the
+// statistics line.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -27,9 +28,11 @@ struct SpeculationOptions {
   bool lookup = false;
   int64_t draft_self_layers = 0;  // 0: default_self_draft_layers
   int64_t draft_max = 8;
-  // Set by the parser: whether --draft-self and --draft-max were given.
+  std::string draft_tree;  // --draft-tree's N; empty with the flag: the measured default
+  // Set by the parser: whether --draft-self, --draft-max and --draft-tree were given.
   const CLI::Option* draft_self_flag = nullptr;
   const CLI::Option* draft_max_flag = nullptr;
+  const CLI::Option* draft_tree_flag = nullptr;
 
   bool draft_self() const { return draft_self_flag && draft_self_flag->count() > 0; }
   bool enabled() const { return lookup || draft_self() || !draft_model.empty(); }
@@ -41,6 +44,11 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& options);
 
 // Refuses combinations that cannot work, naming the flags, before a model is loaded.
 void check_speculation_options(const SpeculationOptions& options);
+
+// Tokens of a token tree per verification pass (0: chains): --draft-tree's
+// N, or without N the size measure_tree_budget chooses on `target` (its
+// default sequence, emptied), said on stderr with what it measured.
+int64_t resolve_draft_tree(const SpeculationOptions& options, ModelRunner& target);
 
 // For a command that does not speculate (yet): refuses any speculation flag, naming it and saying why.
 void refuse_speculation_options(const SpeculationOptions& options, std::string_view command, std::string_view why);
@@ -92,17 +100,21 @@ class Speculation {
               const SamplingParams& sampling, SeqId seq = 0, const LayerSkipOptions* layer_skip = nullptr);
 
   DraftSource* source() const { return source_.get(); }
+  // Tokens of a token tree per pass (resolve_draft_tree); 0: chains.
+  int64_t tree_tokens() const { return tree_tokens_; }
 
  private:
   LoadedModel draft_model_;
   std::unique_ptr<DraftSource> source_;
+  int64_t tree_tokens_ = 0;
 };
 
 // Decoding one sequence with speculation when a draft is given, without it
 // otherwise, behind one call: the commands are written once over both.
 class SpeculativeOrPlainGenerator {
  public:
-  SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource* draft, int64_t draft_max);
+  SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource* draft, int64_t draft_max,
+                              int64_t tree_tokens = 0);
 
   // As Generator::generate; the speculation statistics stay zero without a draft.
   SpeculativeStats generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerationOptions& options,

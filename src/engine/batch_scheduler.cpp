@@ -30,9 +30,7 @@ BatchScheduler::BatchScheduler(ModelRunner& runner, const Tokenizer& tokenizer, 
       callbacks_(std::move(callbacks)),
       verifier_(runner.config().vocab_size) {
   if (options_.parallel < 1) fail("{} parallel sequences: at least 1", options_.parallel);
-  if (options_.draft && options_.draft_max < 1) {
-    fail("speculative decoding drafts at least 1 token per pass, not {}", options_.draft_max);
-  }
+  if (options_.draft) check_draft_shape(options_.draft_max, options_.draft_tree);
   if (options_.prompt_budget < 2 * kMinPromptChunk) {
     fail("a prompt budget of {} tokens per pass: at least {}", options_.prompt_budget, 2 * kMinPromptChunk);
   }
@@ -138,7 +136,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   };
   std::optional<Drafting> drafting;
   if (options_.draft) {
-    if (auto source = options_.draft(slots_[slot].seq, r.sampling)) drafting = Drafting{std::move(source), r.prompt, {}, 0};
+    if (auto source = options_.draft(slots_[slot].seq, r.sampling)) drafting = Drafting{std::move(source), r.prompt, {}, {}, 0};
   }
   running_.push_back({request, slot, claim, std::move(sampler),
                       Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
@@ -237,11 +235,13 @@ void BatchScheduler::add_verification_run(size_t running_index) {
   const GenerationOptions& options = requests_[r.request].options;
   // The proposal follows the context and its pending token, as SpeculativeGenerator drafts.
   d.context.push_back(*r.next);
-  d.draft.clear();
-  d.source->propose(d.context,
-                    draft_room(options_.draft_max, options.max_tokens, int64_t(r.completion.generated().size()),
-                               runner_.context_size(), r.cached),
-                    d.draft);
+  const int64_t depth = draft_room(options_.draft_max, options.max_tokens, int64_t(r.completion.generated().size()),
+                                   runner_.context_size(), r.cached);
+  // A tree's nodes take cache positions too: within the pages the request claimed.
+  const int64_t pages = slots_[r.slot].empty_pages + r.claim;
+  const int64_t capacity = std::min(runner_.context_size(), pages * runner_.kv_pages().page_size());
+  propose_draft(*d.source, d.context, depth, options_.draft_tree > 0, tree_room(options_.draft_tree, capacity, r.cached),
+                d.chain, d.draft);
   d.entry = batch_.size();
   add_verification(batch_, *r.next, r.cached, slots_[r.slot].seq, d.draft, verification_output(r.sampler));
   owner_.insert(owner_.end(), d.draft.size() + 1, running_index);
@@ -262,8 +262,8 @@ bool BatchScheduler::verify(Running& r) {
     s->accepted += v.accepted;
   }
   // Rollback: the cache keeps what the context holds, the rejected drafts go.
+  keep_verified(runner_, slots_[r.slot].seq, r.cached, verifier_.path(), int64_t(d.context.size()) - r.cached - 1);
   r.cached = int64_t(d.context.size());
-  runner_.seq_truncate(slots_[r.slot].seq, r.cached);
   if (v.more) r.next = v.last;
   return v.more;
 }

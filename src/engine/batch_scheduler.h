@@ -13,8 +13,9 @@
 // With a draft source (SchedulerOptions::draft), a decoding sequence drafts
 // before each pass and puts its pending token and its draft in the pass as
 // one verification run: one read of the weights verifies every sequence's
-// draft. Each keeps what the target confirms (engine/draft_verifier.h, as
-// the SpeculativeGenerator does alone) and truncates the rest away.
+// draft (a chain, or a token tree with SchedulerOptions::draft_tree). Each
+// keeps what the target confirms (engine/draft_verifier.h, as the
+// SpeculativeGenerator does alone) and truncates the rest away.
 #pragma once
 
 #include <chrono>
@@ -81,7 +82,8 @@ struct SchedulerOptions {
   int parallel = 1;             // sequences in flight at once
   int64_t prompt_budget = 256;  // prompt tokens per pass at most; at least 2 * kMinPromptChunk
   DraftFactory draft;           // unset: no speculation
-  int64_t draft_max = 8;        // tokens drafted per sequence and pass at most (>= 1)
+  int64_t draft_max = 8;        // tokens drafted per sequence and pass at most (>= 1), along each path of a tree
+  int64_t draft_tree = 0;       // with a draft: tokens of a sequence's token tree per pass (>= 2); 0: chains
 };
 
 struct SchedulerCallbacks {
@@ -127,7 +129,8 @@ class BatchScheduler {
   struct Drafting {
     std::unique_ptr<DraftSource> source;
     std::vector<int32_t> context;  // the tokens its sequence's cache holds
-    std::vector<int32_t> draft;    // proposed for this pass
+    std::vector<int32_t> chain;    // a chain proposed for this pass
+    DraftTree draft;               // proposed for this pass
     size_t entry = 0;              // its verification run's first entry in this pass
   };
   // A request holding a slot.

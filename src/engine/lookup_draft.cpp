@@ -13,21 +13,50 @@ LookupDraft::LookupDraft(int64_t max_ngram, int64_t min_ngram) : max_ngram_(max_
   }
 }
 
-void LookupDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
+template <class OnMatch>
+void LookupDraft::for_each_match(std::span<const int32_t> context, OnMatch on_match) {
   const int64_t size = int64_t(context.size());
-  if (max <= 0) return;
+  used_.assign(size_t(size) + 1, 0);
   // Longer n-grams first: they predict better than the last token alone.
   for (int64_t n = std::min(max_ngram_, size - 1); n >= min_ngram_; --n) {
     const auto suffix = context.subspan(size_t(size - n));
-    // The most recent occurrence that ends before the suffix's own last token.
+    // Most recent first; an occurrence ends before the suffix's own last token.
     for (int64_t start = size - n - 1; start >= 0; --start) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + start)) continue;
       const int64_t from = start + n;
-      const int64_t end = std::min(size, from + max);
-      draft.insert(draft.end(), context.begin() + from, context.begin() + end);
-      return;
+      if (used_[size_t(from)]) continue;  // a longer n-gram matched here: the same continuation
+      used_[size_t(from)] = 1;
+      if (!on_match(from)) return;
     }
   }
+}
+
+void LookupDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
+  if (max <= 0) return;
+  for_each_match(context, [&](int64_t from) {
+    const int64_t end = std::min(int64_t(context.size()), from + max);
+    draft.insert(draft.end(), context.begin() + from, context.begin() + end);
+    return false;
+  });
+}
+
+void LookupDraft::propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) {
+  tree.clear();
+  if (max_depth <= 0 || max_nodes <= 0) return;
+  // Each match's continuation becomes a path, sharing what it has in common with the paths before it.
+  for_each_match(context, [&](int64_t from) {
+    const int64_t end = std::min(int64_t(context.size()), from + max_depth);
+    int32_t node = -1;
+    for (int64_t i = from; i < end; ++i) {
+      int32_t next = tree.child(node, context[size_t(i)]);
+      if (next < 0) {
+        if (int64_t(tree.size()) == max_nodes) return false;
+        next = tree.add(context[size_t(i)], node);
+      }
+      node = next;
+    }
+    return true;
+  });
 }
 
 }  // namespace nt

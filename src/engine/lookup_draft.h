@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/speculative.h"
 
@@ -21,9 +22,21 @@ class LookupDraft final : public DraftSource {
   // context's longest suffix of max_ngram tokens down to min_ngram (up to
   // `max`, as far as the context goes); nothing when none recurs.
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
+  // Branches over several earlier occurrences: the continuations of every
+  // match, in propose()'s order (longest n-gram, then most recent, first),
+  // merged into one tree until it holds max_nodes.
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override;
 
  private:
+  // Calls on_match(from) for each earlier occurrence of the context's
+  // suffixes, longest n-gram first and most recent first within one length,
+  // with `from` the index of what followed it (once per index), until it
+  // returns false.
+  template <class OnMatch>
+  void for_each_match(std::span<const int32_t> context, OnMatch on_match);
+
   int64_t max_ngram_, min_ngram_;
+  std::vector<uint8_t> used_;  // per context index: a match continued from it already
 };
 
 }  // namespace nt

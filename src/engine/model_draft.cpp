@@ -9,18 +9,31 @@ namespace nt {
 ModelDraft::ModelDraft(ModelRunner& draft, SeqId seq, const SamplingParams& params)
     : runner_(draft), seq_(seq), drafter_(draft, seq, LayerSchedule::all(), params) {}
 
-void ModelDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
-  if (max <= 0 || context.empty()) return drafter_.clear();
-  // Keep the prefix the draft's cache shares with the context; at least the
-  // context's last token runs, for the first pick.
+int64_t ModelDraft::keep_shared_prefix(std::span<const int32_t> context) {
   const auto [mismatch, unused] = std::mismatch(cached_.begin(), cached_.end(), context.begin(), context.end());
   const int64_t reuse = std::min<int64_t>(mismatch - cached_.begin(), int64_t(context.size()) - 1);
   runner_.seq_truncate(seq_, reuse);
+  return reuse;
+}
+
+void ModelDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
+  if (max <= 0 || context.empty()) return drafter_.clear();
+  const int64_t reuse = keep_shared_prefix(context);
   const size_t first = draft.size();
   drafter_.draft(context.subspan(size_t(reuse)), reuse, max, draft);
   // The cache now holds the context and every pick but the last.
   cached_.assign(context.begin(), context.end());
   cached_.insert(cached_.end(), draft.begin() + std::ptrdiff_t(first), draft.end() - 1);
+}
+
+void ModelDraft::propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) {
+  tree.clear();
+  if (max_depth <= 0 || max_nodes <= 0 || context.empty()) return drafter_.clear();
+  const int64_t reuse = keep_shared_prefix(context);
+  drafter_.draft_tree(context, reuse, max_depth, max_nodes, tree);
+  // The cache now holds the context and the path the drafter ran last.
+  cached_.assign(context.begin(), context.end());
+  cached_.insert(cached_.end(), drafter_.cached_path().begin(), drafter_.cached_path().end());
 }
 
 namespace {

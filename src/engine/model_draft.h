@@ -24,9 +24,15 @@ class ModelDraft final : public DraftSource {
   ModelDraft(ModelRunner& draft, SeqId seq, const SamplingParams& params);
 
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override;
   std::span<const TokenDistribution> distributions() const override { return drafter_.distributions(); }
 
  private:
+  // Truncates the draft's sequence to the prefix its cache shares with
+  // `context`, short of the context's last token (which runs for the first
+  // pick); returns that prefix's length.
+  int64_t keep_shared_prefix(std::span<const int32_t> context);
+
   ModelRunner& runner_;
   SeqId seq_;
   StepDrafter drafter_;

@@ -34,6 +34,26 @@ void ModelRunner::seq_copy_prefix(SeqId src, SeqId dst, int64_t n) {
   if (!copies.empty()) copy_pages(copies);
 }
 
+void ModelRunner::seq_keep(SeqId seq, int64_t start, std::span<const int64_t> kept) {
+  const int64_t length = pages_->length(seq);
+  std::vector<RowCopy> copies;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const int64_t to = start + int64_t(i);
+    if (kept[i] < to || kept[i] >= length || (i > 0 && kept[i] <= kept[i - 1])) {
+      fail("sequence {} holds {} positions: cannot keep position {} at {} (kept positions increase, each at or after "
+           "its place)",
+           seq, length, kept[i], to);
+    }
+    if (kept[i] == to) continue;
+    if (pages_->shared(seq, to)) {
+      fail("sequence {}: position {} is shared with another sequence; keep only rows the sequence wrote itself", seq, to);
+    }
+    copies.push_back({pages_->slot(seq, kept[i]), pages_->slot(seq, to)});
+  }
+  if (!copies.empty()) copy_rows(copies);
+  pages_->truncate(seq, start + int64_t(kept.size()));
+}
+
 void ModelRunner::forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule) {
   const std::vector<SequenceRun> runs = sequence_runs(batch);
   const std::vector<int32_t> layers = scheduled_layers(schedule, config().n_layers);

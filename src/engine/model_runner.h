@@ -73,6 +73,11 @@ class ModelRunner {
   void seq_truncate(SeqId seq, int64_t length) { pages_->truncate(seq, length); }
   // dst (emptied first) holds the first n positions of src: a shared system prompt.
   void seq_copy_prefix(SeqId src, SeqId dst, int64_t n);
+  // Keeps a token tree's accepted path: the cached positions `kept`
+  // (increasing, kept[i] at least start + i) move to start, start + 1, ...
+  // and the sequence ends after them. Nothing is recomputed: their keys were
+  // rotated for the positions they move to.
+  void seq_keep(SeqId seq, int64_t start, std::span<const int64_t> kept);
   int64_t seq_length(SeqId seq) const { return pages_->length(seq); }
   const KvPages& kv_pages() const { return *pages_; }
 
@@ -131,6 +136,9 @@ class ModelRunner {
                              BatchOutputs& out) = 0;
   // Copies every layer's K and V of each `from` page to its `to` page.
   virtual void copy_pages(std::span<const PageCopy> copies) = 0;
+  // Copies every layer's K and V of each `from` row to its `to` row, one
+  // copy after the other (a later copy may read what an earlier one wrote).
+  virtual void copy_rows(std::span<const RowCopy> copies) = 0;
   // Records that a single-sequence method writes positions [pos, pos + count)
   // of the default sequence (nt::Error on a context overflow, nothing written).
   void claim_default(int64_t pos, int64_t count);

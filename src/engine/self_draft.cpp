@@ -43,4 +43,8 @@ void SelfDraft::propose(std::span<const int32_t> context, int64_t max, std::vect
   drafter_.draft(context.last(1), int64_t(context.size()) - 1, max, draft);
 }
 
+void SelfDraft::propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) {
+  drafter_.draft_tree(context, int64_t(context.size()) - 1, max_depth, max_nodes, tree);
+}
+
 }  // namespace nt

@@ -22,6 +22,7 @@ class SelfDraft final : public DraftSource {
   SelfDraft(ModelRunner& runner, SeqId seq, LayerSchedule schedule, const SamplingParams& params = greedy_sampling());
 
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override;
   std::span<const TokenDistribution> distributions() const override { return drafter_.distributions(); }
 
  private:

@@ -14,15 +14,37 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, bool tree,
+                   int64_t max_nodes, std::vector<int32_t>& chain, DraftTree& draft) {
+  if (tree) return source.propose_tree(context, max_depth, max_nodes, draft);
+  chain.clear();
+  source.propose(context, max_depth, chain);
+  draft.assign_chain(chain);
+}
+
+void DraftSource::propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) {
+  std::vector<int32_t> chain;
+  propose(context, std::min(max_depth, max_nodes), chain);
+  tree.assign_chain(chain);
+}
+
+void check_draft_shape(int64_t draft_max, int64_t tree_tokens) {
+  if (draft_max < 1) fail("speculative decoding drafts at least 1 token per pass, not {}", draft_max);
+  if (tree_tokens != 0 && tree_tokens < 2) {
+    fail("a token tree of {} tokens per pass: at least 2 (the pending token and a draft), or 0 for chains", tree_tokens);
+  }
+}
+
 SpeculativeGenerator::SpeculativeGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft,
-                                           int64_t draft_max, SeqId seq)
+                                           int64_t draft_max, SeqId seq, int64_t tree_tokens)
     : runner_(runner),
       tokenizer_(tokenizer),
       draft_source_(draft),
       draft_max_(draft_max),
       seq_(seq),
+      tree_tokens_(tree_tokens),
       verifier_(runner.config().vocab_size) {
-  if (draft_max < 1) fail("speculative decoding drafts at least 1 token per pass, not {}", draft_max);
+  check_draft_shape(draft_max, tree_tokens);
 }
 
 SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt, Sampler& sampler,
@@ -66,9 +88,9 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
   for (bool more = take(pending); more;) {
     const int64_t length = int64_t(context_.size());
     context_.push_back(pending);
-    draft_.clear();
-    draft_source_.propose(context_, draft_room(draft_max_, options.max_tokens, gen.generated_tokens, context_size, length),
-                          draft_);
+    const int64_t depth = draft_room(draft_max_, options.max_tokens, gen.generated_tokens, context_size, length);
+    propose_draft(draft_source_, context_, depth, tree_tokens_ > 0, tree_room(tree_tokens_, context_size, length), chain_,
+                  draft_);
     // Verify: the pending token and the draft in one run, each asking for what the target keeps after it.
     batch_.clear();
     add_verification(batch_, pending, length, seq_, draft_, output);
@@ -87,7 +109,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
     pending = v.last;
     more = v.more;
     // Rollback: the cache keeps what context_ holds, the rejected drafts go.
-    runner_.seq_truncate(seq_, int64_t(context_.size()));
+    keep_verified(runner_, seq_, length, verifier_.path(), int64_t(context_.size()) - length - 1);
   }
   gen.decode_seconds = seconds_since(decode_start);
   gen.decode_passes = spec.passes;

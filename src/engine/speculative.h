@@ -1,9 +1,10 @@
 // Speculative decoding over one sequence: a draft source proposes the next
-// tokens, one verification pass of the target runs them all, and the target
-// keeps a prefix of them plus one token of its own (engine/draft_verifier.h:
-// greedy, the output is plain greedy decoding's; sampling, it is distributed
-// as the sampler's chain). Rejected positions are truncated away and nothing
-// is recomputed.
+// tokens (a chain, or a token tree of several continuations), one
+// verification pass of the target runs them all, and the target keeps a path
+// of them plus one token of its own (engine/draft_verifier.h: greedy, the
+// output is plain greedy decoding's; sampling, it is distributed as the
+// sampler's chain). A tree's accepted rows move to consecutive positions,
+// the rejected ones are truncated away, and nothing is recomputed.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/completion.h"
+#include "engine/draft_tree.h"
 #include "engine/draft_verifier.h"
 #include "engine/generator.h"
 #include "engine/model_runner.h"
@@ -32,7 +34,22 @@ class DraftSource {
   // was drawn from, in order. Empty: the tokens were chosen deterministically
   // (each q one-hot).
   virtual std::span<const TokenDistribution> distributions() const { return {}; }
+  // Proposes a tree of continuations of `context` into `tree` (emptied
+  // first), under propose()'s cache rules: at most `max_nodes` nodes, none
+  // deeper than `max_depth`. Siblings are deterministic picks (a tree with
+  // branches gives no distributions), judged one after the other. This
+  // default proposes propose()'s chain.
+  virtual void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree);
 };
+
+// Fails unless draft_max is at least 1 and tree_tokens 0 (chains) or at least 2.
+void check_draft_shape(int64_t draft_max, int64_t tree_tokens);
+
+// One pass's draft from `source` into `draft`: with `tree`, a tree of up to
+// max_nodes nodes, else its chain (proposed into `chain`); no path deeper
+// than max_depth.
+void propose_draft(DraftSource& source, std::span<const int32_t> context, int64_t max_depth, bool tree,
+                   int64_t max_nodes, std::vector<int32_t>& chain, DraftTree& draft);
 
 struct SpeculationStats {
   int64_t passes = 0;    // verification passes
@@ -52,9 +69,11 @@ struct SpeculativeStats {
 class SpeculativeGenerator {
  public:
   // Decoding of sequence `seq` of `runner`, drafting up to draft_max (>= 1)
-  // tokens per pass from `draft`.
+  // tokens per pass from `draft`; with tree_tokens (0 or at least 2), each
+  // pass verifies a token tree of up to that many tokens (the pending one
+  // included) whose paths hold up to draft_max drafts.
   SpeculativeGenerator(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
-                       SeqId seq = 0);
+                       SeqId seq = 0, int64_t tree_tokens = 0);
 
   // As Generator::generate: makes `prompt` the context (keeping the longest
   // cached prefix), then generates with `sampler` under the same stop rules
@@ -73,9 +92,11 @@ class SpeculativeGenerator {
   DraftSource& draft_source_;
   int64_t draft_max_;
   SeqId seq_;
+  int64_t tree_tokens_;
   std::vector<int32_t> context_;
   std::vector<int32_t> generated_;
-  std::vector<int32_t> draft_;
+  std::vector<int32_t> chain_;  // a chain's proposal
+  DraftTree draft_;
   Batch batch_;
   BatchOutputs out_;
   DraftVerifier verifier_;

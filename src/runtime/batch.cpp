@@ -1,5 +1,6 @@
 #include "runtime/batch.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -20,22 +21,51 @@ std::vector<SequenceRun> sequence_runs(const Batch& batch) {
     if (e.pos < 0) fail("batch entry {}: position {} is negative", i, e.pos);
     if (!runs.empty() && runs.back().seq == e.seq) {
       SequenceRun& run = runs.back();
-      if (e.pos != run.pos + run.count) {
-        fail("batch entry {}: sequence {} jumps from position {} to {}; a sequence's entries take consecutive positions",
-             i, e.seq, run.pos + run.count - 1, e.pos);
+      const int64_t index = run.count;  // e's index within the run
+      if (e.parent < -1 || e.parent >= index) {
+        fail("batch entry {}: its parent {} is not an earlier entry of sequence {}'s run (0 to {}, or -1 for the "
+             "entry before it)",
+             i, e.parent, e.seq, index - 1);
+      }
+      const bool follows_previous = e.parent == -1 || e.parent == index - 1;
+      const int64_t parent_pos = batch.entries[size_t(run.first + (follows_previous ? index - 1 : e.parent))].pos;
+      if (e.pos != parent_pos + 1) {
+        if (follows_previous) {
+          fail("batch entry {}: sequence {} jumps from position {} to {}; a sequence's entries take consecutive "
+               "positions",
+               i, e.seq, parent_pos, e.pos);
+        }
+        fail("batch entry {}: sequence {}'s tree entry is at position {}, not its parent's ({}) plus one", i, e.seq,
+             e.pos, parent_pos);
       }
       if (e.stepwise != run.stepwise) {
         fail("batch entry {}: sequence {} mixes stepwise and chunked entries in one run", i, e.seq);
       }
+      run.tree = run.tree || !follows_previous;
       ++run.count;
       continue;
     }
     if (!seen.insert(e.seq).second) {
       fail("batch entry {}: sequence {} appears again after other sequences; its entries must be contiguous", i, e.seq);
     }
-    runs.push_back({e.seq, int64_t(i), 1, e.pos, e.stepwise});
+    if (e.parent != -1) {
+      fail("batch entry {}: the first entry of sequence {}'s run follows its cached positions, so its parent is -1, "
+           "not {}",
+           i, e.seq, e.parent);
+    }
+    runs.push_back({e.seq, int64_t(i), 1, e.pos, e.stepwise, false});
   }
   return runs;
+}
+
+void tree_path(const Batch& batch, const SequenceRun& run, int64_t entry, std::vector<int32_t>& path) {
+  path.clear();
+  for (int64_t index = entry - run.first; index >= 0;) {
+    path.push_back(int32_t(index));
+    const int32_t parent = batch.entries[size_t(run.first + index)].parent;
+    index = parent == -1 ? index - 1 : parent;
+  }
+  std::reverse(path.begin(), path.end());
 }
 
 void BatchOutputs::prepare(const Batch& batch, int64_t vocab_size) {

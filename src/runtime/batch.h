@@ -1,7 +1,7 @@
 // A batch: the unit of work of one forward pass. Every entry is one token of
 // one sequence at one position, and says what it wants back. A prompt chunk,
-// a decode step over 64 sequences and K+1 speculative tokens of one sequence
-// are all batches.
+// a decode step over 64 sequences, K+1 speculative tokens of one sequence and
+// a token tree of drafts are all batches.
 #pragma once
 
 #include <cstdint>
@@ -37,17 +37,28 @@ struct BatchEntry {
   // split's CPU layers take one-token kernels only in passes the CPU
   // computes (up to cpu_max_tokens entries), larger ones stream them.
   bool stepwise = false;
+  // The entry of its run this one follows, by index within the run; -1: the
+  // entry just before it (for a run's first, the sequence's cached positions).
+  // A run whose entries follow others than the one before them is a token
+  // tree (several drafted continuations verified in one pass): entry i of the
+  // run is cached at the run's first position plus i, takes its parent's
+  // position plus one (its RoPE position: prefix length plus depth), and
+  // attends to the sequence's positions before the run and to its own
+  // ancestors in the run only.
+  int32_t parent = -1;
 };
 
-// Entries of one sequence are contiguous and in consecutive positions; the
-// first of them continues the sequence (its position is at most the
-// sequence's length: a smaller one overwrites the cache from there on).
+// Entries of one sequence are contiguous and each takes the position after
+// its parent's (consecutive positions for a chain); the first of them
+// continues the sequence (its position is at most the sequence's length: a
+// smaller one overwrites the cache from there on).
 struct Batch {
   std::vector<BatchEntry> entries;
   int64_t top_k = 0;  // how many candidates an Output::Top entry gets
 
-  void add(int32_t token, int64_t pos, SeqId seq, Output output = Output::None, bool stepwise = false) {
-    entries.push_back({token, pos, seq, output, stepwise});
+  void add(int32_t token, int64_t pos, SeqId seq, Output output = Output::None, bool stepwise = false,
+           int32_t parent = -1) {
+    entries.push_back({token, pos, seq, output, stepwise, parent});
   }
   // The tokens of one sequence from `pos`, the last one asking for `last_output`.
   void add_run(std::span<const int32_t> tokens, int64_t pos, SeqId seq, Output last_output);
@@ -61,14 +72,20 @@ struct SequenceRun {
   SeqId seq = 0;
   int64_t first = 0;  // index of its first entry
   int64_t count = 0;
-  int64_t pos = 0;    // position of its first entry
+  int64_t pos = 0;    // position of its first entry; entry i is cached at pos + i
   bool stepwise = false;  // its entries' BatchEntry::stepwise
+  bool tree = false;      // a token tree: some entry's parent is not the entry before it
 };
 
 // Splits the batch into its sequence runs, checking the batch's rules (and
-// naming the entry that breaks one): non-negative positions, consecutive
-// positions within a run, each sequence in one run only, one stepwise flag per run.
+// naming the entry that breaks one): non-negative positions, each entry's
+// parent an earlier entry of its run and its position the parent's plus one,
+// each sequence in one run only, one stepwise flag per run.
 std::vector<SequenceRun> sequence_runs(const Batch& batch);
+
+// Entry `entry` of a tree run (a batch index) and its ancestors, as indices
+// within the run, root first: the run's entries it attends to.
+void tree_path(const Batch& batch, const SequenceRun& run, int64_t entry, std::vector<int32_t>& path);
 
 // What a pass hands back, one slot per entry that asked (in entry order
 // within each kind): `logits` holds a vocab_size row per Output::Logits

@@ -17,7 +17,7 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
     a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
   }
   ArenaPlan plan;
-  a.inputs = plan.reserve(4 * (kInputsHeader + 5 * b));  // a batch adds rows' positions and slots, runs' positions, head rows
+  a.inputs = plan.reserve(4 * uint64_t(batch_input_words(batch)));
   a.x = plan.reserve(4 * b * uint64_t(c.dim));
   a.xn = plan.reserve(4 * b * max_input);
   a.qkv = plan.reserve(4 * b * uint64_t(c.q_dim() + 2 * c.kv_dim()));

@@ -44,6 +44,17 @@ class ArenaPlan {
 // moves them: the position, the top_logits k, then the tokens.
 inline constexpr int64_t kInputsHeader = 2;
 
+// Words of ancestor bits a token-tree row takes, in a tree of `entries` entries.
+inline int64_t tree_mask_words(int64_t entries) { return (entries + 31) / 32; }
+
+// The int32 words of a batch chunk's inputs for chunks of up to max_batch
+// rows: the header; per row its token, position, slot and RoPE position; per
+// run its first position; the head's rows; and for token trees (of up to
+// max_batch entries) each row's ancestor bits.
+inline int64_t batch_input_words(int64_t max_batch) {
+  return kInputsHeader + 6 * max_batch + max_batch * tree_mask_words(max_batch);
+}
+
 // Offsets of the activation buffers for chunks of up to `batch` tokens; a
 // runner without the head (a pipeline stage before the last) has no logits rows.
 struct ActivationLayout {

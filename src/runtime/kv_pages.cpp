@@ -133,6 +133,10 @@ int64_t KvPages::slot(SeqId seq, int64_t pos) const {
   return int64_t(s.pages[size_t(pos / page_size_)]) * page_size_ + pos % page_size_;
 }
 
+bool KvPages::shared(SeqId seq, int64_t pos) const {
+  return refs_[size_t(slot(seq, pos) / page_size_)] > 1;
+}
+
 int64_t KvPages::sequences() const {
   return std::count_if(seqs_.begin(), seqs_.end(), [](const Sequence& s) { return s.live; });
 }

@@ -20,6 +20,10 @@ struct PageCopy {
   int32_t from = 0, to = 0;  // physical pages: every layer's K and V of `from` go to `to`
 };
 
+struct RowCopy {
+  int64_t from = 0, to = 0;  // physical rows (KvPages::slot): every layer's K and V of `from` go to `to`
+};
+
 class KvPages {
  public:
   enum class Layout {
@@ -52,6 +56,8 @@ class KvPages {
   std::span<const int32_t> pages(SeqId seq) const;
   // Physical slot (page * page_size + offset) of a held position.
   int64_t slot(SeqId seq, int64_t pos) const;
+  // Whether a held position's page is shared with another sequence (copy_prefix).
+  bool shared(SeqId seq, int64_t pos) const;
 
   int64_t page_size() const { return page_size_; }
   int64_t page_count() const { return int64_t(refs_.size()); }

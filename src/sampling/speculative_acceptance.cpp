@@ -25,8 +25,7 @@ bool keeps_draft(std::span<const TokenProbability> p, std::span<const TokenProba
   return u * qx < probability_of(p, x);
 }
 
-int32_t draw_after_rejection(std::span<const TokenProbability> p, std::span<const TokenProbability> q, int32_t x,
-                             double u, RejectionScratch& scratch) {
+void reject_draft(TokenDistribution& p, std::span<const TokenProbability> q, int32_t x, RejectionScratch& scratch) {
   // Both as id-sorted lists, merged: a full-vocabulary chain has tens of thousands of tokens.
   TokenDistribution& sorted_q = scratch.draft;
   TokenDistribution& residual = scratch.residual;
@@ -41,7 +40,9 @@ int32_t draw_after_rejection(std::span<const TokenProbability> p, std::span<cons
     t.p = std::max(0.0, t.p - qp);
     total += t.p;
   }
-  return total > 0.0 ? draw_from(residual, u) : draw_from(p, u);
+  if (!(total > 0.0)) return;
+  for (TokenProbability& t : residual) t.p /= total;
+  p.swap(residual);
 }
 
 }  // namespace nt

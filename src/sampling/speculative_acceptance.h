@@ -19,15 +19,19 @@ namespace nt {
 // q stands for one-hot at x.
 bool keeps_draft(std::span<const TokenProbability> p, std::span<const TokenProbability> q, int32_t x, double u);
 
-// draw_after_rejection's buffers, kept by the caller so that a pass allocates nothing.
+// reject_draft's buffers, kept by the caller so that a pass allocates nothing.
 struct RejectionScratch {
   TokenDistribution residual, draft;
 };
 
-// After keeps_draft refused x: the draw at u (uniform in [0, 1)) from
-// normalize(max(0, p - q)). When rounding leaves that empty (p and q equal),
-// the draw is from p.
-int32_t draw_after_rejection(std::span<const TokenProbability> p, std::span<const TokenProbability> q, int32_t x,
-                             double u, RejectionScratch& scratch);
+// After keeps_draft refused x: p becomes normalize(max(0, p - q)), the
+// distribution the replacement is drawn from (draw_from). When rounding
+// leaves that empty (p and q equal), p stays. Several candidates for one
+// position (a token tree's children, SpecInfer's multi-step speculative
+// sampling) are judged in turn against what the rejections before left, and
+// a rejection of all draws from the last residual: exact when each candidate
+// was drawn from its q independently of the others (a deterministic
+// candidate, q one-hot, always is).
+void reject_draft(TokenDistribution& p, std::span<const TokenProbability> q, int32_t x, RejectionScratch& scratch);
 
 }  // namespace nt

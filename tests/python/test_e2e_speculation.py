@@ -1,5 +1,5 @@
-"""`ntransformer run` (and chat, bench, batch) with speculative decoding: greedy, the text is what plain
-greedy decoding prints (with penalties too); sampling, a seed gives one text;
+"""`ntransformer run` (and chat, bench, batch) with speculative decoding, chains and token trees: greedy,
+the text is what plain greedy decoding prints (with penalties too); sampling, a seed gives one text;
 the closing statistics report acceptance and tokens per pass, and unsupported
 flag combinations end with an error naming the flag. (That sampling keeps the
 target's distribution is tested statistically in the unit tests.)"""
@@ -75,6 +75,46 @@ def test_sampling_with_speculation_is_reproducible_and_reports_acceptance(storie
 def test_bad_speculation_flags_name_the_flag(stories, args, message):
     stderr = run("-m", stories, "-p", "Hello", "-n", "2", *args, code=1).stderr
     assert message in stderr
+
+
+# The target as its own draft: its chains keep every token, and its trees
+# learn that in the first passes (what the target keeps calibrates them).
+@pytest.mark.parametrize("source, share", [(["--lookup"], 1.0), (["--draft-self", "4"], 1.0),
+                                           (["--draft-model", "self"], 0.9)])
+def test_token_trees_give_plain_greedy_text_and_more_tokens_per_pass(stories, source, share):
+    source = [stories if a == "self" else a for a in source]
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "160", "--temp", "0", *source]
+    plain = run(*common[:-len(source)])
+    chain = run(*common, "--draft-tree", "0")
+    tree = run(*common, "--draft-tree", "24")
+    assert tree.stdout == plain.stdout
+    assert chain.stdout == plain.stdout
+    tokens_per_pass = lambda r: float(speculation_line(r.stderr).split(", ")[-1].split()[0])
+    assert tokens_per_pass(tree) >= share * tokens_per_pass(chain)
+
+
+def test_a_token_tree_without_a_size_is_measured_and_said(stories):
+    result = run("-m", stories, "-p", "Once upon a time", "-n", "40", "--temp", "0", "--draft-self", "3", "--draft-tree")
+    line = next(l for l in result.stderr.splitlines() if l.startswith("--draft-tree: "))
+    assert "passes against the chain's 9 tokens" in line and "a tree may cost 1.25x" in line
+    assert "tokens per pass" in speculation_line(result.stderr)
+
+
+def test_sampling_with_a_token_tree_is_reproducible(stories):
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "80", "--temp", "0.9", "--seed", "5", "--draft-self", "4",
+              "--draft-tree", "12"]
+    first = run(*common)
+    assert run(*common).stdout == first.stdout, "one seed, one text"
+    assert "drafted tokens accepted" in speculation_line(first.stderr)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--draft-tree", "16", "--temp", "0"], "--draft-tree needs a draft source"),
+    (["--lookup", "--draft-tree", "1"], "--draft-tree 1: a tree holds at least 2 tokens per pass"),
+    (["--lookup", "--draft-tree", "many"], "--draft-tree many: a tree holds at least 2 tokens per pass"),
+])
+def test_bad_tree_sizes_name_the_flag(stories, args, message):
+    assert message in run("-m", stories, "-p", "Hello", "-n", "2", *args, code=1).stderr
 
 
 @pytest.mark.parametrize("args", [["--lookup", "--draft-max", "0"], ["--draft-self", "0"]])
@@ -157,6 +197,7 @@ def test_bench_reports_speculation_beside_plain_decoding(stories):
     (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
     (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup: choose one draft source"),
     (["bench", "--draft-max", "2"], "--draft-max needs a draft source"),
+    (["bench", "-npl", "2", "--draft-tree", "8"], "bench -npl --draft-tree: bench -npl does not decode speculatively"),
 ])
 def test_commands_refuse_speculation_they_cannot_do(stories, args, message):
     stderr = command(args[0], "-m", stories, *args[1:], code=1, stdin="").stderr
@@ -177,3 +218,6 @@ def test_batch_speculates_and_each_line_is_plain_greedy(stories, stories_q8_0, s
         assert prompt + o["text"] == alone, prompt
     assert sum(o["accepted"] for o in out) > 0
     assert "tokens per sequence per pass" in result.stderr
+    # Token trees: the same lines.
+    trees = command("batch", "-m", stories, "-np", 3, *source, "--draft-tree", "12", stdin=lines)
+    assert [json.loads(line)["text"] for line in trees.stdout.splitlines()] == [o["text"] for o in out]

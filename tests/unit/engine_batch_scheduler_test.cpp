@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
 #include "engine/batch_scheduler.h"
+#include "engine/draft_tree.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
 #include "engine/self_draft.h"
@@ -34,8 +35,9 @@ namespace {
 constexpr int32_t kVocab = 600;
 constexpr int64_t kPage = 16;
 
-// Logits that depend on every token the sequence's cache holds up to the
-// entry's position, read back through its pages.
+// Logits that depend on every token the entry attends to (the sequence's
+// cache before its run, then its path in the run: a token tree's ancestors),
+// read back through its pages.
 class FakeRunner final : public ModelRunner {
  public:
   // Paged: a pool of pool_positions; PagePerSequence: `sequences` slots of the whole context.
@@ -60,25 +62,23 @@ class FakeRunner final : public ModelRunner {
                      BatchOutputs& out) override {
     batches.push_back(batch);
     live_max = std::max(live_max, int64_t(runs.size()));
-    for (const BatchEntry& e : batch.entries) cache_[size_t(kv_pages().slot(e.seq, e.pos))] = e.token;
-    std::vector<float> row(kVocab);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const BatchEntry& e = batch.entries[i];
-      if (e.output == Output::None) continue;
-      logits_of(e.seq, e.pos, row);
-      const size_t slot = size_t(out.index[i]);
-      switch (e.output) {
-        case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab)); break;
-        case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
-        case Output::Top: {
-          Candidates top;
-          top.assign(row, batch.top_k);
-          out.top[slot].assign(top.view().begin(), top.view().end());
-          break;
-        }
-        case Output::None: break;
+    for (const SequenceRun& run : runs) {
+      for (int64_t i = 0; i < run.count; ++i) {
+        cache_[size_t(kv_pages().slot(run.seq, run.pos + i))] = batch.entries[size_t(run.first + i)].token;
       }
     }
+    std::vector<float> row(kVocab);
+    std::vector<int32_t> path;
+    for (const SequenceRun& run : runs) {
+      for (int64_t i = run.first; i < run.first + run.count; ++i) {
+        tree_path(batch, run, i, path);
+        if (batch.entries[size_t(i)].output != Output::None) logits_of(batch, run, path, i, row, out);
+      }
+    }
+  }
+
+  void copy_rows(std::span<const RowCopy> copies) override {
+    for (const RowCopy& c : copies) cache_[size_t(c.to)] = cache_[size_t(c.from)];
   }
 
   void copy_pages(std::span<const PageCopy> copies) override {
@@ -92,12 +92,29 @@ class FakeRunner final : public ModelRunner {
   int64_t live_max = 0;  // most sequences in one pass
 
  private:
-  void logits_of(SeqId seq, int64_t pos, std::vector<float>& row) const {
+  // Entry i's output, from the cache before its run and its path through the run.
+  void logits_of(const Batch& batch, const SequenceRun& run, std::span<const int32_t> path, int64_t i,
+                 std::vector<float>& row, BatchOutputs& out) const {
+    const BatchEntry& e = batch.entries[size_t(i)];
     uint64_t h = 1469598103934665603ull;
-    for (int64_t p = 0; p <= pos; ++p) h = (h ^ uint64_t(cache_[size_t(kv_pages().slot(seq, p))] + 1)) * 1099511628211ull;
+    const auto mix = [&](int32_t token) { h = (h ^ uint64_t(token + 1)) * 1099511628211ull; };
+    for (int64_t p = 0; p < run.pos; ++p) mix(cache_[size_t(kv_pages().slot(run.seq, p))]);
+    for (const int32_t index : path) mix(batch.entries[size_t(run.first + index)].token);
     // A clear favourite among 200 ordinary tokens, and a spread for sampling to choose from.
-    for (int32_t i = 0; i < kVocab; ++i) row[size_t(i)] = float((h >> (i % 40)) % 7) * 0.3f;
+    for (int32_t t = 0; t < kVocab; ++t) row[size_t(t)] = float((h >> (t % 40)) % 7) * 0.3f;
     row[size_t(300 + h % 200)] += 3.0f;
+    const size_t slot = size_t(out.index[size_t(i)]);
+    switch (e.output) {
+      case Output::Logits: std::copy(row.begin(), row.end(), out.logits.begin() + ptrdiff_t(slot * kVocab)); break;
+      case Output::Argmax: out.argmax[slot] = argmax_first(row); break;
+      case Output::Top: {
+        Candidates top;
+        top.assign(row, batch.top_k);
+        out.top[slot].assign(top.view().begin(), top.view().end());
+        break;
+      }
+      case Output::None: break;
+    }
   }
 
   LlamaConfig config_;
@@ -409,10 +426,39 @@ class OracleDraft final : public DraftSource {
   std::vector<std::vector<int32_t>> references_;
 };
 
+// Drafts a tree from a known reference continuation: below each node a
+// wrong first child, then the reference's token (but at every third level,
+// where only the wrong one is offered): kept paths move down the cache, over
+// page boundaries too, and rejections happen.
+class OracleTreeDraft final : public DraftSource {
+ public:
+  explicit OracleTreeDraft(std::vector<std::vector<int32_t>> references) : references_(std::move(references)) {}
+  void propose(std::span<const int32_t>, int64_t, std::vector<int32_t>&) override {
+    ADD_FAILURE() << "a tree draft was asked for a chain";
+  }
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override {
+    tree.clear();
+    for (const auto& ref : references_) {
+      if (ref.size() <= context.size() || !std::equal(context.begin(), context.end(), ref.begin())) continue;
+      int32_t node = -1;
+      for (size_t i = context.size(); i < ref.size() && int64_t(i - context.size()) < max_depth; ++i) {
+        if (int64_t(tree.size()) + 2 > max_nodes) return;
+        tree.add((ref[i] + 1) % kVocab, node);
+        if (i % 3 == 2) return;
+        node = tree.add(ref[i], node);
+      }
+      return;
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> references_;
+};
+
 // What the SpeculativeGenerator makes of the request alone with `draft`.
 GenerationResult alone_speculative(ModelRunner& runner, const Tokenizer& tokenizer, const GenerationRequest& r,
-                                   DraftSource& draft, int64_t draft_max) {
-  SpeculativeGenerator g(runner, tokenizer, draft, draft_max);
+                                   DraftSource& draft, int64_t draft_max, int64_t tree_tokens = 0) {
+  SpeculativeGenerator g(runner, tokenizer, draft, draft_max, 0, tree_tokens);
   Sampler sampler(r.sampling, runner.config().vocab_size);
   GenerationResult out;
   const auto stats = g.generate(r.prompt, sampler, r.options, [&](std::string_view piece) { out.text += piece; });
@@ -424,7 +470,13 @@ GenerationResult alone_speculative(ModelRunner& runner, const Tokenizer& tokeniz
   return out;
 }
 
-TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAndKeepTheirOutput) {
+// Requests speculating with `make_draft` (a chain, or trees of tree_tokens)
+// in shared passes: each gets what it gets alone, greedy ones plain greedy's
+// output; one pass verified several sequences' runs of up to run_limit entries.
+void expect_speculating_requests_keep_their_output(const Tokenizer& tokenizer,
+                                                   const std::function<std::unique_ptr<DraftSource>(
+                                                       const std::vector<std::vector<int32_t>>&)>& make_draft,
+                                                   int64_t draft_max, int64_t tree_tokens, int64_t run_limit) {
   const int64_t context = 96;
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
   std::vector<GenerationRequest> requests = {
@@ -442,13 +494,13 @@ TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAnd
     full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
     references.push_back(std::move(full));
   }
-  const int64_t draft_max = 4;
   FakeRunner runner(context, 3 * context);
   SchedulerOptions options;
   options.parallel = 3;
   options.prompt_budget = 32;
-  options.draft = [&](SeqId, const SamplingParams&) { return std::make_unique<OracleDraft>(references); };
+  options.draft = [&](SeqId, const SamplingParams&) { return make_draft(references); };
   options.draft_max = draft_max;
+  options.draft_tree = tree_tokens;
   BatchScheduler scheduler(runner, tokenizer, options);
   for (const auto& r : requests) scheduler.submit(r);
   scheduler.run();
@@ -457,8 +509,8 @@ TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAnd
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationResult& got = scheduler.result(i);
     auto alone_runner = make_runner();
-    OracleDraft draft(references);
-    const GenerationResult want = alone_speculative(*alone_runner, tokenizer, requests[i], draft, draft_max);
+    const auto draft = make_draft(references);
+    const GenerationResult want = alone_speculative(*alone_runner, tokenizer, requests[i], *draft, draft_max, tree_tokens);
     expect_same(got, want, i);
     EXPECT_EQ(got.speculation.passes, want.speculation.passes) << i;
     EXPECT_EQ(got.speculation.drafted, want.speculation.drafted) << i;
@@ -478,13 +530,14 @@ TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAnd
   EXPECT_EQ(p.speculation.drafted, total.drafted);
   EXPECT_EQ(p.speculation.accepted, total.accepted);
 
-  // One pass verified several sequences' drafts, each a stepwise run of up to draft_max + 1 entries.
+  // One pass verified several sequences' drafts, each a stepwise run of up to run_limit entries.
   bool shared = false;
   for (const Batch& b : runner.batches) {
     int drafts = 0;
     for (const SequenceRun& run : sequence_runs(b)) {
       if (!run.stepwise) continue;
-      EXPECT_LE(run.count, draft_max + 1);
+      EXPECT_LE(run.count, run_limit);
+      EXPECT_EQ(run.tree, tree_tokens > 0 && run.count > 2);
       drafts += run.count > 1 ? 1 : 0;
     }
     shared |= drafts > 1;
@@ -492,11 +545,29 @@ TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAnd
   EXPECT_TRUE(shared) << "no pass verified the drafts of two sequences";
 }
 
+TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirDraftsInSharedPassesAndKeepTheirOutput) {
+  const int64_t draft_max = 4;
+  expect_speculating_requests_keep_their_output(
+      tokenizer, [](const auto& references) { return std::make_unique<OracleDraft>(references); }, draft_max, 0,
+      draft_max + 1);
+}
+
+TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirTreesInSharedPassesAndKeepTheirOutput) {
+  // Two children a level, 4 levels: trees of up to 9 tokens.
+  const int64_t draft_max = 4, tree_tokens = 2 * draft_max + 1;
+  expect_speculating_requests_keep_their_output(
+      tokenizer, [](const auto& references) { return std::make_unique<OracleTreeDraft>(references); }, draft_max,
+      tree_tokens, tree_tokens);
+}
+
 TEST_F(BatchSchedulerTest, RefusesAnEmptyDraftBudget) {
   FakeRunner runner(64, 64);
   SchedulerOptions options;
   options.draft = [](SeqId, const SamplingParams&) { return std::make_unique<LookupDraft>(); };
   options.draft_max = 0;
+  EXPECT_THROW(BatchScheduler(runner, tokenizer, options), Error);
+  options.draft_max = 4;
+  options.draft_tree = 1;  // the pending token alone
   EXPECT_THROW(BatchScheduler(runner, tokenizer, options), Error);
 }
 
@@ -528,7 +599,7 @@ struct BatchedAndAlone {
 };
 
 BatchedAndAlone run_both(const std::string& path, int64_t context, const std::vector<GenerationRequest>& requests,
-                         int parallel, int64_t budget, const RunnerDraft& draft = {}) {
+                         int parallel, int64_t budget, const RunnerDraft& draft = {}, int64_t draft_tree = 0) {
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   BatchedAndAlone out;
@@ -538,6 +609,7 @@ BatchedAndAlone run_both(const std::string& path, int64_t context, const std::ve
     options.parallel = parallel;
     options.prompt_budget = budget;
     if (draft) options.draft = [&](SeqId seq, const SamplingParams& s) { return draft(*runner, seq, s); };
+    options.draft_tree = draft_tree;
     BatchScheduler scheduler(*runner, tokenizer, options);
     for (const auto& r : requests) scheduler.submit(r);
     scheduler.run();
@@ -598,21 +670,24 @@ TEST(BatchSchedulerModels, Stories260KSampledRequestsAreExactlyTheirSingleSequen
 }
 
 // Speculating greedy requests in a batch give plain greedy output alone, with
-// lookup drafts and self drafts (each on its request's sequence) alike.
+// lookup drafts and self drafts (each on its request's sequence), chains and
+// token trees alike.
 TEST(BatchSchedulerModels, Stories260KSpeculativeBatchedGreedyIsExactlyTheSingleSequenceOutput) {
   const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   const auto requests = stories_requests(tokenizer, {greedy()});
-  for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
-    const BatchedAndAlone r = run_both(path, 128, requests, 3, 32, draft);
-    int64_t accepted = 0;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      expect_same(r.batched[i], r.alone[i], i);
-      accepted += r.batched[i].speculation.accepted;
+  for (const int64_t tree : {0, 12}) {
+    for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
+      const BatchedAndAlone r = run_both(path, 128, requests, 3, 32, draft, tree);
+      int64_t accepted = 0;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        expect_same(r.batched[i], r.alone[i], i);
+        accepted += r.batched[i].speculation.accepted;
+      }
+      EXPECT_GT(accepted, 0) << "tree " << tree;
     }
-    EXPECT_GT(accepted, 0);
   }
 }
 
@@ -623,12 +698,14 @@ TEST(BatchSchedulerModels, Stories260KSpeculativeSampledRequestsAreTheirSingleSe
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   const auto requests = stories_sampled_requests(tokenizer);
-  for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
-    const BatchedAndAlone r = run_both(path, 128, requests, 4, 32, draft);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      auto runner = cpu_runner(file, 128, 1);
-      const auto source = draft(*runner, 0, requests[i].sampling);
-      expect_same(r.batched[i], alone_speculative(*runner, tokenizer, requests[i], *source, 8), i);
+  for (const int64_t tree : {0, 12}) {
+    for (const RunnerDraft& draft : {RunnerDraft(lookup_draft), RunnerDraft(two_layer_self_draft)}) {
+      const BatchedAndAlone r = run_both(path, 128, requests, 4, 32, draft, tree);
+      for (size_t i = 0; i < requests.size(); ++i) {
+        auto runner = cpu_runner(file, 128, 1);
+        const auto source = draft(*runner, 0, requests[i].sampling);
+        expect_same(r.batched[i], alone_speculative(*runner, tokenizer, requests[i], *source, 8, tree), i);
+      }
     }
   }
 }

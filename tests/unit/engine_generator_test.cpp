@@ -67,6 +67,7 @@ class ScriptedRunner final : public ModelRunner {
     }
   }
   void copy_pages(std::span<const PageCopy>) override {}
+  void copy_rows(std::span<const RowCopy>) override {}
 
   int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
     ++greedy_calls;

@@ -1,8 +1,9 @@
-// Speculative greedy decoding: the n-gram lookup draft on its own; then on
-// the real models, every draft source against plain greedy decoding (whose
-// stories260K output is llama2.c's golden ids), the pass accounting with
-// drafts that are known to be right or wrong, rollback, and the stepwise run
-// that keeps a verification pass's numbers those of one-token steps.
+// Speculative greedy decoding: the n-gram lookup draft on its own, chains
+// and token trees; then on the real models, every draft source (chains and
+// trees) against plain greedy decoding (whose stories260K output is
+// llama2.c's golden ids), the pass accounting with drafts that are known to
+// be right or wrong, rollback, and the stepwise run that keeps a
+// verification pass's numbers those of one-token steps.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +17,8 @@
 
 #include "backend/cpu/cpu_llama.h"
 #include "core/error.h"
+#include "engine/draft_calibration.h"
+#include "engine/draft_tree.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
 #include "engine/model_draft.h"
@@ -66,6 +69,87 @@ TEST(LookupDraft, ByDefaultIgnoresOneTokenMatches) {
   EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 2}));
 }
 
+DraftTree lookup_tree(std::vector<int32_t> context, int64_t max_depth, int64_t max_nodes) {
+  LookupDraft draft;
+  DraftTree tree;
+  draft.propose_tree(context, max_depth, max_nodes, tree);
+  return tree;
+}
+
+TEST(LookupDraft, ATreeBranchesOverEarlierMatchesMostRecentFirst) {
+  // "1 2 3" followed by 6, then 5, then 4 (most recent first); each continues with 1.
+  const std::vector<int32_t> context = {1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 6, 1, 2, 3};
+  DraftTree tree = lookup_tree(context, 2, 8);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{6, 1, 5, 1, 4, 1}));
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0, -1, 2, -1, 4}));
+  // The node budget cuts the later matches.
+  tree = lookup_tree(context, 2, 3);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{6, 1, 5}));
+  // Continuations that start alike share their first nodes.
+  tree = lookup_tree({7, 8, 9, 1, 7, 8, 9, 2, 7, 8}, 3, 8);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{9, 2, 7, 1, 7}));
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0, 1, 0, 3}));
+}
+
+TEST(LookupDraft, ATreeWithRoomForOneBranchIsTheChain) {
+  const std::vector<int32_t> context = {5, 6, 4, 6, 7, 5, 6, 1, 2, 5, 6};
+  for (const int64_t max : {1, 3, 8}) {
+    std::vector<int32_t> chain;
+    LookupDraft().propose(context, max, chain);
+    const DraftTree tree = lookup_tree(context, max, int64_t(chain.size()));
+    EXPECT_EQ(tree.tokens, chain) << max;
+    EXPECT_TRUE(tree.is_chain()) << max;
+  }
+  EXPECT_TRUE(lookup_tree({1, 2, 3, 4}, 8, 8).empty());
+  EXPECT_TRUE(lookup_tree({1, 2, 1, 2}, 0, 8).empty());
+}
+
+TEST(DraftTree, NodesFollowTheirParents) {
+  DraftTree tree;
+  EXPECT_EQ(tree.add(4, -1), 0);
+  EXPECT_EQ(tree.add(5, 0), 1);
+  EXPECT_EQ(tree.add(6, -1), 2);
+  EXPECT_EQ(tree.add(7, 1), 3);
+  EXPECT_THROW(tree.add(8, 4), Error);
+  EXPECT_THROW(tree.add(8, -2), Error);
+  EXPECT_EQ(tree.depth(3), 3);
+  EXPECT_EQ(tree.depth(2), 1);
+  EXPECT_EQ(tree.child(-1, 6), 2);
+  EXPECT_EQ(tree.child(0, 6), -1);
+  EXPECT_FALSE(tree.is_chain());
+  tree.assign_chain(std::vector<int32_t>{3, 2, 1});
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0, 1}));
+  EXPECT_TRUE(tree.is_chain());
+  // Its verification run: the pending token at 10, each node at its parent's position plus one.
+  tree.clear();
+  tree.add(4, -1);
+  tree.add(5, -1);
+  tree.add(6, 1);
+  Batch batch;
+  add_verification(batch, 9, 10, 3, tree, Output::Argmax);
+  ASSERT_EQ(batch.size(), 4u);
+  EXPECT_EQ(batch.entries[2].pos, 11);
+  EXPECT_EQ(batch.entries[3].pos, 12);
+  EXPECT_EQ(batch.entries[3].parent, 2);
+  EXPECT_TRUE(sequence_runs(batch).at(0).tree);
+  EXPECT_TRUE(batch.entries[3].stepwise);
+}
+
+TEST(DraftCalibration, AnswersTheDraftsProbabilityUntilTheTargetSaysOtherwise) {
+  DraftCalibration c;
+  EXPECT_DOUBLE_EQ(c.acceptance(0.5, true), 0.5);
+  EXPECT_DOUBLE_EQ(c.acceptance(0.3, false), 0.3);
+  for (int i = 0; i < 100; ++i) {
+    c.record(0.5, true, true);    // a likeliest candidate the target always keeps
+    c.record(0.3, false, false);  // a runner-up it never does
+  }
+  EXPECT_GT(c.acceptance(0.5, true), 0.95);
+  EXPECT_LT(c.acceptance(0.3, false), 0.05);
+  // Other probabilities, and the same probability in the other rank, keep their own counts.
+  EXPECT_DOUBLE_EQ(c.acceptance(0.9, true), 0.9);
+  EXPECT_DOUBLE_EQ(c.acceptance(0.5, false), 0.5);
+}
+
 TEST(StepwiseRuns, ARunIsStepwiseOrNotAsAWhole) {
   Batch batch;
   batch.add(5, 0, 0, Output::None, true);
@@ -111,8 +195,8 @@ struct SpecResult {
 };
 
 SpecResult speculative(ModelRunner& runner, const Tokenizer& tokenizer, DraftSource& draft, int64_t draft_max,
-                       const std::vector<int32_t>& prompt, const GenerationOptions& options) {
-  SpeculativeGenerator generator(runner, tokenizer, draft, draft_max);
+                       const std::vector<int32_t>& prompt, const GenerationOptions& options, int64_t tree_tokens = 0) {
+  SpeculativeGenerator generator(runner, tokenizer, draft, draft_max, 0, tree_tokens);
   Sampler sampler(greedy_sampling(), runner.config().vocab_size);
   SpecResult r;
   r.stats = generator.generate(prompt, sampler, options, [&](std::string_view t) { r.result.text += t; });
@@ -147,27 +231,29 @@ void expect_same(const Result& got, const Result& want, const std::string& what)
   EXPECT_EQ(got.stop, want.stop) << what;
 }
 
-// Each draft source, on a fresh runner, against plain greedy decoding.
+// Each draft source, on a fresh runner, against plain greedy decoding;
+// with tree_tokens, drafting token trees of that many tokens per pass.
 void expect_every_source_matches(const std::shared_ptr<const GgufFile>& file, const Tokenizer& tokenizer,
                                  int64_t context, const std::vector<int32_t>& prompt, const GenerationOptions& options,
                                  const std::vector<int64_t>& self_layers, const std::vector<int64_t>& draft_maxes,
-                                 const std::string& what) {
+                                 const std::string& what, int64_t tree_tokens = 0) {
   auto plain_runner = cpu_runner(file, context);
   const Result want = plain_greedy(*plain_runner, tokenizer, prompt, options);
+  const std::string shape = tree_tokens > 0 ? ", tree " + std::to_string(tree_tokens) : "";
   for (const int64_t draft_max : draft_maxes) {
     {
       auto runner = cpu_runner(file, context);
       LookupDraft draft;
-      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options);
-      expect_same(got.result, want, what + ", lookup, draft-max " + std::to_string(draft_max));
+      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options, tree_tokens);
+      expect_same(got.result, want, what + ", lookup, draft-max " + std::to_string(draft_max) + shape);
       expect_consistent(got, prompt);
     }
     for (const int64_t layers : self_layers) {
       auto runner = cpu_runner(file, context);
       SelfDraft draft(*runner, 0, layers);
-      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options);
+      const SpecResult got = speculative(*runner, tokenizer, draft, draft_max, prompt, options, tree_tokens);
       expect_same(got.result, want,
-                  what + ", self " + std::to_string(layers) + " layers, draft-max " + std::to_string(draft_max));
+                  what + ", self " + std::to_string(layers) + " layers, draft-max " + std::to_string(draft_max) + shape);
       expect_consistent(got, prompt);
     }
   }
@@ -208,6 +294,24 @@ TEST(SpeculativeStories, PlainGreedyIsLlama2csAndEveryDraftSourceIsPlainGreedy) 
   }
 }
 
+TEST(SpeculativeStories, TokenTreesFromEverySourceArePlainGreedy) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  GenerationOptions options;
+  options.max_tokens = 200;
+  const int64_t n_layers = cpu_runner(s.file, 16)->config().n_layers;
+  for (const std::string prompt : {"Once upon a time", "Lily and Tom went to the park. Lily and Tom"}) {
+    for (const int64_t tree_tokens : {4, 16}) {
+      expect_every_source_matches(s.file, *s.tokenizer, 256, s.tokenizer->encode(prompt, true), options,
+                                  {1, n_layers - 1}, {3, 8}, prompt, tree_tokens);
+    }
+  }
+  // A tree that fills the context: its nodes need positions too.
+  options.max_tokens = 300;
+  expect_every_source_matches(s.file, *s.tokenizer, 40, s.tokenizer->encode("Once upon a time", true), options, {2},
+                              {8}, "context full", 16);
+}
+
 TEST(SpeculativeStories, StopsLikePlainGreedyAtStopStringsTokensAndAFullContext) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
@@ -244,22 +348,38 @@ class ScriptedDraft final : public DraftSource {
   int64_t right_;
 };
 
+// Plain greedy decoding's 61 tokens after "Once upon a time": what scripted drafts propose from.
+struct Truth {
+  std::vector<int32_t> prompt;
+  GenerationOptions options;
+  Result want;
+  std::vector<int32_t> text;  // the prompt, then the tokens
+};
+
+Truth greedy_truth(const Stories& s) {
+  Truth t;
+  t.prompt = s.tokenizer->encode("Once upon a time", true);
+  t.options.max_tokens = 61;
+  auto plain_runner = cpu_runner(s.file, 256);
+  t.want = plain_greedy(*plain_runner, *s.tokenizer, t.prompt, t.options);
+  t.text = t.prompt;
+  t.text.insert(t.text.end(), t.want.tokens.begin(), t.want.tokens.end());
+  return t;
+}
+
 TEST(SpeculativeStories, AcceptsExactlyTheRightPrefixOfEachDraft) {
   const Stories s = open_stories();
   if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
-  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
-  GenerationOptions options;
-  options.max_tokens = 61;
-  auto plain_runner = cpu_runner(s.file, 256);
-  const Result want = plain_greedy(*plain_runner, *s.tokenizer, prompt, options);
-  ASSERT_EQ(want.tokens.size(), 61u);
-  std::vector<int32_t> truth = prompt;
-  truth.insert(truth.end(), want.tokens.begin(), want.tokens.end());
+  const Truth t = greedy_truth(s);
+  ASSERT_EQ(t.want.tokens.size(), 61u);
+  const std::vector<int32_t>& prompt = t.prompt;
+  const GenerationOptions& options = t.options;
+  const Result& want = t.want;
 
   const int64_t draft_max = 5;
   for (const int64_t right : {int64_t(0), int64_t(2), draft_max}) {
     auto runner = cpu_runner(s.file, 256);
-    ScriptedDraft draft(*runner, truth, right);
+    ScriptedDraft draft(*runner, t.text, right);
     const SpecResult got = speculative(*runner, *s.tokenizer, draft, draft_max, prompt, options);
     expect_same(got.result, want, "right " + std::to_string(right));
     expect_consistent(got, prompt);
@@ -272,6 +392,52 @@ TEST(SpeculativeStories, AcceptsExactlyTheRightPrefixOfEachDraft) {
     if (right == draft_max) EXPECT_EQ(got.stats.speculation.drafted, 60 - passes);
     // One token a pass: pass i drafts min(5, 59 - i).
     if (right == 0) EXPECT_EQ(got.stats.speculation.drafted, 55 * 5 + 4 + 3 + 2 + 1 + 0);
+  }
+}
+
+// Drafts a tree in which each of plain greedy decoding's next tokens
+// (`truth`) is the second child of the one before, after a wrong first
+// child: every pass keeps a path whose rows must move down the cache.
+class ScriptedTreeDraft final : public DraftSource {
+ public:
+  ScriptedTreeDraft(const ModelRunner& runner, std::vector<int32_t> truth) : runner_(runner), truth_(std::move(truth)) {}
+  void propose(std::span<const int32_t>, int64_t, std::vector<int32_t>&) override {
+    ADD_FAILURE() << "a tree draft was asked for a chain";
+  }
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override {
+    EXPECT_EQ(runner_.seq_length(0), int64_t(context.size()) - 1) << "the cache was not rolled back";
+    tree.clear();
+    int32_t node = -1;
+    for (int64_t i = 0; i < max_depth && int64_t(tree.size()) + 2 <= max_nodes; ++i) {
+      const int32_t t = truth_.at(context.size() + size_t(i));
+      tree.add((t + 1) % int32_t(runner_.config().vocab_size), node);
+      node = tree.add(t, node);
+    }
+  }
+
+ private:
+  const ModelRunner& runner_;
+  std::vector<int32_t> truth_;
+};
+
+TEST(SpeculativeStories, ATreeKeepsTheRightPathAndMovesItsRowsDown) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const Truth t = greedy_truth(s);
+  ASSERT_EQ(t.want.tokens.size(), 61u);
+  for (const int64_t depth : {1, 4}) {
+    auto runner = cpu_runner(s.file, 256);
+    ScriptedTreeDraft draft(*runner, t.text);
+    // Room for two children a level.
+    const SpecResult got = speculative(*runner, *s.tokenizer, draft, depth, t.prompt, t.options, 2 * depth + 1);
+    expect_same(got.result, t.want, "depth " + std::to_string(depth));
+    expect_consistent(got, t.prompt);
+    // As the chain whose drafts are all right: after the prefill's pick, 60
+    // tokens in passes of up to depth + 1, with two nodes per drafted token.
+    const int64_t passes = (60 + depth) / (depth + 1);
+    EXPECT_EQ(got.stats.speculation.passes, passes) << depth;
+    EXPECT_EQ(got.stats.speculation.accepted, 60 - passes) << depth;
+    EXPECT_EQ(got.stats.speculation.drafted, 2 * (60 - passes)) << depth;
   }
 }
 
@@ -308,6 +474,8 @@ TEST(SpeculativeStories, RefusesAnEmptyDraftBudgetAndSelfDraftsOfNoOrEveryLayer)
   EXPECT_THROW(SelfDraft(*runner, 0, n_layers), Error);
   LookupDraft draft;
   EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 0), Error);
+  EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 8, 0, 1), Error);  // a tree of the pending token alone
+  EXPECT_THROW(SpeculativeGenerator(*runner, *s.tokenizer, draft, 8, 0, -4), Error);
 }
 
 // The distribution of the second and third generated tokens (the first two a
@@ -370,12 +538,13 @@ struct SampledCounts {
 
 using DraftFactory = std::function<std::unique_ptr<DraftSource>(ModelRunner& target)>;
 
-// `runs` speculative generations of 4 tokens with 2 drafted per pass, seeds 1, 2, ...
+// `runs` speculative generations of 4 tokens with 2 drafted per pass (along
+// each path of a tree of tree_tokens), seeds 1, 2, ...
 SampledCounts sample_speculatively(const Stories& s, const std::vector<int32_t>& prompt, const SamplingParams& params,
-                                   const DraftFactory& make_draft, int64_t runs) {
+                                   const DraftFactory& make_draft, int64_t runs, int64_t tree_tokens) {
   auto runner = cpu_runner(s.file, 64, 1, 1);  // one thread: faster than two on so small a model
   const std::unique_ptr<DraftSource> draft = make_draft(*runner);
-  SpeculativeGenerator generator(*runner, *s.tokenizer, *draft, 2);
+  SpeculativeGenerator generator(*runner, *s.tokenizer, *draft, 2, 0, tree_tokens);
   GenerationOptions options;
   options.max_tokens = 4;
   const size_t vocab = size_t(runner->config().vocab_size);
@@ -412,11 +581,12 @@ void expect_follows(const std::vector<int64_t>& counts, const std::vector<double
 // proposes: drafts are accepted and rejected many times each.
 void expect_target_distribution(const Stories& s, const SamplingParams& params, const DraftFactory& make_draft,
                                 const std::string& what,
-                                const std::string& prompt_text = "Once upon a time, there was a little") {
+                                const std::string& prompt_text = "Once upon a time, there was a little",
+                                int64_t tree_tokens = 0) {
   const std::vector<int32_t> prompt = s.tokenizer->encode(prompt_text, true);
   const Marginals want = target_marginals(s.file, prompt, params);
   const int64_t runs = 8000;
-  const SampledCounts got = sample_speculatively(s, prompt, params, make_draft, runs);
+  const SampledCounts got = sample_speculatively(s, prompt, params, make_draft, runs, tree_tokens);
   const SpeculationStats& spec = got.speculation;
   EXPECT_GT(spec.accepted, runs / 50) << what;
   EXPECT_GT(spec.drafted - spec.accepted, runs / 50) << what;
@@ -479,6 +649,15 @@ TEST(SpeculativeSamplingStories, APenalisedChainKeepsTheTargetsDistribution) {
                              "Lily and Tom went to the park. Lily and Tom");
 }
 
+TEST(SpeculativeSamplingStories, ATokenTreeKeepsTheTargetsDistribution) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // Up to 5 drafted nodes below the pending token, 2 deep: siblings are
+  // judged in turn against what the refusals before them left.
+  expect_target_distribution(s, hot_chain(), deep_self_draft(hot_chain()), "tree of 6",
+                             "Once upon a time, there was a little", 6);
+}
+
 // stories260K re-encoded as Q4_0: a draft model close to the target but not it.
 std::string stories_q4_0() {
   struct Quantized {
@@ -519,6 +698,37 @@ TEST(SpeculativeStories, ADraftModelIsPlainGreedyAndStaysInStepWithTheContext) {
       // A draft out of step with the context (a cache not truncated after a
       // rejection) would propose for the wrong text and be refused.
       EXPECT_GT(got.stats.speculation.acceptance(), least_acceptance) << what;
+    }
+  }
+  // The target as its own draft: its chains keep every token, and its trees,
+  // whose candidates' chances are learnt from what the target kept, must come
+  // close (its softmax alone would spend the tree on runners-up it never keeps).
+  {
+    double chain = 0;
+    for (const int64_t tree_tokens : {0, 24}) {
+      auto target = cpu_runner(s.file, 512);
+      auto draft_runner = cpu_runner(s.file, 512);
+      ModelDraft draft(*draft_runner, 0, greedy_sampling());
+      GenerationOptions long_run;
+      long_run.max_tokens = 400;
+      const SpecResult got = speculative(*target, *s.tokenizer, draft, 8, prompt, long_run, tree_tokens);
+      if (tree_tokens == 0) chain = got.stats.speculation.tokens_per_pass();
+      if (tree_tokens > 0) EXPECT_GT(got.stats.speculation.tokens_per_pass(), 0.95 * chain);
+    }
+  }
+  // Trees from the Q4_0 draft: plain greedy, and more tokens per pass than its chains.
+  double chain_tokens_per_pass = 0;
+  for (const int64_t tree_tokens : {0, 16}) {
+    auto target = cpu_runner(s.file, 256);
+    auto draft_runner = cpu_runner(GgufFile::open(stories_q4_0()), 256);
+    ModelDraft draft(*draft_runner, 0, greedy_sampling());
+    const SpecResult got = speculative(*target, *s.tokenizer, draft, 4, prompt, options, tree_tokens);
+    expect_same(got.result, want, "Q4_0 draft, tree " + std::to_string(tree_tokens));
+    expect_consistent(got, prompt);
+    if (tree_tokens == 0) {
+      chain_tokens_per_pass = got.stats.speculation.tokens_per_pass();
+    } else {
+      EXPECT_GT(got.stats.speculation.tokens_per_pass(), chain_tokens_per_pass);
     }
   }
 }
@@ -591,13 +801,11 @@ const char* kPassage =
     "The lighthouse stood at the end of the harbour wall. Every night the keeper climbed its hundred and twelve "
     "steps, trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book.";
 
-TEST(SpeculativeSmolLM2, StepwiseRunsGiveTheLogitsOfOneTokenSteps) {
-  const SmolLM2 m = open_smollm2();
-  if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
-  auto runner = cpu_runner(m.file, 128, 2);
+// A stepwise run's rows against one-token steps of the same tokens, bit for bit.
+void expect_stepwise_run_is_steps(const std::shared_ptr<const GgufFile>& file, const std::vector<int32_t>& prompt,
+                                  const std::vector<int32_t>& run) {
+  auto runner = cpu_runner(file, 128, 2);
   const int64_t vocab = runner->config().vocab_size;
-  const std::vector<int32_t> prompt = m.tokenizer->encode("The capital of France is", true);
-  const std::vector<int32_t> run = m.tokenizer->encode(" Paris, and the capital of Italy is Rome.", false);
   ASSERT_GE(run.size(), 8u);  // past the CPU's GEMM threshold
   const SeqId steps = 0, stepwise = runner->seq_alloc();
   BatchOutputs out;
@@ -620,6 +828,23 @@ TEST(SpeculativeSmolLM2, StepwiseRunsGiveTheLogitsOfOneTokenSteps) {
   ASSERT_EQ(out.logits.size(), size_t(vocab) * run.size());
   EXPECT_EQ(std::memcmp(out.logits.data(), want.data(), want.size() * sizeof(float)), 0)
       << "a stepwise run's logits are not bit-identical to one-token steps";
+}
+
+TEST(SpeculativeStories, StepwiseRunsGiveTheLogitsOfOneTokenSteps) {
+  const Stories s = open_stories();
+  if (!s.file) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  // An odd run and an even one: stories260K's FFN (172) is no multiple of the vector width.
+  const std::vector<int32_t> prompt = s.tokenizer->encode("Once upon a time", true);
+  for (const std::string text : {" there was a little girl named Lily.", " there was a big dog. He liked to play"}) {
+    expect_stepwise_run_is_steps(s.file, prompt, s.tokenizer->encode(text, false));
+  }
+}
+
+TEST(SpeculativeSmolLM2, StepwiseRunsGiveTheLogitsOfOneTokenSteps) {
+  const SmolLM2 m = open_smollm2();
+  if (!m.file) GTEST_SKIP() << "the default SmolLM2 model is absent";
+  expect_stepwise_run_is_steps(m.file, m.tokenizer->encode("The capital of France is", true),
+                               m.tokenizer->encode(" Paris, and the capital of Italy is Rome.", false));
 }
 
 TEST(SpeculativeSmolLM2, EveryDraftSourceIsPlainGreedyOnChatCodeAndRepetition) {

@@ -53,6 +53,7 @@ class EchoRunner final : public ModelRunner {
     ADD_FAILURE() << "a batch pass";
   }
   void copy_pages(std::span<const PageCopy>) override {}
+  void copy_rows(std::span<const RowCopy>) override {}
 
   struct Call {
     int64_t pos, count;

@@ -147,5 +147,43 @@ TEST(Batch, SequenceRunsFollowTheBatchRules) {
   EXPECT_THROW(sequence_runs(gap), Error);
 }
 
+TEST(Batch, TreeRunsNameEarlierParentsAtTheirPositionPlusOne) {
+  // The pending token at 7, two children at 8, a grandchild at 9 below the second, then a chain link.
+  Batch tree;
+  tree.add(1, 7, 0);
+  tree.add(2, 8, 0, Output::Argmax, false, 0);
+  tree.add(3, 8, 0, Output::Argmax, false, 0);
+  tree.add(4, 9, 0, Output::Argmax, false, 2);
+  tree.add(5, 10, 0, Output::Argmax);  // -1: below the entry before it
+  tree.add(6, 0, 1);
+  const auto runs = sequence_runs(tree);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_TRUE(runs[0].tree);
+  EXPECT_EQ(runs[0].count, 5);
+  EXPECT_FALSE(runs[1].tree);
+  std::vector<int32_t> path;
+  tree_path(tree, runs[0], 4, path);
+  EXPECT_EQ(path, (std::vector<int32_t>{0, 2, 3, 4}));
+  tree_path(tree, runs[0], 1, path);
+  EXPECT_EQ(path, (std::vector<int32_t>{0, 1}));
+  // Naming the entry before is a chain.
+  Batch chain;
+  chain.add(1, 3, 0);
+  chain.add(2, 4, 0, Output::None, false, 0);
+  chain.add(3, 5, 0, Output::None, false, 1);
+  EXPECT_FALSE(sequence_runs(chain).at(0).tree);
+
+  const auto refused = [](const std::vector<std::pair<int64_t, int32_t>>& pos_parent) {
+    Batch b;
+    for (const auto& [pos, parent] : pos_parent) b.add(1, pos, 0, Output::None, false, parent);
+    EXPECT_THROW(sequence_runs(b), Error) << ::testing::PrintToString(pos_parent);
+  };
+  refused({{7, 0}});                     // a run's first entry follows the cache
+  refused({{7, -1}, {8, 1}});            // a parent must come earlier
+  refused({{7, -1}, {8, -2}});
+  refused({{7, -1}, {8, 0}, {8, 1}});    // its parent's position plus one
+  refused({{7, -1}, {8, 0}, {10, 0}});
+}
+
 }  // namespace
 }  // namespace nt

@@ -1,10 +1,12 @@
 // Speculative rejection sampling at one position: whatever distribution q the
 // draft drew its token from (or none: a deterministic draft), the token kept
-// (the draft's when keeps_draft, else draw_after_rejection's) is distributed
-// as the target's p. Chi-square against p, derived here from the logits in
+// (the draft's when keeps_draft, else a draw from what reject_draft leaves)
+// is distributed as the target's p, and so is the token kept from several
+// candidates judged in turn (a token tree's children). Chi-square against p, derived here from the logits in
 // float64, over many draws with fixed seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,7 +50,9 @@ Outcome verify_many(const TokenDistribution& p, const TokenDistribution& q, int3
     if (keeps_draft(p, q, x, uniform(rng))) {
       ++o.kept;
     } else {
-      token = draw_after_rejection(p, q, x, uniform(rng), scratch);
+      TokenDistribution residual = p;
+      reject_draft(residual, q, x, scratch);
+      token = draw_from(residual, uniform(rng));
     }
     ++o.counts.at(size_t(token));
   }
@@ -131,10 +135,67 @@ TEST(SpeculativeAcceptance, EqualDistributionsAlwaysKeepAndGreedyIsExact) {
   EXPECT_TRUE(keeps_draft(one_hot, {}, 42, 1.0 - 0x1.0p-53));
   EXPECT_FALSE(keeps_draft(one_hot, {}, 41, 0.0));
   EXPECT_FALSE(keeps_draft(one_hot, p, 41, 0.0));
-  EXPECT_EQ(draw_after_rejection(one_hot, {}, 41, 0.999, scratch), 42);
-  EXPECT_EQ(draw_after_rejection(one_hot, p, 41, 0.5, scratch), 42);
-  // Rounding that leaves no residual mass draws from p itself.
-  EXPECT_EQ(draw_after_rejection(one_hot, one_hot, 42, 0.5, scratch), 42);
+  const auto replacement = [&](const TokenDistribution& q, int32_t x, double u) {
+    TokenDistribution residual = one_hot;
+    reject_draft(residual, q, x, scratch);
+    return draw_from(residual, u);
+  };
+  EXPECT_EQ(replacement({}, 41, 0.999), 42);
+  EXPECT_EQ(replacement(p, 41, 0.5), 42);
+  // Rounding that leaves no residual mass keeps p itself.
+  EXPECT_EQ(replacement(one_hot, 42, 0.5), 42);
+}
+
+// Candidates for one position judged in turn, each against what the
+// rejections before it left (SpecInfer's multi-step speculative sampling):
+// `drawn` candidates drawn from q independently, then the `fixed` ones (q one-hot).
+Outcome verify_candidates(const TokenDistribution& p, const TokenDistribution& q, int drawn,
+                          const std::vector<int32_t>& fixed, size_t vocab, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RejectionScratch scratch;
+  Outcome o;
+  o.counts.assign(vocab, 0);
+  TokenDistribution left;
+  for (int64_t i = 0; i < n; ++i) {
+    left = p;
+    std::vector<std::pair<int32_t, const TokenDistribution*>> candidates;
+    static const TokenDistribution kOneHot;
+    for (int c = 0; c < drawn; ++c) candidates.emplace_back(draw_from(q, uniform(rng)), &q);
+    for (const int32_t x : fixed) candidates.emplace_back(x, &kOneHot);
+    int32_t token = -1;
+    for (const auto& [x, from] : candidates) {
+      if (keeps_draft(left, *from, x, uniform(rng))) {
+        token = x;
+        ++o.kept;
+        break;
+      }
+      reject_draft(left, *from, x, scratch);
+    }
+    if (token < 0) token = draw_from(left, uniform(rng));
+    ++o.counts.at(size_t(token));
+  }
+  return o;
+}
+
+TEST(SpeculativeAcceptance, CandidatesJudgedInTurnYieldTheTargets) {
+  std::mt19937_64 rng(21);
+  const auto target_logits = random_logits(rng, kVocab, 1.5f);
+  const auto p = chain_probabilities(target_logits, chain(0.8f, 40, 0.95f, 0.05f));
+  auto draft_logits = random_logits(rng, kVocab, 1.0f);
+  for (size_t i = 0; i < kVocab; ++i) draft_logits[i] += target_logits[i];
+  const auto q = chain_probabilities(draft_logits, chain(1.3f, 60, 1.0f, 0.0f));
+  // The target's three likeliest tokens and one it filtered out, as deterministic candidates.
+  std::vector<int32_t> by_p(kVocab);
+  for (size_t i = 0; i < kVocab; ++i) by_p[i] = int32_t(i);
+  std::sort(by_p.begin(), by_p.end(), [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
+  const std::vector<int32_t> fixed = {by_p[1], by_p.back(), by_p[0], by_p[2]};
+  for (const auto& [drawn, candidates] : std::vector<std::pair<int, std::vector<int32_t>>>{{0, fixed}, {3, {}}, {2, fixed}}) {
+    const std::string what = std::to_string(drawn) + " drawn, " + std::to_string(candidates.size()) + " fixed";
+    const Outcome o = verify_candidates(sparse(p), sparse(q), drawn, candidates, kVocab, kDraws, 23);
+    expect_distributed_as(o, p, kDraws, what);
+    EXPECT_GT(o.kept, 0) << what;
+    EXPECT_LT(o.kept, kDraws) << what;
+  }
 }
 
 }  // namespace

@@ -38,25 +38,27 @@ int64_t cache_row(const AttentionRun& run, int64_t pos) {
   return int64_t(run.pages[pos / run.page_size]) * run.page_size + pos % run.page_size;
 }
 
-// One head of one query over the run's positions [0, n_ctx).
-void attend_head(const float* q, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx, int kv_head,
-                 const AttentionShape& s, float* out, const Kernels& kn) {
+// One head of one query over the run's positions [0, n_ctx), then `extra`.
+void attend_head(const float* q, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx,
+                 std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out, const Kernels& kn) {
   static thread_local std::vector<float> scores;
   static thread_local std::vector<int64_t> rows;
-  if (scores.size() < size_t(n_ctx)) {
-    scores.resize(n_ctx);
-    rows.resize(n_ctx);
+  const int64_t n = n_ctx + int64_t(extra.size());
+  if (scores.size() < size_t(n)) {
+    scores.resize(n);
+    rows.resize(n);
   }
+  for (int64_t j = 0; j < n_ctx; ++j) rows[j] = cache_row(run, j);
+  for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
   const int hd = s.head_dim;
   float max = -INFINITY;
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    rows[j] = cache_row(run, j);
+  for (int64_t j = 0; j < n; ++j) {
     scores[j] = s.scale * dot_row(kn, k, rows[j] * k.pos_stride + kv_head * k.head_stride, q, hd);
     max = std::max(max, scores[j]);
   }
-  const float inv_sum = 1.0f / kn.exp_sum(scores.data(), n_ctx, max);
+  const float inv_sum = 1.0f / kn.exp_sum(scores.data(), n, max);
   std::fill(out, out + hd, 0.0f);
-  for (int64_t j = 0; j < n_ctx; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     axpy_row(kn, scores[j] * inv_sum, v, rows[j] * v.pos_stride + kv_head * v.head_stride, out, hd);
   }
 }
@@ -97,7 +99,12 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
       const int64_t t = local / s.n_heads;
       const int h = int(local % s.n_heads);
       const int64_t offset = t * width + int64_t(h) * s.head_dim;
-      attend_head(run.q + offset, k, v, run, run.first_pos + t + 1, h / group, s, run.out + offset, kn);
+      if (run.path_start) {
+        const std::span<const int64_t> path{run.paths + run.path_start[t], run.paths + run.path_start[t + 1]};
+        attend_head(run.q + offset, k, v, run, run.tree_start, path, h / group, s, run.out + offset, kn);
+      } else {
+        attend_head(run.q + offset, k, v, run, run.first_pos + t + 1, {}, h / group, s, run.out + offset, kn);
+      }
     }
   });
 }

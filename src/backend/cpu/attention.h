@@ -32,6 +32,10 @@ struct AttentionShape {
 // alike), causally masked: row t sees the sequence's positions
 // [0, first_pos + t]. A position p of the sequence is cache row
 // pages[p / page_size] * page_size + p % page_size; no pages: row p.
+// A token tree's rows (path_start set) see the positions [0, tree_start)
+// instead, then paths[path_start[t] .. path_start[t + 1]) in that order:
+// the cache positions of their ancestors and their own, root first. A row
+// then attends in the order a chain of its path would, to the same numbers.
 struct AttentionRun {
   const float* q = nullptr;
   float* out = nullptr;
@@ -39,6 +43,9 @@ struct AttentionRun {
   int n_tokens = 0;
   const int32_t* pages = nullptr;
   int64_t page_size = 0;
+  int64_t tree_start = 0;
+  const int64_t* path_start = nullptr;  // n_tokens + 1 offsets into paths; null: causal
+  const int64_t* paths = nullptr;
 };
 
 // Every run's queries in one parallel pass (decode of many sequences at once).

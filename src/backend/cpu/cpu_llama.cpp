@@ -13,6 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/cpu/tree_rows.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "model/llama_weights.h"
@@ -85,14 +86,18 @@ class CpuLlamaRunner final : public ModelRunner {
       for (; r < runs.size() && runs[r].first < at + n; ++r) {
         const int64_t first = std::max(runs[r].first, at);
         const int64_t end = std::min(runs[r].first + runs[r].count, at + n);
-        chunk_runs_.push_back({runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first), runs[r].stepwise});
+        chunk_runs_.push_back(
+            {runs[r].seq, first - at, end - first, runs[r].pos + (first - runs[r].first), runs[r].stepwise, runs[r].tree});
         // A stepwise run takes the kernels of one token at a time.
         const bool stepwise = runs[r].stepwise;
         run_groups_.push_back({first - at, end - first, stepwise ? 1 : runs[r].count});
         head_alone_.push_back(stepwise ? 1 : run_outputs_[r]);
         if (runs[r].first + runs[r].count > at + n) break;  // continues in the next chunk
       }
-      forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers);
+      // A tree's rows may have ancestors in an earlier chunk: their paths come from the whole batch.
+      const bool tree = cpu::has_tree(chunk_runs_);
+      if (tree) tree_rows_.assign(batch, runs, at, n);
+      forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers, tree ? &tree_rows_ : nullptr);
       hand_out(batch, at, out);
     }
   }
@@ -102,14 +107,17 @@ class CpuLlamaRunner final : public ModelRunner {
   bool reports_layers() const override { return true; }
 
   void copy_pages(std::span<const PageCopy> copies) override {
-    const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
-    const size_t page_bytes = size_t(kPageSize) * size_t(config_.kv_dim()) * elem;
-    for (auto* cache : {&k_cache_, &v_cache_}) {
-      for (int64_t l = 0; l < config_.n_layers; ++l) {
-        auto* base = static_cast<uint8_t*>(layer_cache(*cache, l).data);
-        for (const PageCopy& c : copies) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
-      }
-    }
+    const size_t page_bytes = size_t(kPageSize) * row_bytes();
+    for_each_layer_cache([&](uint8_t* base) {
+      for (const PageCopy& c : copies) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
+    });
+  }
+
+  void copy_rows(std::span<const RowCopy> copies) override {
+    const size_t bytes = row_bytes();
+    for_each_layer_cache([&](uint8_t* base) {
+      for (const RowCopy& c : copies) std::memcpy(base + size_t(c.to) * bytes, base + size_t(c.from) * bytes, bytes);
+    });
   }
 
  private:
@@ -117,14 +125,15 @@ class CpuLlamaRunner final : public ModelRunner {
 
   // One pass of n <= max_batch entries (`runs` index into them, run_groups_
   // groups them for the kernels): every weight matrix is read once for all.
-  void forward_chunk(std::span<const BatchEntry> entries, std::span<const SequenceRun> runs, std::span<const int32_t> layers) {
+  void forward_chunk(std::span<const BatchEntry> entries, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
+                     const cpu::TreeRows* tree) {
     const auto& c = config_;
     const int64_t n = int64_t(entries.size());
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
     LayerObserver* observer = layer_observer();
     const size_t values = size_t(n * c.dim);
-    const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_};
+    const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_, tree};
     for (const int32_t l : layers) {
       if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(values));
       layer_.run(weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
@@ -168,6 +177,16 @@ class CpuLlamaRunner final : public ModelRunner {
     }
   }
 
+  size_t row_bytes() const { return size_t(config_.kv_dim()) * (kv_type_ == TensorType::F16 ? 2 : 4); }
+
+  // Calls f with the base of every layer's K cache, then every layer's V cache.
+  template <class F>
+  void for_each_layer_cache(F f) {
+    for (auto* cache : {&k_cache_, &v_cache_}) {
+      for (int64_t l = 0; l < config_.n_layers; ++l) f(static_cast<uint8_t*>(layer_cache(*cache, l).data));
+    }
+  }
+
   // Layer l's cache holds [pool row][kv_dim] in kv_type_.
   cpu::LayerCache layer_cache(std::vector<uint8_t>& cache, int64_t layer) {
     const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
@@ -191,6 +210,7 @@ class CpuLlamaRunner final : public ModelRunner {
   std::vector<float> head_logits_;  // [output rows][vocab]
   Candidates top_;
   std::vector<SequenceRun> chunk_runs_;
+  cpu::TreeRows tree_rows_;  // the chunk's token-tree rows, when it holds a tree
   std::vector<int64_t> run_outputs_;  // per run of the batch: its entries that want an output
   std::vector<cpu::TokenGroup> run_groups_, head_groups_;  // the chunk's runs, and their rows through the head
   std::vector<int64_t> head_alone_;  // per chunk run: the whole run's rows through the head

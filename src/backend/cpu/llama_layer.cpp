@@ -45,8 +45,10 @@ void LlamaLayer::run(const LlamaLayerWeights& w, const LayerCache& k, const Laye
   matmul(w.wv, xb_.data(), v_.data());
   for (const SequenceRun& run : rows.runs) {
     for (int64_t t = run.first; t < run.first + run.count; ++t) {
-      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), row_pos(run, t), inv_freqs_.data());
-      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), row_pos(run, t), inv_freqs_.data());
+      // A tree row is cached at row_pos but rotated for its depth.
+      const int64_t pos = rows.tree ? rows.tree->rope_pos[size_t(t)] : row_pos(run, t);
+      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), int(c.head_dim), pos, inv_freqs_.data());
+      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), int(c.head_dim), pos, inv_freqs_.data());
     }
   }
   store_kv(k, v, rows);
@@ -58,7 +60,13 @@ void LlamaLayer::run(const LlamaLayerWeights& w, const LayerCache& k, const Laye
   rmsnorm_rows(x, w.ffn_norm.f32(), xb_.data(), n);
   matmul(w.w_gate, xb_.data(), gate_.data());
   matmul(w.w_up, xb_.data(), up_.data());
-  swiglu(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+  // Row by row: the kernel's vector blocks and scalar tail then split each
+  // row as in a one-token step, whatever the pass holds (an ffn_dim that is
+  // no multiple of the vector width would otherwise round by batch size).
+  for (int64_t t = 0; t < n; ++t) {
+    const size_t row = size_t(t * c.ffn_dim);
+    swiglu(gate_.data() + row, up_.data() + row, gate_.data() + row, c.ffn_dim);
+  }
   matmul(w.w_down, gate_.data(), xb_.data());
   add_inplace(x, xb_.data(), n * c.dim);
 }
@@ -96,8 +104,13 @@ void LlamaLayer::attend(const LayerCache& k, const LayerCache& v, const LayerRow
   attention_runs_.clear();
   for (const SequenceRun& run : rows.runs) {
     const size_t row = size_t(run.first) * size_t(c.q_dim());
-    attention_runs_.push_back(
-        {&q_[row], &att_[row], run.pos, int(run.count), rows.pages->pages(run.seq).data(), rows.pages->page_size()});
+    AttentionRun a{&q_[row], &att_[row], run.pos, int(run.count), rows.pages->pages(run.seq).data(), rows.pages->page_size()};
+    if (run.tree) {
+      a.tree_start = rows.tree->tree_start[size_t(run.first)];
+      a.path_start = rows.tree->path_start.data() + run.first;
+      a.paths = rows.tree->paths.data();
+    }
+    attention_runs_.push_back(a);
   }
   attention_runs(attention_runs_, view(k), view(v), shape, pool);
 }

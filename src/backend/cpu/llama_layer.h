@@ -10,6 +10,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/cpu/tree_rows.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
 #include "runtime/batch.h"
@@ -25,13 +26,15 @@ struct LayerCache {
 };
 
 // The rows of one pass: `runs` (first = row index) say which sequence and
-// positions each row is, `pages` where they are cached, and `groups` which
-// matmul kernel each row takes (matmul_groups).
+// positions each row is, `pages` where they are cached, `groups` which
+// matmul kernel each row takes (matmul_groups), and `tree` (when a run is a
+// token tree) each row's RoPE position and what it attends to.
 struct LayerRows {
   int64_t n = 0;
   std::span<const SequenceRun> runs;
   const KvPages* pages = nullptr;
   std::span<const TokenGroup> groups;
+  const TreeRows* tree = nullptr;
 };
 
 class LlamaLayer {

@@ -35,6 +35,7 @@ constexpr int kDecodeWarps = 4;
 constexpr int kMaxGroup = 8;  // query heads per KV head the decode kernel handles
 
 // PRECOND: rows * head_dim <= kMaxRowElems; keys 0..pos+n_tokens-1 are in the cache.
+// A tree (p.tree_mask) also masks the keys from tree_start on by each row's ancestor bits.
 // Grid (kv head, query tile, split). Bytes moved: each K/V row of the block's
 // key range once (f16), its queries once, outputs (or partials) once.
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, Geometry g) {
@@ -92,7 +93,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
     // Scores: lane = key, warps over rows.
     for (int r = warp; r < g.rows; r += kThreads / 32) {
       const int64_t last_key = pos0 + t0 + r / g.group;
-      const bool visible = r < rows && lane < n && key0 + lane <= last_key;
+      bool visible = r < rows && lane < n && key0 + lane <= last_key;
+      if (visible && p.tree_mask) {
+        visible = tree_sees(p.tree_mask + (t0 + r / g.group) * p.tree_words, p.tree_start, key0 + lane);
+      }
       float s = -INFINITY;
       if (visible) {
         s = 0.0f;
@@ -420,7 +424,12 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
          "or 256 with at most {} query heads per KV head (head_dim {}, {} heads, {} KV heads)",
          p.n_seqs, kMaxGroup, p.head_dim, p.n_heads, p.n_kv_heads);
   }
-  if (p.n_seqs == 1 && attention_detail::short_decode_supported(p)) {
+  if (p.tree_mask && (p.n_seqs != 1 || p.rope.inv_freq || p.out_q8 || p.tree_words < 1 || p.tree_start < 0)) {
+    fail("attention: a token tree's rows take one sequence, no RoPE or q8 output, and their mask words ({} a row, "
+         "tree at {})",
+         p.tree_words, p.tree_start);
+  }
+  if (p.n_seqs == 1 && !p.tree_mask && attention_detail::short_decode_supported(p)) {
     attention_detail::launch_short_decode(p, stream);
     return;
   }
@@ -431,7 +440,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   bool merged = p.n_splits == 1;
   if (p.n_seqs == 1 && attention_detail::mma_prefill_supported(p)) {
     merged = attention_detail::launch_mma_prefill(p, stream) || merged;
-  } else if (p.n_tokens == 1 && group <= kMaxGroup && p.head_dim % 32 == 0 &&
+  } else if (p.n_tokens == 1 && !p.tree_mask && group <= kMaxGroup && p.head_dim % 32 == 0 &&
              (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {
     if (p.n_splits > 1 && p.n_kv_heads > kMaxCountedKvHeads) {
       fail("attention: {} KV heads exceed the {} split counters of the decode kernel", p.n_kv_heads, kMaxCountedKvHeads);

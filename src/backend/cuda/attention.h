@@ -4,7 +4,8 @@
 // accumulation); other sizes in f32. The key range is split over several
 // blocks when the queries alone would not fill the GPU; decode merges the
 // splits in the same launch, prefill in a second kernel. Decode that sees at
-// most kShortDecodeMaxKeys keys runs without splits, in f32.
+// most kShortDecodeMaxKeys keys runs without splits, in f32. The rows of a
+// token tree see their ancestors only (AttentionParams::tree_mask).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -71,7 +72,23 @@ struct AttentionParams {
   int64_t n_seqs = 1;
   const int32_t* seq_slots = nullptr;  // device
   int64_t slot_stride = 0;             // elements from one sequence slot's caches to the next
+  // A token tree's rows (one sequence, tokens cached in tree order): token t
+  // sees the keys before tree_start and, from tree_start on, only key
+  // tree_start + j whose bit j is set in its mask, words
+  // tree_mask[t * tree_words ...] (its ancestors and itself). Null: causal.
+  // Runs the prefill kernels, one token too; no RoPE or q8 output.
+  const uint32_t* tree_mask = nullptr;  // device
+  int64_t tree_start = 0;
+  int tree_words = 0;
 };
+
+// Whether key `key` is visible to a tree token whose mask words are `mask`
+// (AttentionParams::tree_mask); the causal bound is checked apart.
+__host__ __device__ inline bool tree_sees(const uint32_t* mask, int64_t tree_start, int64_t key) {
+  if (key < tree_start) return true;
+  const int64_t j = key - tree_start;
+  return (mask[j / 32] >> (j % 32)) & 1u;
+}
 
 // Whether attention() runs n_seqs one-token sequences of this shape in one launch.
 bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_dim);

@@ -70,6 +70,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // tile is fetched before waiting for the Q/K/V mat-vec (every earlier key was
 // stored by earlier launches; the new key's slot is patched in shared memory),
 // and the (cos, sin) pairs are computed meanwhile.
+// kTree: p.tree_mask is set, and the keys from tree_start on are masked by each row's ancestor bits.
 // PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache
 // (p.rope: keys 0..pos-1, and n_tokens == 1);
 // q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
@@ -77,7 +78,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // Grid (KV head, query tile, split).
 // Bytes moved: the split's K/V rows once per query tile (f16, mostly L2 hits:
 // the tiles of one KV head share them), queries once, outputs (or partials) once.
-template <int kHeadDim>
+template <int kHeadDim, bool kTree>
 __global__ void __launch_bounds__(kThreads, 2)
     mma_prefill_kernel(AttentionParams p, int group, int tile_tokens, int n_tiles, bool merge_last) {
   NT_TRACE_BLOCK(kAttention);
@@ -239,6 +240,24 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
+    if constexpr (kTree) {
+      if (key0 + kKeys > p.tree_start) {  // keys of the tree: a row's ancestors only
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + 8 * h;
+          if (r >= rows) continue;
+          const uint32_t* mask = p.tree_mask + (t0 + r / group) * p.tree_words;
+#pragma unroll
+          for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int64_t key = key0 + nt * 8 + 2 * q + e;
+              if (key <= limit[h] && !tree_sees(mask, p.tree_start, key)) s[nt][2 * h + e] = -INFINITY;
+            }
+          }
+        }
+      }
+    }
 
     // Online softmax; a row with no visible key yet keeps m = -inf and uses 0 as its base.
     float base[2], alpha[2], row_sum[2] = {0.0f, 0.0f};
@@ -325,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kTree>
 bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;
   const int tile_tokens = kMmaRows / group;
@@ -333,11 +352,12 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   if (n_tiles > 65535) fail("attention: {} query tiles exceed the grid's limit", n_tiles);
   constexpr size_t smem = PrefillSmem<kHeadDim>::kBytes;
   const bool merge_last = mma_merges_in_launch(p);
+  const auto kernel = mma_prefill_kernel<kHeadDim, kTree>;
   if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
-    NT_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  cuda::launch_kernel(mma_prefill_kernel<kHeadDim>, dim3(unsigned(p.n_kv_heads), unsigned(n_tiles), unsigned(p.n_splits)),
-                      dim3(kThreads), smem, stream, p, group, tile_tokens, int(n_tiles), merge_last);
+  cuda::launch_kernel(kernel, dim3(unsigned(p.n_kv_heads), unsigned(n_tiles), unsigned(p.n_splits)), dim3(kThreads), smem,
+                      stream, p, group, tile_tokens, int(n_tiles), merge_last);
   NT_CUDA_CHECK_LAUNCH();
   return merge_last;
 }
@@ -357,7 +377,9 @@ bool mma_prefill_supported(const AttentionParams& p) {
 }
 
 bool launch_mma_prefill(const AttentionParams& p, cudaStream_t stream) {
-  return p.head_dim == 64 ? launch_for_head_dim<64>(p, stream) : launch_for_head_dim<128>(p, stream);
+  // The tree's mask is a kernel of its own: the causal kernels stay as they were.
+  if (p.tree_mask) return p.head_dim == 64 ? launch_for_head_dim<64, true>(p, stream) : launch_for_head_dim<128, true>(p, stream);
+  return p.head_dim == 64 ? launch_for_head_dim<64, false>(p, stream) : launch_for_head_dim<128, false>(p, stream);
 }
 
 }  // namespace nt::attention_detail

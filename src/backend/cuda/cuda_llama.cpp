@@ -37,6 +37,7 @@
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/host_layers.h"
+#include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
@@ -48,6 +49,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
+#include "runtime/tree_mask.h"
 #include "storage/hybrid_plan.h"
 #include "storage/layer_reads.h"
 #include "storage/page_cache.h"
@@ -177,11 +179,16 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     NT_CUDA_CHECK(cudaSetDevice(device_.index));
     copy_pages(copies);
   }
+  void move_rows(std::span<const RowCopy> copies) override {
+    NT_CUDA_CHECK(cudaSetDevice(device_.index));
+    copy_rows(copies);
+  }
 
  protected:
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
+  void copy_rows(std::span<const RowCopy> copies) override;
   // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
   bool honours_default_schedule() const override { return true; }
   void default_schedule_changed(std::span<const int32_t> layers) override {
@@ -217,7 +224,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // Writes a chunk's inputs into the pinned staging and copies them in.
   void stage_inputs(std::span<const int32_t> tokens, int64_t pos, int64_t top_k);
   void copy_inputs(int64_t n_tokens);
-  void* host_out() { return host_io_.as<int32_t>() + kInputsHeader + 5 * options_.max_batch; }
+  void* host_out() { return host_io_.as<int32_t>() + batch_input_words(options_.max_batch); }
   // Fails unless `tokens` are in the vocabulary (claim_default checks the positions).
   void check_token_ids(std::span<const int32_t> tokens) const;
   // What a run hands back after its tokens: one of
@@ -238,6 +245,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     SeqId seq = 0;          // the host's view, for the layers it computes
     int64_t first_pos = 0;
     bool stepwise = false;  // a stepwise run's rows (BatchEntry::stepwise)
+    int64_t tree_start = -1;  // a token tree's first position (its rows' masks in ChunkRows); -1: causal
   };
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
@@ -247,12 +255,18 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   };
   // A chunk's sequences; for a batch also every row's position and slot
   // (device), so one launch stores the whole chunk's keys and values. The
-  // last stepwise_rows rows are those of stepwise runs (batches only).
+  // last stepwise_rows rows are those of stepwise runs (batches only). With
+  // token trees, every row's RoPE position and `tree_words` words of
+  // ancestor bits a row (device), and their rows for the host layers.
   struct ChunkRows {
     std::span<const ChunkSequence> seqs;
     const int32_t* token_pos = nullptr;
     const int32_t* token_slot = nullptr;
     int64_t stepwise_rows = 0;
+    const int32_t* token_rope_pos = nullptr;
+    const uint32_t* tree_masks = nullptr;
+    int tree_words = 0;
+    const cpu::TreeRows* host_trees = nullptr;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
   // pos_dev_); logits of the last token (or all) into logits_.
@@ -295,6 +309,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // this batch cannot replay one; captured from `pass` on first use.
   cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                                      std::span<const int32_t> layers, const std::function<void()>& pass);
+  // The KV caches' layout, for the kernels that move rows (layers, rows and staging unset).
+  KvRowsParams cache_layout() const;
   uint16_t* k_cache_at(int64_t slot, int64_t layer) const;
   uint16_t* v_cache_at(int64_t slot, int64_t layer) const;
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
@@ -379,6 +395,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::vector<SequenceRun> host_runs_;
   std::vector<int32_t> run_slots_;  // forward_pages: each run's KV slot
   std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
+  cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
   std::vector<HostLayers::SlotRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
@@ -676,15 +693,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
     pinned.push_back(streamer_->pinned_bytes(l));
   }
   if (!host_layers.empty()) {
-    KvRowsParams device_caches;
-    device_caches.k_cache = k_cache_.as<uint16_t>();
-    device_caches.v_cache = v_cache_.as<uint16_t>();
-    device_caches.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
-    device_caches.slot_stride = c.n_layers * device_caches.layer_stride;
-    device_caches.context = cache_context_;
-    device_caches.n_kv_heads = int(c.n_kv_heads);
-    device_caches.head_dim = int(c.head_dim);
-    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), device_caches,
+    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), cache_layout(),
                                          std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
   }
 }
@@ -720,7 +729,7 @@ void CudaLlamaRunner::allocate_activations() {
   top_scratch_ = at(a.top_scratch);
   const uint64_t out_bytes = std::max({4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4,
                                        4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
-  host_io_ = PinnedBuffer(4 * uint64_t(kInputsHeader + 5 * options_.max_batch) + out_bytes, "token and logit transfers");
+  host_io_ = PinnedBuffer(4 * uint64_t(batch_input_words(options_.max_batch)) + out_bytes, "token and logit transfers");
   greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
   sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
   step_done_.resize(kGreedyRing);
@@ -836,6 +845,7 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     rope.n_tokens = n;
     rope.token_pos = rows.token_pos;
     rope.token_slot = rows.token_slot;
+    rope.token_rope_pos = rows.token_rope_pos;
     rope.k_cache = k_cache_at(0, l);
     rope.v_cache = v_cache_at(0, l);
     rope_and_store_kv(rope, stream_);
@@ -844,9 +854,10 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
   bool att_q8 = false;
   for (size_t i = 0; i < rows.seqs.size();) {
     const ChunkSequence& s = rows.seqs[i];
-    // Consecutive one-token sequences attend in one launch.
+    // Consecutive one-token sequences attend in one launch (a tree's row sees its ancestors apart).
+    const auto alone = [&](const ChunkSequence& q) { return q.rows == 1 && q.tree_start < 0; };
     size_t run = 1;
-    while (multi && s.rows == 1 && i + run < rows.seqs.size() && rows.seqs[i + run].rows == 1) ++run;
+    while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
     AttentionParams att = shape;
     uint16_t* k_cache = k_cache_at(s.slot, l);
     uint16_t* v_cache = v_cache_at(s.slot, l);
@@ -858,6 +869,11 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     att.n_tokens = s.rows;
     att.max_keys = s.rows == 1 ? s.max_keys : 0;
     att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
+    if (s.tree_start >= 0) {
+      att.tree_mask = rows.tree_masks + s.first_row * rows.tree_words;
+      att.tree_words = rows.tree_words;
+      att.tree_start = s.tree_start;
+    }
     if (run > 1) {
       att.n_seqs = int64_t(run);
       att.pos = rows.token_pos + s.first_row;
@@ -904,7 +920,9 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const bool step_fold = m < n && folds_norms(1, false) && !layers.empty();
   const auto stepwise_seqs =
       std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
-  const ChunkRows chunked{{chunk.seqs.begin(), stepwise_seqs}, chunk.token_pos, chunk.token_slot, 0};
+  ChunkRows chunked = chunk;
+  chunked.seqs = {chunk.seqs.begin(), stepwise_seqs};
+  chunked.stepwise_rows = 0;
 
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
   host_rows_.clear();
@@ -1142,10 +1160,12 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
   copy_floats(x_, host_->host_x_on_device(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
-  for (const ChunkSequence& s : rows.seqs) host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos, s.stepwise});
+  for (const ChunkSequence& s : rows.seqs) {
+    host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos, s.stepwise, s.tree_start >= 0});
+  }
   for (const int32_t l : layers) {
     const auto begin = std::chrono::steady_clock::now();
-    host_->run(l, host_runs_, n, kv_pages());
+    host_->run(l, host_runs_, n, kv_pages(), rows.host_trees);
     const auto end = std::chrono::steady_clock::now();
     host_seconds_ += std::chrono::duration<double>(end - begin).count();
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
@@ -1365,6 +1385,38 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
   if (host_) host_->copy_pages(copies);
 }
 
+KvRowsParams CudaLlamaRunner::cache_layout() const {
+  const LlamaConfig& c = config_;
+  KvRowsParams p;
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
+  p.slot_stride = stage_layers() * p.layer_stride;  // a pipeline stage holds its layers only
+  p.context = cache_context_;
+  p.n_kv_heads = int(c.n_kv_heads);
+  p.head_dim = int(c.head_dim);
+  return p;
+}
+
+void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
+  KvRowMoves moves;
+  moves.caches = cache_layout();
+  moves.n_layers = int(stage_layers());
+  // A row is slot * cache_context_ + position (one page per sequence); launches of moves follow each other.
+  for (size_t i = 0; i < copies.size(); i += kMaxKvRowMoves) {
+    moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, copies.size() - i));
+    for (int j = 0; j < moves.n_moves; ++j) {
+      const RowCopy& copy = copies[i + size_t(j)];
+      moves.slot[j] = int32_t(copy.from / cache_context_);
+      moves.from[j] = int32_t(copy.from % cache_context_);
+      moves.to[j] = int32_t(copy.to % cache_context_);
+    }
+    move_kv_rows(moves, stream_);
+  }
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (host_) host_->copy_rows(copies);
+}
+
 void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                     BatchOutputs& out) {
   // One token of the default sequence through every layer is a decode step
@@ -1381,7 +1433,13 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
     }
   }
   run_slots_.clear();
-  for (const SequenceRun& r : runs) run_slots_.push_back(kv_pages().pages(r.seq)[0]);
+  for (const SequenceRun& r : runs) {
+    if (r.tree && r.count > options_.max_batch) {  // its rows' ancestor bits are planned for trees of one chunk
+      fail("{}: a token tree of {} tokens is longer than the batch of {}; draft smaller trees", description(), r.count,
+           options_.max_batch);
+    }
+    run_slots_.push_back(kv_pages().pages(r.seq)[0]);
+  }
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
     run_batch_chunk(batch, runs, run_slots_, at, std::min(options_.max_batch, total - at), layers, out);
@@ -1406,11 +1464,15 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   std::vector<ChunkSequence> seqs;
   row_entries_.clear();
   int64_t stepwise_rows = 0;
+  // A token tree runs through the chunk kernels, which take its ancestor
+  // masks; so does every run of a chunk that holds one, keeping its rows in
+  // entry order.
+  const int64_t tree_words = chunk_tree_words(runs, at, n);
   for (const bool stepwise : {false, true}) {
     for (size_t i = 0; i < runs.size(); ++i) {
       const SequenceRun& r = runs[i];
       const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
-      if (r.stepwise != stepwise || first >= end) continue;
+      if ((r.stepwise && tree_words == 0) != stepwise || first >= end) continue;
       const int64_t pos = r.pos + (first - r.first), row = int64_t(row_entries_.size());
       const int32_t slot = slots[i];
       for (int64_t t = first; t < end; ++t) {
@@ -1422,7 +1484,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
       run_pos[seqs.size()] = int32_t(pos);
       // A one-row run attends as a single-sequence decode step at its position does.
       const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-      seqs.push_back({row, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos, stepwise});
+      seqs.push_back({row, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos, stepwise, r.tree ? r.pos : -1});
       if (stepwise) stepwise_rows += end - first;
     }
   }
@@ -1433,12 +1495,29 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   for (int64_t t = 0; t < m; ++t) {
     if (batch.entries[size_t(row_entries_[size_t(t)])].output != Output::None && has_head_) head_rows[rows++] = int32_t(t);
   }
-  const size_t input_bytes = size_t(head_rows + rows - staged) * 4;
+  ChunkRows chunk{seqs, device(token_pos), device(token_slot), stepwise_rows};
+  // Token trees: every row's RoPE position (its depth's), then each row's
+  // ancestor bits. A chunk with a tree has no stepwise rows (see above), so
+  // its rows are its entries in order.
+  int32_t* inputs_end = head_rows + rows;
+  if (tree_words > 0) {
+    int32_t* rope_pos = inputs_end;
+    for (int64_t t = 0; t < n; ++t) rope_pos[t] = int32_t(batch.entries[size_t(at + t)].pos);
+    write_tree_masks(batch, runs, at, n, tree_words, reinterpret_cast<uint32_t*>(rope_pos + n));
+    inputs_end = rope_pos + n + n * tree_words;
+    chunk.token_rope_pos = device(rope_pos);
+    chunk.tree_masks = reinterpret_cast<const uint32_t*>(device(rope_pos + n));
+    chunk.tree_words = int(tree_words);
+    if (host_) {
+      host_trees_.assign(batch, runs, at, n);
+      chunk.host_trees = &host_trees_;
+    }
+  }
+  const size_t input_bytes = size_t(inputs_end - staged) * 4;
   // The head's rows are gathered unless they are the other rows' last ones;
   // a one-token pass runs as a single-sequence step does (folded norms).
   const bool trailing = rows == 0 || (head_rows[0] == m - rows && head_rows[rows - 1] == m - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  const ChunkRows chunk{seqs, device(token_pos), device(token_slot), stepwise_rows};
   const int64_t head_total = rows + stepwise_rows;
   auto* picks = static_cast<int32_t*>(host_out());
   // The pass: the inputs in, the layers, the head, every head row's argmax out.

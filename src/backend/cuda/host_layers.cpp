@@ -142,7 +142,8 @@ void HostLayers::after_host_pass(std::span<const SlotRows> runs) {
   }
 }
 
-void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages) {
+void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages,
+                     const cpu::TreeRows* trees) {
   const size_t i = size_t(index_[size_t(layer)]);
   const size_t layer_elems = size_t(pool_rows_) * size_t(config_.kv_dim());
   // Every row takes the kernels of the pass's n tokens, but a stepwise run's, which take one-token steps'.
@@ -155,7 +156,7 @@ void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n
       groups_.push_back({r.first, r.count, alone});
     }
   }
-  const cpu::LayerRows rows{n, runs, &pages, groups_};
+  const cpu::LayerRows rows{n, runs, &pages, groups_, trees};
   layer_.run(weights_[i], {k_cache_.data() + i * layer_elems, TensorType::F16},
              {v_cache_.data() + i * layer_elems, TensorType::F16}, rows, host_x(), pool_);
 }
@@ -169,6 +170,20 @@ void HostLayers::copy_pages(std::span<const PageCopy> copies) {
       uint16_t* base = cache->data() + i * layer_elems;
       for (const PageCopy& c : copies) {
         std::memcpy(base + size_t(c.to) * page_elems, base + size_t(c.from) * page_elems, page_elems * sizeof(uint16_t));
+      }
+    }
+  }
+}
+
+void HostLayers::copy_rows(std::span<const RowCopy> copies) {
+  const size_t kv_dim = size_t(config_.kv_dim());
+  for (const RowCopy& c : copies) {
+    const int64_t slot = c.from / device_.context, from = c.from % device_.context, to = c.to % device_.context;
+    int64_t& valid = device_valid_[size_t(slot)];
+    if (from >= valid) valid = std::min(valid, to);
+    for (auto* cache : {&k_cache_, &v_cache_}) {
+      for (size_t i = 0; i < weights_.size(); ++i) {
+        std::memcpy(host_row(*cache, i, slot, to), host_row(*cache, i, slot, from), kv_dim * 2);
       }
     }
   }

@@ -47,10 +47,14 @@ class HostLayers {
   float* host_x_on_device() const { return x_on_device_; }
   // Layer `layer` over the first n rows of host_x, `runs` saying whose they
   // are (in row order, covering them; a stepwise run's rows take the kernels
-  // of one-token steps).
-  void run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages);
+  // of one-token steps; `trees` their token trees' rows, when one is).
+  void run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages,
+           const cpu::TreeRows* trees = nullptr);
   // The pool's page copies (copy-on-write of shared prefixes) in the host caches.
   void copy_pages(std::span<const PageCopy> copies);
+  // Rows moved within a slot (a token tree's accepted path), in order, in the
+  // host caches; the GPU's valid prefix ends at the first row moved from past it.
+  void copy_rows(std::span<const RowCopy> copies);
 
   // A run's positions in one KV slot.
   struct SlotRows {

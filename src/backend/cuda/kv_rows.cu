@@ -35,7 +35,34 @@ void launch(const KvRowsParams& p, cudaStream_t stream) {
   NT_CUDA_CHECK(cudaGetLastError());
 }
 
+// One thread per (layer, element of a row), walking the moves in order: no
+// two threads touch one element, so the order within each holds.
+// Bytes moved: each moved row's K and V once read, once written (f16).
+__global__ void kv_row_moves_kernel(KvRowMoves p) {
+  const KvRowsParams& c = p.caches;
+  const int64_t kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= kv_dim) return;
+  const int64_t head = e / c.head_dim, d = e % c.head_dim;
+  const int64_t layer = blockIdx.y;
+  for (int i = 0; i < p.n_moves; ++i) {
+    const int64_t base = int64_t(p.slot[i]) * c.slot_stride + layer * c.layer_stride;
+    c.k_cache[base + k_cache_index(head, p.to[i], d, c.context, c.head_dim)] =
+        c.k_cache[base + k_cache_index(head, p.from[i], d, c.context, c.head_dim)];
+    c.v_cache[base + v_cache_index(head, p.to[i], d, c.context, c.head_dim)] =
+        c.v_cache[base + v_cache_index(head, p.from[i], d, c.context, c.head_dim)];
+  }
+}
+
 }  // namespace
+
+void move_kv_rows(const KvRowMoves& p, cudaStream_t stream) {
+  if (p.n_moves < 0 || p.n_moves > kMaxKvRowMoves) fail("{} KV row moves in one launch: 0 to {}", p.n_moves, kMaxKvRowMoves);
+  if (p.n_moves == 0 || p.n_layers == 0) return;
+  const int64_t kv_dim = int64_t(p.caches.n_kv_heads) * p.caches.head_dim;
+  kv_row_moves_kernel<<<dim3(unsigned((kv_dim + 127) / 128), unsigned(p.n_layers)), 128, 0, stream>>>(p);
+  NT_CUDA_CHECK(cudaGetLastError());
+}
 
 void kv_rows_to_staging(const KvRowsParams& p, cudaStream_t stream) { launch<true>(p, stream); }
 void kv_rows_from_staging(const KvRowsParams& p, cudaStream_t stream) { launch<false>(p, stream); }

@@ -1,7 +1,8 @@
 // K and V rows between the runner's device cache layout (attention.h: per
 // slot and layer, [kv_head] then the tiled K or [context][head_dim] V) and a
 // dense staging block [layer][row][kv_dim], for the layers of a hybrid split
-// whose caches live on both sides of the link (host_layers.h).
+// whose caches live on both sides of the link (host_layers.h); and rows
+// moved within the cache (a token tree's accepted path).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,5 +30,18 @@ struct KvRowsParams {
 void kv_rows_to_staging(const KvRowsParams& p, cudaStream_t stream);
 // staging -> cache.
 void kv_rows_from_staging(const KvRowsParams& p, cudaStream_t stream);
+
+inline constexpr int kMaxKvRowMoves = 64;
+
+// Every layer's K and V of row (slot[i], from[i]) to (slot[i], to[i]), the
+// moves one after the other (a later one may read what an earlier wrote).
+struct KvRowMoves {
+  KvRowsParams caches;  // the caches' layout (layers, rows and staging unused)
+  int n_layers = 0;     // every layer, 0 to n_layers - 1
+  int n_moves = 0;      // at most kMaxKvRowMoves
+  int32_t slot[kMaxKvRowMoves] = {}, from[kMaxKvRowMoves] = {}, to[kMaxKvRowMoves] = {};
+};
+
+void move_kv_rows(const KvRowMoves& p, cudaStream_t stream);
 
 }  // namespace nt

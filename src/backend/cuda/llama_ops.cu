@@ -64,12 +64,13 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
   const int slot = int(i / pairs % slots);
   const int64_t t = i / (int64_t(pairs) * slots);
   const int64_t position = p.token_pos ? int64_t(p.token_pos[t]) : int64_t(*p.pos) + t;
+  const int64_t rotation = p.token_rope_pos ? int64_t(p.token_rope_pos[t]) : position;
   float* v = p.qkv + t * p.qkv_stride + int64_t(slot) * p.head_dim + 2 * pair;
   float x0 = v[0], x1 = v[1];
   const bool is_v = slot >= p.n_heads + p.n_kv_heads;
   if (!is_v && pair < p.rope_pairs) {
     float s, c;
-    sincosf(float(position) * p.inv_freq[pair], &s, &c);
+    sincosf(float(rotation) * p.inv_freq[pair], &s, &c);
     const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
     x0 = r0;
     x1 = r1;

@@ -32,6 +32,9 @@ struct RopeKvParams {
   const int32_t* token_pos = nullptr;   // device
   const int32_t* token_slot = nullptr;  // device
   int64_t slot_stride = 0;
+  // A token tree's tokens are rotated for their depth, not for where they are
+  // cached: token t's RoPE position. Null: its cache position.
+  const int32_t* token_rope_pos = nullptr;  // device
 };
 
 // Rotates q (in place) and k, and stores k and v at their positions in the cache.

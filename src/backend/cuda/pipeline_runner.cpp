@@ -47,6 +47,7 @@ class CudaPipelineRunner final : public ModelRunner {
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
+  void copy_rows(std::span<const RowCopy> copies) override;
 
  private:
   // Stage g's part of a pass: each chunk from the stage before (its hand-off
@@ -138,6 +139,10 @@ uint64_t CudaPipelineRunner::weight_bytes_per_token() const {
 
 void CudaPipelineRunner::copy_pages(std::span<const PageCopy> copies) {
   for (const auto& s : stages_) s->copy_slots(copies);
+}
+
+void CudaPipelineRunner::copy_rows(std::span<const RowCopy> copies) {
+  for (const auto& s : stages_) s->move_rows(copies);
 }
 
 // Each chunk through every stage in turn: stage g + 1 continues from the

@@ -42,6 +42,8 @@ class PipelineStage {
                                int64_t n, std::span<const int32_t> layers, BatchOutputs& out) = 0;
   // Copies the stage's K and V of whole KV slots (PagePerSequence pages).
   virtual void copy_slots(std::span<const PageCopy> copies) = 0;
+  // Moves the stage's K and V rows within slots (a token tree's accepted path).
+  virtual void move_rows(std::span<const RowCopy> copies) = 0;
 };
 
 // options.stage must be set; everything else as make_cuda_runner.
