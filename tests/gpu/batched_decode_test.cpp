@@ -172,8 +172,8 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   auto runner = make_cuda_runner(*file, 256, o);
   // The prompts prefill apart, as they do alone, and every step decodes all
   // 8. A batched step rounds differently from the single-sequence graph (the
-  // 8-column mat-vec without folded norms, the multi-sequence attention
-  // kernel), so near-ties may flip: wherever a sequence parts from its path
+  // int8 GEMM without folded norms, the multi-sequence attention kernel), so
+  // near-ties may flip: wherever a sequence parts from its path
   // alone, the two picks must be within a quarter of a logit. Measured on the
   // H200: 6 of 8 identical, parting at gaps of 0.19 and 0.03 logits (the
   // issue asks for 7 of 8; docs/PERFORMANCE.md).

@@ -325,9 +325,18 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
               const NormOut& norm_out = {});
   // The input form of x's n rows of cols; the q8 form from row first_row of q8_ on.
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
-  // Whether a chunk of n tokens below gemm_min_tokens multiplies m on the int8 tensor cores.
+  // How the running chunk's matrices multiply (set by run_chunk): cuBLAS
+  // from gemm_from tokens; below it the int8 GEMM when `int8` (decode
+  // batches, from int8_gemm_min_tokens), else the mat-vec.
+  struct MatmulPaths {
+    int64_t gemm_from = 0;
+    bool int8 = false;
+  };
+  MatmulPaths matmul_paths(bool one_token_runs) const {
+    return one_token_runs ? MatmulPaths{options_.decode_gemm_min_tokens, true} : MatmulPaths{options_.gemm_min_tokens, false};
+  }
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
-    return n >= options_.int8_gemm_min_tokens && n < options_.gemm_min_tokens && quantized_gemm_supported(m.type, m.cols);
+    return paths_.int8 && n >= options_.int8_gemm_min_tokens && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
 
   LlamaConfig config_;
@@ -358,6 +367,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   DeviceBuffer k_cache_, v_cache_;
   DeviceBuffer activations_;
   std::optional<Gemm> gemm_;
+  MatmulPaths paths_;  // the running chunk's
   int32_t* pos_dev_ = nullptr;  // the step's inputs (kInputsHeader)
   int32_t* top_k_dev_ = nullptr;
   int32_t* tokens_dev_ = nullptr;
@@ -411,7 +421,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
   // One-token steps run the decode mat-vec, which stepwise runs reproduce column by column.
-  if (options_.gemm_min_tokens < 2) fail("gemm_min_tokens must be at least 2, got {}", options_.gemm_min_tokens);
+  if (options_.gemm_min_tokens < 2 || options_.decode_gemm_min_tokens < 2) {
+    fail("gemm_min_tokens and decode_gemm_min_tokens must be at least 2, got {} and {}", options_.gemm_min_tokens,
+         options_.decode_gemm_min_tokens);
+  }
   if (options_.int8_gemm_min_tokens < 2) fail("int8_gemm_min_tokens must be at least 2, got {}", options_.int8_gemm_min_tokens);
   if (config_.head_dim % 8 != 0) {
     fail("{}: head dimension {} is not a multiple of 8, which the CUDA KV cache layout needs", file.path(), config_.head_dim);
@@ -420,7 +433,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   // chunks; a float model of other widths (stories260K's FFN is 172 wide)
   // prefills through the mat-vec, which reads float rows 4 or 8 elements at a time.
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
-    options_.gemm_min_tokens = std::numeric_limits<int64_t>::max();
+    options_.gemm_min_tokens = options_.decode_gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
   // For A/B runs: NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec,
   // NT_CUDA_INT8_GEMM=N sets int8_gemm_min_tokens to N.
@@ -750,7 +763,7 @@ Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bo
 
 void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
                              bool accumulate, const NormOut& norm_out) {
-  if (n >= options_.gemm_min_tokens) {
+  if (n >= paths_.gemm_from) {
     gemm_->run(m, in.f16, n, y, y_stride, accumulate, stream_);
     return;
   }
@@ -914,12 +927,14 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const LlamaConfig& c = config_;
   // Rows [0, m) run as one chunk, the stepwise rows [m, n) as one-token steps.
   const int64_t m = n - chunk.stepwise_rows;
-  const bool use_gemm = m >= options_.gemm_min_tokens;
+  const auto stepwise_seqs =
+      std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
+  // A decode batch (one token of each sequence) may take the int8 GEMM; prompt chunks keep f16 GEMMs.
+  paths_ = matmul_paths(std::all_of(chunk.seqs.begin(), stepwise_seqs, [](const ChunkSequence& s) { return s.rows == 1; }));
+  const bool use_gemm = m >= paths_.gemm_from;
   // The head's folded input comes from the last layer's down: a stage may run none.
   const bool fold = m == n && may_fold && folds_norms(n, use_gemm) && !layers.empty();
   const bool step_fold = m < n && folds_norms(1, false) && !layers.empty();
-  const auto stepwise_seqs =
-      std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
   ChunkRows chunked = chunk;
   chunked.seqs = {chunk.seqs.begin(), stepwise_seqs};
   chunked.stepwise_rows = 0;
@@ -978,7 +993,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, x_), head.gather, rows, gate_, stream_);
     x_rows = gate_;
   }
-  const bool head_gemm = rows >= options_.gemm_min_tokens;
+  const bool head_gemm = rows >= paths_.gemm_from;
   if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
   if (head_gemm) convert_f32_to_f16(xn_, rows * c.dim, f16_, stream_);
   if (fold) {  // one token, whose last down projection wrote the final norm's input
@@ -1359,7 +1374,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {
   const LlamaConfig& c = config_;
-  if (!decodes_in_graphs() || n < 2 || n >= options_.gemm_min_tokens || int64_t(runs.size()) != n || at != 0 ||
+  if (!decodes_in_graphs() || n < 2 || n >= options_.decode_gemm_min_tokens || int64_t(runs.size()) != n || at != 0 ||
       int64_t(batch.size()) != n || int64_t(layers.size()) != stage_layers() ||
       !attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim))) {
     return nullptr;
@@ -1518,7 +1533,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   // a one-token pass runs as a single-sequence step does (folded norms).
   const bool trailing = rows == 0 || (head_rows[0] == m - rows && head_rows[rows - 1] == m - 1);
   const int32_t* gather = trailing ? nullptr : device(head_rows);
-  const int64_t head_total = rows + stepwise_rows;
+  const int64_t head_total = has_head_ ? rows + stepwise_rows : 0;  // a stage before the last hands on the hidden state only
   auto* picks = static_cast<int32_t*>(host_out());
   // The pass: the inputs in, the layers, the head, every head row's argmax out.
   const auto pass = [&] {

@@ -31,12 +31,15 @@ struct CudaRunnerOptions {
   std::optional<StageLayers> stage;  // unset: the whole model, placed within the budgets below
   int64_t max_batch = kDefaultMaxBatch;  // tokens per prefill chunk (bounds activation memory)
   int max_sequences = 1;         // sequences whose KV caches are held at once (a KV slot of the whole context each)
-  // Chunks at least this long use the dequantize + cuBLAS GEMM; shorter ones
-  // of at least int8_gemm_min_tokens multiply q8 activations on the int8
-  // tensor cores where the format has a kernel (quantized_gemm.h), the rest
-  // go through the mat-vec, 8 tokens a launch.
-  int64_t gemm_min_tokens = 65;
-  int64_t int8_gemm_min_tokens = 6;  // 8B Q4_K on the H200: one pass of 8 tokens 6.5 ms through the mat-vec, 4.6 ms here
+  // Chunks at least gemm_min_tokens long use the dequantize + cuBLAS GEMM
+  // (f16 activations), shorter ones the mat-vec (q8), 8 tokens a launch. A
+  // decode batch (every run one token) takes cuBLAS from
+  // decode_gemm_min_tokens and, from int8_gemm_min_tokens up to there,
+  // multiplies q8 activations on the int8 tensor cores where the format has
+  // a kernel (quantized_gemm.h).
+  int64_t gemm_min_tokens = 16;
+  int64_t decode_gemm_min_tokens = 65;
+  int64_t int8_gemm_min_tokens = 6;  // 8B Q4_K on the H200: batch 8 decodes 2,136 tok/s here, 1,137 through the mat-vec
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
