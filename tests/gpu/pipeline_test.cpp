@@ -363,18 +363,19 @@ TEST(Pipeline, SmolLM2DecodesAsOneRunner) {
   // Budgets that hold each stage's buffers and 8 of its layers: the rest stream.
   const CudaPipelineRequest huge = cuda_pipeline_request(*file, kContext, {{0, 0}, {uint64_t(1) << 50, uint64_t(1) << 50}, o});
   const MultiGpuPlan roomy = place_multi_gpu(huge.footprint, huge.request, Split::Layer);
-  uint64_t fixed = 0, layer = 0;
-  for (const GpuPlacement& g : roomy.gpus) fixed = std::max(fixed, g.plan.vram_fixed);
+  // Per stage: its own fixed buffers differ (the last holds the logits rows).
+  uint64_t layer = 0;
   for (const LayerFootprint& l : huge.footprint.layers) layer = std::max({layer, l.resident_bytes, l.staging_bytes});
-  const uint64_t budget = fixed + 8 * layer + uint64_t(o.ring_slots) * layer;
+  std::vector<uint64_t> budgets;
+  for (const GpuPlacement& g : roomy.gpus) budgets.push_back(g.plan.vram_fixed + 8 * layer + uint64_t(o.ring_slots) * layer);
   CudaPipelineRequest tight = huge;
-  for (GpuResources& g : tight.request.gpus) g.vram_budget = budget;
+  for (size_t i = 0; i < tight.request.gpus.size(); ++i) tight.request.gpus[i].vram_budget = budgets[i];
   const MultiGpuPlan plan = place_multi_gpu(tight.footprint, tight.request, Split::Layer);
   for (const GpuPlacement& g : plan.gpus) {
     ASSERT_GT(g.plan.count(Tier::Vram), 0);
     ASSERT_GT(g.plan.count(Tier::Ram) + g.plan.count(Tier::Disk), 0) << "the stage from layer " << g.first_layer << " streams nothing";
   }
-  auto streamed = make_cuda_pipeline(*file, kContext, {{0, 0}, {budget, budget}, o}, plan);
+  auto streamed = make_cuda_pipeline(*file, kContext, {{0, 0}, budgets, o}, plan);
   std::printf("  %s\n", streamed->description().c_str());
   EXPECT_EQ(decode_together(*streamed, prompts, 48), together) << streamed->description();
 }
