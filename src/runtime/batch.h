@@ -35,7 +35,10 @@ struct BatchEntry {
   // into other tokens. Entries of one run agree on it. Both backends honour
   // it in one pass (each weight read once for the run); on CUDA a hybrid
   // split's CPU layers take one-token kernels only in passes the CPU
-  // computes (up to cpu_max_tokens entries), larger ones stream them.
+  // computes (up to cpu_max_tokens entries), larger ones stream them; a
+  // chunk holding a token tree runs all its rows as a chunk. Known gap: on
+  // CUDA, stepwise rows over streamed layers did not match one-token steps
+  // bit for bit on the H200 (StepwiseRuns.* streamed cases), resident ones do.
   bool stepwise = false;
   // The entry of its run this one follows, by index within the run; -1: the
   // entry just before it (for a run's first, the sequence's cached positions).
