@@ -2,9 +2,9 @@
 // tensor cores: Y = X W^T, reading the weights' codes in place (no f16 copy)
 // and the activations as q8 (quantize_activations). Each 32-element block of
 // a row times a token's q8 block is one integer mma; the block scales apply
-// in the epilogue of that mma. Batched decode and speculative verification
-// passes of 9-64 tokens read every weight once instead of once per 8 tokens
-// (the mat-vec) or twice plus an f16 write (the dequantize + cuBLAS GEMM).
+// in the epilogue of that mma. Decode batches of 6-64 sequences read every
+// weight once instead of once per 8 tokens (the mat-vec) or twice plus an f16
+// write (the dequantize + cuBLAS GEMM).
 #pragma once
 
 #include <cuda_runtime.h>
