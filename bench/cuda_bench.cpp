@@ -316,7 +316,7 @@ void bench_gemm(std::mt19937& rng) {
 // The int8 tensor-core GEMM of 8-64 tokens through the 8B's and 70B's
 // matrices: GB/s of the weights' file bytes (read once per call) against the
 // copy ceiling, and the one-token mat-vec of the same matrix, the floor.
-void bench_int8_gemm(double copy_gbs, std::mt19937& rng) {
+void bench_int8_gemm(double copy_gbs, int multiprocessors, std::mt19937& rng) {
   fmt::print("\n== int8 GEMM of T tokens (GB/s = weight file bytes / time; copy ceiling {:.0f} GB/s)\n", copy_gbs);
   fmt::print("{:<6} {:>13} {:>4} {:>10} {:>8} {:>7} {:>13}\n", "type", "matrix", "T", "us", "GB/s", "ceil%", "matvec T=1 us");
   DeviceBuffer scratch(64ull << 20, "split-K partials");
@@ -337,6 +337,7 @@ void bench_int8_gemm(double copy_gbs, std::mt19937& rng) {
           p.y_stride = rows;
           p.scratch = scratch.as<float>();
           p.scratch_bytes = scratch.size();
+          p.multiprocessors = multiprocessors;
           quantized_gemm(p, nullptr);
         });
         const double gbs = double(m.file_bytes) / (ms * 1e-3) / 1e9;
@@ -721,7 +722,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
     if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng);
     if (what == "all" || what == "gemm") bench_gemm(rng);
-    if (what == "all" || what == "int8") bench_int8_gemm(copy_gbs, rng);
+    if (what == "all" || what == "int8") bench_int8_gemm(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "dequantize") bench_dequantize(copy_gbs, rng);
     if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "attention") bench_prefill_attention(d.multiprocessors, rng);

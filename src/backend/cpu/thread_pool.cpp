@@ -62,9 +62,10 @@ int read_int(const std::string& path) {
 int pieces_per_thread_setting() {
   const char* env = std::getenv("NT_CPU_PIECES_PER_THREAD");
   if (!env || !*env) return 4;
-  const int n = std::atoi(env);
-  if (n < 1 || n > 64) fail("NT_CPU_PIECES_PER_THREAD={}: expected 1 to 64", env);
-  return n;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 64) fail("NT_CPU_PIECES_PER_THREAD={}: expected 1 to 64", env);
+  return int(n);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ class ThreadPool {
     run_erased(&fn, [](void* ctx, int i, int n) { (*static_cast<F*>(ctx))(i, n); });
   }
 
-  // Splits [0, n) into about pieces_per_thread() contiguous pieces per
+  // Splits [0, n) into about pieces_per_thread_ contiguous pieces per
   // thread, cut at multiples of `grain`, which the threads take in turn until
   // none is left, calling fn(begin, end) for each: a thread slowed by others
   // on its core (a VM's shared vCPU, a busy sibling) then does less instead
@@ -57,9 +57,6 @@ class ThreadPool {
     });
   }
 
-  // 4 unless NT_CPU_PIECES_PER_THREAD says otherwise (1: one static share each, for A/B runs).
-  int pieces_per_thread() const { return pieces_per_thread_; }
-
  private:
   using TaskFn = void (*)(void*, int, int);
   void run_erased(void* ctx, TaskFn fn);
@@ -67,7 +64,7 @@ class ThreadPool {
   void run_task(int index);
 
   int n_threads_;
-  int pieces_per_thread_;
+  int pieces_per_thread_;  // 4 unless NT_CPU_PIECES_PER_THREAD says otherwise (1: one static share each, for A/B runs)
   std::vector<std::thread> workers_;
   std::mutex dispatch_mutex_;  // one parallel op at a time from outside
   void* task_ctx_ = nullptr;

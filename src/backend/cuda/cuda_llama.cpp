@@ -769,7 +769,9 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
   }
   if (int8_gemm_takes(m, n) && in.q8) {
     DeviceBuffer& scratch = gemm_->scratch();
-    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size()}, stream_);
+    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size(),
+                    device_.multiprocessors},
+                   stream_);
     return;
   }
   for (int64_t t = 0; t < n; t += kMatvecMaxColumns) {

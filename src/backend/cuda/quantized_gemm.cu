@@ -353,23 +353,13 @@ __global__ void sum_splits_kernel(const float* partials, int splits, int64_t n_t
   *out = accumulate ? *out + sum : sum;
 }
 
-int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    NT_CUDA_CHECK(cudaGetDevice(&device));
-    NT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
-}
-
 template <class Tile, int kCols>
 void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   const int64_t row_blocks = (p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const int64_t token_tiles = (p.n_tokens + kCols - 1) / kCols;
   const int64_t steps = (p.w.cols + kStepElems - 1) / kStepElems;
   // Split the steps while the grid is short of resident blocks and the partial sums fit the scratch.
-  const int64_t wanted = int64_t(kBlocksPerMultiprocessor) * multiprocessor_count();
+  const int64_t wanted = int64_t(kBlocksPerMultiprocessor) * p.multiprocessors;
   const int64_t fits = int64_t(p.scratch_bytes / (4 * uint64_t(p.n_tokens) * uint64_t(p.w.rows)));
   int64_t splits = std::clamp<int64_t>((wanted + row_blocks * token_tiles - 1) / (row_blocks * token_tiles), 1, steps);
   splits = std::min(splits, std::max<int64_t>(fits, 1));
@@ -418,6 +408,7 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
   if (!quantized_gemm_supported(p.w.type, p.w.cols)) {
     fail("the int8 GEMM has no kernel for {} rows of {} elements", tensor_type_name(p.w.type), p.w.cols);
   }
+  if (p.multiprocessors < 1) fail("the int8 GEMM needs the GPU's multiprocessor count, got {}", p.multiprocessors);
   if (p.n_tokens == 0 || p.w.rows == 0) return;
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_for_tokens<TileQ4_K>(p, stream);

@@ -30,6 +30,7 @@ struct QuantizedGemmParams {
   // fewer splits are used when they do not fit.
   float* scratch = nullptr;
   uint64_t scratch_bytes = 0;
+  int multiprocessors = 0;            // of the GPU it runs on: how many blocks fill it
 };
 
 void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream);
