@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "backend/cuda/cuda_runner.h"
@@ -187,6 +188,56 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   runner.reset();
   auto streamed = make_cuda_runner(*file, 256, test::budgets_for(*file, 256, 10, 10, o));
   EXPECT_EQ(together(*streamed, prompts, 64), want);
+}
+
+// One decode step of 8 sequences against each sequence's same step alone
+// (the single-sequence path), before any drift: through the int8 GEMM (the
+// default at 8 sequences) and through the 8-column mat-vec it replaced.
+// Both multiply q8 activations and differ in summation order, so the int8
+// GEMM must round no worse than the mat-vec does (within a fifth of the
+// mat-vec's own error, plus float noise).
+TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  ASSERT_GE(prompts.size(), 6u) << "the int8 GEMM takes decode batches of 6 and more";
+  const auto step_error = [&](int64_t int8_from) {
+    CudaRunnerOptions o;
+    o.max_sequences = int(prompts.size()) + 1;
+    o.int8_gemm_min_tokens = int8_from;
+    auto runner = make_cuda_runner(*file, 256, o);
+    const int64_t vocab = runner->config().vocab_size;
+    std::vector<SeqId> seqs;
+    Batch batch;
+    BatchOutputs out;
+    std::vector<int32_t> picks;
+    for (const auto& p : prompts) {  // apart, as alone
+      seqs.push_back(runner->seq_alloc());
+      batch.clear();
+      batch.add_run(p, 0, seqs.back(), Output::Argmax);
+      runner->forward(batch, out);
+      picks.push_back(out.argmax[0]);
+    }
+    batch.clear();
+    for (size_t i = 0; i < prompts.size(); ++i) batch.add(picks[i], int64_t(prompts[i].size()), seqs[i], Output::Logits);
+    runner->forward(batch, out);
+    double worst = 0;
+    std::vector<float> alone(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      runner->forward(prompts[i], 0, alone.data(), false);  // the default sequence: its prompt, then a one-token step
+      runner->forward({&picks[i], 1}, int64_t(prompts[i].size()), alone.data(), false);
+      const std::span<const float> got = out.logits_of(i, vocab);
+      for (int64_t v = 0; v < vocab; ++v) worst = std::max(worst, std::fabs(double(got[size_t(v)]) - alone[size_t(v)]));
+    }
+    return worst;
+  };
+  const double int8 = step_error(6), matvec = step_error(std::numeric_limits<int64_t>::max());
+  std::printf("  one step of %zu sequences, largest logit error against alone: int8 GEMM %.4f, mat-vec %.4f\n",
+              prompts.size(), int8, matvec);
+  EXPECT_GT(matvec, 0.0) << "the batched mat-vec rounds as the one-token step: this comparison shows nothing";
+  EXPECT_LE(int8, 1.2 * matvec + 1e-3);
 }
 
 TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {

@@ -118,14 +118,16 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
     if (rotates) sincosf(float(pos0) * inv_freq, &r.y, &r.x);
     const float* q = p.q + int64_t(head) * kHeadDim + 2 * tid;
     const float scale = rsqrtf(float(kHeadDim));
-    q_s[2 * tid] = (q[0] * r.x - q[1] * r.y) * scale;
-    q_s[2 * tid + 1] = (q[0] * r.y + q[1] * r.x) * scale;
+    const float2 rotated = cuda::rope_rotate(q[0], q[1], r.x, r.y);
+    q_s[2 * tid] = rotated.x * scale;
+    q_s[2 * tid + 1] = rotated.y * scale;
     if (new_slot >= 0 || (fused && head % group == 0 && rank == 0)) {
       uint32_t k_bits, v_bits;
       if (fused) {
         const float* k = p.rope.new_k + int64_t(kv_head) * kHeadDim + 2 * tid;
         const float* v = p.rope.new_v + int64_t(kv_head) * kHeadDim + 2 * tid;
-        k_bits = pack_half2(k[0] * r.x - k[1] * r.y, k[0] * r.y + k[1] * r.x);
+        const float2 rotated_k = cuda::rope_rotate(k[0], k[1], r.x, r.y);
+        k_bits = pack_half2(rotated_k.x, rotated_k.y);
         v_bits = pack_half2(v[0], v[1]);
         if (head % group == 0 && rank == 0) {
           *reinterpret_cast<uint32_t*>(p.rope.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = k_bits;

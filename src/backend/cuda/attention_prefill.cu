@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float2 k = *reinterpret_cast<const float2*>(p.rope.new_k + int64_t(kv_head) * kHeadDim + 2 * tid);
       const float2 v = *reinterpret_cast<const float2*>(p.rope.new_v + int64_t(kv_head) * kHeadDim + 2 * tid);
       const float2 r = rot[tid];
-      new_k = pack_half2(k.x * r.x - k.y * r.y, k.x * r.y + k.y * r.x);
+      const float2 rotated_k = cuda::rope_rotate(k.x, k.y, r.x, r.y);
+      new_k = pack_half2(rotated_k.x, rotated_k.y);
       new_v = pack_half2(v.x, v.y);
       *reinterpret_cast<uint32_t*>(p.rope.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_k;
       *reinterpret_cast<uint32_t*>(p.rope.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_v;
@@ -170,7 +171,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       v = *reinterpret_cast<const float4*>(p.q + t * p.q_stride + int64_t(head) * kHeadDim + c * 4);
       if (fused) {
         const float2 a = rot[2 * c], b = rot[2 * c + 1];
-        v = make_float4(v.x * a.x - v.y * a.y, v.x * a.y + v.y * a.x, v.z * b.x - v.w * b.y, v.z * b.y + v.w * b.x);
+        const float2 lo = cuda::rope_rotate(v.x, v.y, a.x, a.y), hi = cuda::rope_rotate(v.z, v.w, b.x, b.y);
+        v = make_float4(lo.x, lo.y, hi.x, hi.y);
       }
     }
     *reinterpret_cast<uint2*>(q_s + r * kStride + c * 4) =

@@ -28,6 +28,16 @@ __device__ __forceinline__ float half_to_float(uint16_t bits) { return __half2fl
 __device__ __forceinline__ float bf16_to_float(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 __device__ __forceinline__ uint16_t float_to_half(float v) { return __half_as_ushort(__float2half_rn(v)); }
 
+// RoPE of the pair (x0, x1) by the angle whose cosine and sine are c and s.
+// The RoPE kernel and the attention launches that fold RoPE in must round
+// alike, or a key cached by one path differs in its last bit from the same
+// key cached by the other (a stepwise verification run against one-token
+// steps, runtime/batch.h): each product and sum is rounded on its own, as
+// nvcc's FMA contraction, chosen per kernel, would not guarantee.
+__device__ __forceinline__ float2 rope_rotate(float x0, float x1, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+}
+
 // Byte k (0..15) of a 16-byte vector, for a k known only at run time
 // (selects words instead of indexing, which would spill to local memory).
 __device__ __forceinline__ int byte_at(const uint4& v, int k) {

@@ -71,9 +71,9 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
   if (!is_v && pair < p.rope_pairs) {
     float s, c;
     sincosf(float(rotation) * p.inv_freq[pair], &s, &c);
-    const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
-    x0 = r0;
-    x1 = r1;
+    const float2 r = cuda::rope_rotate(x0, x1, c, s);
+    x0 = r.x;
+    x1 = r.y;
   }
   if (slot < p.n_heads) {
     v[0] = x0;
