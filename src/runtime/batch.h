@@ -35,10 +35,11 @@ struct BatchEntry {
   // into other tokens. Entries of one run agree on it. Both backends honour
   // it in one pass (each weight read once for the run); on CUDA a hybrid
   // split's CPU layers take one-token kernels only in passes the CPU
-  // computes (up to cpu_max_tokens entries), larger ones stream them; a
-  // chunk holding a token tree runs all its rows as a chunk. Known gap: on
-  // CUDA, stepwise rows over streamed layers did not match one-token steps
-  // bit for bit on the H200 (StepwiseRuns.* streamed cases), resident ones do.
+  // computes (up to cpu_max_tokens entries), larger ones stream them. A
+  // stepwise token tree runs stepwise on CUDA where its rows' one-token steps
+  // take the short-context decode attention (paths up to kShortDecodeMaxKeys
+  // keys, head_dim 64 or 128, sm_90, the tree whole in one chunk, no CPU
+  // layers); elsewhere the chunk holding it runs all its rows as a chunk.
   bool stepwise = false;
   // The entry of its run this one follows, by index within the run; -1: the
   // entry just before it (for a run's first, the sequence's cached positions).

@@ -395,6 +395,10 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
          (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
+bool attention_follows_tree_paths(const AttentionParams& p) {
+  return p.n_tokens == 1 && p.n_seqs == 1 && attention_detail::short_decode_supported(p);
+}
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   if (p.n_kv_heads < 1 || p.n_heads % p.n_kv_heads != 0) {
@@ -428,6 +432,12 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     fail("attention: a token tree's rows take one sequence, no RoPE or q8 output, and their mask words ({} a row, "
          "tree at {})",
          p.tree_words, p.tree_start);
+  }
+  if (p.path_parents && (p.n_seqs != 1 || p.tree_mask || p.rope.inv_freq || p.out_q8 || p.tree_start < 0 ||
+                         !attention_follows_tree_paths(p))) {
+    fail("attention: a tree row that follows its path takes the short-context decode of one token (at most {} keys, "
+         "head_dim 64 or 128), without masks, RoPE or q8 output (max_keys {}, head_dim {})",
+         kShortDecodeMaxKeys, p.max_keys, p.head_dim);
   }
   if (p.n_seqs == 1 && !p.tree_mask && attention_detail::short_decode_supported(p)) {
     attention_detail::launch_short_decode(p, stream);

@@ -80,6 +80,15 @@ struct AttentionParams {
   const uint32_t* tree_mask = nullptr;  // device
   int64_t tree_start = 0;
   int tree_words = 0;
+  // Or one token of a tree attending as the one-token step of its path does
+  // (a stepwise tree row, runtime/batch.h): pos holds its path position (its
+  // RoPE position) and its path's keys from tree_start on are its ancestors
+  // and itself, each cached at tree_start plus its index in the tree:
+  // path_parents[i] is the index of tree entry i's parent (-1: the root's),
+  // path_self this token's. Short-context decode only
+  // (attention_follows_tree_paths), no RoPE or q8 output.
+  const int32_t* path_parents = nullptr;  // device
+  int path_self = 0;
 };
 
 // Whether key `key` is visible to a tree token whose mask words are `mask`
@@ -96,6 +105,9 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
 // Whether attention() can fold RoPE, the cache store and the q8 output into a
 // one-token launch of this shape (out_stride == n_heads * head_dim for q8).
 bool attention_decode_fusion_supported(const AttentionParams& p);
+
+// Whether attention() runs this one-token shape with AttentionParams::path_parents.
+bool attention_follows_tree_paths(const AttentionParams& p);
 
 void attention(const AttentionParams& p, cudaStream_t stream);
 

@@ -88,19 +88,30 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   const int pos0 = *p.pos;  // written before the launch chain: readable before the wait
   const int n_keys = pos0 + 1;
   if (n_keys > kShortDecodeMaxKeys) __trap();  // the host picks this kernel only for short contexts
+  // Where key `key` of the token's path is cached: at its position, or for a
+  // tree row (AttentionParams::path_parents) past tree_start at its tree
+  // ancestor's index (the parents, like pos, were written before the chain).
+  const auto cached_at = [&](int key) {
+    if (!p.path_parents || key < p.tree_start) return key;
+    int index = p.path_self;
+    for (int up = pos0 - key; up > 0; --up) index = p.path_parents[index];
+    return int(p.tree_start) + index;
+  };
 
   // Before the wait: V rows and this warp's K tile of every key but the new one.
   for (int i = tid; i < kSlots * kChunks; i += kThreads) {
     const int slot = i / kChunks, key = slot_key(slot, rank);
-    if (key < pos0) cp_async16(v_s + i * 8, p.v_cache + v_cache_index(kv_head, key, (i % kChunks) * 8, p.context, kHeadDim), true);
+    if (key < pos0) {
+      cp_async16(v_s + i * 8, p.v_cache + v_cache_index(kv_head, cached_at(key), (i % kChunks) * 8, p.context, kHeadDim), true);
+    }
   }
   cp_async_commit();
   const int slot = warp * kKvTile + lane, key = slot_key(slot, rank);
   uint4 k_regs[kChunks];
-  if (key < pos0) {
-    const uint16_t* k_tile = p.k_cache + k_cache_index(kv_head, key - lane, 0, p.context, kHeadDim) + lane * 8;
+  if (key < pos0) {  // lane's key in its tile's layout: 8 dims a chunk, a chunk every kKvTile * 8 elements
+    const uint16_t* k_row = p.k_cache + k_cache_index(kv_head, cached_at(key), 0, p.context, kHeadDim);
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) k_regs[c] = *reinterpret_cast<const uint4*>(k_tile + c * kKvTile * 8);
+    for (int c = 0; c < kChunks; ++c) k_regs[c] = *reinterpret_cast<const uint4*>(k_row + c * kKvTile * 8);
   }
   // The RoPE frequency of this thread's pair is loaded now and rotated after
   // the wait: sincosf here would keep the block from its wait for a load's latency.
@@ -134,8 +145,9 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
           *reinterpret_cast<uint32_t*>(p.rope.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = v_bits;
         }
       } else {
-        k_bits = *reinterpret_cast<const uint32_t*>(p.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim));
-        v_bits = *reinterpret_cast<const uint32_t*>(p.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim));
+        const int own = cached_at(pos0);
+        k_bits = *reinterpret_cast<const uint32_t*>(p.k_cache + k_cache_index(kv_head, own, 2 * tid, p.context, kHeadDim));
+        v_bits = *reinterpret_cast<const uint32_t*>(p.v_cache + v_cache_index(kv_head, own, 2 * tid, p.context, kHeadDim));
       }
       if (new_slot >= 0) {
         const float2 k = __half22float2(*reinterpret_cast<const __half2*>(&k_bits));

@@ -12,7 +12,8 @@
 // rows as a one-token step does, in the same pass: their columns go through
 // mat-vec launches that compute every column as the one-column launch does
 // (matvec_stepwise), with the step's folded norms, and each row attends as
-// the decode step at its position would.
+// the decode step at its position would (a token tree's row as the step at
+// its path position, reading its ancestors' keys where the tree cached them).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -257,7 +258,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // (device), so one launch stores the whole chunk's keys and values. The
   // last stepwise_rows rows are those of stepwise runs (batches only). With
   // token trees, every row's RoPE position and `tree_words` words of
-  // ancestor bits a row (device), and their rows for the host layers.
+  // ancestor bits a row (device), and their rows for the host layers; or,
+  // when the trees run stepwise, each row's parent within its run
+  // (AttentionParams::path_parents) instead of the bits.
   struct ChunkRows {
     std::span<const ChunkSequence> seqs;
     const int32_t* token_pos = nullptr;
@@ -267,6 +270,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     const uint32_t* tree_masks = nullptr;
     int tree_words = 0;
     const cpu::TreeRows* host_trees = nullptr;
+    const int32_t* path_parents = nullptr;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
   // pos_dev_); logits of the last token (or all) into logits_.
@@ -302,6 +306,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   AttentionParams attention_shape() const;
   // Whether the host computes layer l in a pass of n tokens (the hybrid split).
   bool on_host(int64_t l, int64_t n) const { return host_ && n <= options_.cpu_max_tokens && host_->computes(l); }
+  // Whether the token trees among rows [at, at + n) run as stepwise rows:
+  // each stepwise and whole in the chunk, no host layers, and every row's
+  // one-token step at its path position taking the short-context decode,
+  // whose key loads can follow the row's path (AttentionParams::path_parents).
+  bool trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const;
   // Consecutive layers the host computes: the hidden state crosses to the
   // host and back once for all of them.
   void run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows);
@@ -1109,6 +1118,7 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
   rope.n_tokens = s;
   rope.token_pos = rows.token_pos + first;
   rope.token_slot = rows.token_slot + first;
+  if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
   rope.k_cache = k_cache_at(0, l);
   rope.v_cache = v_cache_at(0, l);
   rope_and_store_kv(rope, stream_);
@@ -1126,6 +1136,13 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
       att.max_keys = decode_max_keys(seq.first_pos + t);
       att.n_splits = attention_splits(1, att.n_heads, att.n_kv_heads, att.head_dim, att.max_keys, device_.multiprocessors);
       att.keys_just_stored = true;
+      if (seq.tree_start >= 0) {  // a tree's row: its path's keys, at its path position (trees_run_stepwise)
+        att.pos = rows.token_rope_pos + row;
+        att.max_keys = decode_max_keys(seq.first_pos);
+        att.tree_start = seq.tree_start;
+        att.path_parents = rows.path_parents + seq.first_row;
+        att.path_self = int(t);
+      }
       attention(att, stream_);
     }
   }
@@ -1434,6 +1451,23 @@ void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
   if (host_) host_->copy_rows(copies);
 }
 
+bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const {
+  if (host_) return false;  // the host layers take a tree's masks (cpu::TreeRows)
+  bool any = false;
+  for (const SequenceRun& r : runs) {
+    if (!r.tree || r.first >= at + n || r.first + r.count <= at) continue;
+    if (!r.stepwise || r.first < at || r.first + r.count > at + n) return false;
+    int64_t deepest = r.pos;
+    for (int64_t e = r.first; e < r.first + r.count; ++e) deepest = std::max(deepest, batch.entries[size_t(e)].pos);
+    AttentionParams step = attention_shape();
+    step.n_tokens = 1;
+    step.max_keys = decode_max_keys(deepest);
+    if (step.max_keys != decode_max_keys(r.pos) || !attention_follows_tree_paths(step)) return false;
+    any = true;
+  }
+  return any;
+}
+
 void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                     BatchOutputs& out) {
   // One token of the default sequence through every layer is a decode step
@@ -1481,10 +1515,11 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   std::vector<ChunkSequence> seqs;
   row_entries_.clear();
   int64_t stepwise_rows = 0;
-  // A token tree runs through the chunk kernels, which take its ancestor
-  // masks; so does every run of a chunk that holds one, keeping its rows in
-  // entry order.
-  const int64_t tree_words = chunk_tree_words(runs, at, n);
+  // Stepwise token trees run as stepwise rows where they can; otherwise a
+  // tree runs through the chunk kernels, which take its ancestor masks, and
+  // so does every run of a chunk that holds one, keeping its rows in entry order.
+  const bool stepwise_trees = trees_run_stepwise(batch, runs, at, n);
+  const int64_t tree_words = stepwise_trees ? 0 : chunk_tree_words(runs, at, n);
   for (const bool stepwise : {false, true}) {
     for (size_t i = 0; i < runs.size(); ++i) {
       const SequenceRun& r = runs[i];
@@ -1529,6 +1564,19 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
       host_trees_.assign(batch, runs, at, n);
       chunk.host_trees = &host_trees_;
     }
+  } else if (stepwise_trees) {  // every row's RoPE position (its path's), then its parent's index in its run
+    int32_t* rope_pos = inputs_end;
+    int32_t* parents = rope_pos + n;
+    for (const ChunkSequence& s : seqs) {
+      for (int64_t k = 0; k < s.rows; ++k) {
+        const BatchEntry& e = batch.entries[size_t(row_entries_[size_t(s.first_row + k)])];
+        rope_pos[s.first_row + k] = int32_t(e.pos);
+        parents[s.first_row + k] = e.parent == -1 ? int32_t(k) - 1 : e.parent;
+      }
+    }
+    inputs_end = parents + n;
+    chunk.token_rope_pos = device(rope_pos);
+    chunk.path_parents = device(parents);
   }
   const size_t input_bytes = size_t(inputs_end - staged) * 4;
   // The head's rows are gathered unless they are the other rows' last ones;
