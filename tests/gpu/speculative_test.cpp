@@ -28,8 +28,8 @@
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "gpu_test_util.h"
-#include "model/llama2c_converter.h"
 #include "storage/size_parse.h"
+#include "stories.h"
 #include "streaming_budgets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,18 +48,6 @@ Model open_model(std::string name, std::string path, int64_t vram_layers, int64_
   m.file = GgufFile::open(m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   return m;
-}
-
-// stories260K converted once for this binary; empty when the shared models are absent.
-const std::string& stories_path() {
-  static const std::string path = [] {
-    const std::filesystem::path dir = test::shared_models_dir();
-    if (!std::filesystem::exists(dir / "stories260K.bin")) return std::string();
-    const std::string out = (std::filesystem::path(testing::TempDir()) / "nt_stories260k_speculative.gguf").string();
-    convert_llama2c((dir / "stories260K.bin").string(), (dir / "tok512.bin").string(), out);
-    return out;
-  }();
-  return path;
 }
 
 enum class Placement { Resident, Streamed };
@@ -137,8 +125,8 @@ void expect_stepwise_logits(const Model& m, Placement placement, int64_t context
 }
 
 TEST(StepwiseRuns, GiveTheLogitsOfOneTokenSteps) {
-  if (!stories_path().empty()) {
-    const Model s = open_model("stories260K", stories_path(), 1, 1);
+  if (!test::stories260k_gguf().empty()) {
+    const Model s = open_model("stories260K", test::stories260k_gguf(), 1, 1);
     // Past 64 keys a one-token step splits its keys where a chunk does not.
     const std::vector<int32_t> prompt = ids_of_length(*s.tokenizer, kStory, 90);
     const std::vector<int32_t> run = ids_of_length(*s.tokenizer, kStory, 100);
@@ -303,12 +291,12 @@ int expect_every_source_is_plain_greedy(const Model& m, const std::vector<std::v
 }
 
 TEST(SpeculativeGreedy, EveryDraftSourceIsPlainGreedyOnStories260K) {
-  if (stories_path().empty()) GTEST_SKIP() << test::shared_models_dir() << " has no stories260K.bin";
-  const Model s = open_model("stories260K", stories_path(), 1, 1);
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << test::shared_models_dir() << " has no stories260K.bin";
+  const Model s = open_model("stories260K", test::stories260k_gguf(), 1, 1);
   const std::vector<std::vector<int32_t>> prompts = {
       {1}, s.tokenizer->encode("Once upon a time", true), s.tokenizer->encode("Lily and Tom went to the park. Lily and Tom", true)};
   // The target itself as its draft model: it drafts long agreeing runs.
-  const int parted = expect_every_source_is_plain_greedy(s, prompts, 200, 256, stories_path());
+  const int parted = expect_every_source_is_plain_greedy(s, prompts, 200, 256, test::stories260k_gguf());
   std::printf("stories260K: %d of %zu runs part from plain greedy without the stepwise flag\n", parted, 2 * 3 * prompts.size());
 }
 

@@ -22,7 +22,7 @@
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "gpu_test_util.h"
-#include "model/llama2c_converter.h"
+#include "stories.h"
 #include "streaming_budgets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,18 +39,6 @@ Model open_model(const std::string& path) {
   m.file = GgufFile::open(path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), path));
   return m;
-}
-
-// stories260K converted once for this process.
-std::string stories_path() {
-  static const std::string path = [] {
-    const std::filesystem::path dir = test::shared_models_dir();
-    if (!std::filesystem::exists(dir / "stories260K.bin")) return std::string();
-    const std::string out = (std::filesystem::path(testing::TempDir()) / "nt_stories260k_trees.gguf").string();
-    convert_llama2c((dir / "stories260K.bin").string(), (dir / "tok512.bin").string(), out);
-    return out;
-  }();
-  return path;
 }
 
 // Entries of a tree below the pending token (entry 0): parents within the run.
@@ -120,7 +108,7 @@ Placements stories_placements(const GgufFile& file, int64_t context) {
 }
 
 TEST(TokenTreeGpu, EachNodeSeesItsAncestorsOnlyAsItsPathsChainWould) {
-  const std::string path = stories_path();
+  const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K not present";
   const Model m = open_model(path);
   const int64_t vocab = int64_t(m.tokenizer->vocab().size());
@@ -140,7 +128,7 @@ TEST(TokenTreeGpu, EachNodeSeesItsAncestorsOnlyAsItsPathsChainWould) {
 }
 
 TEST(TokenTreeGpu, AKeptPathContinuesAsItsChain) {
-  const std::string path = stories_path();
+  const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K not present";
   const Model m = open_model(path);
   const int32_t next = 428;
@@ -212,7 +200,7 @@ void expect_trees_are_plain_greedy(const Model& m, int64_t context, const Placem
 }
 
 TEST(TokenTreeGpu, Stories260KTreesArePlainGreedy) {
-  const std::string path = stories_path();
+  const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K not present";
   const Model m = open_model(path);
   const std::vector<std::vector<int32_t>> prompts = {
@@ -251,7 +239,7 @@ TEST(TokenTreeGpu, SmolLM2ChainsArePlainGreedy) {
 }
 
 TEST(TokenTreeGpu, RefusesATreeLongerThanTheBatch) {
-  const std::string path = stories_path();
+  const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K not present";
   const Model m = open_model(path);
   CudaRunnerOptions o;
