@@ -62,8 +62,7 @@ void tree_path(const Batch& batch, const SequenceRun& run, int64_t entry, std::v
   path.clear();
   for (int64_t index = entry - run.first; index >= 0;) {
     path.push_back(int32_t(index));
-    const int32_t parent = batch.entries[size_t(run.first + index)].parent;
-    index = parent == -1 ? index - 1 : parent;
+    index = parent_in_run(batch.entries[size_t(run.first + index)], index);
   }
   std::reverse(path.begin(), path.end());
 }

@@ -87,6 +87,12 @@ struct SequenceRun {
 // each sequence in one run only, one stepwise flag per run.
 std::vector<SequenceRun> sequence_runs(const Batch& batch);
 
+// The index within its run of the entry that the run's entry `index` follows
+// (BatchEntry::parent resolved): -1 for the run's first.
+inline int32_t parent_in_run(const BatchEntry& entry, int64_t index) {
+  return entry.parent == -1 ? int32_t(index) - 1 : entry.parent;
+}
+
 // Entry `entry` of a tree run (a batch index) and its ancestors, as indices
 // within the run, root first: the run's entries it attends to.
 void tree_path(const Batch& batch, const SequenceRun& run, int64_t entry, std::vector<int32_t>& path);

@@ -1571,7 +1571,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
       for (int64_t k = 0; k < s.rows; ++k) {
         const BatchEntry& e = batch.entries[size_t(row_entries_[size_t(s.first_row + k)])];
         rope_pos[s.first_row + k] = int32_t(e.pos);
-        parents[s.first_row + k] = e.parent == -1 ? int32_t(k) - 1 : e.parent;
+        parents[s.first_row + k] = parent_in_run(e, k);
       }
     }
     inputs_end = parents + n;
