@@ -31,11 +31,19 @@ void LookupDraft::for_each_match(std::span<const int32_t> context, OnMatch on_ma
   }
 }
 
+void LookupDraft::continuation(std::span<const int32_t> context, int64_t from, int64_t count) {
+  const int64_t size = int64_t(context.size());
+  continuation_.clear();
+  for (int64_t i = from; i < from + count; ++i) {
+    continuation_.push_back(i < size ? context[size_t(i)] : continuation_[size_t(i - size)]);
+  }
+}
+
 void LookupDraft::propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) {
   if (max <= 0) return;
   for_each_match(context, [&](int64_t from) {
-    const int64_t end = std::min(int64_t(context.size()), from + max);
-    draft.insert(draft.end(), context.begin() + from, context.begin() + end);
+    continuation(context, from, max);
+    draft.insert(draft.end(), continuation_.begin(), continuation_.end());
     return false;
   });
 }
@@ -45,13 +53,13 @@ void LookupDraft::propose_tree(std::span<const int32_t> context, int64_t max_dep
   if (max_depth <= 0 || max_nodes <= 0) return;
   // Each match's continuation becomes a path, sharing what it has in common with the paths before it.
   for_each_match(context, [&](int64_t from) {
-    const int64_t end = std::min(int64_t(context.size()), from + max_depth);
+    continuation(context, from, max_depth);
     int32_t node = -1;
-    for (int64_t i = from; i < end; ++i) {
-      int32_t next = tree.child(node, context[size_t(i)]);
+    for (const int32_t token : continuation_) {
+      int32_t next = tree.child(node, token);
       if (next < 0) {
         if (int64_t(tree.size()) == max_nodes) return false;
-        next = tree.add(context[size_t(i)], node);
+        next = tree.add(token, node);
       }
       node = next;
     }

@@ -19,8 +19,10 @@ class LookupDraft final : public DraftSource {
   explicit LookupDraft(int64_t max_ngram = 3, int64_t min_ngram = 2);
 
   // The tokens that followed the most recent earlier occurrence of the
-  // context's longest suffix of max_ngram tokens down to min_ngram (up to
-  // `max`, as far as the context goes); nothing when none recurs.
+  // context's longest suffix of max_ngram tokens down to min_ngram, up to
+  // `max`; nothing when none recurs. A continuation that reaches the end of
+  // the context goes on as a repeat of what it copied: a match p tokens back
+  // predicts a loop of period p (greedy decoding often settles into one).
   void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override;
   // Branches over several earlier occurrences: the continuations of every
   // match, in propose()'s order (longest n-gram, then most recent, first),
@@ -35,7 +37,12 @@ class LookupDraft final : public DraftSource {
   template <class OnMatch>
   void for_each_match(std::span<const int32_t> context, OnMatch on_match);
 
+  // continuation_ = `count` tokens from context index `from` on, repeating
+  // the copied span past the context's end.
+  void continuation(std::span<const int32_t> context, int64_t from, int64_t count);
+
   int64_t max_ngram_, min_ngram_;
+  std::vector<int32_t> continuation_;
   std::vector<uint8_t> used_;  // per context index: a match continued from it already
 };
 

@@ -45,9 +45,11 @@ TEST(LookupDraft, ProposesWhatFollowedTheLongestMatchingSuffix) {
   // The 2-gram "5 6" beats the more recent 1-gram "6".
   EXPECT_EQ(lookup({5, 6, 4, 6, 7, 5, 6}, 1), (std::vector<int32_t>{4}));
   // Only the last token recurs: its most recent earlier occurrence.
-  EXPECT_EQ(lookup({4, 8, 2, 6, 9, 2, 7, 2}, 4), (std::vector<int32_t>{7, 2}));
-  // The continuation stops at the end of the context.
-  EXPECT_EQ(lookup({3, 3}, 5), (std::vector<int32_t>{3}));
+  EXPECT_EQ(lookup({4, 8, 2, 6, 9, 2, 7, 2}, 2), (std::vector<int32_t>{7, 2}));
+  // Past the end of the context the continuation repeats what it copied: a loop.
+  EXPECT_EQ(lookup({4, 8, 2, 6, 9, 2, 7, 2}, 5), (std::vector<int32_t>{7, 2, 7, 2, 7}));
+  EXPECT_EQ(lookup({3, 3}, 5), (std::vector<int32_t>{3, 3, 3, 3, 3}));
+  EXPECT_EQ(lookup({5, 1, 2, 3, 1, 2, 3}, 7), (std::vector<int32_t>{1, 2, 3, 1, 2, 3, 1}));
   // max_ngram bounds the match: with 1, the last "3" is matched alone.
   EXPECT_EQ(lookup({1, 2, 3, 5, 0, 3, 6, 1, 2, 3}, 2, 1), (std::vector<int32_t>{6, 1}));
 }
@@ -65,7 +67,7 @@ TEST(LookupDraft, ByDefaultIgnoresOneTokenMatches) {
   std::vector<int32_t> out;
   draft.propose(std::vector<int32_t>{4, 8, 2, 6, 9, 2}, 4, out);
   EXPECT_TRUE(out.empty());
-  draft.propose(std::vector<int32_t>{4, 8, 2, 6, 8, 2}, 4, out);
+  draft.propose(std::vector<int32_t>{4, 8, 2, 6, 8, 2}, 3, out);
   EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 2}));
 }
 
@@ -100,6 +102,11 @@ TEST(LookupDraft, ATreeWithRoomForOneBranchIsTheChain) {
     EXPECT_EQ(tree.tokens, chain) << max;
     EXPECT_TRUE(tree.is_chain()) << max;
   }
+  // A loop's tree is its chain too.
+  std::vector<int32_t> loop;
+  LookupDraft().propose(std::vector<int32_t>{9, 4, 5, 4, 5}, 6, loop);
+  EXPECT_EQ(loop, (std::vector<int32_t>{4, 5, 4, 5, 4, 5}));
+  EXPECT_EQ(lookup_tree({9, 4, 5, 4, 5}, 6, 6).tokens, loop);
   EXPECT_TRUE(lookup_tree({1, 2, 3, 4}, 8, 8).empty());
   EXPECT_TRUE(lookup_tree({1, 2, 1, 2}, 0, 8).empty());
 }
