@@ -157,20 +157,6 @@ struct TileLegacy {
   static __device__ BlockScale scale(const uint8_t*, const Step& step, int j) { return {1, 1, step.dm[j].x, -step.dm[j].y}; }
 };
 
-// A block's integer dot product as a float, exactly. One-scale blocks sum
-// 32 products of at most 15 * 127 or 127 * 127 (|c| < 2^22), which
-// small_int_to_float converts off the narrow conversion unit that four
-// conversions per mma would queue on; Q6_K's halves times their int8 scales
-// can reach 2^24 and take the conversion instruction.
-template <class Tile>
-__device__ __forceinline__ float dot_to_float(int c) {
-  if constexpr (Tile::kSplitHalves) {
-    return float(c);
-  } else {
-    return cuda::small_int_to_float(c);
-  }
-}
-
 __device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                         uint32_t b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -303,8 +289,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
       Tile::codes(w1, j, t, lo1, hi1);
       const BlockScale s0 = Tile::scale(w0, step0, j), s1 = Tile::scale(w1, step1, j);
       // One weight per row when the halves share it: the float factor takes it, the dot stays as the mma wrote it.
-      const float f0 = Tile::kSplitHalves ? s0.f : s0.f * cuda::small_int_to_float(s0.w_lo),
-                  f1 = Tile::kSplitHalves ? s1.f : s1.f * cuda::small_int_to_float(s1.w_lo);
+      const float f0 = Tile::kSplitHalves ? s0.f : s0.f * float(s0.w_lo), f1 = Tile::kSplitHalves ? s1.f : s1.f * float(s1.w_lo);
 #pragma unroll
       for (int nt = 0; nt < kTiles; ++nt) {
         const uint8_t* x = codes + (nt * 8 + g) * kCodeStride + 32 * j + 4 * t;
@@ -323,10 +308,10 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
           mma_k32(c, lo0, lo1, hi0, hi1, b_lo, b_hi);
         }
         const float4 ds = *reinterpret_cast<const float4*>(scales + j * kCols + nt * 8 + 2 * t);  // tokens 2t, 2t + 1
-        acc[nt][0] = fmaf(f0 * ds.x, dot_to_float<Tile>(c[0]), acc[nt][0]);
-        acc[nt][1] = fmaf(f0 * ds.z, dot_to_float<Tile>(c[1]), acc[nt][1]);
-        acc[nt][2] = fmaf(f1 * ds.x, dot_to_float<Tile>(c[2]), acc[nt][2]);
-        acc[nt][3] = fmaf(f1 * ds.z, dot_to_float<Tile>(c[3]), acc[nt][3]);
+        acc[nt][0] = fmaf(f0 * ds.x, float(c[0]), acc[nt][0]);
+        acc[nt][1] = fmaf(f0 * ds.z, float(c[1]), acc[nt][1]);
+        acc[nt][2] = fmaf(f1 * ds.x, float(c[2]), acc[nt][2]);
+        acc[nt][3] = fmaf(f1 * ds.z, float(c[3]), acc[nt][3]);
         if constexpr (Tile::kHasMin) {
           acc[nt][0] = fmaf(-s0.min, ds.y, acc[nt][0]);
           acc[nt][1] = fmaf(-s0.min, ds.w, acc[nt][1]);
