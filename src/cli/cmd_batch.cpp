@@ -111,6 +111,7 @@ std::string progress_text(const SchedulerProgress& p) {
   std::string text = fmt::format("{}/{} done, {} running, {} tokens generated ({:.1f} tok/s), {} prompt tokens ({:.1f} tok/s)",
                                  p.finished, p.requests, p.running, p.generated_tokens, p.generated_per_second(),
                                  p.prompt_tokens, p.prompt_per_second());
+  if (p.shared_prompt_tokens > 0) text += fmt::format(", {} more shared from cached prefixes", p.shared_prompt_tokens);
   if (p.speculation.passes > 0) {
     text += fmt::format(", {:.2f} tokens per sequence per pass ({:.0f}% of drafts accepted)", p.speculation.tokens_per_pass(),
                         100.0 * p.speculation.acceptance());

@@ -187,7 +187,7 @@ void BatchScheduler::run_batch() {
   int64_t budget = options_.prompt_budget;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Running& r = running_[i];
-    if (r.next) continue;
+    if (r.next || (r.cached == 0 && !share_prefix(i))) continue;
     const std::vector<int32_t>& prompt = requests_[r.request].prompt;
     const int64_t n = prompt_chunk(int64_t(prompt.size()) - r.cached, budget);
     if (n == 0) continue;
@@ -227,6 +227,33 @@ void BatchScheduler::run_batch() {
   // From the back, so the indices still to erase stay valid.
   std::sort(done.begin(), done.end());
   for (auto it = done.rbegin(); it != done.rend(); ++it) finish(*it);
+}
+
+std::optional<BatchScheduler::PrefixSource> BatchScheduler::prefix_source(size_t index) const {
+  const std::vector<int32_t>& prompt = requests_[running_[index].request].prompt;
+  const int64_t most = int64_t(prompt.size()) - kMinPromptChunk;
+  std::optional<PrefixSource> best;
+  for (size_t i = 0; i < index; ++i) {
+    const std::vector<int32_t>& other = requests_[running_[i].request].prompt;
+    const size_t n = std::min(prompt.size(), other.size());
+    const int64_t common = std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first - prompt.begin();
+    const int64_t length = std::min(common, most);
+    if (length >= kMinPromptChunk && (!best || length > best->length)) best = PrefixSource{i, length};
+  }
+  return best;
+}
+
+bool BatchScheduler::share_prefix(size_t index) {
+  const std::optional<PrefixSource> source = prefix_source(index);
+  if (!source) return true;
+  const Running& from = running_[source->running];
+  if (from.cached < source->length) return false;  // its prefill is ahead in every pass: it gets there
+  Running& r = running_[index];
+  runner_.seq_copy_prefix(slots_[from.slot].seq, slots_[r.slot].seq, source->length);
+  r.cached = source->length;
+  results_[r.request].shared_prompt_tokens = source->length;
+  progress_.shared_prompt_tokens += source->length;
+  return true;
 }
 
 void BatchScheduler::add_verification_run(size_t running_index) {

@@ -16,6 +16,12 @@
 // draft (a chain, or a token tree with SchedulerOptions::draft_tree). Each
 // keeps what the target confirms (engine/draft_verifier.h, as the
 // SpeculativeGenerator does alone) and truncates the rest away.
+//
+// Prompts that begin alike (a shared system prompt) share their KV: a request
+// about to prefill copies the longest prefix of its prompt that an earlier
+// running request's cache holds (ModelRunner::seq_copy_prefix; a paged pool
+// shares the pages) and evaluates only the rest. When that earlier request is
+// still prefilling, the later one waits until the prefix is cached.
 #pragma once
 
 #include <chrono>
@@ -47,6 +53,7 @@ struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;  // the generated ids, without a stop token
   int64_t prompt_tokens = 0;
+  int64_t shared_prompt_tokens = 0;  // of them, copied from another request's cached prefix
   int64_t completion_tokens = 0;
   StopReason stop = StopReason::TokenLimit;
   double seconds = 0;  // from admission to the end
@@ -59,6 +66,7 @@ struct SchedulerProgress {
   int64_t finished = 0;
   int64_t running = 0;
   int64_t prompt_tokens = 0;     // prompt positions evaluated
+  int64_t shared_prompt_tokens = 0;  // prompt positions copied from another request's cache instead
   int64_t generated_tokens = 0;  // tokens taken into completions
   int64_t passes = 0;            // forward passes run
   double seconds = 0;            // since the first step
@@ -148,6 +156,19 @@ class BatchScheduler {
   };
 
   void admit();
+  // The running request (admitted before running_[index]) whose prompt
+  // shares the longest prefix with running_[index]'s, and that prefix's
+  // length, capped to leave the last kMinPromptChunk prompt tokens to
+  // evaluate (the pick comes from a chunk of the kernels the prompt takes
+  // alone); nothing below kMinPromptChunk shared tokens.
+  struct PrefixSource {
+    size_t running = 0;
+    int64_t length = 0;
+  };
+  std::optional<PrefixSource> prefix_source(size_t index) const;
+  // Before running_[index] prefills: copies its prefix source's cached
+  // prefix, or returns false while that source has not cached it yet.
+  bool share_prefix(size_t index);
   // Why the request can never run, or empty.
   std::string check(const GenerationRequest& request) const;
   void start(size_t request, size_t slot, int64_t claim);

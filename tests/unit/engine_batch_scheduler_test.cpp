@@ -262,6 +262,58 @@ TEST_F(BatchSchedulerTest, CutsLongPromptsIntoChunksOfAtLeastTheMinimum) {
   EXPECT_GT(chunks[1].size(), 1u);
 }
 
+// A prompt that begins as an earlier running request's: `shared` tokens of
+// `base`, then its own.
+std::vector<int32_t> with_prefix(const std::vector<int32_t>& base, size_t shared, int64_t own, int32_t salt) {
+  std::vector<int32_t> p(base.begin(), base.begin() + ptrdiff_t(shared));
+  for (const int32_t t : prompt_of(own, salt)) p.push_back(t);
+  return p;
+}
+
+TEST_F(BatchSchedulerTest, PromptsThatBeginAlikeShareTheCachedPrefix) {
+  const int64_t context = 160;
+  const std::vector<int32_t> system = prompt_of(50, 9);
+  const std::vector<GenerationRequest> requests = {
+      request(with_prefix(system, 50, 10, 1), greedy(), 12),
+      request(with_prefix(system, 50, 20, 2), top_k_sampling(3), 12),  // waits for request 0's prefill, then shares 50
+      request(with_prefix(system, 50, 0, 0), greedy(), 12),            // the system prompt alone: its last 16 tokens evaluated
+      request(with_prefix(system, 30, 25, 3), greedy(), 12),           // shares 30 with whichever runs
+      request(with_prefix(system, 10, 30, 4), greedy(), 12),           // 10 < kMinPromptChunk: evaluates all
+  };
+  for (const KvPages::Layout layout : {KvPages::Layout::Paged, KvPages::Layout::PagePerSequence}) {
+    SCOPED_TRACE(layout == KvPages::Layout::Paged ? "paged" : "a page per sequence");
+    FakeRunner runner(context, 3 * context, layout, 3);
+    SchedulerOptions options;
+    options.parallel = 3;
+    options.prompt_budget = 32;
+    BatchScheduler scheduler(runner, tokenizer, options);
+    for (const auto& r : requests) scheduler.submit(r);
+    scheduler.run();
+    const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+    for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+    const std::vector<int64_t> shared = {0, 50, 34, 30, 0};
+    int64_t total = 0, evaluated = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(scheduler.result(i).shared_prompt_tokens, shared[i]) << i;
+      total += int64_t(requests[i].prompt.size());
+      evaluated += int64_t(requests[i].prompt.size()) - shared[i];
+    }
+    EXPECT_EQ(scheduler.progress().shared_prompt_tokens, total - evaluated);
+    EXPECT_EQ(scheduler.progress().prompt_tokens, evaluated);
+    // Request 1 waited: its first prompt run starts at the shared 50, after request 0 cached them.
+    bool second_started = false;
+    for (const Batch& b : runner.batches) {
+      for (const SequenceRun& run : sequence_runs(b)) {
+        if (run.seq == 1 && !second_started) {
+          EXPECT_EQ(run.pos, 50);
+          second_started = true;
+        }
+      }
+    }
+    EXPECT_TRUE(second_started);
+  }
+}
+
 TEST_F(BatchSchedulerTest, AsksForTheLeastEachChainNeeds) {
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(64, 64); };
   FakeRunner runner(64, 3 * 64);
@@ -765,6 +817,28 @@ TEST(BatchSchedulerModels, ACopiedPrefixContinuesExactlyAsAFullPrefill) {
   runner->forward(batch, out);
   EXPECT_EQ(out.argmax[0], first);
   EXPECT_EQ(greedy_steps(*runner, src, first, n, 24), want);
+}
+
+TEST(BatchSchedulerModels, Stories260KPromptsSharingAPrefixAreExactlyTheirSingleSequenceOutput) {
+  const std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K is absent from " << test::shared_models_dir();
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::string opening = "One day, Tom went to the park with his mom. He saw a big red ball under a tree and";
+  std::vector<GenerationRequest> requests;
+  for (const char* rest : {" wanted to play with it", " a dog ran", " his mom said", " the sun was hot and bright"}) {
+    requests.push_back(request(tokenizer.encode(opening + rest, true), greedy(), 48));
+  }
+  requests.push_back(request(tokenizer.encode("Lily", true), greedy(), 48));
+  ASSERT_GT(tokenizer.encode(opening, true).size(), size_t(kMinPromptChunk));
+  // Two slots: the later prompts share the opening with whichever runs before them.
+  const BatchedAndAlone r = run_both(path, 128, requests, 2, 32);
+  int64_t shared = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    expect_same(r.batched[i], r.alone[i], i);
+    shared += r.batched[i].shared_prompt_tokens;
+  }
+  EXPECT_GT(shared, 0) << "no request shared the opening";
 }
 
 // SmolLM2's 8 prompts over 64 greedy tokens, batched (drafting with `draft`
