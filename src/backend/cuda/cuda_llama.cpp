@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
@@ -172,7 +173,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // As a pipeline stage.
   int device() const override { return device_.index; }
   cudaStream_t stream() const override { return stream_; }
-  float* hidden() override { return x_; }
+  float* hidden() override { return act_.x; }
   // One chunk of a batch (entries [at, at + n)), and what it hands back.
   void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots, int64_t at,
                        int64_t n, std::span<const int32_t> layers, BatchOutputs& out) override;
@@ -273,13 +274,13 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     const int32_t* path_parents = nullptr;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
-  // pos_dev_); logits of the last token (or all) into logits_.
+  // act_.pos); logits of the last token (or all) into act_.logits.
   void run_chunk(int64_t n, int64_t pos, int64_t max_keys, bool all_logits) {
-    const ChunkSequence one{0, n, 0, pos_dev_, max_keys, 0, pos};
+    const ChunkSequence one{0, n, 0, act_.pos, max_keys, 0, pos};
     run_chunk(n, {{&one, 1}}, default_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
-  // the head's rows' logits into logits_, then (stepwise rows) every
+  // the head's rows' logits into act_.logits, then (stepwise rows) every
   // stepwise row's.
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
   // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
@@ -295,7 +296,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
                       const ChunkRows& rows, const float* next_norm);
   // The final norm and head over rows [first, n) as stepwise_layer computes
-  // them, their logits from row `to` of logits_ on.
+  // them, their logits from row `to` of act_.logits on.
   void stepwise_head(int64_t first, int64_t n, bool fold, int64_t to);
   // Layer l's RoPE, cache store and attention over the chunk's rows; whether
   // attention also wrote wo's q8 input.
@@ -332,7 +333,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
   void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
               const NormOut& norm_out = {});
-  // The input form of x's n rows of cols; the q8 form from row first_row of q8_ on.
+  // The input form of x's n rows of cols; the q8 form from row first_row of act_.q8 on.
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
   // How the running chunk's matrices multiply (set by run_chunk): cuBLAS
   // from gemm_from tokens; below it the int8 GEMM when `int8` (decode
@@ -374,27 +375,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::vector<int32_t> default_layers_;  // the default schedule's: 0, 1, ..., n_layers - 1 unless layer skip is on
 
   DeviceBuffer k_cache_, v_cache_;
-  DeviceBuffer activations_;
+  PassBuffers act_;
   std::optional<Gemm> gemm_;
   MatmulPaths paths_;  // the running chunk's
-  int32_t* pos_dev_ = nullptr;  // the step's inputs (kInputsHeader)
-  int32_t* top_k_dev_ = nullptr;
-  int32_t* tokens_dev_ = nullptr;
-  float *x_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gate_ = nullptr, *up_ = nullptr,
-        *h_ = nullptr, *logits_ = nullptr, *partials_ = nullptr;
-  int8_t* q8_ = nullptr;
-  float2* q8_scales_ = nullptr;
-  // The input of the next RMSNorm when decode folds it (folds_norms).
-  int8_t* norm_q8_ = nullptr;
-  float2* norm_q8_scales_ = nullptr;
-  float* norm_sumsq_ = nullptr;
-  uint16_t* f16_ = nullptr;
-  int32_t* argmax_ = nullptr;  // one per head row
-  void* argmax_scratch_ = nullptr;
-  int32_t* head_rows_dev_ = nullptr;
-  TopLogit* top_ = nullptr;          // top_logits' output, then
-  int32_t* top_poisoned_ = nullptr;  // its poisoned index
-  void* top_scratch_ = nullptr;
   PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick, the top or a batch's picks
   // [StepGraph][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
   cudaGraphExec_t decode_graphs_[4][2] = {};
@@ -721,34 +704,7 @@ void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& 
 }
 
 void CudaLlamaRunner::allocate_activations() {
-  const ActivationLayout a = layout_activations(config_, options_.max_batch, context_, device_.multiprocessors, has_head_);
-  activations_ = DeviceBuffer(a.total, "activation buffers");
-  auto* base = activations_.as<uint8_t>();
-  auto at = [&](uint64_t offset) { return static_cast<void*>(base + offset); };
-  pos_dev_ = static_cast<int32_t*>(at(a.inputs));
-  top_k_dev_ = pos_dev_ + 1;
-  tokens_dev_ = pos_dev_ + kInputsHeader;
-  x_ = static_cast<float*>(at(a.x));
-  xn_ = static_cast<float*>(at(a.xn));
-  qkv_ = static_cast<float*>(at(a.qkv));
-  att_ = static_cast<float*>(at(a.att));
-  gate_ = static_cast<float*>(at(a.gate));
-  up_ = static_cast<float*>(at(a.up));
-  h_ = static_cast<float*>(at(a.h));
-  logits_ = has_head_ ? static_cast<float*>(at(a.logits)) : nullptr;
-  partials_ = a.partial_floats ? static_cast<float*>(at(a.partials)) : nullptr;
-  q8_ = static_cast<int8_t*>(at(a.q8));
-  q8_scales_ = static_cast<float2*>(at(a.q8_scales));
-  norm_q8_ = static_cast<int8_t*>(at(a.norm_q8));
-  norm_q8_scales_ = static_cast<float2*>(at(a.norm_q8_scales));
-  norm_sumsq_ = static_cast<float*>(at(a.norm_sumsq));
-  f16_ = static_cast<uint16_t*>(at(a.f16));
-  argmax_ = static_cast<int32_t*>(at(a.argmax));
-  argmax_scratch_ = at(a.argmax_scratch);
-  head_rows_dev_ = static_cast<int32_t*>(at(a.head_rows));
-  top_ = static_cast<TopLogit*>(at(a.top));
-  top_poisoned_ = reinterpret_cast<int32_t*>(top_ + kMaxTopLogits);
-  top_scratch_ = at(a.top_scratch);
+  act_ = PassBuffers(config_, options_.max_batch, context_, device_.multiprocessors, has_head_);
   const uint64_t out_bytes = std::max({4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4,
                                        4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
   host_io_ = PinnedBuffer(4 * uint64_t(batch_input_words(options_.max_batch)) + out_bytes, "token and logit transfers");
@@ -760,12 +716,12 @@ void CudaLlamaRunner::allocate_activations() {
 
 Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
   if (use_gemm) {
-    convert_f32_to_f16(x, n * cols, f16_, stream_);
-    return Input{x, nullptr, nullptr, f16_, cols};
+    convert_f32_to_f16(x, n * cols, act_.f16, stream_);
+    return Input{x, nullptr, nullptr, act_.f16, cols};
   }
   if (cols % 32 != 0) return Input{x, nullptr, nullptr, nullptr, cols};  // only float weights have such rows: f32 input
-  int8_t* q8 = q8_ + first_row * cols;
-  float2* scales = q8_scales_ + first_row * cols / 32;
+  int8_t* q8 = act_.q8 + first_row * cols;
+  float2* scales = act_.q8_scales + first_row * cols / 32;
   quantize_activations(x, n, cols, q8, scales, stream_);
   return Input{x, q8, scales, nullptr, cols};
 }
@@ -854,7 +810,7 @@ AttentionParams CudaLlamaRunner::attention_shape() const {
   shape.n_heads = int(c.n_heads);
   shape.n_kv_heads = int(c.n_kv_heads);
   shape.head_dim = int(c.head_dim);
-  shape.partials = partials_;
+  shape.partials = act_.partials;
   return shape;
 }
 
@@ -865,7 +821,7 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
   const int64_t slot_stride = rope.slot_stride;
   const AttentionParams shape = attention_shape();
   if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its slot
-    rope.qkv = qkv_;
+    rope.qkv = act_.qkv;
     rope.n_tokens = n;
     rope.token_pos = rows.token_pos;
     rope.token_slot = rows.token_slot;
@@ -885,8 +841,8 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     AttentionParams att = shape;
     uint16_t* k_cache = k_cache_at(s.slot, l);
     uint16_t* v_cache = v_cache_at(s.slot, l);
-    att.q = qkv_ + s.first_row * qkv_width;
-    att.out = att_ + s.first_row * c.q_dim();
+    att.q = act_.qkv + s.first_row * qkv_width;
+    att.out = act_.att + s.first_row * c.q_dim();
     att.k_cache = k_cache;
     att.v_cache = v_cache;
     att.pos = s.pos;
@@ -914,12 +870,12 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
       if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
         att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
         if (matvec_wants_q8(L.wo.type)) {
-          att.out_q8 = q8_;
-          att.out_q8_scales = q8_scales_;
+          att.out_q8 = act_.q8;
+          att.out_q8_scales = act_.q8_scales;
           att_q8 = true;
         }
       } else {
-        rope.qkv = qkv_ + s.first_row * qkv_width;
+        rope.qkv = act_.qkv + s.first_row * qkv_width;
         rope.n_tokens = s.rows;
         rope.pos = s.pos;
         rope.k_cache = k_cache;
@@ -965,7 +921,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     streamer_->begin_chunk(stream_, gpu_layers_);
   }
   // Token embeddings into the residual stream x (a later pipeline stage finds the hidden state there).
-  if (embeds_) gather_rows_f32(token_embd_, tokens_dev_, n, x_, stream_);
+  if (embeds_) gather_rows_f32(token_embd_, act_.tokens, n, act_.x, stream_);
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
   bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -999,24 +955,24 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const int64_t rows = head.count;
   if (m < n && has_head_) stepwise_head(m, n, step_fold, rows);
   if (rows == 0) return;
-  const float* x_rows = x_ + (m - rows) * c.dim;
-  if (head.gather) {  // gather_rows_f32 reads x_ as a matrix of n rows; gate_ is free by now
-    gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, x_), head.gather, rows, gate_, stream_);
-    x_rows = gate_;
+  const float* x_rows = act_.x + (m - rows) * c.dim;
+  if (head.gather) {  // gather_rows_f32 reads act_.x as a matrix of n rows; act_.gate is free by now
+    gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, act_.x), head.gather, rows, act_.gate, stream_);
+    x_rows = act_.gate;
   }
   const bool head_gemm = rows >= paths_.gemm_from;
-  if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, xn_, head_gemm ? nullptr : q8_, q8_scales_, stream_);
-  if (head_gemm) convert_f32_to_f16(xn_, rows * c.dim, f16_, stream_);
+  if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, act_.xn, head_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (head_gemm) convert_f32_to_f16(act_.xn, rows * c.dim, act_.f16, stream_);
   if (fold) {  // one token, whose last down projection wrote the final norm's input
     MatvecParams p;
     p.w = output_;
-    p.x = {nullptr, norm_q8_, norm_q8_scales_};
-    p.norm_in = {norm_sumsq_, c.rms_eps};
-    p.y = logits_;
+    p.x = {nullptr, act_.norm_q8, act_.norm_q8_scales};
+    p.norm_in = {act_.norm_sumsq, c.rms_eps};
+    p.y = act_.logits;
     p.y_stride = c.vocab_size;
     matvec(p, 1, stream_);
   } else {
-    matmul(output_, Input{xn_, q8_, q8_scales_, f16_, c.dim}, rows, logits_, c.vocab_size, false);
+    matmul(output_, Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
   }
 }
 
@@ -1024,72 +980,72 @@ void CudaLlamaRunner::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, 
                                   const ChunkRows& rows, const float* next_norm) {
   const LlamaConfig& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const Activations folded_x{nullptr, norm_q8_, norm_q8_scales_};
-  const NormIn folded_in{norm_sumsq_, c.rms_eps};
+  const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
+  const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
   // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
   auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
-    matmul(m, in, n, x_, c.dim, true, fold && norm ? NormOut{norm, norm_q8_, norm_q8_scales_, norm_sumsq_} : NormOut{});
+    matmul(m, in, n, act_.x, c.dim, true, fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
   };
 
   // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-  if (!attn_folded) rms_norm(x_, L.attn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
-  if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
-  const Input normed{xn_, q8_, q8_scales_, f16_, c.dim};
+  if (!attn_folded) rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  const Input normed{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
   if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
     MatvecPartsParams qkv;
     for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
-    qkv.x = {xn_, q8_, q8_scales_};
+    qkv.x = {act_.xn, act_.q8, act_.q8_scales};
     if (attn_folded) {
       qkv.x = folded_x;
       qkv.norm_in = folded_in;
     }
-    qkv.y = qkv_;
+    qkv.y = act_.qkv;
     matvec_parts(qkv, stream_);
   } else {
-    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, qkv_ + part.out_offset, qkv_width, false);
+    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, act_.qkv + part.out_offset, qkv_width, false);
   }
 
   const bool att_q8 = attend(L, l, n, use_gemm, rows);
-  const Input att_in = att_q8 ? Input{att_, q8_, q8_scales_, nullptr, c.q_dim()} : prepare_input(att_, n, c.q_dim(), use_gemm);
+  const Input att_in = att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()} : prepare_input(act_.att, n, c.q_dim(), use_gemm);
   add_to_residual(L.wo, att_in, L.ffn_norm);
 
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-  if (!fold) rms_norm(x_, L.ffn_norm, n, c.dim, c.rms_eps, xn_, use_gemm ? nullptr : q8_, q8_scales_, stream_);
-  if (use_gemm) convert_f32_to_f16(xn_, n * c.dim, f16_, stream_);
+  if (!fold) rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
   if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
     MatvecParams p;
     p.w = L.gate;
     p.w_up = L.up;
-    p.x = {xn_, q8_, q8_scales_};
+    p.x = {act_.xn, act_.q8, act_.q8_scales};
     if (fold) {
       p.x = folded_x;
       p.norm_in = folded_in;
     }
-    p.y = h_;
+    p.y = act_.h;
     p.y_stride = c.ffn_dim;
     matvec(p, int(n), stream_);
   } else {
-    matmul(L.gate, normed, n, gate_, c.ffn_dim, false);
-    matmul(L.up, normed, n, up_, c.ffn_dim, false);
-    swiglu(gate_, up_, n * c.ffn_dim, h_, stream_);
+    matmul(L.gate, normed, n, act_.gate, c.ffn_dim, false);
+    matmul(L.up, normed, n, act_.up, c.ffn_dim, false);
+    swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
   }
-  add_to_residual(L.down, prepare_input(h_, n, c.ffn_dim, use_gemm), next_norm);
+  add_to_residual(L.down, prepare_input(act_.h, n, c.ffn_dim, use_gemm), next_norm);
 }
 
 void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
                                      bool attn_folded, const ChunkRows& rows, const float* next_norm) {
   const LlamaConfig& c = config_;
   const int64_t s = n - first, dim = c.dim, qkv_width = c.q_dim() + 2 * c.kv_dim();
-  float* x = x_ + first * dim;
+  float* x = act_.x + first * dim;
   // Row r's folded-norm input, and its plain normalized form.
-  const Activations folded_x{nullptr, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32};
-  const NormIn folded_in{norm_sumsq_ + first * dim / 32, c.rms_eps};
-  float* xn = xn_ + first * dim;
-  int8_t* xn_q8 = q8_ + first * dim;
-  float2* xn_scales = q8_scales_ + first * dim / 32;
+  const Activations folded_x{nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
+  const NormIn folded_in{act_.norm_sumsq + first * dim / 32, c.rms_eps};
+  float* xn = act_.xn + first * dim;
+  int8_t* xn_q8 = act_.q8 + first * dim;
+  float2* xn_scales = act_.q8_scales + first * dim / 32;
   const Activations normed{xn, xn_q8, xn_scales};
   const auto norm_of = [&](const float* weight) {
-    return NormOut{weight, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32, norm_sumsq_ + first * dim / 32};
+    return NormOut{weight, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32, act_.norm_sumsq + first * dim / 32};
   };
   // x += m * in, as a one-token step's wo and down do.
   const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
@@ -1109,12 +1065,12 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
   for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
   qkv.x = attn_folded ? folded_x : normed;
   if (attn_folded) qkv.norm_in = folded_in;
-  qkv.y = qkv_ + first * qkv_width;
+  qkv.y = act_.qkv + first * qkv_width;
   matvec_parts_stepwise(qkv, s, qkv_width, stream_);
   // Every row's RoPE and cache store, then each row attends as a one-token
   // step at its position does: its key count picks the kernel and the splits.
   RopeKvParams rope = rope_shape();
-  rope.qkv = qkv_ + first * qkv_width;
+  rope.qkv = act_.qkv + first * qkv_width;
   rope.n_tokens = s;
   rope.token_pos = rows.token_pos + first;
   rope.token_slot = rows.token_slot + first;
@@ -1127,8 +1083,8 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
     for (int64_t t = 0; t < seq.rows; ++t) {
       const int64_t row = seq.first_row + t;
       AttentionParams att = attention_shape();
-      att.q = qkv_ + row * qkv_width;
-      att.out = att_ + row * c.q_dim();
+      att.q = act_.qkv + row * qkv_width;
+      att.out = act_.att + row * c.q_dim();
       att.k_cache = k_cache_at(seq.slot, l);
       att.v_cache = v_cache_at(seq.slot, l);
       att.pos = rows.token_pos + row;
@@ -1146,11 +1102,11 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
       attention(att, stream_);
     }
   }
-  add_to_residual(L.wo, prepare_input(att_ + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
+  add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
 
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
   if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
-  float* h = h_ + first * c.ffn_dim;
+  float* h = act_.h + first * c.ffn_dim;
   MatvecParams p;
   p.w = L.gate;
   p.x = fold ? folded_x : normed;
@@ -1161,12 +1117,12 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
     p.y = h;
     matvec_stepwise(p, s, stream_);
   } else {  // folds_norms never folds these: normed holds the input
-    p.y = gate_ + first * c.ffn_dim;
+    p.y = act_.gate + first * c.ffn_dim;
     matvec_stepwise(p, s, stream_);
     p.w = L.up;
-    p.y = up_ + first * c.ffn_dim;
+    p.y = act_.up + first * c.ffn_dim;
     matvec_stepwise(p, s, stream_);
-    swiglu(gate_ + first * c.ffn_dim, up_ + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
+    swiglu(act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
   }
   add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
 }
@@ -1177,21 +1133,21 @@ void CudaLlamaRunner::stepwise_head(int64_t first, int64_t n, bool fold, int64_t
   MatvecParams p;
   p.w = output_;
   if (fold) {  // the last layer's down wrote the final norm's input
-    p.x = {nullptr, norm_q8_ + first * dim, norm_q8_scales_ + first * dim / 32};
-    p.norm_in = {norm_sumsq_ + first * dim / 32, c.rms_eps};
+    p.x = {nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
+    p.norm_in = {act_.norm_sumsq + first * dim / 32, c.rms_eps};
   } else {
-    p.x = {xn_ + first * dim, q8_ + first * dim, q8_scales_ + first * dim / 32};
-    rms_norm(x_ + first * dim, output_norm_, s, dim, c.rms_eps, xn_ + first * dim, q8_ + first * dim,
-             q8_scales_ + first * dim / 32, stream_);
+    p.x = {act_.xn + first * dim, act_.q8 + first * dim, act_.q8_scales + first * dim / 32};
+    rms_norm(act_.x + first * dim, output_norm_, s, dim, c.rms_eps, act_.xn + first * dim, act_.q8 + first * dim,
+             act_.q8_scales + first * dim / 32, stream_);
   }
-  p.y = logits_ + to * c.vocab_size;
+  p.y = act_.logits + to * c.vocab_size;
   p.y_stride = c.vocab_size;
   matvec_stepwise(p, s, stream_);
 }
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
   const int64_t floats = n * config_.dim;
-  copy_floats(x_, host_->host_x_on_device(), floats, stream_);
+  copy_floats(act_.x, host_->host_x_on_device(), floats, stream_);
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   host_runs_.clear();
   for (const ChunkSequence& s : rows.seqs) {
@@ -1205,7 +1161,7 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
   }
   host_layers_run_ += int64_t(layers.size());
-  copy_floats(host_->host_x_on_device(), x_, floats, stream_);
+  copy_floats(host_->host_x_on_device(), act_.x, floats, stream_);
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
@@ -1219,14 +1175,14 @@ void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
 void CudaLlamaRunner::fail_unsampleable(int32_t poisoned, int64_t top_k) const {
   if (poisoned < 0) fail("sampler: every one of the top {} logits is -inf", top_k);
   float value;
-  NT_CUDA_CHECK(cudaMemcpy(&value, logits_ + poisoned, 4, cudaMemcpyDeviceToHost));
+  NT_CUDA_CHECK(cudaMemcpy(&value, act_.logits + poisoned, 4, cudaMemcpyDeviceToHost));
   fail("sampler: the logit of token {} is {}", poisoned, value);
 }
 
 void CudaLlamaRunner::select_top(bool copy_out) {
-  top_logits(logits_, config_.vocab_size, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+  top_logits(act_.logits, config_.vocab_size, act_.top_k, act_.top, act_.top_poisoned, act_.top_scratch, stream_);
   if (copy_out) {
-    NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), top_, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
+    NT_CUDA_CHECK(cudaMemcpyAsync(host_out(), act_.top, sizeof(TopLogit) * kMaxTopLogits + 4, cudaMemcpyDeviceToHost, stream_));
   }
 }
 
@@ -1239,7 +1195,7 @@ void CudaLlamaRunner::stage_inputs(std::span<const int32_t> tokens, int64_t pos,
 
 void CudaLlamaRunner::copy_inputs(int64_t n_tokens) {
   const size_t bytes = size_t(kInputsHeader + n_tokens) * 4;
-  NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host_io_.as<int32_t>(), bytes, cudaMemcpyHostToDevice, stream_));
+  NT_CUDA_CHECK(cudaMemcpyAsync(act_.pos, host_io_.as<int32_t>(), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) {
@@ -1248,14 +1204,14 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
   exec = capture_graph(stream_, [&] {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, 0, max_keys, false);  // the position is the device's: graphs run no host layers
-    const StepAdvance advance{tokens_dev_, pos_dev_, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
+    const StepAdvance advance{act_.tokens, act_.pos, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
     if (kind == StepGraph::Greedy) {
-      argmax_and_advance(logits_, config_.vocab_size, argmax_scratch_, advance, stream_);
+      argmax_and_advance(act_.logits, config_.vocab_size, act_.argmax_scratch, advance, stream_);
     } else if (kind == StepGraph::Top) {
       select_top(true);
     } else if (kind == StepGraph::Sampled) {
       select_top(false);
-      sample_top_and_advance(top_, top_k_dev_, top_poisoned_, sample_chain_.as<SampleChain>(), advance, stream_);
+      sample_top_and_advance(act_.top, act_.top_k, act_.top_poisoned, sample_chain_.as<SampleChain>(), advance, stream_);
     }
   });
   return exec;
@@ -1318,7 +1274,7 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
       if (pick < 0) {  // the step found its row poisoned or all -inf and did not advance
         NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
         int32_t poisoned;
-        NT_CUDA_CHECK(cudaMemcpy(&poisoned, top_poisoned_, 4, cudaMemcpyDeviceToHost));
+        NT_CUDA_CHECK(cudaMemcpy(&poisoned, act_.top_poisoned, 4, cudaMemcpyDeviceToHost));
         fail_unsampleable(poisoned, top_k);
       }
       if (handed + ahead < max_steps) queue(handed + ahead);
@@ -1357,14 +1313,14 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
       run_chunk(n, pos + start, n == 1 ? decode_max_keys(pos + start) : pos + start + n, out.all_logits);
     }
     if (out.all_logits) {
-      NT_CUDA_CHECK(cudaMemcpyAsync(out.logits + start * vocab, logits_, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(out.logits + start * vocab, act_.logits, size_t(n * vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     } else if (last_chunk && out.greedy) {
-      argmax_rows(logits_, 1, vocab, argmax_, argmax_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(host, argmax_, 4, cudaMemcpyDeviceToHost, stream_));
+      argmax_rows(act_.logits, 1, vocab, act_.argmax, act_.argmax_scratch, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(host, act_.argmax, 4, cudaMemcpyDeviceToHost, stream_));
     } else if (last_chunk && out.top && !top_in_graph) {
       select_top(true);
     } else if (last_chunk && !out.top) {
-      NT_CUDA_CHECK(cudaMemcpyAsync(host, logits_, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+      NT_CUDA_CHECK(cudaMemcpyAsync(host, act_.logits, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
     }
     NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (streamer_) streamer_->end_chunk();
@@ -1511,7 +1467,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   int32_t* token_pos = tokens + n;
   int32_t* token_slot = token_pos + n;
   int32_t* run_pos = token_slot + n;
-  const auto device = [&](const int32_t* host) { return pos_dev_ + (host - staged); };
+  const auto device = [&](const int32_t* host) { return act_.pos + (host - staged); };
   std::vector<ChunkSequence> seqs;
   row_entries_.clear();
   int64_t stepwise_rows = 0;
@@ -1587,11 +1543,11 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   auto* picks = static_cast<int32_t*>(host_out());
   // The pass: the inputs in, the layers, the head, every head row's argmax out.
   const auto pass = [&] {
-    NT_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
+    NT_CUDA_CHECK(cudaMemcpyAsync(act_.pos, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
     run_chunk(n, chunk, layers, {rows, gather}, n == 1);
     if (head_total > 0) {
-      argmax_rows(logits_, head_total, vocab, argmax_, argmax_scratch_, stream_);
-      NT_CUDA_CHECK(cudaMemcpyAsync(picks, argmax_, size_t(head_total) * 4, cudaMemcpyDeviceToHost, stream_));
+      argmax_rows(act_.logits, head_total, vocab, act_.argmax, act_.argmax_scratch, stream_);
+      NT_CUDA_CHECK(cudaMemcpyAsync(picks, act_.argmax, size_t(head_total) * 4, cudaMemcpyDeviceToHost, stream_));
     }
   };
   if (cudaGraphExec_t graph = batch_decode_graph(batch, runs, at, n, layers, pass)) {
@@ -1606,7 +1562,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     const Output output = batch.entries[entry].output;
     if (output == Output::None) continue;  // a stepwise row that feeds the cache only
     const size_t slot = size_t(out.index[entry]);
-    const float* row = logits_ + i * vocab;
+    const float* row = act_.logits + i * vocab;
     switch (output) {
       case Output::Logits:
         NT_CUDA_CHECK(cudaMemcpy(out.logits.data() + slot * size_t(vocab), row, size_t(vocab) * 4, cudaMemcpyDeviceToHost));
@@ -1620,11 +1576,11 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
           out.top[slot].assign(top_candidates_.view().begin(), top_candidates_.view().end());
           break;
         }
-        top_logits(row, vocab, top_k_dev_, top_, top_poisoned_, top_scratch_, stream_);
+        top_logits(row, vocab, act_.top_k, act_.top, act_.top_poisoned, act_.top_scratch, stream_);
         std::vector<TopLogit> top(static_cast<size_t>(batch.top_k));
         int32_t poisoned = -1;
-        NT_CUDA_CHECK(cudaMemcpyAsync(top.data(), top_, top.size() * sizeof(TopLogit), cudaMemcpyDeviceToHost, stream_));
-        NT_CUDA_CHECK(cudaMemcpyAsync(&poisoned, top_poisoned_, 4, cudaMemcpyDeviceToHost, stream_));
+        NT_CUDA_CHECK(cudaMemcpyAsync(top.data(), act_.top, top.size() * sizeof(TopLogit), cudaMemcpyDeviceToHost, stream_));
+        NT_CUDA_CHECK(cudaMemcpyAsync(&poisoned, act_.top_poisoned, 4, cudaMemcpyDeviceToHost, stream_));
         NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
         if (poisoned >= 0) fail_unsampleable(poisoned, batch.top_k);
         out.top[slot].resize(top.size());
