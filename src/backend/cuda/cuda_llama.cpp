@@ -38,6 +38,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/graph_cache.h"
 #include "backend/cuda/host_layers.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_stream.h"
@@ -87,25 +88,6 @@ OpenedReader open_upload_reader(const std::string& path, const CudaRunnerOptions
   if (ro.backend == IoBackend::Auto && page_cache_fraction(path) >= kWarm) ro.backend = IoBackend::Mmap;
   ro.threads = 8;
   return open_file_reader(path, ro);
-}
-
-// The work `queue` puts on `stream`, captured and instantiated as a graph.
-cudaGraphExec_t capture_graph(cudaStream_t stream, const std::function<void()>& queue) {
-  cudaGraph_t graph = nullptr;
-  NT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    queue();
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  NT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  NT_CUDA_CHECK(err);
-  return exec;
 }
 
 struct LayerOnDevice {
@@ -379,9 +361,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::optional<Gemm> gemm_;
   MatmulPaths paths_;  // the running chunk's
   PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick, the top or a batch's picks
-  // [StepGraph][short]: steps prepared for the whole context or below kShortDecodeMaxKeys.
-  cudaGraphExec_t decode_graphs_[4][2] = {};
-  std::map<int64_t, cudaGraphExec_t> batch_graphs_;  // batched decode steps, by sequence count
+  // One-token steps by 2 * StepGraph + (short: prepared below kShortDecodeMaxKeys, not for the whole context).
+  GraphCache decode_graphs_;
+  GraphCache batch_graphs_;  // batched decode steps, by sequence count
   PinnedBuffer sample_chain_;  // SampleChain: decode_sampled's parameters and draws
   // decode_ahead keeps up to kGreedyAhead steps queued; step i's pick lands in
   // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
@@ -478,12 +460,6 @@ CudaLlamaRunner::~CudaLlamaRunner() {
     std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
     streamer_.reset();
   }
-  for (auto& by_keys : decode_graphs_) {
-    for (cudaGraphExec_t g : by_keys) {
-      if (g) cudaGraphExecDestroy(g);
-    }
-  }
-  for (const auto& [n, g] : batch_graphs_) cudaGraphExecDestroy(g);
   for (cudaEvent_t e : step_done_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -1199,9 +1175,7 @@ void CudaLlamaRunner::copy_inputs(int64_t n_tokens) {
 }
 
 cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) {
-  cudaGraphExec_t& exec = decode_graphs_[int(kind)][max_keys != context_];
-  if (exec) return exec;
-  exec = capture_graph(stream_, [&] {
+  return decode_graphs_.get(2 * int(kind) + (max_keys != context_), stream_, [&] {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, 0, max_keys, false);  // the position is the device's: graphs run no host layers
     const StepAdvance advance{act_.tokens, act_.pos, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
@@ -1214,7 +1188,6 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
       sample_top_and_advance(act_.top, act_.top_k, act_.top_poisoned, sample_chain_.as<SampleChain>(), advance, stream_);
     }
   });
-  return exec;
 }
 
 // Each step's graph picks its token and feeds it to the next on the GPU, so
@@ -1357,9 +1330,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
   for (const BatchEntry& e : batch.entries) {
     if (e.output != Output::Argmax || e.stepwise) return nullptr;  // a stepwise row takes other kernels
   }
-  cudaGraphExec_t& exec = batch_graphs_[n];
-  if (!exec) exec = capture_graph(stream_, pass);
-  return exec;
+  return batch_graphs_.get(n, stream_, pass);
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
