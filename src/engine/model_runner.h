@@ -51,6 +51,17 @@ class ModelRunner {
   virtual uint64_t kv_bytes_per_position() const = 0;
 
   // --- Many sequences ---
+  // Whether a token tree of `tokens` entries (the pending token and its
+  // nodes) verified from position `pos` on gets, along every path, the
+  // numbers of plain one-token steps, as a chain always does. Where it would
+  // not (tree kernels that cannot follow a path there), speculation drafts
+  // chains instead, so greedy output stays plain greedy decoding's.
+  virtual bool verifies_trees_exactly(int64_t pos, int64_t tokens) const {
+    (void)pos;
+    (void)tokens;
+    return true;
+  }
+
   // Runs one pass of the batch over the scheduled layers and hands back what
   // each entry asked for. Each sequence's run continues it (from at most its
   // length; later positions are overwritten) and must fit the context and

@@ -230,6 +230,33 @@ TEST(TokenTreeGpu, SmolLM2TreesArePlainGreedy) {
   }
 }
 
+// A generation that crosses the short-context decode's 1024 keys: trees of
+// the lookup draft run as stepwise rows before, and the runner asks for
+// chains once a tree's rows would attend past it (verifies_trees_exactly),
+// so the output stays plain greedy decoding's on both sides.
+TEST(TokenTreeGpu, SmolLM2TreesBecomeChainsPastTheShortContextDecode) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const Model m = open_model(path);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The lighthouse stood at the end of the harbour wall. Every night the keeper climbed. ";
+  const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
+  const int64_t context = 2048, tree_tokens = 64, n = 64;
+  ASSERT_LT(int64_t(prompt.size()) + tree_tokens, 1024);
+  ASSERT_GT(int64_t(prompt.size()) + n, 1024);
+  auto resident = make_cuda_runner(*m.file, context, CudaRunnerOptions{});
+  const Decoded want = plain(*resident, *m.tokenizer, prompt, n);
+  for (const auto& [name, options] : smollm2_placements(*m.file, context)) {
+    auto runner = make_cuda_runner(*m.file, context, options);
+    EXPECT_TRUE(runner->verifies_trees_exactly(int64_t(prompt.size()), tree_tokens)) << name;
+    EXPECT_FALSE(runner->verifies_trees_exactly(1024 - tree_tokens / 2, tree_tokens)) << name;
+    LookupDraft lookup;
+    const Decoded got = speculated(*runner, *m.tokenizer, lookup, prompt, n, tree_tokens);
+    EXPECT_EQ(got.tokens, want.tokens) << name;
+    EXPECT_GT(got.speculation.accepted, 0) << name;
+  }
+}
+
 // The control: chains on the same prompts and placements.
 TEST(TokenTreeGpu, SmolLM2ChainsArePlainGreedy) {
   const std::string path = test::smollm2_path();

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -88,8 +89,12 @@ class FakeRunner final : public ModelRunner {
     }
   }
 
+  // Token trees verify exactly while they end by this position.
+  bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override { return pos + tokens <= exact_trees_until; }
+
   std::vector<Batch> batches;
   int64_t live_max = 0;  // most sequences in one pass
+  int64_t exact_trees_until = std::numeric_limits<int64_t>::max();
 
  private:
   // Entry i's output, from the cache before its run and its path through the run.
@@ -610,6 +615,75 @@ TEST_F(BatchSchedulerTest, SpeculatingRequestsVerifyTheirTreesInSharedPassesAndK
   expect_speculating_requests_keep_their_output(
       tokenizer, [](const auto& references) { return std::make_unique<OracleTreeDraft>(references); }, draft_max,
       tree_tokens, tree_tokens);
+}
+
+// OracleTreeDraft's trees and OracleDraft's chains, counting which the engine asked for.
+class TreeOrChainDraft final : public DraftSource {
+ public:
+  TreeOrChainDraft(const std::vector<std::vector<int32_t>>& references, int64_t exact_trees_until)
+      : chain_(references), tree_(references), exact_trees_until_(exact_trees_until) {}
+  void propose(std::span<const int32_t> context, int64_t max, std::vector<int32_t>& draft) override {
+    ++chains;
+    chain_.propose(context, max, draft);
+  }
+  void propose_tree(std::span<const int32_t> context, int64_t max_depth, int64_t max_nodes, DraftTree& tree) override {
+    ++trees;
+    // The pending token is the context's last; the tree's nodes take the positions after it.
+    EXPECT_LE(int64_t(context.size()) + max_nodes, exact_trees_until_);
+    tree_.propose_tree(context, max_depth, max_nodes, tree);
+  }
+  int chains = 0, trees = 0;
+
+ private:
+  OracleDraft chain_;
+  OracleTreeDraft tree_;
+  int64_t exact_trees_until_;
+};
+
+TEST_F(BatchSchedulerTest, TreesBecomeChainsWhereTheRunnerCannotVerifyThemExactly) {
+  const int64_t context = 96, exact_until = 50, draft_max = 4, tree_tokens = 9;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  const GenerationRequest r = request(prompt_of(20, 1), greedy(), 60);
+  const GenerationResult plain = alone(make_runner, tokenizer, r);
+  std::vector<int32_t> reference = r.prompt;
+  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  ASSERT_GT(int64_t(reference.size()), exact_until + 2 * tree_tokens);
+  // Alone through the SpeculativeGenerator, then through the scheduler.
+  for (const bool scheduled : {false, true}) {
+    SCOPED_TRACE(scheduled ? "scheduler" : "alone");
+    FakeRunner runner(context, context);
+    runner.exact_trees_until = exact_until;
+    TreeOrChainDraft draft({reference}, exact_until);
+    GenerationResult got;
+    if (scheduled) {
+      SchedulerOptions options;
+      options.draft = [&](SeqId, const SamplingParams&) {
+        return std::make_unique<TreeOrChainDraft>(std::vector<std::vector<int32_t>>{reference}, exact_until);
+      };
+      options.draft_max = draft_max;
+      options.draft_tree = tree_tokens;
+      BatchScheduler scheduler(runner, tokenizer, options);
+      scheduler.submit(r);
+      scheduler.run();
+      got = scheduler.result(0);
+      // The scheduler's own draft counted its proposals: judge them by the batches it ran.
+      bool tree_run = false, chain_run = false;
+      for (const Batch& b : runner.batches) {
+        for (const SequenceRun& run : sequence_runs(b)) {
+          if (!run.stepwise || run.count < 3) continue;
+          EXPECT_EQ(run.tree, run.pos + tree_tokens <= exact_until) << "a run at " << run.pos;
+          (run.tree ? tree_run : chain_run) = true;
+        }
+      }
+      EXPECT_TRUE(tree_run);
+      EXPECT_TRUE(chain_run);
+    } else {
+      got = alone_speculative(runner, tokenizer, r, draft, draft_max, tree_tokens);
+      EXPECT_GT(draft.trees, 0);
+      EXPECT_GT(draft.chains, 0);
+    }
+    expect_same(got, plain, 0);
+  }
 }
 
 TEST_F(BatchSchedulerTest, RefusesAnEmptyDraftBudget) {

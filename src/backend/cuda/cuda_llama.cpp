@@ -167,6 +167,12 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     NT_CUDA_CHECK(cudaSetDevice(device_.index));
     copy_rows(copies);
   }
+  // Trees run as stepwise rows (trees_run_stepwise) where every path's
+  // deepest row, at most `tokens` - 1 below the pending token, still takes
+  // the short-context decode, whose key loads follow a path.
+  bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {
+    return !host_ && tokens <= options_.max_batch && tree_paths_attend_stepwise(pos, pos + tokens - 1);
+  }
 
  protected:
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
@@ -294,6 +300,15 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // one-token step at its path position taking the short-context decode,
   // whose key loads can follow the row's path (AttentionParams::path_parents).
   bool trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const;
+  // Whether the one-token steps of a tree's rows from position `pos` (its
+  // pending token) to `deepest` all take the short-context decode that can
+  // follow a path's keys.
+  bool tree_paths_attend_stepwise(int64_t pos, int64_t deepest) const {
+    AttentionParams step = attention_shape();
+    step.n_tokens = 1;
+    step.max_keys = decode_max_keys(deepest);
+    return step.max_keys == decode_max_keys(pos) && attention_follows_tree_paths(step);
+  }
   // Consecutive layers the host computes: the hidden state crosses to the
   // host and back once for all of them.
   void run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows);
@@ -1386,10 +1401,7 @@ bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const Seq
     if (!r.stepwise || r.first < at || r.first + r.count > at + n) return false;
     int64_t deepest = r.pos;
     for (int64_t e = r.first; e < r.first + r.count; ++e) deepest = std::max(deepest, batch.entries[size_t(e)].pos);
-    AttentionParams step = attention_shape();
-    step.n_tokens = 1;
-    step.max_keys = decode_max_keys(deepest);
-    if (step.max_keys != decode_max_keys(r.pos) || !attention_follows_tree_paths(step)) return false;
+    if (!tree_paths_attend_stepwise(r.pos, deepest)) return false;
     any = true;
   }
   return any;

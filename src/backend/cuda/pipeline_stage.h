@@ -44,6 +44,8 @@ class PipelineStage {
   virtual void copy_slots(std::span<const PageCopy> copies) = 0;
   // Moves the stage's K and V rows within slots (a token tree's accepted path).
   virtual void move_rows(std::span<const RowCopy> copies) = 0;
+  // As ModelRunner::verifies_trees_exactly, for this stage's layers.
+  virtual bool verifies_trees_exactly(int64_t pos, int64_t tokens) const = 0;
 };
 
 // options.stage must be set; everything else as make_cuda_runner.
