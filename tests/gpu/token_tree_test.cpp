@@ -239,9 +239,9 @@ TEST(TokenTreeGpu, SmolLM2TreesBecomeChainsPastTheShortContextDecode) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const Model m = open_model(path);
   std::string text;
-  for (int i = 0; i < 40; ++i) text += "The lighthouse stood at the end of the harbour wall. Every night the keeper climbed. ";
+  for (int i = 0; i < 54; ++i) text += "The lighthouse stood at the end of the harbour wall. Every night the keeper climbed. ";
   const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
-  const int64_t context = 2048, tree_tokens = 64, n = 64;
+  const int64_t context = 2048, tree_tokens = 64, n = 128;
   ASSERT_LT(int64_t(prompt.size()) + tree_tokens, 1024);
   ASSERT_GT(int64_t(prompt.size()) + n, 1024);
   auto resident = make_cuda_runner(*m.file, context, CudaRunnerOptions{});
