@@ -182,6 +182,26 @@ void expect_same(const GenerationResult& got, const GenerationResult& want, size
   EXPECT_EQ(got.completion_tokens, want.completion_tokens) << "request " << i;
 }
 
+// The requests through a scheduler of `parallel` slots, prompts in chunks of up to `budget`.
+struct Scheduled {
+  std::vector<GenerationResult> results;
+  SchedulerProgress progress;
+};
+
+Scheduled schedule(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                   int parallel, int64_t budget) {
+  SchedulerOptions options;
+  options.parallel = parallel;
+  options.prompt_budget = budget;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+  Scheduled out;
+  for (size_t i = 0; i < requests.size(); ++i) out.results.push_back(scheduler.result(i));
+  out.progress = scheduler.progress();
+  return out;
+}
+
 class BatchSchedulerTest : public ::testing::Test {
  protected:
   Tokenizer tokenizer{make_synthetic_bpe_vocab(kVocab, SyntheticVocabStyle::SmolLM2)};
@@ -209,17 +229,14 @@ TEST_F(BatchSchedulerTest, EachRequestGetsWhatItWouldAlone) {
   requests[0].options.stop_tokens = {alone(make_runner, tokenizer, requests[0]).tokens.at(11)};
 
   FakeRunner runner(context, 3 * context);
-  SchedulerOptions options;
-  options.parallel = 3;
-  options.prompt_budget = 32;
-  BatchScheduler scheduler(runner, tokenizer, options);
-  for (const auto& r : requests) scheduler.submit(r);
-  scheduler.run();
+  const int parallel = 3;
+  const int64_t budget = 32;
+  const Scheduled got = schedule(runner, tokenizer, requests, parallel, budget);
 
-  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
-  EXPECT_EQ(scheduler.result(0).stop, StopReason::StopToken);
-  EXPECT_EQ(scheduler.result(2).stop, StopReason::ContextFull);
-  EXPECT_EQ(scheduler.result(6).stop, StopReason::StopString);
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
+  EXPECT_EQ(got.results[0].stop, StopReason::StopToken);
+  EXPECT_EQ(got.results[2].stop, StopReason::ContextFull);
+  EXPECT_EQ(got.results[6].stop, StopReason::StopString);
 
   // Continuous batching: three sequences served seven requests; a pass holds
   // at most one decode step per sequence and 32 prompt tokens, and prompt
@@ -229,7 +246,7 @@ TEST_F(BatchSchedulerTest, EachRequestGetsWhatItWouldAlone) {
   for (const Batch& b : runner.batches) {
     const auto runs = sequence_runs(b);
     for (const SequenceRun& run : runs) seqs.insert(run.seq);
-    EXPECT_LE(int64_t(b.size()), options.parallel + options.prompt_budget);
+    EXPECT_LE(int64_t(b.size()), parallel + budget);
     mixed |= runs.size() > 1 && std::any_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count > 1; });
   }
   EXPECT_EQ(seqs.size(), 3u);
@@ -288,23 +305,18 @@ TEST_F(BatchSchedulerTest, PromptsThatBeginAlikeShareTheCachedPrefix) {
   for (const KvPages::Layout layout : {KvPages::Layout::Paged, KvPages::Layout::PagePerSequence}) {
     SCOPED_TRACE(layout == KvPages::Layout::Paged ? "paged" : "a page per sequence");
     FakeRunner runner(context, 3 * context, layout, 3);
-    SchedulerOptions options;
-    options.parallel = 3;
-    options.prompt_budget = 32;
-    BatchScheduler scheduler(runner, tokenizer, options);
-    for (const auto& r : requests) scheduler.submit(r);
-    scheduler.run();
+    const Scheduled got = schedule(runner, tokenizer, requests, 3, 32);
     const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
-    for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+    for (size_t i = 0; i < requests.size(); ++i) expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
     const std::vector<int64_t> shared = {0, 50, 34, 30, 0};
     int64_t total = 0, evaluated = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
-      EXPECT_EQ(scheduler.result(i).shared_prompt_tokens, shared[i]) << i;
+      EXPECT_EQ(got.results[i].shared_prompt_tokens, shared[i]) << i;
       total += int64_t(requests[i].prompt.size());
       evaluated += int64_t(requests[i].prompt.size()) - shared[i];
     }
-    EXPECT_EQ(scheduler.progress().shared_prompt_tokens, total - evaluated);
-    EXPECT_EQ(scheduler.progress().prompt_tokens, evaluated);
+    EXPECT_EQ(got.progress.shared_prompt_tokens, total - evaluated);
+    EXPECT_EQ(got.progress.prompt_tokens, evaluated);
     // Request 1 waited: its first prompt run starts at the shared 50, after request 0 cached them.
     bool second_started = false;
     for (const Batch& b : runner.batches) {
