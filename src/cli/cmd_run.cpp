@@ -20,6 +20,7 @@
 #include "cli/model_options.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/logit_rows.h"
 #include "engine/prompts.h"
 #include "engine/teacher_forcing.h"
@@ -31,6 +32,7 @@ struct RunOptions {
   ModelOptions model;
   SamplingParams sampling;
   std::string prompt = "Write a short poem about the sea.";
+  std::string prompt_file;
   std::string system;
   int64_t n_predict = 256;
   bool raw = false;
@@ -197,7 +199,10 @@ void add_run_command(CLI::App& app) {
   static RunOptions o;
   add_model_options(*cmd, o.model);
   add_sampling_options(*cmd, o.sampling);
-  cmd->add_option("-p,--prompt", o.prompt, "Prompt text")->capture_default_str();
+  auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Prompt text")->capture_default_str();
+  cmd->add_option("-f,--file", o.prompt_file, "Prompt from a file, its whole content (instead of -p)")
+      ->check(CLI::ExistingFile)
+      ->excludes(prompt);
   cmd->add_option("-s,--system", o.system, "System prompt (chat models)");
   cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
@@ -215,7 +220,10 @@ void add_run_command(CLI::App& app) {
       "print for each our top token, its margin over our second and its gap over the reference's, tab-separated");
   add_speculation_options(*cmd, o.speculation);
   add_layer_skip_options(*cmd, o.layer_skip);
-  cmd->callback([] { run(o); });
+  cmd->callback([] {
+    if (!o.prompt_file.empty()) o.prompt = read_file(o.prompt_file);
+    run(o);
+  });
 }
 
 }  // namespace nt::cli

@@ -152,3 +152,16 @@ def test_bad_outputs_and_ids_name_the_flag(stories, tmp_path):
     missing_dir = tmp_path / "no-such-dir"
     assert str(missing_dir / "l.f32") in fails("-n", 1, "--logits-out", missing_dir / "l.f32")
     assert str(missing_dir / "ids.json") in fails("-n", 1, "--ids-out", missing_dir / "ids.json")
+
+
+def test_prompt_from_a_file(stories, prompt_ids, tmp_path):
+    # -f takes the file's whole content as the prompt: the ids the tokenizer oracle gives the text.
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(PROMPT)
+    result = run(stories, "-f", prompt_file, "-n", 4, "--show-ids")
+    assert re.search(r"prompt ids: \[([0-9, ]+)\]", result.stderr).group(1) == ", ".join(map(str, prompt_ids))
+    assert result.stdout.startswith(PROMPT)
+    both = run(stories, "-f", prompt_file, "-p", "x", "-n", 1, check=False)
+    assert both.returncode != 0 and "--prompt" in both.stderr and "--file" in both.stderr
+    missing = run(stories, "-f", tmp_path / "absent.txt", "-n", 1, check=False)
+    assert missing.returncode != 0 and "absent.txt" in missing.stderr
