@@ -35,9 +35,9 @@ BatchScheduler::BatchScheduler(ModelRunner& runner, const Tokenizer& tokenizer, 
     fail("a prompt budget of {} tokens per pass: at least {}", options_.prompt_budget, 2 * kMinPromptChunk);
   }
   runner_.seq_truncate(0, 0);
-  slots_.push_back({0, 0, false});
+  slots_.push_back({0, 0, false, {}});
   try {
-    while (int(slots_.size()) < options_.parallel) slots_.push_back({runner_.seq_alloc(), 0, false});
+    while (int(slots_.size()) < options_.parallel) slots_.push_back({runner_.seq_alloc(), 0, false, {}});
   } catch (const Error& e) {
     for (size_t i = 1; i < slots_.size(); ++i) runner_.seq_free(slots_[i].seq);
     fail("{} parallel sequences do not fit the runner ({}); open the model for that many sequences", options_.parallel,
@@ -104,8 +104,9 @@ void BatchScheduler::admit() {
       end_waiting(id);
       continue;
     }
-    const auto slot = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
-    if (slot == slots_.end()) return;
+    const size_t slot_index = slot_for(request.prompt);
+    if (slot_index == slots_.size()) return;
+    const auto slot = slots_.begin() + ptrdiff_t(slot_index);
     // The positions it may come to hold: the last sampled token is never evaluated, but reserve it anyway.
     const int64_t positions = std::min<int64_t>(int64_t(request.prompt.size()) + request.options.max_tokens,
                                                 runner_.context_size());
@@ -119,10 +120,52 @@ void BatchScheduler::admit() {
       end_waiting(id);
       continue;
     }
-    if (claimed_ + claim > capacity_) return;  // waits for running requests to free pages
+    if (!make_room(claim, slot_index)) return;  // waits for running requests to free pages
     waiting_.pop_front();
-    start(id, size_t(slot - slots_.begin()), claim);
+    start(id, slot_index, claim);
   }
+}
+
+int64_t BatchScheduler::kept_prefix(const Slot& slot, const std::vector<int32_t>& prompt) const {
+  const size_t n = std::min(prompt.size(), slot.kept.size());
+  const int64_t common = std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), slot.kept.begin()).first - prompt.begin();
+  const int64_t length = std::min(common, int64_t(prompt.size()) - kMinPromptChunk);
+  return length >= kMinPromptChunk ? length : 0;
+}
+
+size_t BatchScheduler::slot_for(const std::vector<int32_t>& prompt) const {
+  size_t best = slots_.size(), empty = slots_.size(), first = slots_.size();
+  int64_t best_length = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.busy) continue;
+    if (first == slots_.size()) first = i;
+    if (s.kept.empty() && empty == slots_.size()) empty = i;
+    if (const int64_t length = kept_prefix(s, prompt); length > best_length) {
+      best = i;
+      best_length = length;
+    }
+  }
+  return best != slots_.size() ? best : empty != slots_.size() ? empty : first;
+}
+
+int64_t BatchScheduler::kept_pages(size_t except) const {
+  int64_t held = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (i != except && !s.busy) held += int64_t(runner_.kv_pages().pages(s.seq).size()) - s.empty_pages;
+  }
+  return held;
+}
+
+bool BatchScheduler::make_room(int64_t needed, size_t except) {
+  for (size_t i = 0; i < slots_.size() && claimed_ + kept_pages(except) + needed > capacity_; ++i) {
+    Slot& s = slots_[i];
+    if (i == except || s.busy || s.kept.empty()) continue;
+    runner_.seq_truncate(s.seq, 0);
+    s.kept.clear();
+  }
+  return claimed_ + kept_pages(except) + needed <= capacity_;
 }
 
 void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
@@ -138,10 +181,17 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   if (options_.draft) {
     if (auto source = options_.draft(slots_[slot].seq, r.sampling)) drafting = Drafting{std::move(source), r.prompt, {}, {}, 0};
   }
+  // Continue from what the slot kept of its last prompt, if this one begins alike.
+  Slot& s = slots_[slot];
+  const int64_t kept = kept_prefix(s, r.prompt);
+  runner_.seq_truncate(s.seq, kept);
+  s.kept.clear();
+  results_[request].shared_prompt_tokens = kept;
+  progress_.shared_prompt_tokens += kept;
   running_.push_back({request, slot, claim, std::move(sampler),
                       Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
-                      std::chrono::steady_clock::now(), 0, std::nullopt, std::move(drafting)});
-  slots_[slot].busy = true;
+                      std::chrono::steady_clock::now(), kept, std::nullopt, std::move(drafting)});
+  s.busy = true;
   claimed_ += claim;
   ++progress_.running;
 }
@@ -325,9 +375,14 @@ void BatchScheduler::finish(size_t running_index) {
   result.completion_tokens = int64_t(result.tokens.size());
   result.stop = r.completion.stop();
   result.seconds = seconds_since(r.start);
-  requests_[r.request].prompt = {};
-  runner_.seq_truncate(slots_[r.slot].seq, 0);
-  slots_[r.slot].busy = false;
+  // The slot keeps its prompt's cache (rows its prefill computed, as alone) for a later prompt that begins alike.
+  Slot& slot = slots_[r.slot];
+  std::vector<int32_t>& prompt = requests_[r.request].prompt;
+  const int64_t kept = result.error.empty() ? std::min({r.cached, int64_t(prompt.size()), runner_.seq_length(slot.seq)}) : 0;
+  runner_.seq_truncate(slot.seq, kept);
+  slot.kept.assign(prompt.begin(), prompt.begin() + ptrdiff_t(kept));
+  prompt = {};
+  slot.busy = false;
   claimed_ -= r.claim;
   const size_t request = r.request;
   running_.erase(running_.begin() + ptrdiff_t(running_index));

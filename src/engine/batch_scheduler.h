@@ -21,7 +21,11 @@
 // about to prefill copies the longest prefix of its prompt that an earlier
 // running request's cache holds (ModelRunner::seq_copy_prefix; a paged pool
 // shares the pages) and evaluates only the rest. When that earlier request is
-// still prefilling, the later one waits until the prefix is cached.
+// still prefilling, the later one waits until the prefix is cached. A
+// finished request's slot keeps its prompt's cache until the slot is taken
+// again: a request goes to the free slot whose kept prompt begins as its own
+// and continues from there (kept caches give their pages back when the pool
+// needs them).
 #pragma once
 
 #include <chrono>
@@ -53,7 +57,7 @@ struct GenerationResult {
   std::string text;
   std::vector<int32_t> tokens;  // the generated ids, without a stop token
   int64_t prompt_tokens = 0;
-  int64_t shared_prompt_tokens = 0;  // of them, copied from another request's cached prefix
+  int64_t shared_prompt_tokens = 0;  // of them, taken from a cached prefix instead of evaluated
   int64_t completion_tokens = 0;
   StopReason stop = StopReason::TokenLimit;
   double seconds = 0;  // from admission to the end
@@ -66,7 +70,7 @@ struct SchedulerProgress {
   int64_t finished = 0;
   int64_t running = 0;
   int64_t prompt_tokens = 0;     // prompt positions evaluated
-  int64_t shared_prompt_tokens = 0;  // prompt positions copied from another request's cache instead
+  int64_t shared_prompt_tokens = 0;  // prompt positions taken from a cache instead: another request's, or the slot's
   int64_t generated_tokens = 0;  // tokens taken into completions
   int64_t passes = 0;            // forward passes run
   double seconds = 0;            // since the first step
@@ -132,6 +136,7 @@ class BatchScheduler {
     SeqId seq = 0;
     int64_t empty_pages = 0;  // pages the sequence holds when empty (one per sequence in some layouts)
     bool busy = false;
+    std::vector<int32_t> kept;  // free: the prompt its cache still holds from its last request
   };
   // A speculating request's drafting state.
   struct Drafting {
@@ -156,6 +161,17 @@ class BatchScheduler {
   };
 
   void admit();
+  // Of the kept prompt of a free slot, the prefix that `prompt` may continue
+  // from (prefix_source's rules): 0 below kMinPromptChunk tokens.
+  int64_t kept_prefix(const Slot& slot, const std::vector<int32_t>& prompt) const;
+  // The free slot for `prompt`: the one whose kept prompt it continues
+  // furthest, else an empty one, else the first free one; slots_.size() when none is free.
+  size_t slot_for(const std::vector<int32_t>& prompt) const;
+  // Pool pages the free slots' kept caches hold, beside `except`.
+  int64_t kept_pages(size_t except) const;
+  // Drops the kept caches of free slots other than `except` until `needed`
+  // pages are unclaimed; whether that many are.
+  bool make_room(int64_t needed, size_t except);
   // The running request (admitted before running_[index]) whose prompt
   // shares the longest prefix with running_[index]'s, and that prefix's
   // length, capped to leave the last kMinPromptChunk prompt tokens to

@@ -331,6 +331,51 @@ TEST_F(BatchSchedulerTest, PromptsThatBeginAlikeShareTheCachedPrefix) {
   }
 }
 
+TEST_F(BatchSchedulerTest, AFreedSlotKeepsItsPromptForTheNextOneThatBeginsAlike) {
+  const int64_t context = 96;
+  const std::vector<int32_t> system = prompt_of(40, 9);
+  const std::vector<GenerationRequest> requests = {
+      request(with_prefix(system, 40, 10, 1), greedy(), 8),
+      request(with_prefix(system, 40, 20, 2), top_k_sampling(3), 8),  // continues from the slot's 40 kept tokens
+      request(prompt_of(30, 3), greedy(), 8),                         // begins otherwise: the slot starts empty
+      request(with_prefix(system, 40, 5, 4), greedy(), 8),            // the kept prompt went with request 2
+  };
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  for (const KvPages::Layout layout : {KvPages::Layout::Paged, KvPages::Layout::PagePerSequence}) {
+    SCOPED_TRACE(layout == KvPages::Layout::Paged ? "paged" : "a page per sequence");
+    FakeRunner runner(context, context, layout, 1);
+    const Scheduled got = schedule(runner, tokenizer, requests, 1, 32);
+    const std::vector<int64_t> kept = {0, 40, 0, 0};
+    for (size_t i = 0; i < requests.size(); ++i) {
+      expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
+      EXPECT_EQ(got.results[i].shared_prompt_tokens, kept[i]) << i;
+    }
+  }
+}
+
+TEST_F(BatchSchedulerTest, KeptPromptsGiveTheirPagesBackWhenThePoolNeedsThem) {
+  // Room for two requests at a time; three slots, so a finished one's kept
+  // prompt holds pages that the third slot's request needs.
+  const int64_t context = 96;
+  const std::vector<GenerationRequest> requests = {
+      request(prompt_of(60, 1), greedy(), 10),  // 5 pages of 16 positions
+      request(prompt_of(60, 2), greedy(), 30),  // 6 pages, still running when the third starts
+      request(prompt_of(60, 3), greedy(), 10),  // an empty slot, 5 more pages: request 0's kept 4 go
+  };
+  FakeRunner runner(context, 11 * kPage);
+  const Scheduled got = schedule(runner, tokenizer, requests, 3, 64);
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
+  // The third started before the second finished: it did not wait for pages.
+  bool overlapped = false;
+  for (const Batch& b : runner.batches) {
+    std::set<SeqId> seqs;
+    for (const SequenceRun& run : sequence_runs(b)) seqs.insert(run.seq);
+    overlapped |= seqs.size() == 2 && !seqs.contains(0);
+  }
+  EXPECT_TRUE(overlapped);
+}
+
 TEST_F(BatchSchedulerTest, AsksForTheLeastEachChainNeeds) {
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(64, 64); };
   FakeRunner runner(64, 3 * 64);
