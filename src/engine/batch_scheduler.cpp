@@ -1,6 +1,7 @@
 #include "engine/batch_scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 #include "core/error.h"
 
@@ -18,6 +19,17 @@ int64_t prompt_chunk(int64_t remaining, int64_t budget) {
   if (remaining <= budget) return remaining;
   const int64_t n = std::min(budget, remaining - kMinPromptChunk);
   return n >= kMinPromptChunk ? n : 0;
+}
+
+// How much of `prompt` may come from a cache that holds `cached`: their
+// common prefix, less the prompt's last kMinPromptChunk tokens, which are
+// evaluated so that its pick comes from a chunk of the kernels the prompt
+// takes alone; 0 below kMinPromptChunk.
+int64_t reusable_prefix(std::span<const int32_t> prompt, std::span<const int32_t> cached) {
+  const size_t n = std::min(prompt.size(), cached.size());
+  const int64_t common = std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), cached.begin()).first - prompt.begin();
+  const int64_t length = std::min(common, int64_t(prompt.size()) - kMinPromptChunk);
+  return length >= kMinPromptChunk ? length : 0;
 }
 
 }  // namespace
@@ -126,13 +138,6 @@ void BatchScheduler::admit() {
   }
 }
 
-int64_t BatchScheduler::kept_prefix(const Slot& slot, const std::vector<int32_t>& prompt) const {
-  const size_t n = std::min(prompt.size(), slot.kept.size());
-  const int64_t common = std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), slot.kept.begin()).first - prompt.begin();
-  const int64_t length = std::min(common, int64_t(prompt.size()) - kMinPromptChunk);
-  return length >= kMinPromptChunk ? length : 0;
-}
-
 size_t BatchScheduler::slot_for(const std::vector<int32_t>& prompt) const {
   size_t best = slots_.size(), empty = slots_.size(), first = slots_.size();
   int64_t best_length = 0;
@@ -141,7 +146,7 @@ size_t BatchScheduler::slot_for(const std::vector<int32_t>& prompt) const {
     if (s.busy) continue;
     if (first == slots_.size()) first = i;
     if (s.kept.empty() && empty == slots_.size()) empty = i;
-    if (const int64_t length = kept_prefix(s, prompt); length > best_length) {
+    if (const int64_t length = reusable_prefix(prompt, s.kept); length > best_length) {
       best = i;
       best_length = length;
     }
@@ -183,7 +188,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   }
   // Continue from what the slot kept of its last prompt, if this one begins alike.
   Slot& s = slots_[slot];
-  const int64_t kept = kept_prefix(s, r.prompt);
+  const int64_t kept = reusable_prefix(r.prompt, s.kept);
   runner_.seq_truncate(s.seq, kept);
   s.kept.clear();
   results_[request].shared_prompt_tokens = kept;
@@ -281,14 +286,10 @@ void BatchScheduler::run_batch() {
 
 std::optional<BatchScheduler::PrefixSource> BatchScheduler::prefix_source(size_t index) const {
   const std::vector<int32_t>& prompt = requests_[running_[index].request].prompt;
-  const int64_t most = int64_t(prompt.size()) - kMinPromptChunk;
   std::optional<PrefixSource> best;
   for (size_t i = 0; i < index; ++i) {
-    const std::vector<int32_t>& other = requests_[running_[i].request].prompt;
-    const size_t n = std::min(prompt.size(), other.size());
-    const int64_t common = std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first - prompt.begin();
-    const int64_t length = std::min(common, most);
-    if (length >= kMinPromptChunk && (!best || length > best->length)) best = PrefixSource{i, length};
+    const int64_t length = reusable_prefix(prompt, requests_[running_[i].request].prompt);
+    if (length > 0 && (!best || length > best->length)) best = PrefixSource{i, length};
   }
   return best;
 }

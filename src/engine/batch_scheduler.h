@@ -161,9 +161,6 @@ class BatchScheduler {
   };
 
   void admit();
-  // Of the kept prompt of a free slot, the prefix that `prompt` may continue
-  // from (prefix_source's rules): 0 below kMinPromptChunk tokens.
-  int64_t kept_prefix(const Slot& slot, const std::vector<int32_t>& prompt) const;
   // The free slot for `prompt`: the one whose kept prompt it continues
   // furthest, else an empty one, else the first free one; slots_.size() when none is free.
   size_t slot_for(const std::vector<int32_t>& prompt) const;
@@ -173,10 +170,8 @@ class BatchScheduler {
   // pages are unclaimed; whether that many are.
   bool make_room(int64_t needed, size_t except);
   // The running request (admitted before running_[index]) whose prompt
-  // shares the longest prefix with running_[index]'s, and that prefix's
-  // length, capped to leave the last kMinPromptChunk prompt tokens to
-  // evaluate (the pick comes from a chunk of the kernels the prompt takes
-  // alone); nothing below kMinPromptChunk shared tokens.
+  // running_[index]'s may reuse the longest prefix of (at least
+  // kMinPromptChunk tokens, and its last kMinPromptChunk evaluated), and that length.
   struct PrefixSource {
     size_t running = 0;
     int64_t length = 0;
