@@ -182,17 +182,15 @@ void expect_same(const GenerationResult& got, const GenerationResult& want, size
   EXPECT_EQ(got.completion_tokens, want.completion_tokens) << "request " << i;
 }
 
-// The requests through a scheduler of `parallel` slots, prompts in chunks of up to `budget`.
+// The requests through a scheduler with `options`, or of `parallel` slots
+// with prompts in chunks of up to `budget`.
 struct Scheduled {
   std::vector<GenerationResult> results;
   SchedulerProgress progress;
 };
 
 Scheduled schedule(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
-                   int parallel, int64_t budget) {
-  SchedulerOptions options;
-  options.parallel = parallel;
-  options.prompt_budget = budget;
+                   const SchedulerOptions& options) {
   BatchScheduler scheduler(runner, tokenizer, options);
   for (const auto& r : requests) scheduler.submit(r);
   scheduler.run();
@@ -200,6 +198,14 @@ Scheduled schedule(ModelRunner& runner, const Tokenizer& tokenizer, const std::v
   for (size_t i = 0; i < requests.size(); ++i) out.results.push_back(scheduler.result(i));
   out.progress = scheduler.progress();
   return out;
+}
+
+Scheduled schedule(ModelRunner& runner, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                   int parallel, int64_t budget) {
+  SchedulerOptions options;
+  options.parallel = parallel;
+  options.prompt_budget = budget;
+  return schedule(runner, tokenizer, requests, options);
 }
 
 class BatchSchedulerTest : public ::testing::Test {
@@ -615,13 +621,11 @@ void expect_speculating_requests_keep_their_output(const Tokenizer& tokenizer,
   options.draft = [&](SeqId, const SamplingParams&) { return make_draft(references); };
   options.draft_max = draft_max;
   options.draft_tree = tree_tokens;
-  BatchScheduler scheduler(runner, tokenizer, options);
-  for (const auto& r : requests) scheduler.submit(r);
-  scheduler.run();
+  const Scheduled scheduled = schedule(runner, tokenizer, requests, options);
 
   SpeculationStats total;
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationResult& got = scheduler.result(i);
+    const GenerationResult& got = scheduled.results[i];
     auto alone_runner = make_runner();
     const auto draft = make_draft(references);
     const GenerationResult want = alone_speculative(*alone_runner, tokenizer, requests[i], *draft, draft_max, tree_tokens);
@@ -638,8 +642,8 @@ void expect_speculating_requests_keep_their_output(const Tokenizer& tokenizer,
     total.drafted += got.speculation.drafted;
     total.accepted += got.speculation.accepted;
   }
-  EXPECT_EQ(scheduler.result(2).stop, StopReason::ContextFull);
-  const SchedulerProgress& p = scheduler.progress();
+  EXPECT_EQ(scheduled.results[2].stop, StopReason::ContextFull);
+  const SchedulerProgress& p = scheduled.progress;
   EXPECT_EQ(p.speculation.passes, total.passes);
   EXPECT_EQ(p.speculation.drafted, total.drafted);
   EXPECT_EQ(p.speculation.accepted, total.accepted);
