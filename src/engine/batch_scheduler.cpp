@@ -319,8 +319,8 @@ void BatchScheduler::add_verification_run(size_t running_index) {
   const int64_t pages = slots_[r.slot].empty_pages + r.claim;
   const int64_t capacity = std::min(runner_.context_size(), pages * runner_.kv_pages().page_size());
   const int64_t nodes = tree_room(options_.draft_tree, capacity, r.cached);
-  const bool tree = options_.draft_tree > 0 && runner_.verifies_trees_exactly(r.cached, nodes + 1);
-  propose_draft(*d.source, d.context, depth, tree, nodes, d.chain, d.draft);
+  propose_draft(*d.source, d.context, depth, drafts_tree(runner_, options_.draft_tree, r.cached, nodes), nodes, d.chain,
+                d.draft);
   d.entry = batch_.size();
   add_verification(batch_, *r.next, r.cached, slots_[r.slot].seq, d.draft, verification_output(r.sampler));
   owner_.insert(owner_.end(), d.draft.size() + 1, running_index);

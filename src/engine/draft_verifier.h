@@ -66,6 +66,13 @@ inline int64_t tree_room(int64_t tree_tokens, int64_t capacity, int64_t length) 
   return std::min(tree_tokens, capacity - length) - 1;
 }
 
+// Whether the sequence drafts a token tree of up to `nodes` nodes this pass
+// (with the pending token, from position `length` on): trees are on and the
+// runner verifies such a tree exactly; otherwise it drafts a chain.
+inline bool drafts_tree(const ModelRunner& runner, int64_t tree_tokens, int64_t length, int64_t nodes) {
+  return tree_tokens > 0 && runner.verifies_trees_exactly(length, nodes + 1);
+}
+
 // Appends the verification run of sequence `seq`: the pending token at
 // `pos`, then the draft's nodes (a token tree run unless it is a chain),
 // each asking for `output`. Stepwise: its numbers are those of one-token

@@ -90,8 +90,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
     context_.push_back(pending);
     const int64_t depth = draft_room(draft_max_, options.max_tokens, gen.generated_tokens, context_size, length);
     const int64_t nodes = tree_room(tree_tokens_, context_size, length);
-    const bool tree = tree_tokens_ > 0 && runner_.verifies_trees_exactly(length, nodes + 1);
-    propose_draft(draft_source_, context_, depth, tree, nodes, chain_, draft_);
+    propose_draft(draft_source_, context_, depth, drafts_tree(runner_, tree_tokens_, length, nodes), nodes, chain_, draft_);
     // Verify: the pending token and the draft in one run, each asking for what the target keeps after it.
     batch_.clear();
     add_verification(batch_, pending, length, seq_, draft_, output);
