@@ -12,7 +12,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFields[] = {"id",    "prompt", "messages", "max_tokens", "temperature", "top_k",
-                                        "top_p", "min_p",  "seed",     "stop"};
+                                        "top_p", "min_p",  "seed",     "stop",       "prediction"};
 
 struct FieldError {
   std::string field, message;
@@ -65,6 +65,20 @@ std::vector<std::string> stop_strings(const json& value) {
   return stops;
 }
 
+// A string, or OpenAI's {"type": "content", "content": "..."}.
+std::string prediction(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (!value.is_object()) {
+    bad("prediction", fmt::format("expected a string or a {{\"type\": \"content\", \"content\"}} object, got {}",
+                                  shown(value)));
+  }
+  if (!value.contains("type") || value["type"] != "content") {
+    bad("prediction.type", fmt::format("expected \"content\", got {}", value.contains("type") ? shown(value["type"]) : "nothing"));
+  }
+  if (!value.contains("content")) bad("prediction.content", "missing");
+  return text(value["content"], "prediction.content");
+}
+
 std::vector<ChatMessage> chat_messages(const json& value) {
   if (!value.is_array() || value.empty()) {
     bad("messages", fmt::format("expected a non-empty list of {{\"role\", \"content\"}} objects, got {}", shown(value)));
@@ -87,7 +101,9 @@ void read_fields(const json& j, BatchLine& line) {
   if (j.contains("id")) line.id = j["id"];  // first, so that every error object echoes it
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
-      bad(key, "unknown field (known: id, prompt, messages, max_tokens, temperature, top_k, top_p, min_p, seed, stop)");
+      bad(key,
+          "unknown field (known: id, prompt, messages, max_tokens, temperature, top_k, top_p, min_p, seed, stop, "
+          "prediction)");
     }
   }
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
@@ -110,6 +126,7 @@ void read_fields(const json& j, BatchLine& line) {
     line.sampling.seed = seed.get<uint64_t>();
   }
   if (j.contains("stop")) line.stop = stop_strings(j["stop"]);
+  if (j.contains("prediction")) line.prediction = prediction(j["prediction"]);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 //   {"id": ..., "prompt": "..."}                 raw completion
 //   {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}   chat template
 // plus optional max_tokens, temperature, top_k, top_p, min_p, seed and stop
-// (a string or a list of them), which override the command line's. Any
+// (a string or a list of them), which override the command line's, and
+// prediction (a string, or OpenAI's {"type": "content", "content": "..."}):
+// text the output is expected to resemble, which a lookup draft reads. Any
 // other field is an error: a misspelt one would otherwise change nothing
 // without a word.
 #pragma once
@@ -36,6 +38,7 @@ struct BatchLine {
   SamplingParams sampling;
   int64_t max_tokens = 0;
   std::vector<std::string> stop;
+  std::string prediction;  // empty: none
   // When the line is bad: what is wrong, and the field at fault ("" for the whole line).
   std::string error;
   std::string field;

@@ -9,6 +9,7 @@
 // not run, {"id", "line", "field", "error"}.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,8 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/batch_scheduler.h"
+#include "engine/lookup_draft.h"
+#include "engine/tree_budget.h"
 #include "engine/prompts.h"
 
 namespace nt::cli {
@@ -159,7 +162,7 @@ void batch(const BatchOptions& o) {
   SchedulerCallbacks callbacks;
   callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
     const size_t index = line_of_request[request];
-    writer.set(index, result_object(lines[index], r, o.speculation.enabled()));
+    writer.set(index, result_object(lines[index], r, o.speculation.enabled() || !lines[index].parsed.prediction.empty()));
   };
   callbacks.on_progress = [&](const SchedulerProgress& p) { progress.update(progress_text(p)); };
   SchedulerOptions so;
@@ -167,15 +170,27 @@ void batch(const BatchOptions& o) {
   so.prompt_budget = o.batch_size;
   std::optional<DraftModelSequences> draft_model;  // --draft-model: a draft sequence per slot
   if (!o.speculation.draft_model.empty()) draft_model.emplace(o.speculation.draft_model, mo, loaded, o.parallel);
+  // A line's prediction drafts through lookup, in place of the command's draft source.
+  so.draft = [&](SeqId seq, const GenerationRequest& request) -> std::unique_ptr<DraftSource> {
+    if (!request.prediction.empty()) {
+      auto draft = std::make_unique<LookupDraft>();
+      draft->predict(request.prediction);
+      return draft;
+    }
+    if (draft_model) return draft_model->draft_for(seq, request.sampling);
+    return make_target_draft(o.speculation, loaded, request.sampling, seq);
+  };
+  so.draft_max = o.speculation.draft_max;
   if (o.speculation.enabled()) {
-    so.draft = [&](SeqId seq, const SamplingParams& sampling) {
-      return draft_model ? draft_model->draft_for(seq, sampling) : make_target_draft(o.speculation, loaded, sampling, seq);
-    };
-    so.draft_max = o.speculation.draft_max;
-    so.draft(0, o.sampling);  // a bad --draft-self count fails here, before any request runs
+    GenerationRequest check;
+    check.sampling = o.sampling;
+    so.draft(0, check);  // a bad --draft-self count fails here, before any request runs
     so.draft_tree = resolve_draft_tree(o.speculation, *loaded.runner);
   }
+  const bool predicts = std::any_of(lines.begin(), lines.end(), [](const InputLine& l) { return !l.parsed.prediction.empty(); });
+  if (o.speculation.enabled() || predicts) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
+  const std::vector<int32_t> default_prediction = prediction_tokens(o.speculation, tokenizer);  // --prediction
 
   size_t errors = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -203,6 +218,7 @@ void batch(const BatchOptions& o) {
     request.options.max_tokens = line.max_tokens;
     request.options.stop_tokens = std::move(prompt.stop_tokens);
     request.options.stop_strings = line.stop;
+    request.prediction = line.prediction.empty() ? default_prediction : tokenizer.encode(line.prediction, false);
     line_of_request.push_back(i);
     scheduler.submit(std::move(request));
   }

@@ -6,6 +6,8 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "cli/id_list.h"
+#include "core/read_file.h"
 #include "engine/default_model.h"
 #include "engine/lookup_draft.h"
 #include "engine/model_draft.h"
@@ -17,6 +19,8 @@ namespace nt::cli {
 
 std::string SpeculationOptions::source_flag() const {
   if (!draft_model.empty()) return "--draft-model";
+  if (!prediction.empty()) return "--prediction";
+  if (!prediction_ids.empty()) return "--prediction-ids";
   return lookup ? "--lookup" : "--draft-self";
 }
 
@@ -32,6 +36,13 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
                           ->check(CLI::PositiveNumber);
   cmd.add_flag("--lookup", o.lookup,
                "Speculative decoding drafting from the context (prompt lookup: what followed the latest n-gram match)");
+  cmd.add_option("--prediction", o.prediction,
+                 "Speculative decoding drafting from a predicted output: a text FILE the answer is expected to "
+                 "resemble (the document being edited, an earlier answer), looked up before the context as --lookup "
+                 "looks up the context; the output is unchanged");
+  cmd.add_option("--prediction-ids", o.prediction_ids,
+                 "As --prediction, the predicted output given as token ids: a file or a list (\"1, 2, 3\"), such as "
+                 "the generated ids --ids-out writes");
   o.draft_max_flag = cmd.add_option("--draft-max", o.draft_max,
                                     "Speculation: tokens drafted per verification pass at most (along each path of a "
                                     "token tree)")
@@ -75,13 +86,14 @@ int64_t resolve_draft_tree(const SpeculationOptions& o, ModelRunner& target) {
 }
 
 void check_speculation_options(const SpeculationOptions& o) {
-  const int sources = int(!o.draft_model.empty()) + int(o.draft_self()) + int(o.lookup);
-  if (sources > 1) fail("--draft-model, --draft-self and --lookup: choose one draft source");
+  const int sources = int(!o.draft_model.empty()) + int(o.draft_self()) + int(o.looks_up());
+  if (sources > 1) fail("--draft-model, --draft-self and --lookup (or --prediction): choose one draft source");
+  if (!o.prediction.empty() && !o.prediction_ids.empty()) fail("--prediction and --prediction-ids: give the prediction once");
   if (!o.enabled() && o.draft_max_flag && o.draft_max_flag->count() > 0) {
-    fail("--draft-max needs a draft source: --draft-model, --draft-self or --lookup");
+    fail("--draft-max needs a draft source: --draft-model, --draft-self, --lookup or --prediction");
   }
   if (!o.enabled() && o.draft_tree_flag && o.draft_tree_flag->count() > 0) {
-    fail("--draft-tree needs a draft source: --draft-model, --draft-self or --lookup");
+    fail("--draft-tree needs a draft source: --draft-model, --draft-self, --lookup or --prediction");
   }
   draft_tree_arg(o);
 }
@@ -157,8 +169,26 @@ std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, Load
     }
     return std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
   }
-  if (o.lookup) return std::make_unique<LookupDraft>();
+  if (o.looks_up()) {
+    auto draft = std::make_unique<LookupDraft>();
+    draft->predict(prediction_tokens(o, *target.tokenizer));
+    return draft;
+  }
   return nullptr;
+}
+
+std::vector<int32_t> prediction_tokens(const SpeculationOptions& o, const Tokenizer& tokenizer) {
+  if (!o.prediction_ids.empty()) {
+    std::vector<int32_t> ids = read_id_list(o.prediction_ids, "--prediction-ids");
+    check_ids_in_vocabulary(ids, tokenizer.vocab().size(), "--prediction-ids");
+    return ids;
+  }
+  if (o.prediction.empty()) return {};
+  try {
+    return tokenizer.encode(read_file(o.prediction), false);
+  } catch (const Error& e) {
+    fail("--prediction: {}", e.what());
+  }
 }
 
 Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
@@ -169,7 +199,10 @@ Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target
   } else {
     source_ = make_target_draft(o, target, sampling, seq, layer_skip);
   }
-  if (source_) tree_tokens_ = resolve_draft_tree(o, *target.runner);
+  if (source_) {
+    tree_tokens_ = resolve_draft_tree(o, *target.runner);
+    warm_up_verification(*target.runner, seq, o.draft_max, tree_tokens_ > 0);
+  }
 }
 
 SpeculativeOrPlainGenerator::SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer,

@@ -1,6 +1,6 @@
 // The speculative decoding flags, declared once for every command that
 // generates (run, chat, batch, bench): the draft source (--draft-model FILE,
-// --draft-self [N], --lookup), --draft-max and --draft-tree [N]; their
+// --draft-self [N], --lookup, --prediction FILE), --draft-max and --draft-tree [N]; their
 // checks; opening the draft; one generator over both paths; and the
 // statistics line.
 #pragma once
@@ -26,6 +26,8 @@ namespace nt::cli {
 struct SpeculationOptions {
   std::string draft_model;
   bool lookup = false;
+  std::string prediction;  // --prediction FILE: the text the output is expected to resemble (a lookup draft)
+  std::string prediction_ids;  // --prediction-ids: the same as token ids (a file or a list)
   int64_t draft_self_layers = 0;  // 0: default_self_draft_layers
   int64_t draft_max = 8;
   std::string draft_tree;  // --draft-tree's N; empty with the flag: the measured default
@@ -35,7 +37,9 @@ struct SpeculationOptions {
   const CLI::Option* draft_tree_flag = nullptr;
 
   bool draft_self() const { return draft_self_flag && draft_self_flag->count() > 0; }
-  bool enabled() const { return lookup || draft_self() || !draft_model.empty(); }
+  bool predicts() const { return !prediction.empty() || !prediction_ids.empty(); }
+  bool looks_up() const { return lookup || predicts(); }
+  bool enabled() const { return looks_up() || draft_self() || !draft_model.empty(); }
   // The draft source's flag, for messages: "--lookup".
   std::string source_flag() const;
 };
@@ -53,10 +57,11 @@ int64_t resolve_draft_tree(const SpeculationOptions& options, ModelRunner& targe
 // For a command that does not speculate (yet): refuses any speculation flag, naming it and saying why.
 void refuse_speculation_options(const SpeculationOptions& options, std::string_view command, std::string_view why);
 
-// The draft source of --draft-self or --lookup (the drafts that need no
-// second model) for sequence `seq` of `target`, sampling with `sampling`; null
-// for --draft-model or none. With `layer_skip` enabled, --draft-self drafts
-// without the layers it skips. A bad layer count names the flag.
+// The draft source of --draft-self, --lookup or --prediction (the drafts
+// that need no second model) for sequence `seq` of `target`, sampling with
+// `sampling`; null for --draft-model or none. With `layer_skip` enabled,
+// --draft-self drafts without the layers it skips. A bad layer count or an
+// unreadable prediction file names the flag.
 std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& options, LoadedModel& target,
                                                const SamplingParams& sampling, SeqId seq = 0,
                                                const LayerSkipOptions* layer_skip = nullptr);
@@ -72,6 +77,10 @@ LoadedModel load_target_model(const ModelOptions& target_options, const Speculat
 // cannot load or its vocabulary differs (naming the first difference).
 LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
                              int sequences = 1);
+
+// --prediction's text tokenized without BOS, or --prediction-ids' ids
+// (checked against the vocabulary); empty without either.
+std::vector<int32_t> prediction_tokens(const SpeculationOptions& options, const Tokenizer& tokenizer);
 
 // --draft-model for many sequences at once (batch): one draft runner with a
 // sequence of its own for each of the target's.

@@ -184,7 +184,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   };
   std::optional<Drafting> drafting;
   if (options_.draft) {
-    if (auto source = options_.draft(slots_[slot].seq, r.sampling)) drafting = Drafting{std::move(source), r.prompt, {}, {}, 0};
+    if (auto source = options_.draft(slots_[slot].seq, r)) drafting = Drafting{std::move(source), r.prompt, {}, {}, 0};
   }
   // Continue from what the slot kept of its last prompt, if this one begins alike.
   Slot& s = slots_[slot];

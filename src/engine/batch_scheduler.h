@@ -51,6 +51,7 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included when the model wants one
   SamplingParams sampling;      // the request's own sampler is seeded with sampling.seed
   GenerationOptions options;    // max_tokens, stop tokens, stop strings
+  std::vector<int32_t> prediction;  // tokens the output is expected to resemble (a lookup draft reads them)
 };
 
 struct GenerationResult {
@@ -87,8 +88,9 @@ struct SchedulerProgress {
 // from what it gets alone.
 inline constexpr int64_t kMinPromptChunk = 16;
 
-// A request's draft source, for its sequence and its sampling; null: it decodes without speculation.
-using DraftFactory = std::function<std::unique_ptr<DraftSource>(SeqId seq, const SamplingParams& sampling)>;
+// A request's draft source, for its sequence, its sampling and its
+// prediction; null: it decodes without speculation.
+using DraftFactory = std::function<std::unique_ptr<DraftSource>(SeqId seq, const GenerationRequest& request)>;
 
 struct SchedulerOptions {
   int parallel = 1;             // sequences in flight at once

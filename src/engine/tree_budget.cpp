@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/repetitions.h"
+#include "engine/draft_verifier.h"
 
 namespace nt {
 namespace {
@@ -33,6 +34,27 @@ TreeBudget measure_tree_budget(ModelRunner& runner, SeqId seq, int64_t draft_max
     budget.tokens = tokens;
   }
   return budget;
+}
+
+void warm_up_verification(ModelRunner& runner, SeqId seq, int64_t draft_max, bool trees) {
+  runner.seq_truncate(seq, 0);
+  const int64_t depth = std::min(draft_max, runner.context_size() - 1);
+  if (depth < 1) return;
+  DraftTree draft;
+  for (int64_t i = 0; i < depth; ++i) draft.add(int32_t(i + 1), int32_t(i) - 1);
+  Batch batch;
+  BatchOutputs out;
+  add_verification(batch, 0, 0, seq, draft, Output::Argmax);
+  runner.forward(batch, out);
+  runner.seq_truncate(seq, 0);
+  if (!trees || depth < 2) return;
+  draft.clear();
+  draft.add(1, -1);
+  draft.add(2, -1);
+  batch.clear();
+  add_verification(batch, 0, 0, seq, draft, Output::Argmax);
+  runner.forward(batch, out);
+  runner.seq_truncate(seq, 0);
 }
 
 }  // namespace nt

@@ -33,4 +33,11 @@ struct TreeBudget {
 // chain's, stopping at the first that costs more.
 TreeBudget measure_tree_budget(ModelRunner& runner, SeqId seq, int64_t draft_max);
 
+// One uncounted verification pass of a chain of draft_max + 1 tokens, and of
+// a branching tree when `trees`, on sequence `seq` (emptied first and left
+// empty). A backend that loads its kernels when they first run (CUDA's lazy
+// module loading) would otherwise pay that inside the first passes of a
+// generation; this moves it to load time, as llama.cpp's warm-up decode does.
+void warm_up_verification(ModelRunner& runner, SeqId seq, int64_t draft_max, bool trees);
+
 }  // namespace nt

@@ -39,6 +39,9 @@ BAD = [
     ('{"id": "typo", "prompt": "x", "max_token": 3}', "typo", "max_token", "unknown field"),
     ('{"id": 12, "messages": [{"role": "user"}]}', 12, "messages[0].content", "missing"),
     ('["not", "an", "object"]', None, None, "expected a JSON object"),
+    ('{"id": "guess", "prompt": "x", "prediction": 5}', "guess", "prediction", "expected a string"),
+    ('{"id": "kind", "prompt": "x", "prediction": {"type": "text", "content": "y"}}', "kind", "prediction.type",
+     'expected "content"'),
 ]
 
 
@@ -229,3 +232,23 @@ def test_lookup_lines_report_drafts_and_the_progress_line_tokens_per_pass(lookup
                           "accepted"}, o
         assert 0 <= o["accepted"] <= o["drafted"]
     assert "tokens per sequence per pass" in stderr
+
+
+def test_a_predicted_output_drafts_and_leaves_the_text_unchanged(model, batch_output):
+    """A line whose prediction is its plain greedy text accepts nearly every draft; one with an unrelated
+    prediction still gets its plain text. Both forms of the field (a string, OpenAI's object) work."""
+    _, expected, out, _ = batch_output
+    request = GOOD["greedy"]
+    plain = out[[k for _, k in expected].index("greedy")]["text"]
+    lines = [dict(request, id="right", prediction=plain),
+             dict(request, id="object", prediction={"type": "content", "content": plain}),
+             dict(request, id="wrong", prediction="Bananas are yellow and grow in bunches.")]
+    got = {o["id"]: o for o in map(json.loads, run_batch("-np", 2,
+                                                           stdin="\n".join(map(json.dumps, lines)) + "\n")
+                                   .stdout.splitlines())}
+    for key in ("right", "object", "wrong"):
+        assert got[key]["text"] == plain, key
+        assert 0 <= got[key]["accepted"] <= got[key]["drafted"], key
+    for key in ("right", "object"):
+        assert got[key]["accepted"] >= 0.8 * got[key]["drafted"] > 0, got[key]
+    assert got["wrong"]["accepted"] < got["right"]["accepted"]

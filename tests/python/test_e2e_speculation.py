@@ -66,8 +66,41 @@ def test_sampling_with_speculation_is_reproducible_and_reports_acceptance(storie
     assert "drafted tokens accepted" in line and "tokens per pass" in line
 
 
+def test_a_predicted_output_is_drafted_from_and_changes_no_token(stories, tmp_path):
+    """The plain greedy text as the prediction: nearly every draft is accepted; an unrelated prediction
+    keeps the text too, accepting less."""
+    common = ["-m", stories, "-p", "Once upon a time", "-n", "120", "--temp", "0", "--draft-max", "4"]
+    plain = run(*common[:-2])
+    assert plain.stdout.startswith("Once upon a time")
+    right, wrong = tmp_path / "right.txt", tmp_path / "wrong.txt"
+    right.write_text(plain.stdout[len("Once upon a time"):])
+    wrong.write_text("The dog ran to the park and played with a red ball all day long.")
+    accepted = {}
+    for name, path in (("right", right), ("wrong", wrong)):
+        spec = run(*common, "--prediction", path)
+        assert spec.stdout == plain.stdout, name
+        line = speculation_line(spec.stderr)
+        accepted[name] = float(line.split("accepted (")[1].split("%")[0])
+        tokens_per_pass = float(line.split(", ")[-1].split(" tokens per pass")[0])
+        if name == "right":
+            assert accepted[name] > 90 and tokens_per_pass > 4.0, line
+    assert accepted["wrong"] < accepted["right"]
+    # The same prediction as the ids --ids-out wrote: every draft is the greedy token.
+    ids_file = tmp_path / "plain.json"
+    run(*common[:-2], "--ids-out", ids_file)
+    ids = tmp_path / "generated.ids"
+    ids.write_text(str(json.loads(ids_file.read_text())["generated"]))
+    spec = run(*common, "--prediction-ids", ids)
+    assert spec.stdout == plain.stdout
+    assert "(100.0%)" in speculation_line(spec.stderr), spec.stderr
+    assert "--prediction-ids: " in run(*common, "--prediction-ids", "1, 99999", code=1).stderr
+    assert "give the prediction once" in run(*common, "--prediction", right, "--prediction-ids", ids, code=1).stderr
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--lookup", "--draft-self", "--temp", "0"], "--draft-model, --draft-self and --lookup: choose one draft source"),
+    (["--lookup", "--draft-self", "--temp", "0"], "--draft-model, --draft-self and --lookup (or --prediction): choose one draft source"),
+    (["--prediction", "/nonexistent/guess.txt", "--temp", "0"], "--prediction: cannot open '/nonexistent/guess.txt'"),
+    (["--prediction", "/nonexistent/guess.txt", "--draft-self"], "choose one draft source"),
     (["--draft-max", "4", "--temp", "0"], "--draft-max needs a draft source"),
     (["--draft-self", "5", "--temp", "0"], "--draft-self 5: the model has 5 layers, so draft with 1 to 4"),
     (["--lookup", "--temp", "0", "--teacher-ids", "1,2"], "--lookup with --teacher-ids: teacher forcing generates nothing"),
@@ -195,7 +228,7 @@ def test_bench_reports_speculation_beside_plain_decoding(stories):
     (["batch", "--draft-max", "3"], "--draft-max needs a draft source"),
     (["batch", "--draft-self", "99"], "--draft-self 99: the model has"),
     (["bench", "-npl", "2", "--draft-self"], "bench -npl --draft-self: bench -npl does not decode speculatively"),
-    (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup: choose one draft source"),
+    (["chat", "--lookup", "--draft-self"], "--draft-model, --draft-self and --lookup (or --prediction): choose one draft source"),
     (["bench", "--draft-max", "2"], "--draft-max needs a draft source"),
     (["bench", "-npl", "2", "--draft-tree", "8"], "bench -npl --draft-tree: bench -npl does not decode speculatively"),
 ])

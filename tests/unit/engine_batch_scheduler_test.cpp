@@ -618,7 +618,7 @@ void expect_speculating_requests_keep_their_output(const Tokenizer& tokenizer,
   SchedulerOptions options;
   options.parallel = 3;
   options.prompt_budget = 32;
-  options.draft = [&](SeqId, const SamplingParams&) { return make_draft(references); };
+  options.draft = [&](SeqId, const GenerationRequest&) { return make_draft(references); };
   options.draft_max = draft_max;
   options.draft_tree = tree_tokens;
   const Scheduled scheduled = schedule(runner, tokenizer, requests, options);
@@ -718,7 +718,7 @@ TEST_F(BatchSchedulerTest, TreesBecomeChainsWhereTheRunnerCannotVerifyThemExactl
     GenerationResult got;
     if (scheduled) {
       SchedulerOptions options;
-      options.draft = [&](SeqId, const SamplingParams&) {
+      options.draft = [&](SeqId, const GenerationRequest&) {
         return std::make_unique<TreeOrChainDraft>(std::vector<std::vector<int32_t>>{reference}, exact_until);
       };
       options.draft_max = draft_max;
@@ -750,7 +750,7 @@ TEST_F(BatchSchedulerTest, TreesBecomeChainsWhereTheRunnerCannotVerifyThemExactl
 TEST_F(BatchSchedulerTest, RefusesAnEmptyDraftBudget) {
   FakeRunner runner(64, 64);
   SchedulerOptions options;
-  options.draft = [](SeqId, const SamplingParams&) { return std::make_unique<LookupDraft>(); };
+  options.draft = [](SeqId, const GenerationRequest&) { return std::make_unique<LookupDraft>(); };
   options.draft_max = 0;
   EXPECT_THROW(BatchScheduler(runner, tokenizer, options), Error);
   options.draft_max = 4;
@@ -795,7 +795,7 @@ BatchedAndAlone run_both(const std::string& path, int64_t context, const std::ve
     SchedulerOptions options;
     options.parallel = parallel;
     options.prompt_budget = budget;
-    if (draft) options.draft = [&](SeqId seq, const SamplingParams& s) { return draft(*runner, seq, s); };
+    if (draft) options.draft = [&](SeqId seq, const GenerationRequest& r) { return draft(*runner, seq, r.sampling); };
     options.draft_tree = draft_tree;
     BatchScheduler scheduler(*runner, tokenizer, options);
     for (const auto& r : requests) scheduler.submit(r);

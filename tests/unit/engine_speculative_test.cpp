@@ -71,6 +71,48 @@ TEST(LookupDraft, ByDefaultIgnoresOneTokenMatches) {
   EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 2}));
 }
 
+TEST(LookupDraft, APredictionDraftsTheAnswerFromItsFirstToken) {
+  LookupDraft draft;
+  draft.predict({7, 8, 9, 10});
+  std::vector<int32_t> out;
+  // The prompt (1 2 3) and a first token that begins the prediction: the rest of it.
+  draft.propose(std::vector<int32_t>{1, 2, 3, 7}, 8, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{8, 9, 10}));  // it ends with the prediction, no loop
+  // A first token the prediction does not begin with: nothing (the context has no match either).
+  out.clear();
+  draft.propose(std::vector<int32_t>{1, 2, 3, 5}, 8, out);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(LookupDraft, APredictionIsReadForwardsAndComesBeforeTheContext) {
+  // "4 5" recurs in the prediction: after the first occurrence, the second is next.
+  const std::vector<int32_t> prediction = {4, 5, 1, 4, 5, 2, 3};
+  LookupDraft draft;
+  draft.predict(prediction);
+  std::vector<int32_t> out;
+  draft.propose(std::vector<int32_t>{9, 4, 5}, 2, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 4}));
+  out.clear();
+  draft.propose(std::vector<int32_t>{9, 4, 5, 1, 4, 5}, 2, out);  // past the first: the second
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 3}));
+  // A new output (a shorter context) reads from the start again.
+  out.clear();
+  draft.propose(std::vector<int32_t>{8, 4, 5}, 2, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 4}));
+  // The prediction before the context's own match ("4 5 6" in the context).
+  out.clear();
+  draft.propose(std::vector<int32_t>{4, 5, 6, 0, 4, 5}, 1, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{1}));
+  // Where the prediction has no match, the context's.
+  out.clear();
+  draft.propose(std::vector<int32_t>{6, 2, 0, 6, 2}, 3, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 6, 2}));
+  // A tree: the prediction's continuation, then the context's.
+  DraftTree tree;
+  draft.propose_tree(std::vector<int32_t>{4, 5, 6, 0, 4, 5}, 2, 8, tree);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{1, 4, 2, 3, 6, 0}));
+}
+
 DraftTree lookup_tree(std::vector<int32_t> context, int64_t max_depth, int64_t max_nodes) {
   LookupDraft draft;
   DraftTree tree;
