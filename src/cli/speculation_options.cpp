@@ -31,7 +31,8 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
                  "(sampling)");
   o.draft_self_flag = cmd.add_option("--draft-self", o.draft_self_layers,
                                      "Speculative decoding drafting with the model's own first N layers, final norm "
-                                     "and head (N omitted: half the layers)")
+                                     "and head (N omitted: its VRAM-resident layers where the others stream, else the "
+                                     "first half)")
                           ->expected(0, 1)
                           ->check(CLI::PositiveNumber);
   cmd.add_flag("--lookup", o.lookup,
@@ -163,6 +164,14 @@ std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, Load
   }
   if (o.draft_self()) {
     const int64_t n_layers = runner.config().n_layers;
+    if (o.draft_self_layers == 0) {
+      // Where layers stream, the resident ones draft without a transfer.
+      const std::vector<int32_t> resident = runner.resident_layers();
+      if (!resident.empty() && int64_t(resident.size()) < n_layers) {
+        if (seq == 0) fmt::print(stderr, "--draft-self: drafting with the {} VRAM-resident layers of {}\n", resident.size(), n_layers);
+        return std::make_unique<SelfDraft>(runner, seq, LayerSchedule{resident}, draft_sampling(sampling));
+      }
+    }
     const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
     if (layers >= n_layers) {
       fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);

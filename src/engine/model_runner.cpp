@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -17,6 +18,12 @@ int32_t argmax_first(std::span<const float> row) {
     }
   }
   return int32_t(index);
+}
+
+std::vector<int32_t> ModelRunner::resident_layers() const {
+  std::vector<int32_t> layers(size_t(config().n_layers));
+  std::iota(layers.begin(), layers.end(), 0);
+  return layers;
 }
 
 void ModelRunner::init_pages(KvPages pages) {

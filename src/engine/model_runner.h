@@ -49,6 +49,9 @@ class ModelRunner {
   // Bytes of one cached position's keys and values over all layers: a decode
   // step reads this much per visible key on top of the weights.
   virtual uint64_t kv_bytes_per_position() const = 0;
+  // The layers a pass computes without moving their weights first: all of
+  // them unless the runner streams some (then its VRAM-resident ones).
+  virtual std::vector<int32_t> resident_layers() const;
 
   // --- Many sequences ---
   // Whether a token tree of `tokens` entries (the pending token and its

@@ -29,7 +29,7 @@ class SelfDraft final : public DraftSource {
   StepDrafter drafter_;
 };
 
-// The draft depth when none is asked for: half the layers.
+// The draft depth when none is asked for and no layer streams: half the layers.
 int64_t default_self_draft_layers(int64_t n_layers);
 
 }  // namespace nt

@@ -322,6 +322,36 @@ TEST(SpeculativeGreedy, EveryDraftSourceIsPlainGreedyOnSmolLM2) {
   EXPECT_GT(parted, 0) << "no run parts from plain greedy without the stepwise flag: these prompts cannot tell";
 }
 
+// A streamed runner's resident layers are its VRAM tier (the default self
+// draft, which then drafts without a transfer); a resident one's are all.
+TEST(SelfDraftDefault, AStreamedRunnerDraftsWithItsResidentLayers) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const Model m = open_model("SmolLM2", path, 10, 20);
+  constexpr int64_t kContext = 256;
+  auto resident = runner_for(m, Placement::Resident, kContext);
+  const int64_t n_layers = resident->config().n_layers;
+  EXPECT_EQ(int64_t(resident->resident_layers().size()), n_layers);
+  auto streamed = runner_for(m, Placement::Streamed, kContext);
+  const std::vector<int32_t> layers = streamed->resident_layers();
+  ASSERT_EQ(int64_t(layers.size()), m.vram_layers) << streamed->description();
+  EXPECT_NE(streamed->description().find(fmt::format("layers {} vram", m.vram_layers)), std::string::npos)
+      << streamed->description();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_TRUE(layers[i] >= 0 && layers[i] < n_layers && (i == 0 || layers[i] > layers[i - 1])) << i;
+  }
+  // Drafting with them keeps greedy output plain greedy's.
+  const std::vector<int32_t> prompt = ids_of_length(*m.tokenizer, kStory, 40);
+  GenerationOptions options;
+  options.max_tokens = 48;
+  const std::vector<int32_t> want = plain_greedy(*resident, *m.tokenizer, prompt, options);
+  SelfDraft source(*streamed, 0, LayerSchedule{layers}, greedy_sampling());
+  SpeculativeGenerator generator(*streamed, *m.tokenizer, source, 4);
+  Sampler sampler(greedy_sampling(), streamed->config().vocab_size);
+  generator.generate(prompt, sampler, options, [](std::string_view) {});
+  EXPECT_EQ(generator.generated(), want);
+}
+
 // --- The draft model's share of VRAM ---
 
 // A budget that holds the whole target alone but not beside its draft: the

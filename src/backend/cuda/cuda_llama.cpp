@@ -1,6 +1,7 @@
 // CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
 // budget are resident; the rest stream per pass through a LayerStreamer
-// (layer_stream.h) from pinned RAM or storage. Resident decode steps replay a
+// (layer_stream.h) from pinned RAM or storage; DeviceWeights (device_weights.h)
+// places and uploads them. Resident decode steps replay a
 // captured CUDA graph (one for positions below kShortDecodeMaxKeys, whose
 // attention needs no key splits, one for the rest); the position and token
 // live in device memory, so the graphs never need updating. Prefill runs in chunks of
@@ -25,11 +26,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <map>
 #include <optional>
 #include <vector>
 
-#include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
@@ -37,6 +36,7 @@
 #include "backend/cuda/dequantize.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/graph_cache.h"
 #include "backend/cuda/host_layers.h"
@@ -44,18 +44,13 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/quantized_gemm.h"
-#include "backend/cuda/runner_memory.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
-#include "backend/cuda/weight_upload.h"
 #include "model/llama_weights.h"
-#include "model/rope.h"
 #include "runtime/tree_mask.h"
-#include "storage/hybrid_plan.h"
-#include "storage/layer_reads.h"
-#include "storage/page_cache.h"
 
 namespace nt {
 namespace {
@@ -69,42 +64,6 @@ struct Input {
   int64_t cols;
 };
 
-// A group of matrices sharing one input whose outputs are consecutive column
-// ranges of one row-major output (Q, K and V; or a single matrix).
-struct MatrixPart {
-  DeviceMatrix m;
-  int64_t out_offset = 0;
-};
-
-// The reader of the resident weights' upload. An explicit --io is used as
-// given. Otherwise a file mostly in the page cache (written or read recently)
-// is copied out of its mapping by a pool of threads, which runs at memory
-// speed, and a cold one is read with O_DIRECT, which is faster from storage
-// than page faults (docs/PERFORMANCE.md, load times).
-OpenedReader open_upload_reader(const std::string& path, const CudaRunnerOptions& o) {
-  constexpr double kWarm = 0.9;
-  ReaderOptions ro;
-  ro.backend = o.io;
-  if (ro.backend == IoBackend::Auto && page_cache_fraction(path) >= kWarm) ro.backend = IoBackend::Mmap;
-  ro.threads = 8;
-  return open_file_reader(path, ro);
-}
-
-struct LayerOnDevice {
-  const float* attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  std::vector<MatrixPart> qkv;  // one fused matrix when Q, K and V share a format
-  DeviceMatrix wo, gate, up, down;
-
-  // A streamed layer's matrices (placed in GPU slot 0) `bytes` further on, in another slot.
-  LayerOnDevice in_slot(uint64_t bytes) const {
-    LayerOnDevice l = *this;
-    for (MatrixPart& part : l.qkv) part.m = offset_device_matrix(part.m, bytes);
-    for (DeviceMatrix* m : {&l.wo, &l.gate, &l.up, &l.down}) *m = offset_device_matrix(*m, bytes);
-    return l;
-  }
-};
-
 // Also a stage of a layer-split pipeline (pipeline_stage.h) when
 // options.stage names its layers: it then holds only those, and the pipeline
 // keeps the sequences' books.
@@ -115,8 +74,16 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
 
   const LlamaConfig& config() const override { return config_; }
   std::string description() const override;
-  uint64_t weight_bytes_per_token() const override { return weight_bytes_per_token_; }
+  uint64_t weight_bytes_per_token() const override { return weights_->bytes_per_token(); }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
+  std::vector<int32_t> resident_layers() const override {
+    if (!weights_->streamer() && !host_) return ModelRunner::resident_layers();
+    std::vector<int32_t> layers;
+    for (int64_t l = first_layer_; l < end_layer_; ++l) {
+      if (weights_->tier(l) == Tier::Vram) layers.push_back(int32_t(l));
+    }
+    return layers;
+  }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     run_tokens(tokens, pos, {.logits = logits, .all_logits = all_logits});
   }
@@ -186,7 +153,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   }
 
  private:
-  void plan_and_upload(const GgufFile& file, const LlamaWeights& weights);
+  // The KV caches, the GEMM workspace and the hybrid split's CPU layers, after the weights.
+  void allocate_caches(const LlamaWeights& weights, const RunnerBuffers& buffers);
   std::string tier_counts() const;
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
@@ -356,19 +324,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   bool embeds_ = true;    // holds the token embedding (the range starts at layer 0)
   bool has_head_ = true;  // holds the final norm and the head (the range ends at the last layer)
   int64_t stage_layers() const { return end_layer_ - first_layer_; }
-  Tier tier_of(int64_t layer) const { return layer_tier_[size_t(layer - first_layer_)]; }
   std::string gpu_label() const { return fmt::format("GPU {} ({})", device_.index, device_.name); }
-  uint64_t weight_bytes_per_token_ = 0;
   uint64_t resident_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
 
-  DeviceBuffer weights_;
-  DeviceBuffer ring_;  // GPU slots of streamed layers
-  std::vector<Tier> layer_tier_;
-  DeviceMatrix token_embd_, output_;
-  const float* output_norm_ = nullptr;
-  const float* inv_freq_ = nullptr;
-  std::vector<LayerOnDevice> layers_;
+  std::unique_ptr<DeviceWeights> weights_;
   std::vector<int32_t> default_layers_;  // the default schedule's: 0, 1, ..., n_layers - 1 unless layer skip is on
 
   DeviceBuffer k_cache_, v_cache_;
@@ -387,10 +347,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::vector<cudaEvent_t> step_done_;
   std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
-  std::unique_ptr<LayerStreamer> streamer_;  // null when every layer is resident; declared late: uses ring_
-  uint64_t slot_bytes_ = 0;                  // from one GPU slot of the ring to the next
-  std::vector<int32_t> gpu_layers_;          // a pass's layers that the GPU runs
-  std::unique_ptr<HostLayers> host_;         // the hybrid split's CPU layers; declared last: uses streamer_'s pinned copies
+  LayerStreamer* streamer_ = nullptr;  // weights_'s; null when every layer is resident
+  std::vector<int32_t> gpu_layers_;   // a pass's layers that the GPU runs
+  std::unique_ptr<HostLayers> host_;  // the hybrid split's CPU layers; declared after weights_: uses the streamer's pinned copies
   std::vector<SequenceRun> host_runs_;
   std::vector<int32_t> run_slots_;  // forward_pages: each run's KV slot
   std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
@@ -457,7 +416,12 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   int least = 0, greatest = 0;
   NT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   NT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-  plan_and_upload(file, weights);
+  const RunnerBuffers buffers = stage_buffers(config_, weights, context_, cache_context_, options_.max_batch,
+                                              options_.max_sequences, device_.multiprocessors, stage_layers(), has_head_);
+  weights_ = std::make_unique<DeviceWeights>(file, config_, weights, context_, buffers, LayerRange{first_layer_, end_layer_},
+                                             device_, options_);
+  streamer_ = weights_->streamer();
+  allocate_caches(weights, buffers);
   allocate_activations();
 }
 
@@ -470,17 +434,14 @@ CudaLlamaRunner::~CudaLlamaRunner() {
                  host_->threads());
   }
   host_.reset();
-  if (streamer_) {
-    if (stream_) cudaStreamSynchronize(stream_);
-    std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
-    streamer_.reset();
-  }
+  if (stream_) cudaStreamSynchronize(stream_);
+  weights_.reset();  // before the stream goes: the streamer's last copies wait on it
   for (cudaEvent_t e : step_done_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 std::string CudaLlamaRunner::tier_counts() const {
-  const auto n = [&](Tier t) { return std::count(layer_tier_.begin(), layer_tier_.end(), t); };
+  const auto n = [&](Tier t) { return std::count(weights_->tiers().begin(), weights_->tiers().end(), t); };
   const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens, {} threads)",
                                               host_->count(), options_.cpu_max_tokens, host_->threads())
                                 : std::string();
@@ -498,200 +459,15 @@ std::string CudaLlamaRunner::description() const {
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
-void CudaLlamaRunner::plan_and_upload(const GgufFile& file, const LlamaWeights& w) {
-  const LlamaConfig& c = config_;
-  OpenedReader opened = open_layer_reader(file.path(), options_);
-  const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
-  const RunnerBuffers buffers = stage_buffers(c, w, context_, cache_context_, options_.max_batch, options_.max_sequences,
-                                              device_.multiprocessors, stage_layers(), has_head_);
-  size_t free_bytes = 0, total_bytes = 0;
-  NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const auto gib = [](uint64_t b) { return double(b) / double(1ull << 30); };
-  CudaPlacement placement;
-  if (options_.stage) {
-    placement.plan.layer_tier = options_.stage->tiers;  // the multi-GPU plan placed the stage
-  } else {
-    try {
-      placement = place_layers(c, w, reads, buffers, context_, device_.multiprocessors, options_);
-    } catch (const Error& e) {
-      fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
-           file.path(), gpu_label(), e.what(), gib(free_bytes), gib(total_bytes));
-    }
-  }
-  layer_tier_ = placement.plan.layer_tier;
-  if (options_.cpu_layers > 0 && options_.cpu_max_tokens < 1) {
-    fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options_.cpu_layers, options_.cpu_max_tokens);
-  }
-  const std::vector<Path> paths = spread_cpu_paths(placement.plan, options_.cpu_layers);  // [layer - first_layer_]
-
-  ArenaPlan plan;  // resident weights
-  struct Pending {
-    DeviceMatrix* target;
-    uint64_t offset;
-    std::vector<const WeightRef*> parts;  // stacked row-wise
-    int streamed = -1;                    // streamed index: offset is inside its GPU slot
-  };
-  std::vector<Pending> matrices;
-  struct PendingVector {
-    const float** target;
-    uint64_t offset;
-    const void* data;
-    uint64_t bytes;
-  };
-  std::vector<PendingVector> vectors;
-  std::vector<ArenaPlan> slot_plans;  // per streamed layer
-
-  auto add_matrix = [&](DeviceMatrix* target, std::vector<const WeightRef*> parts, int streamed) {
-    int64_t rows = 0;
-    for (const WeightRef* p : parts) rows += p->rows;
-    target->type = parts[0]->type;
-    target->rows = rows;
-    target->cols = parts[0]->cols;
-    const uint64_t bytes = group_device_bytes(parts);
-    ArenaPlan& arena = streamed < 0 ? plan : slot_plans[size_t(streamed)];
-    matrices.push_back({target, arena.reserve(bytes), std::move(parts), streamed});
-  };
-  auto add_vector = [&](const float** target, const void* data, uint64_t bytes) {
-    vectors.push_back({target, plan.reserve(bytes), data, bytes});
-  };
-
-  std::vector<int64_t> streamed_layers;
-  layers_.resize(size_t(c.n_layers));  // indexed by layer; those outside a stage's range stay empty
-  for (int64_t l = first_layer_; l < end_layer_; ++l) {
-    const LlamaLayerWeights& lw = w.layers[size_t(l)];
-    LayerOnDevice& ld = layers_[size_t(l)];
-    int streamed = -1;
-    if (tier_of(l) != Tier::Vram) {
-      streamed = int(streamed_layers.size());
-      streamed_layers.push_back(l);
-      slot_plans.emplace_back();
-    }
-    add_vector(&ld.attn_norm, lw.attn_norm.data, lw.attn_norm.bytes());
-    add_vector(&ld.ffn_norm, lw.ffn_norm.data, lw.ffn_norm.bytes());
-    const auto groups = layer_matrix_groups(lw);
-    const bool fused = groups.size() == 5;
-    ld.qkv.resize(fused ? 1 : 3);
-    for (size_t i = 0; i < ld.qkv.size(); ++i) add_matrix(&ld.qkv[i].m, groups[i], streamed);
-    if (!fused) {
-      ld.qkv[1].out_offset = c.q_dim();
-      ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
-    }
-    DeviceMatrix* rest[] = {&ld.wo, &ld.gate, &ld.up, &ld.down};
-    for (size_t i = 0; i < 4; ++i) add_matrix(rest[i], groups[ld.qkv.size() + i], streamed);
-    weight_bytes_per_token_ += lw.bytes();
-  }
-  if (embeds_ || (has_head_ && c.tied_embeddings)) add_matrix(&token_embd_, {&w.token_embd}, -1);
-  if (has_head_) {
-    if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
-    weight_bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
-    add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
-  }
-  const std::vector<float> inv_freq =
-      rope_inv_freqs(c, c.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
-  add_vector(&inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
-
-  // GPU slots of the streamed layers and their H2D landing buffer.
-  uint64_t slot_bytes = 0, landing_bytes = 0;
-  for (size_t j = 0; j < slot_plans.size(); ++j) {
-    slot_bytes = std::max(slot_bytes, slot_plans[j].size());
-    landing_bytes = std::max(landing_bytes, kLandingBuffers * reads[size_t(streamed_layers[j])].staging_bytes);
-  }
-  const int slots = streamed_layers.empty() ? 0 : options_.ring_slots;
-  const uint64_t ring_bytes = uint64_t(slots) * slot_bytes;
-
-  // Everything the runner allocates, and the draft model loaded after it,
-  // checked against free memory before uploading.
-  const uint64_t needed =
-      plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
-  const uint64_t draft_bytes = placement.draft.total();
-  if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
-    fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
-         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
-         "model or a smaller --vram-budget",
-         file.path(), gpu_label(), gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context_,
-         gib(buffers.gemm + buffers.activations),
-         draft_bytes ? fmt::format(" and {:.2f} GiB for --draft-model {}", gib(draft_bytes), placement.draft.path) : "",
-         gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
-  }
-
-  weights_ = DeviceBuffer(plan.size(), "the model weights");
-  if (ring_bytes) ring_ = DeviceBuffer(ring_bytes, "the streamed-layer ring");
-  auto* base = weights_.as<uint8_t>();
-  for (const PendingVector& v : vectors) {
-    NT_CUDA_CHECK(cudaMemcpy(base + v.offset, v.data, v.bytes, cudaMemcpyHostToDevice));
-    *v.target = reinterpret_cast<const float*>(base + v.offset);
-  }
-  std::vector<StreamedLayer> streamed(streamed_layers.size());
-  std::map<const GgufTensorInfo*, uint64_t> staging_offset;
-  for (size_t j = 0; j < streamed.size(); ++j) {
-    const int64_t l = streamed_layers[j];
-    streamed[j].layer = l;
-    streamed[j].tier = tier_of(l);
-    streamed[j].read = reads[size_t(l)];
-    for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
-  }
-  std::vector<UploadPart> uploads;
-  for (const Pending& p : matrices) {
-    if (p.streamed >= 0) {
-      *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
-      StreamedMatrix m{*p.target, {}};
-      int64_t row = 0;
-      for (const WeightRef* part : p.parts) {
-        m.parts.push_back({staging_offset.at(part->info), row, part->rows});
-        row += part->rows;
-      }
-      streamed[size_t(p.streamed)].matrices.push_back(std::move(m));
-      continue;
-    }
-    *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, base + p.offset);
-    int64_t row = 0;
-    for (const WeightRef* part : p.parts) {
-      uploads.push_back({*p.target, row, part->rows, file.header().data_offset + part->info->offset});
-      row += part->rows;
-    }
-  }
-  // Progress counts the resident weights' upload, then the RAM tier's reads.
-  uint64_t ram_tier_bytes = 0;
-  for (const StreamedLayer& l : streamed) ram_tier_bytes += l.tier == Tier::Ram ? l.read.file_bytes : 0;
-  const uint64_t resident_upload = upload_bytes(uploads), load_total = resident_upload + ram_tier_bytes;
-  auto report_from = [&](uint64_t before) -> std::function<void(uint64_t, uint64_t)> {
-    if (!options_.on_load_progress) return {};
-    return [this, before, load_total](uint64_t done, uint64_t) { options_.on_load_progress(before + done, load_total); };
-  };
-  const OpenedReader load = open_upload_reader(file.path(), options_);
-  UploadOptions upload;
-  upload.slot_bytes = kUploadStagingBytes;
-  upload_weights(*load.reader, uploads, upload, report_from(0));
-  if (has_head_ && c.tied_embeddings) output_ = token_embd_;
+void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerBuffers& buffers) {
   k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
   NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
   gemm_.emplace(buffers.gemm);
-  resident_bytes_ = plan.size() + ring_bytes + landing_bytes + buffers.kv;
-  if (!streamed.empty()) {
-    LayerStreamOptions so;
-    so.device = device_.index;
-    so.gpu_slots = options_.ring_slots;
-    so.slot_bytes = slot_bytes;
-    so.staging_slots = options_.ring_slots;
-    so.trace_path = options_.trace_path;
-    so.load_reader = load.reader.get();
-    so.on_load_progress = report_from(resident_upload);
-    streamer_ = std::make_unique<LayerStreamer>(std::move(opened.reader), std::move(streamed), so);
-  }
-  slot_bytes_ = slot_bytes;
-  std::vector<int64_t> host_layers;
-  std::vector<const uint8_t*> pinned;
-  for (int64_t l = first_layer_; l < end_layer_; ++l) {
-    if (paths[size_t(l - first_layer_)] != Path::Cpu) continue;
-    host_layers.push_back(l);
-    pinned.push_back(streamer_->pinned_bytes(l));
-  }
-  if (!host_layers.empty()) {
-    host_ = std::make_unique<HostLayers>(c, w, host_layers, pinned, reads, inv_freq, kv_pages().page_count(), cache_layout(),
-                                         std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
-  }
+  resident_bytes_ = weights_->device_bytes() + buffers.kv;
+  host_ = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
+                                     std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
 }
 
 void CudaLlamaRunner::allocate_activations() {
@@ -750,14 +526,14 @@ void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, 
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // A host layer's output is the next GPU layer's plain input.
   if (host_) return false;
-  if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(output_.type))) {
+  if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(weights_->output().type))) {
     return false;
   }
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
   if (config_.dim / 32 > device_.multiprocessors) return false;
   for (int64_t l = first_layer_; l < end_layer_; ++l) {
-    const LayerOnDevice& L = layers_[size_t(l)];
+    const LayerOnDevice& L = weights_->layer(l);
     for (const MatrixPart& part : L.qkv) {
       if (!matvec_wants_q8(part.m.type)) return false;
     }
@@ -782,7 +558,7 @@ RopeKvParams CudaLlamaRunner::rope_shape() const {
   const LlamaConfig& c = config_;
   RopeKvParams rope;
   rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
-  rope.inv_freq = inv_freq_;
+  rope.inv_freq = weights_->inv_freq();
   rope.rope_pairs = int(c.rope_dim / 2);
   rope.n_heads = int(c.n_heads);
   rope.n_kv_heads = int(c.n_kv_heads);
@@ -859,7 +635,7 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
       // and wo's q8 input happen inside the attention launch, so Q/K/V,
       // attention and wo follow each other directly.
       if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
-        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+        att.rope = {weights_->inv_freq(), int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
         if (matvec_wants_q8(L.wo.type)) {
           att.out_q8 = act_.q8;
           att.out_q8_scales = act_.q8_scales;
@@ -912,7 +688,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     streamer_->begin_chunk(stream_, gpu_layers_);
   }
   // Token embeddings into the residual stream x (a later pipeline stage finds the hidden state there).
-  if (embeds_) gather_rows_f32(token_embd_, act_.tokens, n, act_.x, stream_);
+  if (embeds_) gather_rows_f32(weights_->token_embd(), act_.tokens, n, act_.x, stream_);
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
   bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -927,13 +703,14 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     }
     const bool streamed = streamer_ && streamer_->streams(int64_t(l));
     const LayerOnDevice& L =
-        streamed ? (slotted = layers_[l].in_slot(uint64_t(streamer_->before_layer(int64_t(l), stream_)) * slot_bytes_))
-                 : layers_[l];
+        streamed ? (slotted = weights_->layer(l).in_slot(uint64_t(streamer_->before_layer(int64_t(l), stream_)) *
+                                                         weights_->slot_bytes()))
+                 : weights_->layer(l);
     // The norm after this layer: the next layer's, or the final one (none
     // after a pipeline stage's last layer: the next stage norms). When
     // folding, each layer's down writes its input and the next layer's
     // attention reads it (the first layer normalizes its own).
-    const float* next_norm = i + 1 < layers.size() ? layers_[size_t(layers[i + 1])].attn_norm : output_norm_;
+    const float* next_norm = i + 1 < layers.size() ? weights_->layer(layers[i + 1]).attn_norm : weights_->output_norm();
     if (m > 0) chunk_layer(L, int64_t(l), m, use_gemm, fold, fold && i > 0, chunked, next_norm);
     if (m < n) stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
@@ -952,18 +729,18 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     x_rows = act_.gate;
   }
   const bool head_gemm = rows >= paths_.gemm_from;
-  if (!fold) rms_norm(x_rows, output_norm_, rows, c.dim, c.rms_eps, act_.xn, head_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (!fold) rms_norm(x_rows, weights_->output_norm(), rows, c.dim, c.rms_eps, act_.xn, head_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
   if (head_gemm) convert_f32_to_f16(act_.xn, rows * c.dim, act_.f16, stream_);
   if (fold) {  // one token, whose last down projection wrote the final norm's input
     MatvecParams p;
-    p.w = output_;
+    p.w = weights_->output();
     p.x = {nullptr, act_.norm_q8, act_.norm_q8_scales};
     p.norm_in = {act_.norm_sumsq, c.rms_eps};
     p.y = act_.logits;
     p.y_stride = c.vocab_size;
     matvec(p, 1, stream_);
   } else {
-    matmul(output_, Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
+    matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
   }
 }
 
@@ -1122,13 +899,13 @@ void CudaLlamaRunner::stepwise_head(int64_t first, int64_t n, bool fold, int64_t
   const LlamaConfig& c = config_;
   const int64_t s = n - first, dim = c.dim;
   MatvecParams p;
-  p.w = output_;
+  p.w = weights_->output();
   if (fold) {  // the last layer's down wrote the final norm's input
     p.x = {nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
     p.norm_in = {act_.norm_sumsq + first * dim / 32, c.rms_eps};
   } else {
     p.x = {act_.xn + first * dim, act_.q8 + first * dim, act_.q8_scales + first * dim / 32};
-    rms_norm(act_.x + first * dim, output_norm_, s, dim, c.rms_eps, act_.xn + first * dim, act_.q8 + first * dim,
+    rms_norm(act_.x + first * dim, weights_->output_norm(), s, dim, c.rms_eps, act_.xn + first * dim, act_.q8 + first * dim,
              act_.q8_scales + first * dim / 32, stream_);
   }
   p.y = act_.logits + to * c.vocab_size;

@@ -1,0 +1,245 @@
+#include "backend/cuda/device_weights.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/runner_memory.h"
+#include "backend/cuda/weight_upload.h"
+#include "core/error.h"
+#include "model/rope.h"
+#include "storage/hybrid_plan.h"
+#include "storage/page_cache.h"
+
+namespace nt {
+namespace {
+
+// The reader of the resident weights' upload. An explicit --io is used as
+// given. Otherwise a file mostly in the page cache (written or read recently)
+// is copied out of its mapping by a pool of threads, which runs at memory
+// speed, and a cold one is read with O_DIRECT, which is faster from storage
+// than page faults (docs/PERFORMANCE.md, load times).
+OpenedReader open_upload_reader(const std::string& path, const CudaRunnerOptions& o) {
+  constexpr double kWarm = 0.9;
+  ReaderOptions ro;
+  ro.backend = o.io;
+  if (ro.backend == IoBackend::Auto && page_cache_fraction(path) >= kWarm) ro.backend = IoBackend::Mmap;
+  ro.threads = 8;
+  return open_file_reader(path, ro);
+}
+
+double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
+
+}  // namespace
+
+LayerOnDevice LayerOnDevice::in_slot(uint64_t bytes) const {
+  LayerOnDevice l = *this;
+  for (MatrixPart& part : l.qkv) part.m = offset_device_matrix(part.m, bytes);
+  for (DeviceMatrix* m : {&l.wo, &l.gate, &l.up, &l.down}) *m = offset_device_matrix(*m, bytes);
+  return l;
+}
+
+DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const LlamaWeights& w, int64_t context,
+                             const RunnerBuffers& buffers, LayerRange range, const CudaDeviceInfo& device,
+                             const CudaRunnerOptions& options)
+    : config_(c), range_(range) {
+  const std::string gpu = fmt::format("GPU {} ({})", device.index, device.name);
+  const bool embeds = range.first == 0, has_head = range.end == c.n_layers;
+  OpenedReader opened = open_layer_reader(file.path(), options);
+  reads_ = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
+  size_t free_bytes = 0, total_bytes = 0;
+  NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  CudaPlacement placement;
+  if (options.stage) {
+    placement.plan.layer_tier = options.stage->tiers;  // the multi-GPU plan placed the stage
+  } else {
+    try {
+      placement = place_layers(c, w, reads_, buffers, context, device.multiprocessors, options);
+    } catch (const Error& e) {
+      fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
+           file.path(), gpu, e.what(), gib(free_bytes), gib(total_bytes));
+    }
+  }
+  tiers_ = placement.plan.layer_tier;
+  if (options.cpu_layers > 0 && options.cpu_max_tokens < 1) {
+    fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options.cpu_layers, options.cpu_max_tokens);
+  }
+  for (const Path p : spread_cpu_paths(placement.plan, options.cpu_layers)) on_cpu_.push_back(p == Path::Cpu);
+
+  ArenaPlan plan;  // resident weights
+  struct Pending {
+    DeviceMatrix* target;
+    uint64_t offset;
+    std::vector<const WeightRef*> parts;  // stacked row-wise
+    int streamed = -1;                    // streamed index: offset is inside its GPU slot
+  };
+  std::vector<Pending> matrices;
+  struct PendingVector {
+    const float** target;
+    uint64_t offset;
+    const void* data;
+    uint64_t bytes;
+  };
+  std::vector<PendingVector> vectors;
+  std::vector<ArenaPlan> slot_plans;  // per streamed layer
+
+  auto add_matrix = [&](DeviceMatrix* target, std::vector<const WeightRef*> parts, int streamed) {
+    int64_t rows = 0;
+    for (const WeightRef* p : parts) rows += p->rows;
+    target->type = parts[0]->type;
+    target->rows = rows;
+    target->cols = parts[0]->cols;
+    const uint64_t bytes = group_device_bytes(parts);
+    ArenaPlan& arena = streamed < 0 ? plan : slot_plans[size_t(streamed)];
+    matrices.push_back({target, arena.reserve(bytes), std::move(parts), streamed});
+  };
+  auto add_vector = [&](const float** target, const void* data, uint64_t bytes) {
+    vectors.push_back({target, plan.reserve(bytes), data, bytes});
+  };
+
+  std::vector<int64_t> streamed_layers;
+  layers_.resize(size_t(c.n_layers));
+  for (int64_t l = range.first; l < range.end; ++l) {
+    const LlamaLayerWeights& lw = w.layers[size_t(l)];
+    LayerOnDevice& ld = layers_[size_t(l)];
+    int streamed = -1;
+    if (tier(l) != Tier::Vram) {
+      streamed = int(streamed_layers.size());
+      streamed_layers.push_back(l);
+      slot_plans.emplace_back();
+    }
+    add_vector(&ld.attn_norm, lw.attn_norm.data, lw.attn_norm.bytes());
+    add_vector(&ld.ffn_norm, lw.ffn_norm.data, lw.ffn_norm.bytes());
+    const auto groups = layer_matrix_groups(lw);
+    const bool fused = groups.size() == 5;
+    ld.qkv.resize(fused ? 1 : 3);
+    for (size_t i = 0; i < ld.qkv.size(); ++i) add_matrix(&ld.qkv[i].m, groups[i], streamed);
+    if (!fused) {
+      ld.qkv[1].out_offset = c.q_dim();
+      ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
+    }
+    DeviceMatrix* rest[] = {&ld.wo, &ld.gate, &ld.up, &ld.down};
+    for (size_t i = 0; i < 4; ++i) add_matrix(rest[i], groups[ld.qkv.size() + i], streamed);
+    bytes_per_token_ += lw.bytes();
+  }
+  if (embeds || (has_head && c.tied_embeddings)) add_matrix(&token_embd_, {&w.token_embd}, -1);
+  if (has_head) {
+    if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
+    bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
+    add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
+  }
+  inv_freq_host_ = rope_inv_freqs(c, c.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
+  add_vector(&inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
+
+  // GPU slots of the streamed layers and their H2D landing buffer.
+  uint64_t landing_bytes = 0;
+  for (size_t j = 0; j < slot_plans.size(); ++j) {
+    slot_bytes_ = std::max(slot_bytes_, slot_plans[j].size());
+    landing_bytes = std::max(landing_bytes, kLandingBuffers * reads_[size_t(streamed_layers[j])].staging_bytes);
+  }
+  const int slots = streamed_layers.empty() ? 0 : options.ring_slots;
+  const uint64_t ring_bytes = uint64_t(slots) * slot_bytes_;
+
+  // Everything the runner allocates, and the draft model loaded after it,
+  // checked against free memory before uploading.
+  const uint64_t needed =
+      plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
+  const uint64_t draft_bytes = placement.draft.total();
+  if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
+    fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
+         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
+         "model or a smaller --vram-budget",
+         file.path(), gpu, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context,
+         gib(buffers.gemm + buffers.activations),
+         draft_bytes ? fmt::format(" and {:.2f} GiB for --draft-model {}", gib(draft_bytes), placement.draft.path) : "",
+         gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
+  }
+  device_bytes_ = plan.size() + ring_bytes + landing_bytes;
+
+  weights_ = DeviceBuffer(plan.size(), "the model weights");
+  if (ring_bytes) ring_ = DeviceBuffer(ring_bytes, "the streamed-layer ring");
+  auto* base = weights_.as<uint8_t>();
+  for (const PendingVector& v : vectors) {
+    NT_CUDA_CHECK(cudaMemcpy(base + v.offset, v.data, v.bytes, cudaMemcpyHostToDevice));
+    *v.target = reinterpret_cast<const float*>(base + v.offset);
+  }
+  std::vector<StreamedLayer> streamed(streamed_layers.size());
+  std::map<const GgufTensorInfo*, uint64_t> staging_offset;
+  for (size_t j = 0; j < streamed.size(); ++j) {
+    const int64_t l = streamed_layers[j];
+    streamed[j].layer = l;
+    streamed[j].tier = tier(l);
+    streamed[j].read = reads_[size_t(l)];
+    for (const LayerRead::Tensor& t : reads_[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
+  }
+  std::vector<UploadPart> uploads;
+  for (const Pending& p : matrices) {
+    if (p.streamed >= 0) {
+      *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
+      StreamedMatrix m{*p.target, {}};
+      int64_t row = 0;
+      for (const WeightRef* part : p.parts) {
+        m.parts.push_back({staging_offset.at(part->info), row, part->rows});
+        row += part->rows;
+      }
+      streamed[size_t(p.streamed)].matrices.push_back(std::move(m));
+      continue;
+    }
+    *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, base + p.offset);
+    int64_t row = 0;
+    for (const WeightRef* part : p.parts) {
+      uploads.push_back({*p.target, row, part->rows, file.header().data_offset + part->info->offset});
+      row += part->rows;
+    }
+  }
+  // Progress counts the resident weights' upload, then the RAM tier's reads.
+  uint64_t ram_tier_bytes = 0;
+  for (const StreamedLayer& l : streamed) ram_tier_bytes += l.tier == Tier::Ram ? l.read.file_bytes : 0;
+  const uint64_t resident_upload = upload_bytes(uploads), load_total = resident_upload + ram_tier_bytes;
+  auto report_from = [&](uint64_t before) -> std::function<void(uint64_t, uint64_t)> {
+    if (!options.on_load_progress) return {};
+    return [progress = options.on_load_progress, before, load_total](uint64_t done, uint64_t) {
+      progress(before + done, load_total);
+    };
+  };
+  const OpenedReader load = open_upload_reader(file.path(), options);
+  UploadOptions upload;
+  upload.slot_bytes = kUploadStagingBytes;
+  upload_weights(*load.reader, uploads, upload, report_from(0));
+  if (has_head && c.tied_embeddings) output_ = token_embd_;
+  if (!streamed.empty()) {
+    LayerStreamOptions so;
+    so.device = device.index;
+    so.gpu_slots = options.ring_slots;
+    so.slot_bytes = slot_bytes_;
+    so.staging_slots = options.ring_slots;
+    so.trace_path = options.trace_path;
+    so.load_reader = load.reader.get();
+    so.on_load_progress = report_from(resident_upload);
+    streamer_ = std::make_unique<LayerStreamer>(std::move(opened.reader), std::move(streamed), so);
+  }
+}
+
+DeviceWeights::~DeviceWeights() {
+  if (streamer_) std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
+}
+
+std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& weights, int64_t slots,
+                                                            const KvRowsParams& kv, int64_t max_rows, int threads) const {
+  std::vector<int64_t> layers;
+  std::vector<const uint8_t*> pinned;
+  for (int64_t l = range_.first; l < range_.end; ++l) {
+    if (!on_cpu_[size_t(l - range_.first)]) continue;
+    layers.push_back(l);
+    pinned.push_back(streamer_->pinned_bytes(l));
+  }
+  if (layers.empty()) return nullptr;
+  return std::make_unique<HostLayers>(config_, weights, layers, pinned, reads_, inv_freq_host_, slots, kv, max_rows, threads);
+}
+
+}  // namespace nt
