@@ -62,6 +62,8 @@ uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
   return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
 }
 
+uint64_t page_table_bytes(int64_t sequences, int64_t width) { return align_device(4 * uint64_t(sequences) * uint64_t(width)); }
+
 uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
 
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
@@ -83,6 +85,7 @@ RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t
   RunnerBuffers b;
   b.kv = cache_bytes_per_position(c) / uint64_t(c.n_layers) * uint64_t(layers) * uint64_t(cache_context) *
          uint64_t(max_sequences);
+  b.page_table = page_table_bytes(max_sequences, cache_context / kKvTile);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
   const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors, head);
   b.activations = a.total;
@@ -111,6 +114,7 @@ VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& mod
   for (const LayerFootprint& l : model.layers) max_staging = std::max(max_staging, l.staging_bytes);
   VramReserve r;
   r.kv_cache = buffers.kv;
+  r.page_table = buffers.page_table;
   r.gemm_scratch = buffers.gemm;
   r.logits = buffers.logits;
   r.activations = buffers.activations - buffers.logits;
@@ -128,8 +132,8 @@ DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaW
   d.path = path;
   for (const LayerFootprint& l : model.layers) d.weights += l.resident_bytes;
   d.weights += model.output_head_bytes + model.small_bytes;  // small_bytes holds an untied token embedding
-  d.kv_cache = reserve.kv_cache;
-  d.buffers = reserve.total() - reserve.kv_cache;
+  d.kv_cache = reserve.kv_cache + reserve.page_table;
+  d.buffers = reserve.total() - d.kv_cache;
   return d;
 }
 

@@ -1,6 +1,6 @@
 // The CUDA runner's device memory, planned on the host: the activation
 // arena's layout, the layers' device-layout sizes, the buffers beside the
-// weights (KV slots, GEMM scratch, activations, staging) and the placement of
+// weights (KV pool, GEMM scratch, activations, staging) and the placement of
 // layers in VRAM, pinned RAM and storage. The runner allocates from these
 // numbers and `ntransformer plan` prints them, in every build, so the two
 // cannot disagree. Device facts (the SM count, the budgets) are parameters.
@@ -80,15 +80,19 @@ uint64_t cache_bytes_per_position(const LlamaConfig& c);
 // Device memory besides the weights, shared by the planner and the allocation.
 struct RunnerBuffers {
   uint64_t kv = 0, gemm = 0, activations = 0;
-  uint64_t logits = 0;  // the activation arena's logits rows, part of `activations`
+  uint64_t page_table = 0;  // the KV pool's block table (page_table_bytes)
+  uint64_t logits = 0;      // the activation arena's logits rows, part of `activations`
 };
 
+// The block table of a KV pool of `sequences` sequences of up to `width` pages each.
+uint64_t page_table_bytes(int64_t sequences, int64_t width);
+
 // `cache_context` is kv_cache_context(context) (runtime/kernel_shapes.h).
-// `max_batch` tokens a prefill chunk, KV slots of `max_sequences` sequences.
+// `max_batch` tokens a prefill chunk, a KV pool of `max_sequences` whole contexts.
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
                              int64_t max_batch, int max_sequences, int multiprocessors);
 // The same for a stage of a layer split (CudaRunnerOptions::stage) holding
-// `layers` of the model's layers: their KV slots only, and the logits rows
+// `layers` of the model's layers: their KV pages only, and the logits rows
 // only when it holds the head. As the multi-GPU planner reserves per GPU.
 RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head);
@@ -105,7 +109,7 @@ VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& mod
 struct DraftVram {
   std::string path;      // the draft's file, for messages
   uint64_t weights = 0;  // its layers, head, norms and token embedding in device layout
-  uint64_t kv_cache = 0;
+  uint64_t kv_cache = 0;  // its KV pool and block table
   uint64_t buffers = 0;  // activations, logits, GEMM scratch, upload and landing buffers
   uint64_t total() const { return weights + kv_cache + buffers; }
 };

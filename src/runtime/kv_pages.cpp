@@ -6,14 +6,12 @@
 
 namespace nt {
 
-KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, Layout layout)
-    : page_size_(page_size), max_length_(max_length), layout_(layout) {
+KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences)
+    : page_size_(page_size), max_length_(max_length), max_sequences_(max_sequences) {
+  if (max_sequences < 0) fail("KV pool for {} sequences: the count must not be negative", max_sequences);
   if (page_count <= 0 || page_size <= 0) fail("KV pool of {} pages of {} positions: both must be positive", page_count, page_size);
   if (max_length <= 0 || max_length > page_count * page_size) {
     fail("a sequence of up to {} positions does not fit a KV pool of {} positions", max_length, page_count * page_size);
-  }
-  if (layout == Layout::PagePerSequence && page_size < max_length) {
-    fail("one page per sequence: pages of {} positions cannot hold a sequence of {}", page_size, max_length);
   }
   refs_.assign(size_t(page_count), 0);
   for (int64_t p = page_count - 1; p >= 0; --p) free_.push_back(int32_t(p));  // page 0 is taken first
@@ -29,14 +27,12 @@ const KvPages::Sequence& KvPages::live(SeqId seq) const {
 }
 
 SeqId KvPages::allocate() {
-  const bool own_page = layout_ == Layout::PagePerSequence;
-  if (own_page && free_.empty()) {
-    fail("KV pool exhausted: all {} sequence slots are in use (raise the number of parallel sequences)", page_count());
-  }
   auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Sequence& s) { return !s.live; });
+  if (it == seqs_.end() && max_sequences_ > 0 && int64_t(seqs_.size()) >= max_sequences_) {
+    fail("KV pool: all {} sequences are in use (raise the number of parallel sequences)", max_sequences_);
+  }
   if (it == seqs_.end()) it = seqs_.insert(seqs_.end(), Sequence{});
   it->live = true;
-  if (own_page) it->pages.push_back(take_page());
   return SeqId(it - seqs_.begin());
 }
 
@@ -62,8 +58,7 @@ void KvPages::truncate(SeqId seq, int64_t length) {
   if (length < 0) fail("sequence {}: cannot truncate to {} positions", seq, length);
   if (length >= s.length) return;
   s.length = length;
-  const int64_t keep = layout_ == Layout::PagePerSequence ? 1 : pages_for(length);
-  while (int64_t(s.pages.size()) > keep) {
+  while (int64_t(s.pages.size()) > pages_for(length)) {
     release(s.pages.back());
     s.pages.pop_back();
   }
@@ -76,7 +71,6 @@ std::vector<PageCopy> KvPages::copy_prefix(SeqId src, SeqId dst, int64_t n) {
   if (src == dst) return truncate(dst, n), std::vector<PageCopy>{};
   truncate(dst, 0);
   to.length = n;
-  if (layout_ == Layout::PagePerSequence) return {{from.pages[0], to.pages[0]}};
   for (int64_t i = 0; i < pages_for(n); ++i) {
     const int32_t page = from.pages[size_t(i)];
     ++refs_[size_t(page)];
@@ -98,11 +92,10 @@ std::vector<PageCopy> KvPages::write(SeqId seq, int64_t from, int64_t end) {
   // of the page `from` lands in when another sequence shares it.
   const int64_t kept = pages_for(from);
   const bool cow = from % page_size_ != 0 && refs_[size_t(s.pages[size_t(kept - 1)])] > 1;
-  const int64_t kept_after = layout_ == Layout::PagePerSequence ? int64_t(s.pages.size()) : kept;
-  const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept_after) + (cow ? 1 : 0);
+  const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept) + (cow ? 1 : 0);
   // The pages past the kept prefix that only this sequence holds come free first.
   int64_t available = free_pages();
-  for (size_t i = size_t(kept_after); i < s.pages.size(); ++i) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;
+  for (size_t i = size_t(kept); i < s.pages.size(); ++i) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;
   if (fresh > available) {
     fail("KV pool exhausted: sequence {} needs {} more pages of {} positions, {} of {} are free", seq, fresh, page_size_,
          available, page_count());

@@ -26,23 +26,18 @@ struct RowCopy {
 
 class KvPages {
  public:
-  enum class Layout {
-    Paged,  // pages taken as positions are written, shared by copy_prefix
-    // One page of at least max_length positions per sequence, taken by
-    // allocate() and kept until free() (for kernels that read one contiguous
-    // cache per sequence); copy_prefix copies.
-    PagePerSequence,
-  };
   // `max_length`: positions one sequence may hold (the context), at most
-  // page_count * page_size.
-  KvPages(int64_t page_count, int64_t page_size, int64_t max_length, Layout layout = Layout::Paged);
+  // page_count * page_size; `max_sequences`: live sequences at once (0: any
+  // number; a backend's block table may hold only so many).
+  KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences = 0);
 
-  SeqId allocate();  // a new empty sequence; nt::Error when the pool has no page for it (PagePerSequence)
+  // A new empty sequence (pages are taken as positions are written), its id
+  // below max_sequences when that is set; nt::Error when all are live.
+  SeqId allocate();
   void free(SeqId seq);
   // Forgets positions from `length` on.
-  // (PagePerSequence keeps the page.)
   void truncate(SeqId seq, int64_t length);
-  // Makes dst (emptied first) hold the first n positions of src.
+  // Makes dst (emptied first) hold the first n positions of src, sharing its pages.
   std::vector<PageCopy> copy_prefix(SeqId src, SeqId dst, int64_t n);
   // Makes room for positions [from, end) of seq, which must continue it
   // (from <= length; positions from `from` on are dropped first): new pages,
@@ -79,7 +74,7 @@ class KvPages {
   int32_t take_page();
 
   int64_t page_size_, max_length_;
-  Layout layout_;
+  int64_t max_sequences_;
   std::vector<int32_t> refs_;   // per page
   std::vector<int32_t> free_;   // pages with no reference, lowest last
   std::vector<Sequence> seqs_;  // by id; freed ids are reused

@@ -53,11 +53,12 @@ struct ModelFootprint {
 // runner's memory plan computes it (runtime/device_memory_plan.h).
 struct VramReserve {
   uint64_t kv_cache = 0;      // n_layers x context x kv_dim x 2 (K, V) x 2 bytes (F16) x sequences
+  uint64_t page_table = 0;    // the KV pool's block table: a page id per 32 positions per sequence
   uint64_t activations = 0;   // hidden state, Q/K/V, attention and FFN outputs, quantized/F16 inputs, sampling scratch
   uint64_t logits = 0;        // vocab x max_batch x 4
   uint64_t gemm_scratch = 0;  // one dequantized F16 weight matrix for prefill GEMMs
   uint64_t staging = 0;       // the weight upload's landing buffer and streamed layers' H2D landing buffers
-  uint64_t total() const { return kv_cache + activations + logits + gemm_scratch + staging; }
+  uint64_t total() const { return kv_cache + page_table + activations + logits + gemm_scratch + staging; }
 };
 
 // The automatic RAM budget: MemAvailable less the host buffers the runner

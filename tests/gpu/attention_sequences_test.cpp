@@ -1,9 +1,11 @@
-// Decode of many sequences in one launch against float64 attention: each
-// sequence reads its own KV slot up to its own position (ragged: one key, a
-// whole tile, a tile and one, a full slot), slots in any order, a slot freed
-// by one sequence and reused by another (its stale keys past the new
-// sequence's length must stay unseen); and the per-token RoPE and cache store
-// that fill those slots.
+// Decode of many sequences in one launch against float64 attention, over a
+// paged pool (kv_layout.h) whose books are the engine's (runtime/kv_pages.h):
+// each sequence reads its own pages up to its own position (ragged: one key,
+// a full page, a page and one, several pages, the whole context), through a
+// block table whose rows are in any order; pages freed by one sequence and
+// reused by another (their stale keys past the new sequence's length must
+// stay unseen) and pages shared by a copied prefix; and the per-token RoPE
+// and cache store that fill those pages.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/llama_ops.h"
 #include "gpu_test_util.h"
+#include "runtime/kv_pages.h"
 
 namespace nt {
 namespace {
@@ -20,51 +23,87 @@ struct Heads {
   int n_heads, n_kv_heads, head_dim;
 };
 
-constexpr int64_t kContext = 128;
+constexpr int64_t kContext = 128, kPages = 24, kWidth = kContext / kKvTile;
+constexpr int64_t kLayers = 2, kLayer = 1;  // the pool holds two layers; the launches read the second
 
-// Per slot: [kv_head][context][head_dim] in the f16 cache layouts.
-int64_t slot_elems(const Heads& h) { return int64_t(h.n_kv_heads) * kContext * h.head_dim; }
+int64_t page_stride(const Heads& h) { return kLayers * h.n_kv_heads * kKvTile * h.head_dim; }
+int64_t layer_offset(const Heads& h) { return kLayer * h.n_kv_heads * kKvTile * h.head_dim; }
 
-void check_sequences(const Heads& h, const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, int n_slots) {
+// The sequences' books: one that is freed once it has written 100
+// positions, whose pages the later ones reuse; one prefix copied.
+struct Books {
+  KvPages pages{kPages, kKvTile, kContext, 8};
+  std::vector<SeqId> seqs;      // in launch order
+  std::vector<int32_t> lengths;  // positions each holds
+  std::vector<int32_t> table = std::vector<int32_t>(size_t(8 * kWidth), 0);
+  SeqId copy = -1;                   // holds 40 positions of pages that another holds 45 of
+  static constexpr int64_t kSharedLength = 45;
+
+  Books() {
+    const SeqId gone = pages.allocate();
+    pages.write(gone, 0, 100);
+    const SeqId shared = pages.allocate();
+    pages.write(shared, 0, kSharedLength);
+    pages.free(gone);
+    for (const int32_t length : {1, 32, 33, 128, 70}) {
+      const SeqId s = pages.allocate();
+      pages.write(s, 0, length);
+      seqs.push_back(s);
+      lengths.push_back(length);
+    }
+    copy = pages.allocate();
+    pages.copy_prefix(shared, copy, 40);  // shares both of shared's pages, the second past its length
+    seqs.push_back(copy);
+    lengths.push_back(40);
+    seqs.push_back(shared);
+    lengths.push_back(int32_t(kSharedLength));
+    std::swap(seqs[0], seqs[4]);  // table rows out of order
+    std::swap(lengths[0], lengths[4]);
+    for (const SeqId s : seqs) {
+      const auto held = pages.pages(s);
+      std::copy(held.begin(), held.end(), table.begin() + s * kWidth);
+    }
+  }
+  KvPaging paging(size_t i, const Heads& h) const { return {table.data() + seqs[i] * kWidth, page_stride(h)}; }
+};
+
+void check_sequences(const Heads& h, const Books& books) {
   SCOPED_TRACE(testing::Message() << h.n_heads << "/" << h.n_kv_heads << " heads of " << h.head_dim);
-  const int64_t n = int64_t(positions.size()), width = int64_t(h.n_heads) * h.head_dim, stride = width + 8;
+  const int64_t n = int64_t(books.seqs.size()), width = int64_t(h.n_heads) * h.head_dim, stride = width + 8;
   const auto q = test::random_floats(size_t(n * stride), -2.0f, 2.0f);
-  std::vector<uint16_t> k(size_t(n_slots * slot_elems(h))), v(k.size());
-  std::vector<float> kf(k.size()), vf(v.size());  // row-major [slot][kv_head][pos][d], as the cache rounds them
-  const auto kv = test::random_floats(2 * k.size(), -2.0f, 2.0f);
-  for (int s = 0; s < n_slots; ++s) {
-    for (int kvh = 0; kvh < h.n_kv_heads; ++kvh) {
-      for (int64_t t = 0; t < kContext; ++t) {
+  const size_t pool = size_t(kPages * page_stride(h));
+  // Every element of the pool random; the keys a sequence must not see (past
+  // its length in its last page) large, so that a leak dominates its softmax.
+  const auto kv = test::random_floats(2 * pool, -2.0f, 2.0f);
+  std::vector<uint16_t> k(pool), v(pool);
+  for (size_t i = 0; i < pool; ++i) {
+    k[i] = fp32_to_fp16(kv[i]);
+    v[i] = fp32_to_fp16(kv[pool + i]);
+  }
+  for (size_t i = 0; i < books.seqs.size(); ++i) {
+    for (int64_t t = books.lengths[i]; t < books.pages.pages_for(books.lengths[i]) * kKvTile; ++t) {
+      for (int kvh = 0; kvh < h.n_kv_heads; ++kvh) {
         for (int d = 0; d < h.head_dim; ++d) {
-          const size_t i = size_t(((s * h.n_kv_heads + kvh) * kContext + t) * h.head_dim + d);
-          const int64_t base = s * slot_elems(h);
-          k[size_t(base + k_cache_index(kvh, t, d, kContext, h.head_dim))] = fp32_to_fp16(kv[i]);
-          v[size_t(base + v_cache_index(kvh, t, d, kContext, h.head_dim))] = fp32_to_fp16(kv[k.size() + i]);
-          kf[i] = fp16_to_fp32(fp32_to_fp16(kv[i]));
-          vf[i] = fp16_to_fp32(fp32_to_fp16(kv[k.size() + i]));
+          if (books.seqs[i] == books.copy && t < Books::kSharedLength) continue;  // the sharing sequence's own keys
+          k[size_t(layer_offset(h) + paged_k_index(books.paging(i, h), kvh, t, d, 0, h.head_dim))] = fp32_to_fp16(30.0f);
         }
       }
     }
   }
-  // Keys past each sequence's position are large: a leak through the mask dominates its softmax.
-  for (int64_t i = 0; i < n; ++i) {
-    for (int kvh = 0; kvh < h.n_kv_heads; ++kvh) {
-      for (int64_t t = positions[size_t(i)] + 1; t < kContext; ++t) {
-        for (int d = 0; d < h.head_dim; ++d) {
-          k[size_t(slots[size_t(i)] * slot_elems(h) + k_cache_index(kvh, t, d, kContext, h.head_dim))] = fp32_to_fp16(30.0f);
-        }
-      }
-    }
+  std::vector<int32_t> positions, rows;
+  for (size_t i = 0; i < books.seqs.size(); ++i) {
+    positions.push_back(books.lengths[i] - 1);
+    rows.push_back(books.seqs[i]);
   }
   const DeviceBuffer dq = test::to_device(q), dk = test::to_device(k), dv = test::to_device(v);
-  const DeviceBuffer dpos = test::to_device(positions), dslots = test::to_device(slots);
+  const DeviceBuffer dpos = test::to_device(positions), drows = test::to_device(rows), dtable = test::to_device(books.table);
   DeviceBuffer out = test::poisoned(size_t(n * stride) * 4);
   AttentionParams p;
   p.q = dq.as<float>();
   p.q_stride = stride;
-  p.k_cache = dk.as<uint16_t>();
-  p.v_cache = dv.as<uint16_t>();
-  p.context = kContext;
+  p.k_cache = dk.as<uint16_t>() + layer_offset(h);
+  p.v_cache = dv.as<uint16_t>() + layer_offset(h);
+  p.paging = {dtable.as<int32_t>(), page_stride(h)};
   p.out = out.as<float>();
   p.out_stride = stride;
   p.pos = dpos.as<int32_t>();
@@ -73,8 +112,8 @@ void check_sequences(const Heads& h, const std::vector<int32_t>& positions, cons
   p.n_kv_heads = h.n_kv_heads;
   p.head_dim = h.head_dim;
   p.n_seqs = n;
-  p.seq_slots = dslots.as<int32_t>();
-  p.slot_stride = slot_elems(h);
+  p.seq_rows = drows.as<int32_t>();
+  p.table_width = kWidth;
   ASSERT_TRUE(attention_multi_sequence_supported(h.n_heads, h.n_kv_heads, h.head_dim));
   attention(p, nullptr);
   const auto got_all = test::to_host<float>(out, size_t(n * stride));
@@ -82,37 +121,38 @@ void check_sequences(const Heads& h, const std::vector<int32_t>& positions, cons
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> got;
     std::vector<double> ref;
-    const int64_t last = positions[size_t(i)], slot = slots[size_t(i)];
+    const int64_t last = positions[size_t(i)];
+    const KvPaging paging = books.paging(size_t(i), h);
+    const auto key = [&](int kvh, int64_t j, int d) {
+      return double(fp16_to_fp32(k[size_t(layer_offset(h) + paged_k_index(paging, kvh, j, d, 0, h.head_dim))]));
+    };
+    const auto value = [&](int kvh, int64_t j, int d) {
+      return double(fp16_to_fp32(v[size_t(layer_offset(h) + paged_v_index(paging, kvh, j, d, 0, h.head_dim))]));
+    };
     for (int hh = 0; hh < h.n_heads; ++hh) {
-      const int64_t row0 = (slot * h.n_kv_heads + hh / group) * kContext;
       std::vector<double> w(size_t(last + 1));
       double m = -INFINITY, sum = 0.0;
       for (int64_t j = 0; j <= last; ++j) {
         double dot = 0.0;
-        for (int d = 0; d < h.head_dim; ++d) dot += double(q[size_t(i * stride + hh * h.head_dim + d)]) * kf[size_t((row0 + j) * h.head_dim + d)];
+        for (int d = 0; d < h.head_dim; ++d) dot += double(q[size_t(i * stride + hh * h.head_dim + d)]) * key(hh / group, j, d);
         w[size_t(j)] = dot / std::sqrt(double(h.head_dim));
         m = std::max(m, w[size_t(j)]);
       }
       for (double& x : w) sum += (x = std::exp(x - m));
       for (int d = 0; d < h.head_dim; ++d) {
         double o = 0.0;
-        for (int64_t j = 0; j <= last; ++j) o += w[size_t(j)] * vf[size_t((row0 + j) * h.head_dim + d)];
+        for (int64_t j = 0; j <= last; ++j) o += w[size_t(j)] * value(hh / group, j, d);
         ref.push_back(o / sum);
         got.push_back(got_all[size_t(i * stride + hh * h.head_dim + d)]);
       }
     }
-    EXPECT_LT(test::relative_error(got, ref), 2e-3) << "sequence " << i << " at position " << last << " in slot " << slot;
+    EXPECT_LT(test::relative_error(got, ref), 2e-3) << "sequence " << rows[size_t(i)] << " at position " << last;
   }
 }
 
-TEST(AttentionSequences, EachSequenceReadsItsOwnSlotUpToItsPosition) {
-  // Positions: one key, a whole tile, a tile and one, mid-slot, the slot's last.
-  // Slots out of order; slot 1 held a longer sequence before (its stale keys are the large ones past position 5).
-  const std::vector<int32_t> positions{0, 31, 32, 70, int32_t(kContext - 1), 5};
-  const std::vector<int32_t> slots{3, 0, 4, 2, 5, 1};
-  for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}, Heads{8, 2, 256}}) {
-    check_sequences(h, positions, slots, 6);
-  }
+TEST(AttentionSequences, EachSequenceReadsItsOwnPagesUpToItsPosition) {
+  const Books books;
+  for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}, Heads{8, 2, 256}}) check_sequences(h, books);
 }
 
 TEST(AttentionSequences, UnsupportedShapesAreRefused) {
@@ -124,23 +164,29 @@ TEST(AttentionSequences, UnsupportedShapesAreRefused) {
   p.n_kv_heads = 4;
   p.head_dim = 64;
   p.context = kContext;
-  p.n_seqs = 2;
+  p.n_seqs = 2;  // and no block table
   p.n_splits = 2;  // splits are not merged across sequences
   EXPECT_THROW(attention(p, nullptr), Error);
 }
 
 // RoPE and the cache store of tokens of several sequences in one launch:
-// each token's key and value land at its own position in its own slot.
-TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsSlot) {
+// each token's key and value land at its own position in its own pages.
+TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsPages) {
   const Heads h{4, 2, 64};
-  const std::vector<int32_t> positions{0, 17, 33, 34}, slots{2, 0, 1, 1};
+  const Books books;
+  // Tokens of the second, fourth and fifth sequences of the books (lengths 32, 128, 70), table rows as they are.
+  const std::vector<size_t> of{1, 3, 3, 4};
+  const std::vector<int32_t> positions{0, 17, 127, 69};
+  std::vector<int32_t> rows;
+  for (const size_t i : of) rows.push_back(books.seqs[i]);
   const int64_t n = int64_t(positions.size()), qkv_width = int64_t(h.n_heads + 2 * h.n_kv_heads) * h.head_dim;
   const auto qkv = test::random_floats(size_t(n * qkv_width), -2.0f, 2.0f);
   std::vector<float> inv_freq(size_t(h.head_dim / 2));
   for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * double(i) / h.head_dim));
   DeviceBuffer dqkv = test::to_device(qkv);
-  const DeviceBuffer dpos = test::to_device(positions), dslots = test::to_device(slots), dfreq = test::to_device(inv_freq);
-  const size_t cache = size_t(3 * slot_elems(h));
+  const DeviceBuffer dpos = test::to_device(positions), drows = test::to_device(rows), dfreq = test::to_device(inv_freq);
+  const DeviceBuffer dtable = test::to_device(books.table);
+  const size_t cache = size_t(kPages * page_stride(h));
   DeviceBuffer dk = test::poisoned(cache * 2), dv = test::poisoned(cache * 2);
   RopeKvParams r;
   r.qkv = dqkv.as<float>();
@@ -151,18 +197,19 @@ TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsSlot) {
   r.n_heads = h.n_heads;
   r.n_kv_heads = h.n_kv_heads;
   r.head_dim = h.head_dim;
-  r.k_cache = dk.as<uint16_t>();
-  r.v_cache = dv.as<uint16_t>();
-  r.context = kContext;
+  r.k_cache = dk.as<uint16_t>() + layer_offset(h);
+  r.v_cache = dv.as<uint16_t>() + layer_offset(h);
+  r.paging = {dtable.as<int32_t>(), page_stride(h)};
   r.token_pos = dpos.as<int32_t>();
-  r.token_slot = dslots.as<int32_t>();
-  r.slot_stride = slot_elems(h);
+  r.token_row = drows.as<int32_t>();
+  r.table_width = kWidth;
   rope_and_store_kv(r, nullptr);
   const auto k = test::to_host<uint16_t>(dk, cache), v = test::to_host<uint16_t>(dv, cache);
   for (int64_t t = 0; t < n; ++t) {
     std::vector<float> got_k, got_v;
     std::vector<double> want_k, want_v;
-    const int64_t base = slots[size_t(t)] * slot_elems(h), pos = positions[size_t(t)];
+    const int64_t pos = positions[size_t(t)];
+    const KvPaging paging = books.paging(of[size_t(t)], h);
     for (int kvh = 0; kvh < h.n_kv_heads; ++kvh) {
       const float* key = qkv.data() + t * qkv_width + (h.n_heads + kvh) * h.head_dim;
       const float* value = qkv.data() + t * qkv_width + (h.n_heads + h.n_kv_heads + kvh) * h.head_dim;
@@ -171,8 +218,8 @@ TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsSlot) {
         want_k.push_back(key[d] * std::cos(a) - key[d + 1] * std::sin(a));
         want_k.push_back(key[d] * std::sin(a) + key[d + 1] * std::cos(a));
         for (int e = 0; e < 2; ++e) {
-          got_k.push_back(fp16_to_fp32(k[size_t(base + k_cache_index(kvh, pos, d + e, kContext, h.head_dim))]));
-          got_v.push_back(fp16_to_fp32(v[size_t(base + v_cache_index(kvh, pos, d + e, kContext, h.head_dim))]));
+          got_k.push_back(fp16_to_fp32(k[size_t(layer_offset(h) + paged_k_index(paging, kvh, pos, d + e, 0, h.head_dim))]));
+          got_v.push_back(fp16_to_fp32(v[size_t(layer_offset(h) + paged_v_index(paging, kvh, pos, d + e, 0, h.head_dim))]));
           want_v.push_back(value[d + e]);
         }
       }

@@ -21,6 +21,7 @@ struct Shape {
   bool odd_q_stride = false;  // rows of q not 16-byte aligned: the f32 kernels take even head_dim 64/128
   int fused_rope_pairs = -1;  // >= 0: one token whose RoPE, cache store and q8 output the launch does
   int64_t max_keys = 0;       // > 0: the caller's bound on the keys (the short-context decode below kShortDecodeMaxKeys)
+  bool paged = false;         // the cache in a pool of pages (kv_layout.h), scattered, the unused ones NaN
 };
 
 // Rotates pair (x0, x1) of dims (2i, 2i + 1) by pos * inv_freq[i], in double.
@@ -82,6 +83,27 @@ double run_attention(const Shape& s) {
       }
     }
   }
+  // Paged: logical page i at physical page 2 * (pages - i) of a pool of
+  // 2 * pages + 1 (backwards, with a NaN page between any two).
+  const int64_t n_pages = context / kKvTile;
+  std::vector<int32_t> table;
+  for (int64_t i = 0; i < n_pages; ++i) table.push_back(int32_t(2 * (n_pages - i)));
+  const KvPaging host_paging{s.paged ? table.data() : nullptr, int64_t(s.n_kv_heads) * kKvTile * s.head_dim};
+  const auto k_at = [&](int h, int64_t t, int d) { return size_t(paged_k_index(host_paging, h, t, d, context, s.head_dim)); };
+  const auto v_at = [&](int h, int64_t t, int d) { return size_t(paged_v_index(host_paging, h, t, d, context, s.head_dim)); };
+  if (s.paged) {
+    std::vector<uint16_t> k_pool(size_t((2 * n_pages + 1) * host_paging.page_stride), 0xffff), v_pool(k_pool);
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      for (int64_t t = 0; t < context; ++t) {
+        for (int d = 0; d < s.head_dim; ++d) {
+          k_pool[k_at(h, t, d)] = k[size_t(k_cache_index(h, t, d, context, s.head_dim))];
+          v_pool[v_at(h, t, d)] = v[size_t(v_cache_index(h, t, d, context, s.head_dim))];
+        }
+      }
+    }
+    k = std::move(k_pool);
+    v = std::move(v_pool);
+  }
   std::vector<float> q_ref = q;
   if (fused) {
     for (int h = 0; h < s.n_heads; ++h) {
@@ -93,7 +115,7 @@ double run_attention(const Shape& s) {
       }
     }
   }
-  const DeviceBuffer dq = test::to_device(q), dk = test::to_device(k), dv = test::to_device(v);
+  const DeviceBuffer dq = test::to_device(q), dk = test::to_device(k), dv = test::to_device(v), dtable = test::to_device(table);
   const DeviceBuffer dfreq = test::to_device(inv_freq.empty() ? std::vector<float>{0.0f} : inv_freq), dnew = test::to_device(new_kv);
   DeviceBuffer q8 = test::poisoned(size_t(s.n_heads * s.head_dim)), q8_scales = test::poisoned(size_t(s.n_heads * s.head_dim / 32) * 8);
   const DeviceBuffer dpos = test::to_device(std::vector<int32_t>{int32_t(s.pos)});
@@ -115,6 +137,7 @@ double run_attention(const Shape& s) {
   p.n_splits = s.splits;
   p.partials = partials.as<float>();
   p.max_keys = s.max_keys;
+  if (s.paged) p.paging = {dtable.as<int32_t>(), host_paging.page_stride};
   if (fused) {
     EXPECT_TRUE(attention_decode_fusion_supported(p));
     p.rope = {dfreq.as<float>(), s.fused_rope_pairs, dnew.as<float>(), dnew.as<float>() + s.n_kv_heads * s.head_dim,
@@ -130,8 +153,8 @@ double run_attention(const Shape& s) {
     std::vector<double> want_v;
     for (int h = 0; h < s.n_kv_heads; ++h) {
       for (int d = 0; d < s.head_dim; ++d) {
-        got_k.push_back(fp16_to_fp32(k_out[size_t(k_cache_index(h, s.pos, d, context, s.head_dim))]));
-        got_v.push_back(fp16_to_fp32(v_out[size_t(v_cache_index(h, s.pos, d, context, s.head_dim))]));
+        got_k.push_back(fp16_to_fp32(k_out[k_at(h, s.pos, d)]));
+        got_v.push_back(fp16_to_fp32(v_out[v_at(h, s.pos, d)]));
         want_v.push_back(new_kv[size_t((s.n_kv_heads + h) * s.head_dim + d)]);
       }
     }
@@ -297,6 +320,26 @@ TEST(Attention, DecodeAtTheFullLlama31Context) {
   const Shape s{1, 131071, 32, 8, 128, 33, false, 64};
   SCOPED_TRACE(describe(s));
   EXPECT_LT(run_attention(s), 5e-3);
+}
+
+// Each kernel reading a paged cache (pages scattered backwards through a pool
+// whose other pages are NaN) gives what it gives on the contiguous cache:
+// decode split and unsplit, fused, short-context, tensor-core and generic prefill.
+TEST(Attention, PagedCachesMatchReference) {
+  const int64_t m = kShortDecodeMaxKeys;
+  const bool hopper = cuda::device_is_hopper_or_newer();
+  for (Shape s : {Shape{1, 0, 8, 2, 64, 1, true},        Shape{1, 1000, 32, 8, 128, 7, true},
+                  Shape{1, 77, 9, 3, 64, 1, true},       Shape{13, 5, 8, 4, 8, 1},
+                  Shape{20, 200, 9, 3, 64, 3, true},     Shape{1, 1000, 32, 8, 128, 7},
+                  Shape{300, 200, 16, 2, 128, 1},        Shape{100, 500, 16, 2, 128, 7},
+                  Shape{65, 31, 4, 4, 128, 2},           Shape{1, 64, 32, 8, 128, 4, false, 64},
+                  Shape{1, 520, 32, 8, 128, 33, false, 64}, Shape{1, 63, 32, 8, 128, 1, false, 64, m},
+                  Shape{1, 700, 9, 3, 64, 1, false, 32, m},  Shape{1, 200, 32, 8, 128, 1, false, -1, m}}) {
+    if (s.max_keys > 0 && !hopper) continue;
+    s.paged = true;
+    SCOPED_TRACE(describe(s) + ", paged");
+    EXPECT_LT(run_attention(s), 5e-3);  // a wrong page reads other keys or NaN
+  }
 }
 
 TEST(Attention, SplitsFillTheGpuAndStayUseful) {

@@ -177,7 +177,8 @@ TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
   const DraftVram d = draft_vram("draft.gguf", c, w, reads, 4000, 2, 132);
   const uint64_t layer = q4k_bytes(2048 + 2 * 512, 2048) + q4k_bytes(2048, 2048) + 3 * q4k_bytes(8192, 2048);
   EXPECT_EQ(d.weights, 16 * layer + q4k_bytes(128256, 2048) + 2 * 16 * al(4 * 2048) + 2 * al(4 * 2048));
-  EXPECT_EQ(d.kv_cache, 2ull * 16 * 4000 * 512 * 2 * 2);  // 2 sequences x layers x positions x kv_dim x (K, V) x f16
+  // 2 sequences x layers x positions x kv_dim x (K, V) x f16, and their block table of 4000 / 32 pages each
+  EXPECT_EQ(d.kv_cache, 2ull * 16 * 4000 * 512 * 2 * 2 + page_table_bytes(2, 125));
   const RunnerBuffers b = runner_buffers(c, w, 4000, 4000, kDefaultMaxBatch, 2, 132);
   EXPECT_EQ(d.buffers, b.activations + b.gemm + (64ull << 20) + 2 * (60ull << 20));  // upload buffer, two landing buffers
   EXPECT_EQ(d.path, "draft.gguf");

@@ -41,16 +41,15 @@ constexpr int64_t kPage = 16;
 // read back through its pages.
 class FakeRunner final : public ModelRunner {
  public:
-  // Paged: a pool of pool_positions; PagePerSequence: `sequences` slots of the whole context.
-  FakeRunner(int64_t context, int64_t pool_positions, KvPages::Layout layout = KvPages::Layout::Paged, int sequences = 1) {
+  // A pool of pool_positions, for any number of sequences, or (`sequences` > 0)
+  // for that many, each with its whole context, as the CUDA runner's pool.
+  FakeRunner(int64_t context, int64_t pool_positions, int sequences = 0) {
     config_.vocab_size = kVocab;
     config_.context_length = context;
     config_.n_layers = 1;
-    if (layout == KvPages::Layout::Paged) {
-      init_pages(KvPages((pool_positions + kPage - 1) / kPage, kPage, context));
-    } else {
-      init_pages(KvPages(sequences, context, context, layout));
-    }
+    const int64_t pages_per_sequence = (context + kPage - 1) / kPage;
+    init_pages(sequences > 0 ? KvPages(sequences * pages_per_sequence, kPage, context, sequences)
+                             : KvPages((pool_positions + kPage - 1) / kPage, kPage, context));
     cache_.assign(size_t(kv_pages().page_count() * kv_pages().page_size()), -1);
   }
 
@@ -308,9 +307,9 @@ TEST_F(BatchSchedulerTest, PromptsThatBeginAlikeShareTheCachedPrefix) {
       request(with_prefix(system, 30, 25, 3), greedy(), 12),           // shares 30 with whichever runs
       request(with_prefix(system, 10, 30, 4), greedy(), 12),           // 10 < kMinPromptChunk: evaluates all
   };
-  for (const KvPages::Layout layout : {KvPages::Layout::Paged, KvPages::Layout::PagePerSequence}) {
-    SCOPED_TRACE(layout == KvPages::Layout::Paged ? "paged" : "a page per sequence");
-    FakeRunner runner(context, 3 * context, layout, 3);
+  for (const int sequences : {0, 3}) {
+    SCOPED_TRACE(sequences ? "a pool for 3 sequences" : "a pool for any number");
+    FakeRunner runner(context, 3 * context, sequences);
     const Scheduled got = schedule(runner, tokenizer, requests, 3, 32);
     const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
     for (size_t i = 0; i < requests.size(); ++i) expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
@@ -347,9 +346,9 @@ TEST_F(BatchSchedulerTest, AFreedSlotKeepsItsPromptForTheNextOneThatBeginsAlike)
       request(with_prefix(system, 40, 5, 4), greedy(), 8),            // the kept prompt went with request 2
   };
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
-  for (const KvPages::Layout layout : {KvPages::Layout::Paged, KvPages::Layout::PagePerSequence}) {
-    SCOPED_TRACE(layout == KvPages::Layout::Paged ? "paged" : "a page per sequence");
-    FakeRunner runner(context, context, layout, 1);
+  for (const int sequences : {0, 1}) {
+    SCOPED_TRACE(sequences ? "a pool for 1 sequence" : "a pool for any number");
+    FakeRunner runner(context, context, sequences);
     const Scheduled got = schedule(runner, tokenizer, requests, 1, 32);
     const std::vector<int64_t> kept = {0, 40, 0, 0};
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -472,10 +471,10 @@ TEST_F(BatchSchedulerTest, AdmitsOnlyWhatThePoolCanHold) {
   for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
 }
 
-TEST_F(BatchSchedulerTest, RunsOnASlotPerSequenceAndRefusesMoreSlotsThanTheRunnerHas) {
+TEST_F(BatchSchedulerTest, RunsOnAPoolForThreeSequencesAndRefusesAFourth) {
   const int64_t context = 48;
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
-  FakeRunner runner(context, 0, KvPages::Layout::PagePerSequence, 3);
+  FakeRunner runner(context, 0, 3);
   {
     SchedulerOptions four;
     four.parallel = 4;

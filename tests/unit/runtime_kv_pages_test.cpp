@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/batch.h"
@@ -109,22 +110,21 @@ TEST(KvPages, ExhaustionAndOverflowNameTheShortfallAndChangeNothing) {
   EXPECT_TRUE(pages.write(a, 0, 16).empty());
 }
 
-TEST(KvPages, PagePerSequenceKeepsOnePageAndCopiesPrefixes) {
-  KvPages pages(2, 64, 64, KvPages::Layout::PagePerSequence);
+TEST(KvPages, ABoundedPoolRefusesMoreLiveSequencesAndReusesFreedIds) {
+  KvPages pages(8, 16, 64, 2);
   const SeqId a = pages.allocate(), b = pages.allocate();
-  EXPECT_EQ(pages.free_pages(), 0);
-  EXPECT_THROW(pages.allocate(), Error);  // every slot is held
+  EXPECT_EQ(pages.sequences(), 2);
+  try {
+    pages.allocate();
+    FAIL() << "a third sequence in a pool for two";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all 2 sequences are in use"), std::string::npos) << e.what();
+  }
   pages.write(a, 0, 40);
-  pages.truncate(a, 0);
-  ASSERT_EQ(pages.pages(a).size(), 1u);  // the slot stays with the sequence
-  pages.write(a, 0, 10);
-  const auto copies = pages.copy_prefix(a, b, 10);
-  ASSERT_EQ(copies.size(), 1u);
-  EXPECT_EQ(copies[0].from, pages.pages(a)[0]);
-  EXPECT_EQ(copies[0].to, pages.pages(b)[0]);
-  EXPECT_TRUE(pages.write(b, 10, 64).empty());
-  pages.free(b);
-  EXPECT_EQ(pages.free_pages(), 1);
+  pages.free(a);
+  EXPECT_EQ(pages.allocate(), a);  // a freed id comes back, its pages to the pool
+  EXPECT_EQ(pages.free_pages(), 8);
+  EXPECT_TRUE(pages.holds(b));
 }
 
 TEST(Batch, SequenceRunsFollowTheBatchRules) {

@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
   // Tiles start at multiples of kKeyTile, so each is one contiguous run of
   // kKeyTile * hd halves in both caches (K chunk-major, V row-major).
   auto load_tile = [&](bool is_k, int64_t key0, int n) {
-    const uint16_t* src = (is_k ? p.k_cache + k_cache_index(kv_head, key0, 0, p.context, hd)
-                                : p.v_cache + v_cache_index(kv_head, key0, 0, p.context, hd));
+    const uint16_t* src = (is_k ? p.k_cache + paged_k_index(p.paging, kv_head, key0, 0, p.context, hd)
+                                : p.v_cache + paged_v_index(p.paging, kv_head, key0, 0, p.context, hd));
     for (int i = tid; i < kKeyTile * hd; i += kThreads) {
       const int k = is_k ? (i % (kKeyTile * 8)) / 8 : i / hd;
       const int d = is_k ? (i / (kKeyTile * 8)) * 8 + i % 8 : i % hd;
@@ -181,8 +181,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     p.q += s * p.q_stride;
     p.out += s * p.out_stride;
     p.pos += s;
-    p.k_cache += int64_t(p.seq_slots[s]) * p.slot_stride;
-    p.v_cache += int64_t(p.seq_slots[s]) * p.slot_stride;
+    p.paging.pages += int64_t(p.seq_rows[s]) * p.table_width;
   }
   const int kv_head = blockIdx.x, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -208,8 +207,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     const int n = int(std::min<int64_t>(kKeyTile, k_end - key0));
     // Scores of key key0 + lane. The tile's V rows are loaded together with
     // its K chunks, so one memory round trip serves the whole tile.
-    const uint16_t* kt = p.k_cache + k_cache_index(kv_head, key0, 0, p.context, hd) + lane * 8;
-    const uint16_t* vt = p.v_cache + v_cache_index(kv_head, key0, lane * kDimsPerLane, p.context, hd);
+    const uint16_t* kt = p.k_cache + paged_k_index(p.paging, kv_head, key0, 0, p.context, hd) + lane * 8;
+    const uint16_t* vt = p.v_cache + paged_v_index(p.paging, kv_head, key0, lane * kDimsPerLane, p.context, hd);
     uint4 kc[kChunks];
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) kc[c] = __ldg(reinterpret_cast<const uint4*>(kt + c * kKeyTile * 8));
@@ -419,10 +418,14 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.keys_just_stored && p.rope.inv_freq) {
     fail("attention: a launch with folded RoPE fetches keys before its wait, so it cannot read keys just stored");
   }
-  if (p.head_dim % 8 != 0 || p.context % kKvTile != 0) {
-    fail("attention: head_dim {} must be a multiple of 8 and context {} of {}", p.head_dim, p.context, kKvTile);
+  if (p.head_dim % 8 != 0 || (!p.paging.pages && p.context % kKvTile != 0)) {
+    fail("attention: head_dim {} must be a multiple of 8 and an unpaged cache's context {} of {}", p.head_dim, p.context, kKvTile);
   }
-  if (p.n_seqs > 1 && (p.n_tokens != 1 || p.n_splits != 1 || p.rope.inv_freq || p.out_q8 || !p.seq_slots ||
+  if (p.paging.pages && p.paging.page_stride <= 0) fail("attention: paged caches {} elements apart", p.paging.page_stride);
+  if (p.n_seqs > 1 && (!p.paging.pages || !p.seq_rows || p.table_width <= 0)) {
+    fail("attention: {} sequences in one launch read a block table (pages, seq_rows, table_width {})", p.n_seqs, p.table_width);
+  }
+  if (p.n_seqs > 1 && (p.n_tokens != 1 || p.n_splits != 1 || p.rope.inv_freq || p.out_q8 ||
                        !attention_multi_sequence_supported(p.n_heads, p.n_kv_heads, p.head_dim))) {
     fail("attention: {} sequences in one launch take one token each, no splits, RoPE or q8 output, and head_dim 64, 128 "
          "or 256 with at most {} query heads per KV head (head_dim {}, {} heads, {} KV heads)",

@@ -12,7 +12,8 @@
 
 #include <cstdint>
 
-#include "runtime/kernel_shapes.h"  // kKvTile (the K cache layout), attention_splits
+#include "backend/cuda/kv_layout.h"
+#include "runtime/kernel_shapes.h"  // attention_splits
 
 namespace nt {
 
@@ -22,14 +23,6 @@ namespace nt {
 // and newer: a cluster of 4 blocks per query head, no split partials in
 // memory (attention_decode_short.cu).
 constexpr int64_t kShortDecodeMaxKeys = 1024;
-
-__host__ __device__ inline int64_t k_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {
-  return kv_head * context * head_dim + ((pos / kKvTile) * (head_dim / 8) + d / 8) * (kKvTile * 8) + (pos % kKvTile) * 8 + d % 8;
-}
-
-__host__ __device__ inline int64_t v_cache_index(int64_t kv_head, int64_t pos, int64_t d, int64_t context, int64_t head_dim) {
-  return (kv_head * context + pos) * head_dim + d;
-}
 
 // Decode only (one token, head_dim 64 or 128): the launch also applies RoPE
 // to the raw query and the new key and stores this token's key and value in
@@ -46,9 +39,10 @@ struct AttentionRope {
 struct AttentionParams {
   const float* q = nullptr;          // token t, head h at q + t*q_stride + h*head_dim (RoPE applied)
   int64_t q_stride = 0;
-  const uint16_t* k_cache = nullptr; // this layer, f16, see k_cache_index / v_cache_index
+  const uint16_t* k_cache = nullptr; // this layer (its page 0 when paged), f16, see paged_k_index / paged_v_index
   const uint16_t* v_cache = nullptr;
-  int64_t context = 0;               // a multiple of kKvTile
+  int64_t context = 0;               // a multiple of kKvTile; unused when paged
+  KvPaging paging;                   // the sequence's pages (n_seqs > 1: see seq_rows)
   float* out = nullptr;              // token t, head h at out + t*out_stride + h*head_dim
   int64_t out_stride = 0;
   const int32_t* pos = nullptr;      // device: position of token 0; token t sees keys 0..pos+t
@@ -67,11 +61,11 @@ struct AttentionParams {
   float2* out_q8_scales = nullptr;
   // Decode of n_seqs > 1 sequences in one launch, one query each: sequence s's
   // query at q + s*q_stride, its output at out + s*out_stride, its position
-  // pos[s], its caches at k_cache / v_cache + seq_slots[s] * slot_stride.
-  // No splits, RoPE or q8 output; head_dim 64, 128 or 256.
+  // pos[s], its pages at paging.pages + seq_rows[s] * table_width (rows of a
+  // block table). No splits, RoPE or q8 output; head_dim 64, 128 or 256.
   int64_t n_seqs = 1;
-  const int32_t* seq_slots = nullptr;  // device
-  int64_t slot_stride = 0;             // elements from one sequence slot's caches to the next
+  const int32_t* seq_rows = nullptr;  // device
+  int64_t table_width = 0;
   // A token tree's rows (one sequence, tokens cached in tree order): token t
   // sees the keys before tree_start and, from tree_start on, only key
   // tree_start + j whose bit j is set in its mask, words

@@ -102,14 +102,14 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   for (int i = tid; i < kSlots * kChunks; i += kThreads) {
     const int slot = i / kChunks, key = slot_key(slot, rank);
     if (key < pos0) {
-      cp_async16(v_s + i * 8, p.v_cache + v_cache_index(kv_head, cached_at(key), (i % kChunks) * 8, p.context, kHeadDim), true);
+      cp_async16(v_s + i * 8, p.v_cache + paged_v_index(p.paging, kv_head, cached_at(key), (i % kChunks) * 8, p.context, kHeadDim), true);
     }
   }
   cp_async_commit();
   const int slot = warp * kKvTile + lane, key = slot_key(slot, rank);
   uint4 k_regs[kChunks];
   if (key < pos0) {  // lane's key in its tile's layout: 8 dims a chunk, a chunk every kKvTile * 8 elements
-    const uint16_t* k_row = p.k_cache + k_cache_index(kv_head, cached_at(key), 0, p.context, kHeadDim);
+    const uint16_t* k_row = p.k_cache + paged_k_index(p.paging, kv_head, cached_at(key), 0, p.context, kHeadDim);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) k_regs[c] = *reinterpret_cast<const uint4*>(k_row + c * kKvTile * 8);
   }
@@ -118,6 +118,11 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   const bool fused = p.rope.inv_freq != nullptr;
   const bool rotates = fused && tid < p.rope.rope_pairs;
   const float inv_freq = rotates ? p.rope.inv_freq[tid] : 0.0f;
+  // Where this thread's pair of the new key and value is cached, looked up in
+  // the page table (written before the chain) before the wait too.
+  const int own = cached_at(pos0);
+  const int64_t own_k = tid < kHeadDim / 2 ? paged_k_index(p.paging, kv_head, own, 2 * tid, p.context, kHeadDim) : 0;
+  const int64_t own_v = tid < kHeadDim / 2 ? paged_v_index(p.paging, kv_head, own, 2 * tid, p.context, kHeadDim) : 0;
   if constexpr (!kWaitFirst) cuda::wait_for_inputs();
 
   // The query (rotated, scaled), and the new key and value as the cache holds
@@ -141,13 +146,12 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
         k_bits = pack_half2(rotated_k.x, rotated_k.y);
         v_bits = pack_half2(v[0], v[1]);
         if (head % group == 0 && rank == 0) {
-          *reinterpret_cast<uint32_t*>(p.rope.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = k_bits;
-          *reinterpret_cast<uint32_t*>(p.rope.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = v_bits;
+          *reinterpret_cast<uint32_t*>(p.rope.k_cache + own_k) = k_bits;  // fused: no tree path, own == pos0
+          *reinterpret_cast<uint32_t*>(p.rope.v_cache + own_v) = v_bits;
         }
       } else {
-        const int own = cached_at(pos0);
-        k_bits = *reinterpret_cast<const uint32_t*>(p.k_cache + k_cache_index(kv_head, own, 2 * tid, p.context, kHeadDim));
-        v_bits = *reinterpret_cast<const uint32_t*>(p.v_cache + v_cache_index(kv_head, own, 2 * tid, p.context, kHeadDim));
+        k_bits = *reinterpret_cast<const uint32_t*>(p.k_cache + own_k);
+        v_bits = *reinterpret_cast<const uint32_t*>(p.v_cache + own_v);
       }
       if (new_slot >= 0) {
         const float2 k = __half22float2(*reinterpret_cast<const __half2*>(&k_bits));

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int64_t tile_key0 = key0 + (i / kPiecesPerCacheTile) * kKvTile;
       const int within = i % kPiecesPerCacheTile;  // (chunk, key) of the cache tile
       const bool valid = tile_key0 + within % kKvTile < k_end;
-      const uint16_t* src = valid ? p.k_cache + k_cache_index(kv_head, tile_key0, 0, p.context, kHeadDim) + within * 8 : p.k_cache;
+      const uint16_t* src = valid ? p.k_cache + paged_k_index(p.paging, kv_head, tile_key0, 0, p.context, kHeadDim) + within * 8 : p.k_cache;
       cp_async16(ks + i * 8, src, valid);
     }
 #pragma unroll
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int i = tid + j * kThreads;
       const int k = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
       const bool valid = key0 + k < k_end;
-      const uint16_t* src = valid ? p.v_cache + v_cache_index(kv_head, key0 + k, c * 8, p.context, kHeadDim) : p.v_cache;
+      const uint16_t* src = valid ? p.v_cache + paged_v_index(p.paging, kv_head, key0 + k, c * 8, p.context, kHeadDim) : p.v_cache;
       cp_async16(vs + k * kStride + c * 8, src, valid);
     }
   };
@@ -146,6 +146,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (i < p.rope.rope_pairs) sincosf(float(pos0) * p.rope.inv_freq[i], &sn, &cs);
       rot[i] = make_float2(cs, sn);
     }
+    // The new key's place, from the page table (written before the chain), before the wait.
+    const int64_t new_k_at = stores_new && tid < kHeadDim / 2 ? paged_k_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
+    const int64_t new_v_at = stores_new && tid < kHeadDim / 2 ? paged_v_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
     cuda::wait_for_inputs();
     __syncthreads();
     if (stores_new && tid < kHeadDim / 2) {
@@ -155,8 +158,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float2 rotated_k = cuda::rope_rotate(k.x, k.y, r.x, r.y);
       new_k = pack_half2(rotated_k.x, rotated_k.y);
       new_v = pack_half2(v.x, v.y);
-      *reinterpret_cast<uint32_t*>(p.rope.k_cache + k_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_k;
-      *reinterpret_cast<uint32_t*>(p.rope.v_cache + v_cache_index(kv_head, pos0, 2 * tid, p.context, kHeadDim)) = new_v;
+      *reinterpret_cast<uint32_t*>(p.rope.k_cache + new_k_at) = new_k;
+      *reinterpret_cast<uint32_t*>(p.rope.v_cache + new_v_at) = new_v;
     }
   }
 

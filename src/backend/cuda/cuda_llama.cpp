@@ -7,8 +7,9 @@
 // live in device memory, so the graphs never need updating. Prefill runs in chunks of
 // up to max_batch tokens: short chunks through the multi-column mat-vec, long
 // ones through dequantize + cuBLAS GEMM. Batches of many sequences run the
-// same layer loop, each sequence in its own KV slot (runner_memory.h plans
-// the device memory; batched decode steps replay a graph per sequence count).
+// same layer loop over one paged KV pool, each sequence reading its pages
+// from the block table (page_table.h; runner_memory.h plans the device
+// memory; batched decode steps replay a graph per sequence count).
 // A batch's stepwise runs (speculative verification) compute each of their
 // rows as a one-token step does, in the same pass: their columns go through
 // mat-vec launches that compute every column as the one-column launch does
@@ -44,6 +45,7 @@
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/page_table.h"
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/quantized_gemm.h"
@@ -124,9 +126,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   cudaStream_t stream() const override { return stream_; }
   float* hidden() override { return act_.x; }
   // One chunk of a batch (entries [at, at + n)), and what it hands back.
-  void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots, int64_t at,
-                       int64_t n, std::span<const int32_t> layers, BatchOutputs& out) override;
-  void copy_slots(std::span<const PageCopy> copies) override {
+  void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, const KvPages& pages, int64_t at, int64_t n,
+                       std::span<const int32_t> layers, BatchOutputs& out) override;
+  void copy_kv_pages(std::span<const PageCopy> copies) override {
     NT_CUDA_CHECK(cudaSetDevice(device_.index));
     copy_pages(copies);
   }
@@ -194,13 +196,13 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     int64_t keep = 0;
   };
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
-  // The rows of a chunk that belong to one sequence: its KV slot, the
-  // device-side position of its first row, and the most keys it sees.
+  // The rows of a chunk that belong to one sequence (its block table row),
+  // the device-side position of its first row, and the most keys it sees.
   struct ChunkSequence {
-    int64_t first_row = 0, rows = 0, slot = 0;
+    int64_t first_row = 0, rows = 0;
     const int32_t* pos = nullptr;
     int64_t max_keys = 0;
-    SeqId seq = 0;          // the host's view, for the layers it computes
+    SeqId seq = 0;
     int64_t first_pos = 0;
     bool stepwise = false;  // a stepwise run's rows (BatchEntry::stepwise)
     int64_t tree_start = -1;  // a token tree's first position (its rows' masks in ChunkRows); -1: causal
@@ -211,8 +213,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     int64_t count = 0;
     const int32_t* gather = nullptr;
   };
-  // A chunk's sequences; for a batch also every row's position and slot
-  // (device), so one launch stores the whole chunk's keys and values. The
+  // A chunk's sequences and the books of their pages; for a batch also every
+  // row's position and sequence (device), so one launch stores the whole
+  // chunk's keys and values. The
   // last stepwise_rows rows are those of stepwise runs (batches only). With
   // token trees, every row's RoPE position and `tree_words` words of
   // ancestor bits a row (device), and their rows for the host layers; or,
@@ -220,8 +223,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // (AttentionParams::path_parents) instead of the bits.
   struct ChunkRows {
     std::span<const ChunkSequence> seqs;
+    const KvPages* pages = nullptr;
     const int32_t* token_pos = nullptr;
-    const int32_t* token_slot = nullptr;
+    const int32_t* token_seq = nullptr;
     int64_t stepwise_rows = 0;
     const int32_t* token_rope_pos = nullptr;
     const uint32_t* tree_masks = nullptr;
@@ -232,8 +236,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // Runs n tokens of the default sequence at `pos` (on the device at
   // act_.pos); logits of the last token (or all) into act_.logits.
   void run_chunk(int64_t n, int64_t pos, int64_t max_keys, bool all_logits) {
-    const ChunkSequence one{0, n, 0, act_.pos, max_keys, 0, pos};
-    run_chunk(n, {{&one, 1}}, default_layers_, {all_logits ? n : 1, nullptr}, true);
+    const ChunkSequence one{0, n, act_.pos, max_keys, 0, pos};
+    run_chunk(n, {{&one, 1}, &kv_pages()}, default_layers_, {all_logits ? n : 1, nullptr}, true);
   }
   // The general pass: the scheduled layers over rows of several sequences;
   // the head's rows' logits into act_.logits, then (stepwise rows) every
@@ -286,8 +290,13 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
                                      std::span<const int32_t> layers, const std::function<void()>& pass);
   // The KV caches' layout, for the kernels that move rows (layers, rows and staging unset).
   KvRowsParams cache_layout() const;
-  uint16_t* k_cache_at(int64_t slot, int64_t layer) const;
-  uint16_t* v_cache_at(int64_t slot, int64_t layer) const;
+  // Layer `layer`'s K and V in page 0 of the pool, and sequence seq's pages.
+  uint16_t* k_cache_at(int64_t layer) const;
+  uint16_t* v_cache_at(int64_t layer) const;
+  KvPaging paging(SeqId seq) const { return {page_table_->row(seq), page_stride()}; }
+  int64_t page_stride() const { return stage_layers() * config_.n_kv_heads * kKvTile * config_.head_dim; }
+  // The pages of a pass's sequences into the block table, before it queues anything.
+  void sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
   bool folds_norms(int64_t n, bool use_gemm) const;
   // The keys a one-token step at `pos` is prepared for: the short-context
@@ -331,7 +340,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::unique_ptr<DeviceWeights> weights_;
   std::vector<int32_t> default_layers_;  // the default schedule's: 0, 1, ..., n_layers - 1 unless layer skip is on
 
-  DeviceBuffer k_cache_, v_cache_;
+  DeviceBuffer k_cache_, v_cache_;  // the pool: pages of kKvTile positions of every layer held (kv_layout.h)
+  std::optional<DevicePageTable> page_table_;
   PassBuffers act_;
   std::optional<Gemm> gemm_;
   MatmulPaths paths_;  // the running chunk's
@@ -351,10 +361,9 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::vector<int32_t> gpu_layers_;   // a pass's layers that the GPU runs
   std::unique_ptr<HostLayers> host_;  // the hybrid split's CPU layers; declared after weights_: uses the streamer's pinned copies
   std::vector<SequenceRun> host_runs_;
-  std::vector<int32_t> run_slots_;  // forward_pages: each run's KV slot
   std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
   cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
-  std::vector<HostLayers::SlotRows> host_rows_;
+  std::vector<HostLayers::PageRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
   int64_t host_layers_run_ = 0;  // layers it computed, over those passes
@@ -405,9 +414,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   }
   embeds_ = first_layer_ == 0;
   has_head_ = end_layer_ == config_.n_layers;
-  // One KV slot of the whole context per sequence: the attention kernels
-  // read a sequence's cache as one contiguous range.
-  init_pages(KvPages(options_.max_sequences, cache_context_, context_, KvPages::Layout::PagePerSequence));
+  // Pages of one KV tile: every kernel walks keys a tile at a time, and a
+  // tile is contiguous in memory. The pool holds each sequence's whole context.
+  const int64_t pages_per_sequence = cache_context_ / kKvTile;
+  init_pages(KvPages(options_.max_sequences * pages_per_sequence, kKvTile, context_, options_.max_sequences));
   for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
@@ -464,8 +474,9 @@ void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerB
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
   NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
+  page_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
   gemm_.emplace(buffers.gemm);
-  resident_bytes_ = weights_->device_bytes() + buffers.kv;
+  resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;
   host_ = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
                                      std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
 }
@@ -544,14 +555,16 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   return true;
 }
 
-uint16_t* CudaLlamaRunner::k_cache_at(int64_t slot, int64_t layer) const {
-  const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
-  return k_cache_.as<uint16_t>() + (slot * stage_layers() + layer - first_layer_) * cache_layer;
+uint16_t* CudaLlamaRunner::k_cache_at(int64_t layer) const {
+  return k_cache_.as<uint16_t>() + (layer - first_layer_) * config_.n_kv_heads * kKvTile * config_.head_dim;
 }
 
-uint16_t* CudaLlamaRunner::v_cache_at(int64_t slot, int64_t layer) const {
-  const int64_t cache_layer = config_.n_kv_heads * cache_context_ * config_.head_dim;
-  return v_cache_.as<uint16_t>() + (slot * stage_layers() + layer - first_layer_) * cache_layer;
+uint16_t* CudaLlamaRunner::v_cache_at(int64_t layer) const {
+  return v_cache_.as<uint16_t>() + (layer - first_layer_) * config_.n_kv_heads * kKvTile * config_.head_dim;
+}
+
+void CudaLlamaRunner::sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs) {
+  for (const SequenceRun& r : runs) page_table_->sync(pages, r.seq, stream_);
 }
 
 RopeKvParams CudaLlamaRunner::rope_shape() const {
@@ -563,8 +576,8 @@ RopeKvParams CudaLlamaRunner::rope_shape() const {
   rope.n_heads = int(c.n_heads);
   rope.n_kv_heads = int(c.n_kv_heads);
   rope.head_dim = int(c.head_dim);
-  rope.context = cache_context_;
-  rope.slot_stride = stage_layers() * c.n_kv_heads * cache_context_ * c.head_dim;
+  rope.paging = {page_table_->table(), page_stride()};
+  rope.table_width = page_table_->width();
   return rope;
 }
 
@@ -572,7 +585,6 @@ AttentionParams CudaLlamaRunner::attention_shape() const {
   const LlamaConfig& c = config_;
   AttentionParams shape;
   shape.q_stride = c.q_dim() + 2 * c.kv_dim();
-  shape.context = cache_context_;
   shape.out_stride = c.q_dim();
   shape.n_heads = int(c.n_heads);
   shape.n_kv_heads = int(c.n_kv_heads);
@@ -585,16 +597,15 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
   const LlamaConfig& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   RopeKvParams rope = rope_shape();
-  const int64_t slot_stride = rope.slot_stride;
   const AttentionParams shape = attention_shape();
-  if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its slot
+  if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
     rope.qkv = act_.qkv;
     rope.n_tokens = n;
     rope.token_pos = rows.token_pos;
-    rope.token_slot = rows.token_slot;
+    rope.token_row = rows.token_seq;
     rope.token_rope_pos = rows.token_rope_pos;
-    rope.k_cache = k_cache_at(0, l);
-    rope.v_cache = v_cache_at(0, l);
+    rope.k_cache = k_cache_at(l);
+    rope.v_cache = v_cache_at(l);
     rope_and_store_kv(rope, stream_);
   }
   const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -606,12 +617,13 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     size_t run = 1;
     while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
     AttentionParams att = shape;
-    uint16_t* k_cache = k_cache_at(s.slot, l);
-    uint16_t* v_cache = v_cache_at(s.slot, l);
+    uint16_t* k_cache = k_cache_at(l);
+    uint16_t* v_cache = v_cache_at(l);
     att.q = act_.qkv + s.first_row * qkv_width;
     att.out = act_.att + s.first_row * c.q_dim();
     att.k_cache = k_cache;
     att.v_cache = v_cache;
+    att.paging = paging(s.seq);
     att.pos = s.pos;
     att.n_tokens = s.rows;
     att.max_keys = s.rows == 1 ? s.max_keys : 0;
@@ -624,10 +636,9 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
     if (run > 1) {
       att.n_seqs = int64_t(run);
       att.pos = rows.token_pos + s.first_row;
-      att.seq_slots = rows.token_slot + s.first_row;
-      att.slot_stride = slot_stride;
-      att.k_cache = k_cache_at(0, l);
-      att.v_cache = v_cache_at(0, l);
+      att.paging.pages = page_table_->table();
+      att.seq_rows = rows.token_seq + s.first_row;
+      att.table_width = page_table_->width();
       att.max_keys = 0;
       att.n_splits = 1;
     } else if (!rows.token_pos) {
@@ -645,6 +656,7 @@ bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool 
         rope.qkv = act_.qkv + s.first_row * qkv_width;
         rope.n_tokens = s.rows;
         rope.pos = s.pos;
+        rope.paging = att.paging;
         rope.k_cache = k_cache;
         rope.v_cache = v_cache;
         rope_and_store_kv(rope, stream_);
@@ -676,7 +688,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
   host_rows_.clear();
   if (host_) {
-    for (const ChunkSequence& s : chunk.seqs) host_rows_.push_back({s.slot, s.first_pos, s.rows});
+    for (const ChunkSequence& s : chunk.seqs) HostLayers::append_page_rows(*chunk.pages, s.seq, s.first_pos, s.rows, host_rows_);
     if (n > options_.cpu_max_tokens) host_->before_gpu_pass(host_rows_, stream_);
   }
   // Streamed layers start arriving before anything computes.
@@ -841,10 +853,10 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
   rope.qkv = act_.qkv + first * qkv_width;
   rope.n_tokens = s;
   rope.token_pos = rows.token_pos + first;
-  rope.token_slot = rows.token_slot + first;
+  rope.token_row = rows.token_seq + first;
   if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
-  rope.k_cache = k_cache_at(0, l);
-  rope.v_cache = v_cache_at(0, l);
+  rope.k_cache = k_cache_at(l);
+  rope.v_cache = v_cache_at(l);
   rope_and_store_kv(rope, stream_);
   for (const ChunkSequence& seq : rows.seqs) {
     if (!seq.stepwise) continue;
@@ -853,8 +865,9 @@ void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t 
       AttentionParams att = attention_shape();
       att.q = act_.qkv + row * qkv_width;
       att.out = act_.att + row * c.q_dim();
-      att.k_cache = k_cache_at(seq.slot, l);
-      att.v_cache = v_cache_at(seq.slot, l);
+      att.k_cache = k_cache_at(l);
+      att.v_cache = v_cache_at(l);
+      att.paging = paging(seq.seq);
       att.pos = rows.token_pos + row;
       att.n_tokens = 1;
       att.max_keys = decode_max_keys(seq.first_pos + t);
@@ -923,7 +936,7 @@ void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, co
   }
   for (const int32_t l : layers) {
     const auto begin = std::chrono::steady_clock::now();
-    host_->run(l, host_runs_, n, kv_pages(), rows.host_trees);
+    host_->run(l, host_runs_, n, *rows.pages, rows.host_trees);
     const auto end = std::chrono::steady_clock::now();
     host_seconds_ += std::chrono::duration<double>(end - begin).count();
     streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
@@ -1018,6 +1031,7 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
   check_token_ids({&token, 1});
   claim_default(pos, max_steps);
   if (max_steps == 0) return 0;
+  page_table_->sync(kv_pages(), 0, stream_);  // every queued step's page
   stage_inputs({&token, 1}, pos, top_k);
   copy_inputs(1);
   // Both graphs a run that crosses kShortDecodeMaxKeys needs, captured before any step is queued.
@@ -1059,6 +1073,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   const int64_t total = int64_t(tokens.size());
   check_token_ids(tokens);
   claim_default(pos, total);
+  page_table_->sync(kv_pages(), 0, stream_);
   const int64_t vocab = config_.vocab_size;
   void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
   for (int64_t start = 0; start < total; start += options_.max_batch) {
@@ -1107,7 +1122,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 
 // A decode step of n >= 2 sequences, one token each, every one asking for
 // its argmax, over every resident layer: its launches depend on n alone (the
-// positions, slots and tokens are device inputs at fixed places, the
+// positions, sequences and tokens are device inputs at fixed places, the
 // sequences attend in one multi-sequence launch), so one graph per n serves
 // every such step. Null for any other batch.
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
@@ -1126,11 +1141,11 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
-  const uint64_t slot_bytes = k_cache_.size() / uint64_t(options_.max_sequences);
+  const uint64_t page_bytes = 2 * uint64_t(page_stride());
   for (const PageCopy& copy : copies) {
     for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
       auto* base = cache->as<uint8_t>();
-      NT_CUDA_CHECK(cudaMemcpyAsync(base + uint64_t(copy.to) * slot_bytes, base + uint64_t(copy.from) * slot_bytes, slot_bytes,
+      NT_CUDA_CHECK(cudaMemcpyAsync(base + uint64_t(copy.to) * page_bytes, base + uint64_t(copy.from) * page_bytes, page_bytes,
                                     cudaMemcpyDeviceToDevice, stream_));
     }
   }
@@ -1143,9 +1158,9 @@ KvRowsParams CudaLlamaRunner::cache_layout() const {
   KvRowsParams p;
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
-  p.layer_stride = c.n_kv_heads * cache_context_ * c.head_dim;
-  p.slot_stride = stage_layers() * p.layer_stride;  // a pipeline stage holds its layers only
-  p.context = cache_context_;
+  p.layer_stride = c.n_kv_heads * kKvTile * c.head_dim;
+  p.page_stride = page_stride();  // a pipeline stage holds its layers only
+  p.page_size = kKvTile;
   p.n_kv_heads = int(c.n_kv_heads);
   p.head_dim = int(c.head_dim);
   return p;
@@ -1155,14 +1170,15 @@ void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
   KvRowMoves moves;
   moves.caches = cache_layout();
   moves.n_layers = int(stage_layers());
-  // A row is slot * cache_context_ + position (one page per sequence); launches of moves follow each other.
+  // A row is page * kKvTile + position in the page; launches of moves follow each other.
   for (size_t i = 0; i < copies.size(); i += kMaxKvRowMoves) {
     moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, copies.size() - i));
     for (int j = 0; j < moves.n_moves; ++j) {
       const RowCopy& copy = copies[i + size_t(j)];
-      moves.slot[j] = int32_t(copy.from / cache_context_);
-      moves.from[j] = int32_t(copy.from % cache_context_);
-      moves.to[j] = int32_t(copy.to % cache_context_);
+      moves.from_page[j] = int32_t(copy.from / kKvTile);
+      moves.from[j] = int32_t(copy.from % kKvTile);
+      moves.to_page[j] = int32_t(copy.to / kKvTile);
+      moves.to[j] = int32_t(copy.to % kKvTile);
     }
     move_kv_rows(moves, stream_);
   }
@@ -1199,34 +1215,33 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
       case Output::None: break;
     }
   }
-  run_slots_.clear();
   for (const SequenceRun& r : runs) {
     if (r.tree && r.count > options_.max_batch) {  // its rows' ancestor bits are planned for trees of one chunk
       fail("{}: a token tree of {} tokens is longer than the batch of {}; draft smaller trees", description(), r.count,
            options_.max_batch);
     }
-    run_slots_.push_back(kv_pages().pages(r.seq)[0]);
   }
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
-    run_batch_chunk(batch, runs, run_slots_, at, std::min(options_.max_batch, total - at), layers, out);
+    run_batch_chunk(batch, runs, kv_pages(), at, std::min(options_.max_batch, total - at), layers, out);
   }
 }
 
 // The chunk's inputs move in one copy: [header][tokens][each row's position]
-// [each row's slot][each sequence's first position][the head's rows]. Rows
-// follow the entries, but the stepwise runs' come after all others.
-void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots,
-                                      int64_t at, int64_t n, std::span<const int32_t> layers, BatchOutputs& out) {
+// [each row's sequence][each sequence's first position][the head's rows].
+// Rows follow the entries, but the stepwise runs' come after all others.
+void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, const KvPages& pages, int64_t at,
+                                      int64_t n, std::span<const int32_t> layers, BatchOutputs& out) {
   NT_CUDA_CHECK(cudaSetDevice(device_.index));  // a pipeline drives stages on several GPUs from one thread
+  sync_page_table(pages, runs);
   const int64_t vocab = config_.vocab_size;
   int32_t* staged = host_io_.as<int32_t>();
   staged[0] = int32_t(batch.entries[size_t(at)].pos);
   staged[1] = int32_t(batch.top_k);
   int32_t* tokens = staged + kInputsHeader;
   int32_t* token_pos = tokens + n;
-  int32_t* token_slot = token_pos + n;
-  int32_t* run_pos = token_slot + n;
+  int32_t* token_seq = token_pos + n;
+  int32_t* run_pos = token_seq + n;
   const auto device = [&](const int32_t* host) { return act_.pos + (host - staged); };
   std::vector<ChunkSequence> seqs;
   row_entries_.clear();
@@ -1242,17 +1257,16 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
       const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
       if ((r.stepwise && tree_words == 0) != stepwise || first >= end) continue;
       const int64_t pos = r.pos + (first - r.first), row = int64_t(row_entries_.size());
-      const int32_t slot = slots[i];
       for (int64_t t = first; t < end; ++t) {
         tokens[row_entries_.size()] = batch.entries[size_t(t)].token;
         token_pos[row_entries_.size()] = int32_t(pos + (t - first));
-        token_slot[row_entries_.size()] = slot;
+        token_seq[row_entries_.size()] = r.seq;
         row_entries_.push_back(t);
       }
       run_pos[seqs.size()] = int32_t(pos);
       // A one-row run attends as a single-sequence decode step at its position does.
       const int64_t max_keys = end - first == 1 ? decode_max_keys(pos) : pos + (end - first);
-      seqs.push_back({row, end - first, slot, device(run_pos + seqs.size()), max_keys, r.seq, pos, stepwise, r.tree ? r.pos : -1});
+      seqs.push_back({row, end - first, device(run_pos + seqs.size()), max_keys, r.seq, pos, stepwise, r.tree ? r.pos : -1});
       if (stepwise) stepwise_rows += end - first;
     }
   }
@@ -1263,7 +1277,7 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   for (int64_t t = 0; t < m; ++t) {
     if (batch.entries[size_t(row_entries_[size_t(t)])].output != Output::None && has_head_) head_rows[rows++] = int32_t(t);
   }
-  ChunkRows chunk{seqs, device(token_pos), device(token_slot), stepwise_rows};
+  ChunkRows chunk{seqs, &pages, device(token_pos), device(token_seq), stepwise_rows};
   // Token trees: every row's RoPE position (its depth's), then each row's
   // ancestor bits. A chunk with a tree has no stepwise rows (see above), so
   // its rows are its entries in order.

@@ -148,13 +148,14 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   // Everything the runner allocates, and the draft model loaded after it,
   // checked against free memory before uploading.
   const uint64_t needed =
-      plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.gemm + buffers.activations + kUploadStagingBytes;
+      plan.size() + ring_bytes + landing_bytes + buffers.kv + buffers.page_table + buffers.gemm + buffers.activations +
+      kUploadStagingBytes;
   const uint64_t draft_bytes = placement.draft.total();
   if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
     fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
          "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
          "model or a smaller --vram-budget",
-         file.path(), gpu, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv), context,
+         file.path(), gpu, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv + buffers.page_table), context,
          gib(buffers.gemm + buffers.activations),
          draft_bytes ? fmt::format(" and {:.2f} GiB for --draft-model {}", gib(draft_bytes), placement.draft.path) : "",
          gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
@@ -229,7 +230,7 @@ DeviceWeights::~DeviceWeights() {
   if (streamer_) std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
 }
 
-std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& weights, int64_t slots,
+std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& weights, int64_t pages,
                                                             const KvRowsParams& kv, int64_t max_rows, int threads) const {
   std::vector<int64_t> layers;
   std::vector<const uint8_t*> pinned;
@@ -239,7 +240,7 @@ std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& 
     pinned.push_back(streamer_->pinned_bytes(l));
   }
   if (layers.empty()) return nullptr;
-  return std::make_unique<HostLayers>(config_, weights, layers, pinned, reads_, inv_freq_host_, slots, kv, max_rows, threads);
+  return std::make_unique<HostLayers>(config_, weights, layers, pinned, reads_, inv_freq_host_, pages, kv, max_rows, threads);
 }
 
 }  // namespace nt

@@ -76,9 +76,9 @@ class DeviceWeights {
   uint64_t device_bytes() const { return device_bytes_; }
 
   // The hybrid split's CPU layers, computing on the streamer's pinned copies
-  // with their caches laid out as the runner's (`slots` slots, `kv`); null
+  // with their caches laid out as the runner's (`pages` pages, `kv`); null
   // when the placement gives the CPU none.
-  std::unique_ptr<HostLayers> make_host_layers(const LlamaWeights& weights, int64_t slots, const KvRowsParams& kv,
+  std::unique_ptr<HostLayers> make_host_layers(const LlamaWeights& weights, int64_t pages, const KvRowsParams& kv,
                                                int64_t max_rows, int threads) const;
 
  private:

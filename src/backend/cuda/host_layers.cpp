@@ -16,10 +16,10 @@ constexpr int64_t kMirrorRows = 128;  // rows per staging round trip
 
 HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
                        std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
-                       int64_t slots, const KvRowsParams& device, int64_t max_rows, int threads)
+                       int64_t pages, const KvRowsParams& device, int64_t max_rows, int threads)
     : config_(config),
       index_(size_t(config.n_layers), -1),
-      pool_rows_(slots * device.context),
+      pool_rows_(pages * device.page_size),
       pool_(threads),
       layer_(config, std::move(inv_freqs), max_rows),
       x_(size_t(max_rows) * size_t(config.dim) * sizeof(float), "the hybrid pass's hidden-state hand-off") {
@@ -45,16 +45,16 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
 
   device_ = device;
   device_.n_layers = int(weights_.size());
-  device_valid_.assign(size_t(slots), 0);
-  // [layers][row slots][row positions][K rows][V rows], each 256-byte aligned.
+  device_valid_.assign(size_t(pages), 0);
+  // [layers][row pages][row positions][K rows][V rows], each 256-byte aligned.
   const uint64_t ints = align_device(4 * uint64_t(weights_.size())) + 2 * align_device(4 * uint64_t(kMirrorRows));
   const uint64_t rows = uint64_t(weights_.size()) * uint64_t(kMirrorRows) * uint64_t(config_.kv_dim()) * 2;
   device_staging_ = DeviceBuffer(ints + 2 * align_device(rows), "the hybrid split's KV hand-off");
   host_staging_ = PinnedBuffer(device_staging_.size(), "the hybrid split's KV hand-off");
   auto* dev = device_staging_.as<uint8_t>();
   device_.layers = reinterpret_cast<const int32_t*>(dev);
-  device_.row_slot = reinterpret_cast<const int32_t*>(dev + align_device(4 * uint64_t(weights_.size())));
-  device_.row_pos = device_.row_slot + align_device(4 * uint64_t(kMirrorRows)) / 4;
+  device_.row_page = reinterpret_cast<const int32_t*>(dev + align_device(4 * uint64_t(weights_.size())));
+  device_.row_pos = device_.row_page + align_device(4 * uint64_t(kMirrorRows)) / 4;
   device_.k_staging = reinterpret_cast<uint16_t*>(dev + ints);
   device_.v_staging = device_.k_staging + align_device(rows) / 2;
   std::vector<int32_t> host_layer_ids;
@@ -62,8 +62,8 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
   NT_CUDA_CHECK(cudaMemcpy(dev, host_layer_ids.data(), 4 * host_layer_ids.size(), cudaMemcpyHostToDevice));
 }
 
-uint16_t* HostLayers::host_row(std::vector<uint16_t>& cache, size_t index, int64_t slot, int64_t pos) {
-  const size_t row = size_t(slot * device_.context + pos);
+uint16_t* HostLayers::host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos) {
+  const size_t row = size_t(page * device_.page_size + pos);
   return cache.data() + (index * size_t(pool_rows_) + row) * size_t(config_.kv_dim());
 }
 
@@ -72,29 +72,29 @@ void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bo
   auto* dev = device_staging_.as<uint8_t>();
   auto* host = host_staging_.as<uint8_t>();
   const auto host_at = [&](const void* device_ptr) { return host + (static_cast<const uint8_t*>(device_ptr) - dev); };
-  auto* slots = reinterpret_cast<int32_t*>(host_at(device_.row_slot));
+  auto* row_pages = reinterpret_cast<int32_t*>(host_at(device_.row_page));
   auto* positions = reinterpret_cast<int32_t*>(host_at(device_.row_pos));
   auto* k_rows = reinterpret_cast<uint16_t*>(host_at(device_.k_staging));
   auto* v_rows = reinterpret_cast<uint16_t*>(host_at(device_.v_staging));
   for (size_t at = 0; at < rows.size(); at += size_t(kMirrorRows)) {
     const size_t n = std::min(rows.size() - at, size_t(kMirrorRows));
     for (size_t r = 0; r < n; ++r) {
-      slots[r] = rows[at + r].first;
+      row_pages[r] = rows[at + r].first;
       positions[r] = rows[at + r].second;
     }
     KvRowsParams p = device_;
     p.n_rows = int64_t(n);
     const uint64_t descriptors = uint64_t(reinterpret_cast<const uint8_t*>(device_.k_staging) -
-                                          reinterpret_cast<const uint8_t*>(device_.row_slot));
-    NT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(device_.row_slot), slots, descriptors, cudaMemcpyHostToDevice, stream));
+                                          reinterpret_cast<const uint8_t*>(device_.row_page));
+    NT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(device_.row_page), row_pages, descriptors, cudaMemcpyHostToDevice, stream));
     // The kernel packs layer i's row r at i * n + r.
     const size_t used = layers * n * kv_dim * 2;
     const auto staged = [&](uint16_t* base, size_t i, size_t r) { return base + (i * n + r) * kv_dim; };
     if (up) {
       for (size_t i = 0; i < layers; ++i) {
         for (size_t r = 0; r < n; ++r) {
-          std::memcpy(staged(k_rows, i, r), host_row(k_cache_, i, slots[r], positions[r]), kv_dim * 2);
-          std::memcpy(staged(v_rows, i, r), host_row(v_cache_, i, slots[r], positions[r]), kv_dim * 2);
+          std::memcpy(staged(k_rows, i, r), host_row(k_cache_, i, row_pages[r], positions[r]), kv_dim * 2);
+          std::memcpy(staged(v_rows, i, r), host_row(v_cache_, i, row_pages[r], positions[r]), kv_dim * 2);
         }
       }
       NT_CUDA_CHECK(cudaMemcpyAsync(device_.k_staging, k_rows, used, cudaMemcpyHostToDevice, stream));
@@ -108,37 +108,47 @@ void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bo
       NT_CUDA_CHECK(cudaStreamSynchronize(stream));
       for (size_t i = 0; i < layers; ++i) {
         for (size_t r = 0; r < n; ++r) {
-          std::memcpy(host_row(k_cache_, i, slots[r], positions[r]), staged(k_rows, i, r), kv_dim * 2);
-          std::memcpy(host_row(v_cache_, i, slots[r], positions[r]), staged(v_rows, i, r), kv_dim * 2);
+          std::memcpy(host_row(k_cache_, i, row_pages[r], positions[r]), staged(k_rows, i, r), kv_dim * 2);
+          std::memcpy(host_row(v_cache_, i, row_pages[r], positions[r]), staged(v_rows, i, r), kv_dim * 2);
         }
       }
     }
   }
 }
 
-void HostLayers::before_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream) {
+void HostLayers::append_page_rows(const KvPages& pages, SeqId seq, int64_t first_pos, int64_t count, std::vector<PageRows>& out) {
+  const int64_t size = pages.page_size(), end = first_pos + count;
+  const std::span<const int32_t> held = pages.pages(seq);
+  for (int64_t i = 0; i < pages.pages_for(end); ++i) {
+    const int64_t first = std::clamp<int64_t>(first_pos - i * size, 0, size);
+    out.push_back({held[size_t(i)], first, std::clamp<int64_t>(end - i * size, 0, size) - first});
+  }
+}
+
+void HostLayers::before_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream) {
   stale_.clear();
-  for (const SlotRows& r : runs) {
-    int64_t& valid = device_valid_[size_t(r.slot)];
-    for (int64_t pos = valid; pos < r.first_pos; ++pos) stale_.emplace_back(int32_t(r.slot), int32_t(pos));
-    valid = std::max(valid, r.first_pos);
+  for (const PageRows& r : runs) {
+    int64_t& valid = device_valid_[size_t(r.page)];
+    for (int64_t pos = valid; pos < r.first; ++pos) stale_.emplace_back(int32_t(r.page), int32_t(pos));
+    valid = std::max(valid, r.first);
   }
   move_rows(stale_, true, stream);
 }
 
-void HostLayers::after_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream) {
+void HostLayers::after_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream) {
   stale_.clear();
-  for (const SlotRows& r : runs) {
-    for (int64_t pos = r.first_pos; pos < r.first_pos + r.count; ++pos) stale_.emplace_back(int32_t(r.slot), int32_t(pos));
-    device_valid_[size_t(r.slot)] = r.first_pos + r.count;
+  for (const PageRows& r : runs) {
+    for (int64_t pos = r.first; pos < r.first + r.count; ++pos) stale_.emplace_back(int32_t(r.page), int32_t(pos));
+    if (r.count > 0) device_valid_[size_t(r.page)] = r.first + r.count;
   }
   move_rows(stale_, false, stream);
 }
 
-void HostLayers::after_host_pass(std::span<const SlotRows> runs) {
-  for (const SlotRows& r : runs) {
-    int64_t& valid = device_valid_[size_t(r.slot)];
-    valid = std::min(valid, r.first_pos);
+void HostLayers::after_host_pass(std::span<const PageRows> runs) {
+  for (const PageRows& r : runs) {
+    if (r.count == 0) continue;
+    int64_t& valid = device_valid_[size_t(r.page)];
+    valid = std::min(valid, r.first);
   }
 }
 
@@ -164,7 +174,7 @@ void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n
 void HostLayers::copy_pages(std::span<const PageCopy> copies) {
   for (const PageCopy& c : copies) device_valid_[size_t(c.to)] = device_valid_[size_t(c.from)];
   const size_t layer_elems = size_t(pool_rows_) * size_t(config_.kv_dim());
-  const size_t page_elems = size_t(device_.context) * size_t(config_.kv_dim());
+  const size_t page_elems = size_t(device_.page_size) * size_t(config_.kv_dim());
   for (auto* cache : {&k_cache_, &v_cache_}) {
     for (size_t i = 0; i < weights_.size(); ++i) {
       uint16_t* base = cache->data() + i * layer_elems;
@@ -177,13 +187,16 @@ void HostLayers::copy_pages(std::span<const PageCopy> copies) {
 
 void HostLayers::copy_rows(std::span<const RowCopy> copies) {
   const size_t kv_dim = size_t(config_.kv_dim());
+  const int64_t size = device_.page_size;
   for (const RowCopy& c : copies) {
-    const int64_t slot = c.from / device_.context, from = c.from % device_.context, to = c.to % device_.context;
-    int64_t& valid = device_valid_[size_t(slot)];
-    if (from >= valid) valid = std::min(valid, to);
+    const int64_t from_page = c.from / size, from = c.from % size, to_page = c.to / size, to = c.to % size;
+    if (from >= device_valid_[size_t(from_page)]) {
+      int64_t& valid = device_valid_[size_t(to_page)];
+      valid = std::min(valid, to);
+    }
     for (auto* cache : {&k_cache_, &v_cache_}) {
       for (size_t i = 0; i < weights_.size(); ++i) {
-        std::memcpy(host_row(*cache, i, slot, to), host_row(*cache, i, slot, from), kv_dim * 2);
+        std::memcpy(host_row(*cache, i, to_page, to), host_row(*cache, i, from_page, from), kv_dim * 2);
       }
     }
   }

@@ -8,8 +8,8 @@
 // Passes too large for the CPU to pay (prefill chunks, wide batches) stream
 // these layers to the GPU like the rest, so their caches live on both sides:
 // after such a pass the rows it wrote come down to the host, and before one
-// the rows the host wrote since the GPU last held them go up (per KV slot,
-// the GPU holds a valid prefix of positions). Decode steps move no KV.
+// the rows the host wrote since the GPU last held them go up (per KV page,
+// the GPU holds a valid prefix of its positions). Decode steps move no KV.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +32,11 @@ class HostLayers {
  public:
   // `layers`: the layer indices the host computes, each with its weights
   // rebased into `pinned[i]` (the staging layout of reads[layer]).
-  // `device`: the runner's caches (layers, rows and staging unset); its
-  // slots hold device.context positions each, as the host pool's pages do.
+  // `device`: the runner's caches (layers, rows and staging unset), `pages`
+  // pages of device.page_size positions each, as the host pool's pages hold.
   HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
              std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
-             int64_t slots, const KvRowsParams& device, int64_t max_rows, int threads);
+             int64_t pages, const KvRowsParams& device, int64_t max_rows, int threads);
 
   bool computes(int64_t layer) const { return layer >= 0 && layer < int64_t(index_.size()) && index_[size_t(layer)] >= 0; }
   int64_t count() const { return int64_t(weights_.size()); }
@@ -52,26 +52,31 @@ class HostLayers {
            const cpu::TreeRows* trees = nullptr);
   // The pool's page copies (copy-on-write of shared prefixes) in the host caches.
   void copy_pages(std::span<const PageCopy> copies);
-  // Rows moved within a slot (a token tree's accepted path), in order, in the
-  // host caches; the GPU's valid prefix ends at the first row moved from past it.
+  // Rows moved (a token tree's accepted path), in order, in the host caches;
+  // the GPU's valid prefix of a page ends at the first row moved into it from
+  // past its page's valid prefix.
   void copy_rows(std::span<const RowCopy> copies);
 
-  // A run's positions in one KV slot.
-  struct SlotRows {
-    int64_t slot = 0, first_pos = 0, count = 0;
+  // A pass over one page of a run's sequence: it attends to the page's
+  // positions before `first` and writes `count` from there on.
+  struct PageRows {
+    int64_t page = 0, first = 0, count = 0;
   };
+  // The pages of a run of `count` positions from `first_pos` on: every page
+  // of the sequence up to its last written one.
+  static void append_page_rows(const KvPages& pages, SeqId seq, int64_t first_pos, int64_t count, std::vector<PageRows>& out);
   // Before a pass in which the GPU computes these layers over `runs`.
-  void before_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream);
+  void before_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream);
   // After it, once `stream` has synchronized: its rows come down.
-  void after_gpu_pass(std::span<const SlotRows> runs, cudaStream_t stream);
+  void after_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream);
   // After a pass in which the host computed them.
-  void after_host_pass(std::span<const SlotRows> runs);
+  void after_host_pass(std::span<const PageRows> runs);
 
  private:
-  // Moves the rows (slot, position) of every host layer's K and V between
+  // Moves the rows (page, position) of every host layer's K and V between
   // the host caches and the device's, kMirrorRows at a time.
   void move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bool up, cudaStream_t stream);
-  uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t slot, int64_t pos);
+  uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos);
 
   LlamaConfig config_;
   std::vector<int> index_;                   // layer -> host index, -1 for the GPU's
@@ -83,11 +88,11 @@ class HostLayers {
   std::vector<cpu::TokenGroup> groups_;  // run()'s rows by the kernels they take
   PinnedBuffer x_;
   float* x_on_device_ = nullptr;
-  // The device side: the runner's caches, and the GPU's valid prefix per slot.
+  // The device side: the runner's caches, and the GPU's valid prefix per page.
   KvRowsParams device_;
   std::vector<int64_t> device_valid_;
-  std::vector<std::pair<int32_t, int32_t>> stale_;  // rows to move, (slot, position)
-  DeviceBuffer device_staging_;  // layer list, row slots, row positions, K rows, V rows
+  std::vector<std::pair<int32_t, int32_t>> stale_;  // rows to move, (page, position)
+  DeviceBuffer device_staging_;  // layer list, row pages, row positions, K rows, V rows
   PinnedBuffer host_staging_;    // the same, as they cross
 };
 

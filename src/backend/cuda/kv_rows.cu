@@ -1,5 +1,5 @@
-#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_layout.h"
 #include "backend/cuda/kv_rows.h"
 
 namespace nt {
@@ -11,13 +11,13 @@ __global__ void kv_rows_kernel(KvRowsParams p) {
   const int64_t row = blockIdx.x;
   const int staged = int(blockIdx.y);
   const int64_t kv_dim = int64_t(p.n_kv_heads) * p.head_dim;
-  const int64_t base = int64_t(p.row_slot[row]) * p.slot_stride + int64_t(p.layers[staged]) * p.layer_stride;
+  const int64_t base = int64_t(p.row_page[row]) * p.page_stride + int64_t(p.layers[staged]) * p.layer_stride;
   const int64_t pos = p.row_pos[row];
   const int64_t at = (int64_t(staged) * p.n_rows + row) * kv_dim;
   for (int64_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
     const int64_t head = e / p.head_dim, d = e % p.head_dim;
-    uint16_t* k = p.k_cache + base + k_cache_index(head, pos, d, p.context, p.head_dim);
-    uint16_t* v = p.v_cache + base + v_cache_index(head, pos, d, p.context, p.head_dim);
+    uint16_t* k = p.k_cache + base + k_cache_index(head, pos, d, p.page_size, p.head_dim);
+    uint16_t* v = p.v_cache + base + v_cache_index(head, pos, d, p.page_size, p.head_dim);
     if (kToStaging) {
       p.k_staging[at + e] = *k;
       p.v_staging[at + e] = *v;
@@ -46,11 +46,12 @@ __global__ void kv_row_moves_kernel(KvRowMoves p) {
   const int64_t head = e / c.head_dim, d = e % c.head_dim;
   const int64_t layer = blockIdx.y;
   for (int i = 0; i < p.n_moves; ++i) {
-    const int64_t base = int64_t(p.slot[i]) * c.slot_stride + layer * c.layer_stride;
-    c.k_cache[base + k_cache_index(head, p.to[i], d, c.context, c.head_dim)] =
-        c.k_cache[base + k_cache_index(head, p.from[i], d, c.context, c.head_dim)];
-    c.v_cache[base + v_cache_index(head, p.to[i], d, c.context, c.head_dim)] =
-        c.v_cache[base + v_cache_index(head, p.from[i], d, c.context, c.head_dim)];
+    const int64_t from = int64_t(p.from_page[i]) * c.page_stride + layer * c.layer_stride;
+    const int64_t to = int64_t(p.to_page[i]) * c.page_stride + layer * c.layer_stride;
+    c.k_cache[to + k_cache_index(head, p.to[i], d, c.page_size, c.head_dim)] =
+        c.k_cache[from + k_cache_index(head, p.from[i], d, c.page_size, c.head_dim)];
+    c.v_cache[to + v_cache_index(head, p.to[i], d, c.page_size, c.head_dim)] =
+        c.v_cache[from + v_cache_index(head, p.from[i], d, c.page_size, c.head_dim)];
   }
 }
 

@@ -81,9 +81,10 @@ __global__ void rope_kv_kernel(RopeKvParams p) {
     return;
   }
   const int kv_head = is_v ? slot - p.n_heads - p.n_kv_heads : slot - p.n_heads;
-  const int64_t seq_offset = p.token_slot ? int64_t(p.token_slot[t]) * p.slot_stride : 0;
-  uint16_t* cache = is_v ? p.v_cache + seq_offset + v_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim)
-                         : p.k_cache + seq_offset + k_cache_index(kv_head, position, 2 * pair, p.context, p.head_dim);
+  KvPaging paging = p.paging;
+  if (p.token_row) paging.pages += int64_t(p.token_row[t]) * p.table_width;
+  uint16_t* cache = is_v ? p.v_cache + paged_v_index(paging, kv_head, position, 2 * pair, p.context, p.head_dim)
+                         : p.k_cache + paged_k_index(paging, kv_head, position, 2 * pair, p.context, p.head_dim);
   *reinterpret_cast<uint32_t*>(cache) = uint32_t(cuda::float_to_half(x0)) | uint32_t(cuda::float_to_half(x1)) << 16;
 }
 
@@ -200,9 +201,12 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, 
 }
 
 void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
-  if (p.head_dim % 8 != 0 || p.rope_pairs > p.head_dim / 2 || p.context % kKvTile != 0) {
-    fail("rope: head_dim {} must be a multiple of 8 holding {} rotated pairs, context {} a multiple of {}", p.head_dim,
-         p.rope_pairs, p.context, kKvTile);
+  if (p.head_dim % 8 != 0 || p.rope_pairs > p.head_dim / 2 || (!p.paging.pages && p.context % kKvTile != 0)) {
+    fail("rope: head_dim {} must be a multiple of 8 holding {} rotated pairs, an unpaged cache's context {} a multiple of {}",
+         p.head_dim, p.rope_pairs, p.context, kKvTile);
+  }
+  if (p.token_row && (!p.paging.pages || !p.token_pos || p.table_width <= 0)) {
+    fail("rope: tokens of many sequences need their positions and a block table (table_width {})", p.table_width);
   }
   const int64_t n = p.n_tokens * (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
   if (n == 0) return;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kv_layout.h"
 #include "runtime/kernel_shapes.h"
 
 namespace nt {
@@ -24,14 +25,16 @@ struct RopeKvParams {
   const float* inv_freq = nullptr;  // device: rope_pairs inverse frequencies
   int rope_pairs = 0;            // pairs (2i, 2i+1) rotated per head, i < rope_pairs
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  uint16_t* k_cache = nullptr;   // this layer, f16, laid out as attention.h says
+  uint16_t* k_cache = nullptr;   // this layer (its page 0 when paged), f16, laid out as kv_layout.h says
   uint16_t* v_cache = nullptr;
-  int64_t context = 0;           // a multiple of kKvTile
-  // Tokens of many sequences: token t at position token_pos[t], its caches at
-  // k_cache / v_cache + token_slot[t] * slot_stride (pos is unused then).
-  const int32_t* token_pos = nullptr;   // device
-  const int32_t* token_slot = nullptr;  // device
-  int64_t slot_stride = 0;
+  int64_t context = 0;           // a multiple of kKvTile; unused when paged
+  KvPaging paging;               // the sequence's pages; with token_row, a block table
+  // Tokens of many sequences: token t at position token_pos[t] of the
+  // sequence whose pages are row token_row[t] of the block table
+  // (paging.pages + token_row[t] * table_width); pos is unused then.
+  const int32_t* token_pos = nullptr;  // device
+  const int32_t* token_row = nullptr;  // device
+  int64_t table_width = 0;
   // A token tree's tokens are rotated for their depth, not for where they are
   // cached: token t's RoPE position. Null: its cache position.
   const int32_t* token_rope_pos = nullptr;  // device

@@ -70,7 +70,6 @@ class CudaPipelineRunner final : public ModelRunner {
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // in layer order
   std::vector<std::unique_ptr<HiddenStateLink>> links_;  // links_[g]: stage g to stage g + 1
   std::vector<HandOffSlot> hand_offs_;                   // hand_offs_[g]: stage g + 1's residual stream
-  std::vector<int32_t> slots_;                          // a pass's KV slot of each run
   std::vector<std::vector<int32_t>> stage_layers_;      // a pass's scheduled layers of each stage
 };
 
@@ -92,7 +91,9 @@ CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, co
            g, p.gpu.id, p.first_layer, p.end_layer, config_.n_layers);
     }
   }
-  init_pages(KvPages(options.runner.max_sequences, kv_cache_context(context), context, KvPages::Layout::PagePerSequence));
+  // The stages' pools: pages of one KV tile, each sequence's whole context.
+  init_pages(KvPages(options.runner.max_sequences * (kv_cache_context(context) / kKvTile), kKvTile, context,
+                     options.runner.max_sequences));
 
   // Load progress over all stages: each counts on from where the previous ended.
   struct Loaded {
@@ -142,7 +143,7 @@ uint64_t CudaPipelineRunner::weight_bytes_per_token() const {
 }
 
 void CudaPipelineRunner::copy_pages(std::span<const PageCopy> copies) {
-  for (const auto& s : stages_) s->copy_slots(copies);
+  for (const auto& s : stages_) s->copy_kv_pages(copies);
 }
 
 void CudaPipelineRunner::copy_rows(std::span<const RowCopy> copies) {
@@ -155,8 +156,6 @@ void CudaPipelineRunner::copy_rows(std::span<const RowCopy> copies) {
 // g + 1 computes chunk k.
 void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                        BatchOutputs& out) {
-  slots_.clear();
-  for (const SequenceRun& r : runs) slots_.push_back(kv_pages().pages(r.seq)[0]);
   for (size_t g = 0; g < stages_.size(); ++g) {
     stage_layers_[g].clear();
     for (const int32_t l : layers) {
@@ -179,7 +178,7 @@ void CudaPipelineRunner::run_stage(size_t g, const Batch& batch, std::span<const
   for (int64_t at = 0; at < total; at += max_batch_) {
     const int64_t n = std::min(max_batch_, total - at);
     if (g > 0) hand_offs_[g - 1].wait_filled();
-    stage.run_batch_chunk(batch, runs, slots_, at, n, stage_layers_[g], out);
+    stage.run_batch_chunk(batch, runs, kv_pages(), at, n, stage_layers_[g], out);
     if (g + 1 < stages_.size()) {
       PipelineStage& next = *stages_[g + 1];
       hand_offs_[g].wait_free();

@@ -34,15 +34,16 @@ class PipelineStage {
   virtual float* hidden() = 0;
 
   // Entries [at, at + n) of `batch` through the scheduled `layers` of this
-  // stage's range (in order, possibly none); `slots[r]` is the KV slot of
-  // runs[r]. The stage that holds the head writes what the entries ask for
-  // into `out` (prepared for the batch); the others leave it alone. Returns
-  // with the stream synchronized.
-  virtual void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> slots, int64_t at,
+  // stage's range (in order, possibly none); `pages` are the pipeline's
+  // books of the runs' sequences, whose pages every stage's pool mirrors.
+  // The stage that holds the head writes what the entries ask for into
+  // `out` (prepared for the batch); the others leave it alone. Returns with
+  // the stream synchronized.
+  virtual void run_batch_chunk(const Batch& batch, std::span<const SequenceRun> runs, const KvPages& pages, int64_t at,
                                int64_t n, std::span<const int32_t> layers, BatchOutputs& out) = 0;
-  // Copies the stage's K and V of whole KV slots (PagePerSequence pages).
-  virtual void copy_slots(std::span<const PageCopy> copies) = 0;
-  // Moves the stage's K and V rows within slots (a token tree's accepted path).
+  // Copies the stage's K and V of whole KV pages.
+  virtual void copy_kv_pages(std::span<const PageCopy> copies) = 0;
+  // Moves the stage's K and V rows (a token tree's accepted path).
   virtual void move_rows(std::span<const RowCopy> copies) = 0;
   // As ModelRunner::verifies_trees_exactly, for this stage's layers.
   virtual bool verifies_trees_exactly(int64_t pos, int64_t tokens) const = 0;

@@ -1,0 +1,33 @@
+#include "backend/cuda/page_table.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace nt {
+
+DevicePageTable::DevicePageTable(int64_t sequences, int64_t width)
+    : sequences_(sequences),
+      width_(width),
+      device_(page_table_bytes(sequences, width), "the KV block table"),
+      staging_(page_table_bytes(sequences, width), "the KV block table") {
+  // Page 0 everywhere: a row's unused entries still name a page of the pool.
+  std::fill_n(staging_.as<int32_t>(), sequences * width, 0);
+  NT_CUDA_CHECK(cudaMemset(device_.get(), 0, device_.size()));
+}
+
+void DevicePageTable::sync(const KvPages& pages, SeqId seq, cudaStream_t stream) {
+  if (seq < 0 || seq >= sequences_) fail("sequence {} is past the KV block table's {} rows", seq, sequences_);
+  const std::span<const int32_t> held = pages.pages(seq);
+  if (int64_t(held.size()) > width_) fail("sequence {} holds {} pages, more than the block table's {}", seq, held.size(), width_);
+  int32_t* row = staging_.as<int32_t>() + seq * width_;
+  const auto differs = std::mismatch(held.begin(), held.end(), row);
+  if (differs.first == held.end()) return;
+  const size_t first = size_t(differs.first - held.begin());
+  std::copy(held.begin() + first, held.end(), row + first);
+  NT_CUDA_CHECK(cudaMemcpyAsync(device_.as<int32_t>() + seq * width_ + first, row + first, (held.size() - first) * 4,
+                                cudaMemcpyHostToDevice, stream));
+}
+
+}  // namespace nt
