@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/decode_ahead.h"
 #include "backend/cuda/dequantize.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
@@ -173,7 +174,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // The sampler's error for a row top_logits found poisoned at index `poisoned`
   // (or, when it is negative, all -inf); the stream has drained.
   [[noreturn]] void fail_unsampleable(int32_t poisoned, int64_t top_k) const;
-  // Queues graphs kGreedyAhead ahead of the picks it hands over (decode_greedy, decode_sampled).
+  // Queues step graphs ahead of the picks it hands over (decode_greedy, decode_sampled; DecodeAhead).
   int64_t decode_ahead(int32_t token, int64_t pos, int64_t max_steps, int64_t top_k, StepGraph kind,
                        const std::function<void(int64_t)>& before_step, const std::function<bool(int32_t)>& on_token);
   // The graph of a one-token step prepared for max_keys keys, captured on first use.
@@ -349,12 +350,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // One-token steps by 2 * StepGraph + (short: prepared below kShortDecodeMaxKeys, not for the whole context).
   GraphCache decode_graphs_;
   GraphCache batch_graphs_;  // batched decode steps, by sequence count
-  PinnedBuffer sample_chain_;  // SampleChain: decode_sampled's parameters and draws
-  // decode_ahead keeps up to kGreedyAhead steps queued; step i's pick lands in
-  // greedy_picks_[position % kGreedyRing] and step_done_[i % kGreedyRing] marks it.
-  static constexpr int64_t kGreedyAhead = 3, kGreedyRing = kSampleUniforms;
-  PinnedBuffer greedy_picks_;
-  std::vector<cudaEvent_t> step_done_;
+  std::optional<DecodeAhead> ahead_;  // the step graphs' picks ring and sampling parameters
   std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
   LayerStreamer* streamer_ = nullptr;  // weights_'s; null when every layer is resident
@@ -446,7 +442,6 @@ CudaLlamaRunner::~CudaLlamaRunner() {
   host_.reset();
   if (stream_) cudaStreamSynchronize(stream_);
   weights_.reset();  // before the stream goes: the streamer's last copies wait on it
-  for (cudaEvent_t e : step_done_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -486,10 +481,7 @@ void CudaLlamaRunner::allocate_activations() {
   const uint64_t out_bytes = std::max({4 * uint64_t(config_.vocab_size), sizeof(TopLogit) * kMaxTopLogits + 4,
                                        4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
   host_io_ = PinnedBuffer(4 * uint64_t(batch_input_words(options_.max_batch)) + out_bytes, "token and logit transfers");
-  greedy_picks_ = PinnedBuffer(4 * kGreedyRing, "greedy picks");
-  sample_chain_ = PinnedBuffer(sizeof(SampleChain), "sampling parameters");
-  step_done_.resize(kGreedyRing);
-  for (cudaEvent_t& e : step_done_) NT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  ahead_.emplace();
 }
 
 Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
@@ -983,14 +975,14 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
   return decode_graphs_.get(2 * int(kind) + (max_keys != context_), stream_, [&] {
     if (kind == StepGraph::Logits || kind == StepGraph::Top) copy_inputs(1);  // the others advance on the device
     run_chunk(1, 0, max_keys, false);  // the position is the device's: graphs run no host layers
-    const StepAdvance advance{act_.tokens, act_.pos, greedy_picks_.as<int32_t>(), int(kGreedyRing)};
+    const StepAdvance advance = ahead_->advance(act_.tokens, act_.pos);
     if (kind == StepGraph::Greedy) {
       argmax_and_advance(act_.logits, config_.vocab_size, act_.argmax_scratch, advance, stream_);
     } else if (kind == StepGraph::Top) {
       select_top(true);
     } else if (kind == StepGraph::Sampled) {
       select_top(false);
-      sample_top_and_advance(act_.top, act_.top_k, act_.top_poisoned, sample_chain_.as<SampleChain>(), advance, stream_);
+      sample_top_and_advance(act_.top, act_.top_k, act_.top_poisoned, &ahead_->chain(), advance, stream_);
     }
   });
 }
@@ -1015,12 +1007,12 @@ int64_t CudaLlamaRunner::decode_sampled(int32_t token, int64_t pos, int64_t max_
   if (!decodes_in_graphs() || !sampler.runs_without_history() || !top_logits_fits(config_.vocab_size, k)) {
     return ModelRunner::decode_sampled(token, pos, max_steps, sampler, on_token);
   }
-  auto* chain = sample_chain_.as<SampleChain>();
+  SampleChain& chain = ahead_->chain();
   const SamplingParams& params = sampler.params();
-  chain->temperature = params.temperature;
-  chain->top_p = params.top_p;
-  chain->min_p = params.min_p;
-  const auto draw = [&](int64_t step) { chain->uniforms[(pos + step) % kSampleUniforms] = sampler.next_uniform(); };
+  chain.temperature = params.temperature;
+  chain.top_p = params.top_p;
+  chain.min_p = params.min_p;
+  const auto draw = [&](int64_t step) { chain.uniforms[(pos + step) % kSampleUniforms] = sampler.next_uniform(); };
   return decode_ahead(token, pos, max_steps, k, StepGraph::Sampled, draw, on_token);
 }
 
@@ -1040,31 +1032,13 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
   const auto queue = [&](int64_t step) {
     before_step(step);
     NT_CUDA_CHECK(cudaGraphLaunch(decode_max_keys(pos + step) == decode_max_keys(pos) ? first : later, stream_));
-    NT_CUDA_CHECK(cudaEventRecord(step_done_[size_t(step % kGreedyRing)], stream_));
   };
-  const volatile int32_t* picks = greedy_picks_.as<int32_t>();
-  const int64_t ahead = std::min(kGreedyAhead, max_steps);
-  int64_t handed = 0;
-  try {
-    for (int64_t step = 0; step < ahead; ++step) queue(step);
-    while (handed < max_steps) {
-      NT_CUDA_CHECK(cudaEventSynchronize(step_done_[size_t(handed % kGreedyRing)]));
-      const int32_t pick = picks[(pos + handed) % kGreedyRing];
-      if (pick < 0) {  // the step found its row poisoned or all -inf and did not advance
-        NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        int32_t poisoned;
-        NT_CUDA_CHECK(cudaMemcpy(&poisoned, act_.top_poisoned, 4, cudaMemcpyDeviceToHost));
-        fail_unsampleable(poisoned, top_k);
-      }
-      if (handed + ahead < max_steps) queue(handed + ahead);
-      ++handed;
-      if (!on_token(pick)) break;
-    }
-  } catch (...) {
-    cudaStreamSynchronize(stream_);  // the queued steps use the buffers the next call writes
-    throw;
-  }
-  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto poisoned = [&] {
+    int32_t index;
+    NT_CUDA_CHECK(cudaMemcpy(&index, act_.top_poisoned, 4, cudaMemcpyDeviceToHost));
+    fail_unsampleable(index, top_k);
+  };
+  const int64_t handed = ahead_->run(stream_, pos, max_steps, queue, on_token, poisoned);
   settle_default(pos + handed);  // the steps queued past the last pick are overwritten later
   return handed;
 }

@@ -39,7 +39,8 @@ struct CudaRunnerOptions {
   // a kernel (quantized_gemm.h).
   int64_t gemm_min_tokens = 16;
   int64_t decode_gemm_min_tokens = 65;
-  int64_t int8_gemm_min_tokens = 6;  // 8B Q4_K on the H200: batch 8 decodes 2,136 tok/s here, 1,137 through the mat-vec
+  // 5 sequences on the H200: 8B Q4_K 1,340 tok/s here, 1,097 through the mat-vec; 70B Q4_K_M 180 and 139 (at 4: 1,053 / 1,070, 144 / 140)
+  int64_t int8_gemm_min_tokens = 5;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
