@@ -1,7 +1,9 @@
 // CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
 // budget are resident; the rest stream per pass through a LayerStreamer
 // (layer_stream.h) from pinned RAM or storage; DeviceWeights (device_weights.h)
-// places and uploads them. Resident decode steps replay a
+// places and uploads them; LayerPass (layer_pass.h) computes each layer over
+// a chunk's rows, the runner drives the layer loop, the head and the
+// sequences' pages. Resident decode steps replay a
 // captured CUDA graph (one for positions below kShortDecodeMaxKeys, whose
 // attention needs no key splits, one for the rest); the position and token
 // live in device memory, so the graphs never need updating. Prefill runs in chunks of
@@ -11,11 +13,7 @@
 // from the block table (page_table.h; runner_memory.h plans the device
 // memory; batched decode steps replay a graph per sequence count).
 // A batch's stepwise runs (speculative verification) compute each of their
-// rows as a one-token step does, in the same pass: their columns go through
-// mat-vec launches that compute every column as the one-column launch does
-// (matvec_stepwise), with the step's folded norms, and each row attends as
-// the decode step at its position would (a token tree's row as the step at
-// its path position, reading its ancestors' keys where the tree cached them).
+// rows as a one-token step does, in the same pass (LayerPass::stepwise_layer).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -43,13 +41,13 @@
 #include "backend/cuda/graph_cache.h"
 #include "backend/cuda/host_layers.h"
 #include "backend/cuda/kv_rows.h"
+#include "backend/cuda/layer_pass.h"
 #include "backend/cuda/layer_stream.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/page_table.h"
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
-#include "backend/cuda/quantized_gemm.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "model/llama_weights.h"
@@ -57,15 +55,6 @@
 
 namespace nt {
 namespace {
-
-// One input of the matrix products, in each form a consumer may need.
-struct Input {
-  const float* f32;
-  const int8_t* q8;
-  const float2* q8_scales;
-  const uint16_t* f16;
-  int64_t cols;
-};
 
 // Also a stage of a layer-split pipeline (pipeline_stage.h) when
 // options.stage names its layers: it then holds only those, and the pipeline
@@ -197,42 +186,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     int64_t keep = 0;
   };
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
-  // The rows of a chunk that belong to one sequence (its block table row),
-  // the device-side position of its first row, and the most keys it sees.
-  struct ChunkSequence {
-    int64_t first_row = 0, rows = 0;
-    const int32_t* pos = nullptr;
-    int64_t max_keys = 0;
-    SeqId seq = 0;
-    int64_t first_pos = 0;
-    bool stepwise = false;  // a stepwise run's rows (BatchEntry::stepwise)
-    int64_t tree_start = -1;  // a token tree's first position (its rows' masks in ChunkRows); -1: causal
-  };
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
   struct HeadRows {
     int64_t count = 0;
     const int32_t* gather = nullptr;
-  };
-  // A chunk's sequences and the books of their pages; for a batch also every
-  // row's position and sequence (device), so one launch stores the whole
-  // chunk's keys and values. The
-  // last stepwise_rows rows are those of stepwise runs (batches only). With
-  // token trees, every row's RoPE position and `tree_words` words of
-  // ancestor bits a row (device), and their rows for the host layers; or,
-  // when the trees run stepwise, each row's parent within its run
-  // (AttentionParams::path_parents) instead of the bits.
-  struct ChunkRows {
-    std::span<const ChunkSequence> seqs;
-    const KvPages* pages = nullptr;
-    const int32_t* token_pos = nullptr;
-    const int32_t* token_seq = nullptr;
-    int64_t stepwise_rows = 0;
-    const int32_t* token_rope_pos = nullptr;
-    const uint32_t* tree_masks = nullptr;
-    int tree_words = 0;
-    const cpu::TreeRows* host_trees = nullptr;
-    const int32_t* path_parents = nullptr;
   };
   // Runs n tokens of the default sequence at `pos` (on the device at
   // act_.pos); logits of the last token (or all) into act_.logits.
@@ -244,28 +202,6 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // the head's rows' logits into act_.logits, then (stepwise rows) every
   // stepwise row's.
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
-  // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
-  // columns or GEMM, prefill attention; `fold`: one token folding its norms
-  // (folds_norms), `attn_folded`: the previous layer wrote this one's norm
-  // input, next_norm the norm after it.
-  void chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
-                   const ChunkRows& rows, const float* next_norm);
-  // Layer L over rows [first, n), those of stepwise runs: each with the
-  // arithmetic of a one-token step (the decode mat-vec's, its folded norms
-  // when `fold`, attention at its own key count), all rows sharing every
-  // weight read.
-  void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
-                      const ChunkRows& rows, const float* next_norm);
-  // The final norm and head over rows [first, n) as stepwise_layer computes
-  // them, their logits from row `to` of act_.logits on.
-  void stepwise_head(int64_t first, int64_t n, bool fold, int64_t to);
-  // Layer l's RoPE, cache store and attention over the chunk's rows; whether
-  // attention also wrote wo's q8 input.
-  bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
-  // The shapes of this model's RoPE + cache-store and attention launches
-  // (positions, rows and caches left to the caller).
-  RopeKvParams rope_shape() const;
-  AttentionParams attention_shape() const;
   // Whether the host computes layer l in a pass of n tokens (the hybrid split).
   bool on_host(int64_t l, int64_t n) const { return host_ && n <= options_.cpu_max_tokens && host_->computes(l); }
   // Whether the token trees among rows [at, at + n) run as stepwise rows:
@@ -277,7 +213,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // pending token) to `deepest` all take the short-context decode that can
   // follow a path's keys.
   bool tree_paths_attend_stepwise(int64_t pos, int64_t deepest) const {
-    AttentionParams step = attention_shape();
+    AttentionParams step = pass_->attention_shape();
     step.n_tokens = 1;
     step.max_keys = decode_max_keys(deepest);
     return step.max_keys == decode_max_keys(pos) && attention_follows_tree_paths(step);
@@ -291,37 +227,14 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
                                      std::span<const int32_t> layers, const std::function<void()>& pass);
   // The KV caches' layout, for the kernels that move rows (layers, rows and staging unset).
   KvRowsParams cache_layout() const;
-  // Layer `layer`'s K and V in page 0 of the pool, and sequence seq's pages.
-  uint16_t* k_cache_at(int64_t layer) const;
-  uint16_t* v_cache_at(int64_t layer) const;
-  KvPaging paging(SeqId seq) const { return {page_table_->row(seq), page_stride()}; }
-  int64_t page_stride() const { return stage_layers() * config_.n_kv_heads * kKvTile * config_.head_dim; }
   // The pages of a pass's sequences into the block table, before it queues anything.
   void sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
   bool folds_norms(int64_t n, bool use_gemm) const;
-  // The keys a one-token step at `pos` is prepared for: the short-context
-  // attention below kShortDecodeMaxKeys, else the whole context.
-  int64_t decode_max_keys(int64_t pos) const {
-    return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
-  }
-  // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
-  void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
-              const NormOut& norm_out = {});
-  // The input form of x's n rows of cols; the q8 form from row first_row of act_.q8 on.
-  Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
-  // How the running chunk's matrices multiply (set by run_chunk): cuBLAS
-  // from gemm_from tokens; below it the int8 GEMM when `int8` (decode
-  // batches, from int8_gemm_min_tokens), else the mat-vec.
-  struct MatmulPaths {
-    int64_t gemm_from = 0;
-    bool int8 = false;
-  };
+  int64_t decode_max_keys(int64_t pos) const { return pass_->decode_max_keys(pos); }
+  // Decode batches (one token a run) may take the int8 GEMM; prompt chunks keep f16 GEMMs.
   MatmulPaths matmul_paths(bool one_token_runs) const {
     return one_token_runs ? MatmulPaths{options_.decode_gemm_min_tokens, true} : MatmulPaths{options_.gemm_min_tokens, false};
-  }
-  bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
-    return paths_.int8 && n >= options_.int8_gemm_min_tokens && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
 
   LlamaConfig config_;
@@ -345,7 +258,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::optional<DevicePageTable> page_table_;
   PassBuffers act_;
   std::optional<Gemm> gemm_;
-  MatmulPaths paths_;  // the running chunk's
+  std::optional<LayerPass> pass_;  // the layers' kernels, over act_, gemm_ and the pool
   PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick, the top or a batch's picks
   // One-token steps by 2 * StepGraph + (short: prepared below kShortDecodeMaxKeys, not for the whole context).
   GraphCache decode_graphs_;
@@ -429,6 +342,8 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   streamer_ = weights_->streamer();
   allocate_caches(weights, buffers);
   allocate_activations();
+  pass_.emplace(config_, context_, act_, *gemm_, KvPool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_},
+                weights_->inv_freq(), device_.multiprocessors, options_.int8_gemm_min_tokens, stream_);
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
@@ -484,44 +399,6 @@ void CudaLlamaRunner::allocate_activations() {
   ahead_.emplace();
 }
 
-Input CudaLlamaRunner::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
-  if (use_gemm) {
-    convert_f32_to_f16(x, n * cols, act_.f16, stream_);
-    return Input{x, nullptr, nullptr, act_.f16, cols};
-  }
-  if (cols % 32 != 0) return Input{x, nullptr, nullptr, nullptr, cols};  // only float weights have such rows: f32 input
-  int8_t* q8 = act_.q8 + first_row * cols;
-  float2* scales = act_.q8_scales + first_row * cols / 32;
-  quantize_activations(x, n, cols, q8, scales, stream_);
-  return Input{x, q8, scales, nullptr, cols};
-}
-
-void CudaLlamaRunner::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
-                             bool accumulate, const NormOut& norm_out) {
-  if (n >= paths_.gemm_from) {
-    gemm_->run(m, in.f16, n, y, y_stride, accumulate, stream_);
-    return;
-  }
-  if (int8_gemm_takes(m, n) && in.q8) {
-    DeviceBuffer& scratch = gemm_->scratch();
-    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size(),
-                    device_.multiprocessors},
-                   stream_);
-    return;
-  }
-  for (int64_t t = 0; t < n; t += kMatvecMaxColumns) {
-    const int columns = int(std::min<int64_t>(kMatvecMaxColumns, n - t));
-    MatvecParams p;
-    p.w = m;
-    p.x = {in.f32 + t * in.cols, in.q8 ? in.q8 + t * in.cols : nullptr, in.q8_scales ? in.q8_scales + t * in.cols / 32 : nullptr};
-    p.y = y + t * y_stride;
-    p.y_stride = y_stride;
-    p.residual = accumulate ? p.y : nullptr;
-    p.norm_out = norm_out;
-    matvec(p, columns, stream_);
-  }
-}
-
 // One-token steps fold the RMSNorms into the mat-vecs on each side (NormIn
 // and NormOut in matvec.h) when every matrix takes q8 activations: wo and
 // down write the next norm's q8 input, so two launches a layer drop out
@@ -547,117 +424,8 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   return true;
 }
 
-uint16_t* CudaLlamaRunner::k_cache_at(int64_t layer) const {
-  return k_cache_.as<uint16_t>() + (layer - first_layer_) * config_.n_kv_heads * kKvTile * config_.head_dim;
-}
-
-uint16_t* CudaLlamaRunner::v_cache_at(int64_t layer) const {
-  return v_cache_.as<uint16_t>() + (layer - first_layer_) * config_.n_kv_heads * kKvTile * config_.head_dim;
-}
-
 void CudaLlamaRunner::sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs) {
   for (const SequenceRun& r : runs) page_table_->sync(pages, r.seq, stream_);
-}
-
-RopeKvParams CudaLlamaRunner::rope_shape() const {
-  const LlamaConfig& c = config_;
-  RopeKvParams rope;
-  rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
-  rope.inv_freq = weights_->inv_freq();
-  rope.rope_pairs = int(c.rope_dim / 2);
-  rope.n_heads = int(c.n_heads);
-  rope.n_kv_heads = int(c.n_kv_heads);
-  rope.head_dim = int(c.head_dim);
-  rope.paging = {page_table_->table(), page_stride()};
-  rope.table_width = page_table_->width();
-  return rope;
-}
-
-AttentionParams CudaLlamaRunner::attention_shape() const {
-  const LlamaConfig& c = config_;
-  AttentionParams shape;
-  shape.q_stride = c.q_dim() + 2 * c.kv_dim();
-  shape.out_stride = c.q_dim();
-  shape.n_heads = int(c.n_heads);
-  shape.n_kv_heads = int(c.n_kv_heads);
-  shape.head_dim = int(c.head_dim);
-  shape.partials = act_.partials;
-  return shape;
-}
-
-bool CudaLlamaRunner::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
-  const LlamaConfig& c = config_;
-  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  RopeKvParams rope = rope_shape();
-  const AttentionParams shape = attention_shape();
-  if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
-    rope.qkv = act_.qkv;
-    rope.n_tokens = n;
-    rope.token_pos = rows.token_pos;
-    rope.token_row = rows.token_seq;
-    rope.token_rope_pos = rows.token_rope_pos;
-    rope.k_cache = k_cache_at(l);
-    rope.v_cache = v_cache_at(l);
-    rope_and_store_kv(rope, stream_);
-  }
-  const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
-  bool att_q8 = false;
-  for (size_t i = 0; i < rows.seqs.size();) {
-    const ChunkSequence& s = rows.seqs[i];
-    // Consecutive one-token sequences attend in one launch (a tree's row sees its ancestors apart).
-    const auto alone = [&](const ChunkSequence& q) { return q.rows == 1 && q.tree_start < 0; };
-    size_t run = 1;
-    while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
-    AttentionParams att = shape;
-    uint16_t* k_cache = k_cache_at(l);
-    uint16_t* v_cache = v_cache_at(l);
-    att.q = act_.qkv + s.first_row * qkv_width;
-    att.out = act_.att + s.first_row * c.q_dim();
-    att.k_cache = k_cache;
-    att.v_cache = v_cache;
-    att.paging = paging(s.seq);
-    att.pos = s.pos;
-    att.n_tokens = s.rows;
-    att.max_keys = s.rows == 1 ? s.max_keys : 0;
-    att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, device_.multiprocessors);
-    if (s.tree_start >= 0) {
-      att.tree_mask = rows.tree_masks + s.first_row * rows.tree_words;
-      att.tree_words = rows.tree_words;
-      att.tree_start = s.tree_start;
-    }
-    if (run > 1) {
-      att.n_seqs = int64_t(run);
-      att.pos = rows.token_pos + s.first_row;
-      att.paging.pages = page_table_->table();
-      att.seq_rows = rows.token_seq + s.first_row;
-      att.table_width = page_table_->width();
-      att.max_keys = 0;
-      att.n_splits = 1;
-    } else if (!rows.token_pos) {
-      // One sequence of the default path. One token: RoPE, the cache store
-      // and wo's q8 input happen inside the attention launch, so Q/K/V,
-      // attention and wo follow each other directly.
-      if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
-        att.rope = {weights_->inv_freq(), int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
-        if (matvec_wants_q8(L.wo.type)) {
-          att.out_q8 = act_.q8;
-          att.out_q8_scales = act_.q8_scales;
-          att_q8 = true;
-        }
-      } else {
-        rope.qkv = act_.qkv + s.first_row * qkv_width;
-        rope.n_tokens = s.rows;
-        rope.pos = s.pos;
-        rope.paging = att.paging;
-        rope.k_cache = k_cache;
-        rope.v_cache = v_cache;
-        rope_and_store_kv(rope, stream_);
-      }
-    }
-    attention(att, stream_);
-    i += run;
-  }
-  return att_q8;
 }
 
 void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<const int32_t> layers, const HeadRows& head,
@@ -667,9 +435,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const int64_t m = n - chunk.stepwise_rows;
   const auto stepwise_seqs =
       std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
-  // A decode batch (one token of each sequence) may take the int8 GEMM; prompt chunks keep f16 GEMMs.
-  paths_ = matmul_paths(std::all_of(chunk.seqs.begin(), stepwise_seqs, [](const ChunkSequence& s) { return s.rows == 1; }));
-  const bool use_gemm = m >= paths_.gemm_from;
+  pass_->set_paths(matmul_paths(std::all_of(chunk.seqs.begin(), stepwise_seqs, [](const ChunkSequence& s) { return s.rows == 1; })));
+  const bool use_gemm = m >= pass_->paths().gemm_from;
   // The head's folded input comes from the last layer's down: a stage may run none.
   const bool fold = m == n && may_fold && folds_norms(n, use_gemm) && !layers.empty();
   const bool step_fold = m < n && folds_norms(1, false) && !layers.empty();
@@ -715,8 +482,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     // folding, each layer's down writes its input and the next layer's
     // attention reads it (the first layer normalizes its own).
     const float* next_norm = i + 1 < layers.size() ? weights_->layer(layers[i + 1]).attn_norm : weights_->output_norm();
-    if (m > 0) chunk_layer(L, int64_t(l), m, use_gemm, fold, fold && i > 0, chunked, next_norm);
-    if (m < n) stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
+    if (m > 0) pass_->chunk_layer(L, int64_t(l), m, use_gemm, fold, fold && i > 0, chunked, next_norm);
+    if (m < n) pass_->stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
   if (host_ && n > options_.cpu_max_tokens) host_->after_gpu_pass(host_rows_, stream_);
@@ -725,14 +492,14 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 
   // Final norm and classifier, for the head's rows, then every stepwise row.
   const int64_t rows = head.count;
-  if (m < n && has_head_) stepwise_head(m, n, step_fold, rows);
+  if (m < n && has_head_) pass_->stepwise_head(weights_->output(), weights_->output_norm(), m, n, step_fold, rows);
   if (rows == 0) return;
   const float* x_rows = act_.x + (m - rows) * c.dim;
   if (head.gather) {  // gather_rows_f32 reads act_.x as a matrix of n rows; act_.gate is free by now
     gather_rows_f32(place_device_matrix(TensorType::F32, n, c.dim, act_.x), head.gather, rows, act_.gate, stream_);
     x_rows = act_.gate;
   }
-  const bool head_gemm = rows >= paths_.gemm_from;
+  const bool head_gemm = rows >= pass_->paths().gemm_from;
   if (!fold) rms_norm(x_rows, weights_->output_norm(), rows, c.dim, c.rms_eps, act_.xn, head_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
   if (head_gemm) convert_f32_to_f16(act_.xn, rows * c.dim, act_.f16, stream_);
   if (fold) {  // one token, whose last down projection wrote the final norm's input
@@ -744,178 +511,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     p.y_stride = c.vocab_size;
     matvec(p, 1, stream_);
   } else {
-    matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
+    pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
   }
-}
-
-void CudaLlamaRunner::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
-                                  const ChunkRows& rows, const float* next_norm) {
-  const LlamaConfig& c = config_;
-  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
-  const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
-  // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
-  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
-    matmul(m, in, n, act_.x, c.dim, true, fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
-  };
-
-  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-  if (!attn_folded) rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
-  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
-  const Input normed{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
-  if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
-    MatvecPartsParams qkv;
-    for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
-    qkv.x = {act_.xn, act_.q8, act_.q8_scales};
-    if (attn_folded) {
-      qkv.x = folded_x;
-      qkv.norm_in = folded_in;
-    }
-    qkv.y = act_.qkv;
-    matvec_parts(qkv, stream_);
-  } else {
-    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, act_.qkv + part.out_offset, qkv_width, false);
-  }
-
-  const bool att_q8 = attend(L, l, n, use_gemm, rows);
-  const Input att_in = att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()} : prepare_input(act_.att, n, c.q_dim(), use_gemm);
-  add_to_residual(L.wo, att_in, L.ffn_norm);
-
-  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-  if (!fold) rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
-  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
-  if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
-    MatvecParams p;
-    p.w = L.gate;
-    p.w_up = L.up;
-    p.x = {act_.xn, act_.q8, act_.q8_scales};
-    if (fold) {
-      p.x = folded_x;
-      p.norm_in = folded_in;
-    }
-    p.y = act_.h;
-    p.y_stride = c.ffn_dim;
-    matvec(p, int(n), stream_);
-  } else {
-    matmul(L.gate, normed, n, act_.gate, c.ffn_dim, false);
-    matmul(L.up, normed, n, act_.up, c.ffn_dim, false);
-    swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
-  }
-  add_to_residual(L.down, prepare_input(act_.h, n, c.ffn_dim, use_gemm), next_norm);
-}
-
-void CudaLlamaRunner::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
-                                     bool attn_folded, const ChunkRows& rows, const float* next_norm) {
-  const LlamaConfig& c = config_;
-  const int64_t s = n - first, dim = c.dim, qkv_width = c.q_dim() + 2 * c.kv_dim();
-  float* x = act_.x + first * dim;
-  // Row r's folded-norm input, and its plain normalized form.
-  const Activations folded_x{nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
-  const NormIn folded_in{act_.norm_sumsq + first * dim / 32, c.rms_eps};
-  float* xn = act_.xn + first * dim;
-  int8_t* xn_q8 = act_.q8 + first * dim;
-  float2* xn_scales = act_.q8_scales + first * dim / 32;
-  const Activations normed{xn, xn_q8, xn_scales};
-  const auto norm_of = [&](const float* weight) {
-    return NormOut{weight, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32, act_.norm_sumsq + first * dim / 32};
-  };
-  // x += m * in, as a one-token step's wo and down do.
-  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
-    MatvecParams p;
-    p.w = m;
-    p.x = {in.f32, in.q8, in.q8_scales};
-    p.y = x;
-    p.y_stride = dim;
-    p.residual = x;
-    if (fold && norm) p.norm_out = norm_of(norm);
-    matvec_stepwise(p, s, stream_);
-  };
-
-  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-  if (!attn_folded) rms_norm(x, L.attn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
-  MatvecPartsParams qkv;
-  for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
-  qkv.x = attn_folded ? folded_x : normed;
-  if (attn_folded) qkv.norm_in = folded_in;
-  qkv.y = act_.qkv + first * qkv_width;
-  matvec_parts_stepwise(qkv, s, qkv_width, stream_);
-  // Every row's RoPE and cache store, then each row attends as a one-token
-  // step at its position does: its key count picks the kernel and the splits.
-  RopeKvParams rope = rope_shape();
-  rope.qkv = act_.qkv + first * qkv_width;
-  rope.n_tokens = s;
-  rope.token_pos = rows.token_pos + first;
-  rope.token_row = rows.token_seq + first;
-  if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
-  rope.k_cache = k_cache_at(l);
-  rope.v_cache = v_cache_at(l);
-  rope_and_store_kv(rope, stream_);
-  for (const ChunkSequence& seq : rows.seqs) {
-    if (!seq.stepwise) continue;
-    for (int64_t t = 0; t < seq.rows; ++t) {
-      const int64_t row = seq.first_row + t;
-      AttentionParams att = attention_shape();
-      att.q = act_.qkv + row * qkv_width;
-      att.out = act_.att + row * c.q_dim();
-      att.k_cache = k_cache_at(l);
-      att.v_cache = v_cache_at(l);
-      att.paging = paging(seq.seq);
-      att.pos = rows.token_pos + row;
-      att.n_tokens = 1;
-      att.max_keys = decode_max_keys(seq.first_pos + t);
-      att.n_splits = attention_splits(1, att.n_heads, att.n_kv_heads, att.head_dim, att.max_keys, device_.multiprocessors);
-      att.keys_just_stored = true;
-      if (seq.tree_start >= 0) {  // a tree's row: its path's keys, at its path position (trees_run_stepwise)
-        att.pos = rows.token_rope_pos + row;
-        att.max_keys = decode_max_keys(seq.first_pos);
-        att.tree_start = seq.tree_start;
-        att.path_parents = rows.path_parents + seq.first_row;
-        att.path_self = int(t);
-      }
-      attention(att, stream_);
-    }
-  }
-  add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
-
-  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-  if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
-  float* h = act_.h + first * c.ffn_dim;
-  MatvecParams p;
-  p.w = L.gate;
-  p.x = fold ? folded_x : normed;
-  if (fold) p.norm_in = folded_in;
-  p.y_stride = c.ffn_dim;
-  if (L.gate.type == L.up.type) {
-    p.w_up = L.up;
-    p.y = h;
-    matvec_stepwise(p, s, stream_);
-  } else {  // folds_norms never folds these: normed holds the input
-    p.y = act_.gate + first * c.ffn_dim;
-    matvec_stepwise(p, s, stream_);
-    p.w = L.up;
-    p.y = act_.up + first * c.ffn_dim;
-    matvec_stepwise(p, s, stream_);
-    swiglu(act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
-  }
-  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
-}
-
-void CudaLlamaRunner::stepwise_head(int64_t first, int64_t n, bool fold, int64_t to) {
-  const LlamaConfig& c = config_;
-  const int64_t s = n - first, dim = c.dim;
-  MatvecParams p;
-  p.w = weights_->output();
-  if (fold) {  // the last layer's down wrote the final norm's input
-    p.x = {nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
-    p.norm_in = {act_.norm_sumsq + first * dim / 32, c.rms_eps};
-  } else {
-    p.x = {act_.xn + first * dim, act_.q8 + first * dim, act_.q8_scales + first * dim / 32};
-    rms_norm(act_.x + first * dim, weights_->output_norm(), s, dim, c.rms_eps, act_.xn + first * dim, act_.q8 + first * dim,
-             act_.q8_scales + first * dim / 32, stream_);
-  }
-  p.y = act_.logits + to * c.vocab_size;
-  p.y_stride = c.vocab_size;
-  matvec_stepwise(p, s, stream_);
 }
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
@@ -1115,7 +712,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
-  const uint64_t page_bytes = 2 * uint64_t(page_stride());
+  const uint64_t page_bytes = 2 * uint64_t(pass_->page_stride());
   for (const PageCopy& copy : copies) {
     for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
       auto* base = cache->as<uint8_t>();
@@ -1133,7 +730,7 @@ KvRowsParams CudaLlamaRunner::cache_layout() const {
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
   p.layer_stride = c.n_kv_heads * kKvTile * c.head_dim;
-  p.page_stride = page_stride();  // a pipeline stage holds its layers only
+  p.page_stride = pass_->page_stride();  // a pipeline stage holds its layers only
   p.page_size = kKvTile;
   p.n_kv_heads = int(c.n_kv_heads);
   p.head_dim = int(c.head_dim);

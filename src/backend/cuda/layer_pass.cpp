@@ -1,0 +1,337 @@
+#include "backend/cuda/layer_pass.h"
+
+#include "backend/cuda/dequantize.h"
+
+namespace nt {
+
+LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
+                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, cudaStream_t stream)
+    : config_(config),
+      context_(context),
+      act_(act),
+      gemm_(gemm),
+      pool_(pool),
+      inv_freq_(inv_freq),
+      multiprocessors_(multiprocessors),
+      int8_min_tokens_(int8_min_tokens),
+      stream_(stream) {}
+
+Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
+  if (use_gemm) {
+    convert_f32_to_f16(x, n * cols, act_.f16, stream_);
+    return Input{x, nullptr, nullptr, act_.f16, cols};
+  }
+  if (cols % 32 != 0) return Input{x, nullptr, nullptr, nullptr, cols};  // only float weights have such rows: f32 input
+  int8_t* q8 = act_.q8 + first_row * cols;
+  float2* scales = act_.q8_scales + first_row * cols / 32;
+  quantize_activations(x, n, cols, q8, scales, stream_);
+  return Input{x, q8, scales, nullptr, cols};
+}
+
+void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
+                             bool accumulate, const NormOut& norm_out) {
+  if (n >= paths_.gemm_from) {
+    gemm_.run(m, in.f16, n, y, y_stride, accumulate, stream_);
+    return;
+  }
+  if (int8_gemm_takes(m, n) && in.q8) {
+    DeviceBuffer& scratch = gemm_.scratch();
+    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size(),
+                    multiprocessors_},
+                   stream_);
+    return;
+  }
+  for (int64_t t = 0; t < n; t += kMatvecMaxColumns) {
+    const int columns = int(std::min<int64_t>(kMatvecMaxColumns, n - t));
+    MatvecParams p;
+    p.w = m;
+    p.x = {in.f32 + t * in.cols, in.q8 ? in.q8 + t * in.cols : nullptr, in.q8_scales ? in.q8_scales + t * in.cols / 32 : nullptr};
+    p.y = y + t * y_stride;
+    p.y_stride = y_stride;
+    p.residual = accumulate ? p.y : nullptr;
+    p.norm_out = norm_out;
+    matvec(p, columns, stream_);
+  }
+}
+
+uint16_t* LayerPass::k_cache_at(int64_t layer) const {
+  return pool_.k + (layer - pool_.first_layer) * config_.n_kv_heads * kKvTile * config_.head_dim;
+}
+
+uint16_t* LayerPass::v_cache_at(int64_t layer) const {
+  return pool_.v + (layer - pool_.first_layer) * config_.n_kv_heads * kKvTile * config_.head_dim;
+}
+
+RopeKvParams LayerPass::rope_shape() const {
+  const LlamaConfig& c = config_;
+  RopeKvParams rope;
+  rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
+  rope.inv_freq = inv_freq_;
+  rope.rope_pairs = int(c.rope_dim / 2);
+  rope.n_heads = int(c.n_heads);
+  rope.n_kv_heads = int(c.n_kv_heads);
+  rope.head_dim = int(c.head_dim);
+  rope.paging = {pool_.table->table(), page_stride()};
+  rope.table_width = pool_.table->width();
+  return rope;
+}
+
+AttentionParams LayerPass::attention_shape() const {
+  const LlamaConfig& c = config_;
+  AttentionParams shape;
+  shape.q_stride = c.q_dim() + 2 * c.kv_dim();
+  shape.out_stride = c.q_dim();
+  shape.n_heads = int(c.n_heads);
+  shape.n_kv_heads = int(c.n_kv_heads);
+  shape.head_dim = int(c.head_dim);
+  shape.partials = act_.partials;
+  return shape;
+}
+
+bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
+  const LlamaConfig& c = config_;
+  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  RopeKvParams rope = rope_shape();
+  const AttentionParams shape = attention_shape();
+  if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
+    rope.qkv = act_.qkv;
+    rope.n_tokens = n;
+    rope.token_pos = rows.token_pos;
+    rope.token_row = rows.token_seq;
+    rope.token_rope_pos = rows.token_rope_pos;
+    rope.k_cache = k_cache_at(l);
+    rope.v_cache = v_cache_at(l);
+    rope_and_store_kv(rope, stream_);
+  }
+  const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
+  bool att_q8 = false;
+  for (size_t i = 0; i < rows.seqs.size();) {
+    const ChunkSequence& s = rows.seqs[i];
+    // Consecutive one-token sequences attend in one launch (a tree's row sees its ancestors apart).
+    const auto alone = [&](const ChunkSequence& q) { return q.rows == 1 && q.tree_start < 0; };
+    size_t run = 1;
+    while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
+    AttentionParams att = shape;
+    uint16_t* k_cache = k_cache_at(l);
+    uint16_t* v_cache = v_cache_at(l);
+    att.q = act_.qkv + s.first_row * qkv_width;
+    att.out = act_.att + s.first_row * c.q_dim();
+    att.k_cache = k_cache;
+    att.v_cache = v_cache;
+    att.paging = paging(s.seq);
+    att.pos = s.pos;
+    att.n_tokens = s.rows;
+    att.max_keys = s.rows == 1 ? s.max_keys : 0;
+    att.n_splits = attention_splits(s.rows, att.n_heads, att.n_kv_heads, att.head_dim, s.max_keys, multiprocessors_);
+    if (s.tree_start >= 0) {
+      att.tree_mask = rows.tree_masks + s.first_row * rows.tree_words;
+      att.tree_words = rows.tree_words;
+      att.tree_start = s.tree_start;
+    }
+    if (run > 1) {
+      att.n_seqs = int64_t(run);
+      att.pos = rows.token_pos + s.first_row;
+      att.paging.pages = pool_.table->table();
+      att.seq_rows = rows.token_seq + s.first_row;
+      att.table_width = pool_.table->width();
+      att.max_keys = 0;
+      att.n_splits = 1;
+    } else if (!rows.token_pos) {
+      // One sequence of the default path. One token: RoPE, the cache store
+      // and wo's q8 input happen inside the attention launch, so Q/K/V,
+      // attention and wo follow each other directly.
+      if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
+        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+        if (matvec_wants_q8(L.wo.type)) {
+          att.out_q8 = act_.q8;
+          att.out_q8_scales = act_.q8_scales;
+          att_q8 = true;
+        }
+      } else {
+        rope.qkv = act_.qkv + s.first_row * qkv_width;
+        rope.n_tokens = s.rows;
+        rope.pos = s.pos;
+        rope.paging = att.paging;
+        rope.k_cache = k_cache;
+        rope.v_cache = v_cache;
+        rope_and_store_kv(rope, stream_);
+      }
+    }
+    attention(att, stream_);
+    i += run;
+  }
+  return att_q8;
+}
+
+void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
+                                  const ChunkRows& rows, const float* next_norm) {
+  const LlamaConfig& c = config_;
+  const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
+  const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
+  const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
+  // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
+  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
+    matmul(m, in, n, act_.x, c.dim, true, fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+  };
+
+  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  if (!attn_folded) rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  const Input normed{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
+  if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
+    MatvecPartsParams qkv;
+    for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+    qkv.x = {act_.xn, act_.q8, act_.q8_scales};
+    if (attn_folded) {
+      qkv.x = folded_x;
+      qkv.norm_in = folded_in;
+    }
+    qkv.y = act_.qkv;
+    matvec_parts(qkv, stream_);
+  } else {
+    for (const MatrixPart& part : L.qkv) matmul(part.m, normed, n, act_.qkv + part.out_offset, qkv_width, false);
+  }
+
+  const bool att_q8 = attend(L, l, n, use_gemm, rows);
+  const Input att_in = att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()} : prepare_input(act_.att, n, c.q_dim(), use_gemm);
+  add_to_residual(L.wo, att_in, L.ffn_norm);
+
+  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  if (!fold) rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
+    MatvecParams p;
+    p.w = L.gate;
+    p.w_up = L.up;
+    p.x = {act_.xn, act_.q8, act_.q8_scales};
+    if (fold) {
+      p.x = folded_x;
+      p.norm_in = folded_in;
+    }
+    p.y = act_.h;
+    p.y_stride = c.ffn_dim;
+    matvec(p, int(n), stream_);
+  } else {
+    matmul(L.gate, normed, n, act_.gate, c.ffn_dim, false);
+    matmul(L.up, normed, n, act_.up, c.ffn_dim, false);
+    swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
+  }
+  add_to_residual(L.down, prepare_input(act_.h, n, c.ffn_dim, use_gemm), next_norm);
+}
+
+void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
+                                     bool attn_folded, const ChunkRows& rows, const float* next_norm) {
+  const LlamaConfig& c = config_;
+  const int64_t s = n - first, dim = c.dim, qkv_width = c.q_dim() + 2 * c.kv_dim();
+  float* x = act_.x + first * dim;
+  // Row r's folded-norm input, and its plain normalized form.
+  const Activations folded_x{nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
+  const NormIn folded_in{act_.norm_sumsq + first * dim / 32, c.rms_eps};
+  float* xn = act_.xn + first * dim;
+  int8_t* xn_q8 = act_.q8 + first * dim;
+  float2* xn_scales = act_.q8_scales + first * dim / 32;
+  const Activations normed{xn, xn_q8, xn_scales};
+  const auto norm_of = [&](const float* weight) {
+    return NormOut{weight, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32, act_.norm_sumsq + first * dim / 32};
+  };
+  // x += m * in, as a one-token step's wo and down do.
+  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
+    MatvecParams p;
+    p.w = m;
+    p.x = {in.f32, in.q8, in.q8_scales};
+    p.y = x;
+    p.y_stride = dim;
+    p.residual = x;
+    if (fold && norm) p.norm_out = norm_of(norm);
+    matvec_stepwise(p, s, stream_);
+  };
+
+  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  if (!attn_folded) rms_norm(x, L.attn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
+  MatvecPartsParams qkv;
+  for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+  qkv.x = attn_folded ? folded_x : normed;
+  if (attn_folded) qkv.norm_in = folded_in;
+  qkv.y = act_.qkv + first * qkv_width;
+  matvec_parts_stepwise(qkv, s, qkv_width, stream_);
+  // Every row's RoPE and cache store, then each row attends as a one-token
+  // step at its position does: its key count picks the kernel and the splits.
+  RopeKvParams rope = rope_shape();
+  rope.qkv = act_.qkv + first * qkv_width;
+  rope.n_tokens = s;
+  rope.token_pos = rows.token_pos + first;
+  rope.token_row = rows.token_seq + first;
+  if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
+  rope.k_cache = k_cache_at(l);
+  rope.v_cache = v_cache_at(l);
+  rope_and_store_kv(rope, stream_);
+  for (const ChunkSequence& seq : rows.seqs) {
+    if (!seq.stepwise) continue;
+    for (int64_t t = 0; t < seq.rows; ++t) {
+      const int64_t row = seq.first_row + t;
+      AttentionParams att = attention_shape();
+      att.q = act_.qkv + row * qkv_width;
+      att.out = act_.att + row * c.q_dim();
+      att.k_cache = k_cache_at(l);
+      att.v_cache = v_cache_at(l);
+      att.paging = paging(seq.seq);
+      att.pos = rows.token_pos + row;
+      att.n_tokens = 1;
+      att.max_keys = decode_max_keys(seq.first_pos + t);
+      att.n_splits = attention_splits(1, att.n_heads, att.n_kv_heads, att.head_dim, att.max_keys, multiprocessors_);
+      att.keys_just_stored = true;
+      if (seq.tree_start >= 0) {  // a tree's row: its path's keys, at its path position (trees_run_stepwise)
+        att.pos = rows.token_rope_pos + row;
+        att.max_keys = decode_max_keys(seq.first_pos);
+        att.tree_start = seq.tree_start;
+        att.path_parents = rows.path_parents + seq.first_row;
+        att.path_self = int(t);
+      }
+      attention(att, stream_);
+    }
+  }
+  add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
+
+  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
+  float* h = act_.h + first * c.ffn_dim;
+  MatvecParams p;
+  p.w = L.gate;
+  p.x = fold ? folded_x : normed;
+  if (fold) p.norm_in = folded_in;
+  p.y_stride = c.ffn_dim;
+  if (L.gate.type == L.up.type) {
+    p.w_up = L.up;
+    p.y = h;
+    matvec_stepwise(p, s, stream_);
+  } else {  // folds_norms never folds these: normed holds the input
+    p.y = act_.gate + first * c.ffn_dim;
+    matvec_stepwise(p, s, stream_);
+    p.w = L.up;
+    p.y = act_.up + first * c.ffn_dim;
+    matvec_stepwise(p, s, stream_);
+    swiglu(act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
+  }
+  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
+}
+
+void LayerPass::stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold,
+                              int64_t to) {
+  const LlamaConfig& c = config_;
+  const int64_t s = n - first, dim = c.dim;
+  MatvecParams p;
+  p.w = output;
+  if (fold) {  // the last layer's down wrote the final norm's input
+    p.x = {nullptr, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32};
+    p.norm_in = {act_.norm_sumsq + first * dim / 32, c.rms_eps};
+  } else {
+    p.x = {act_.xn + first * dim, act_.q8 + first * dim, act_.q8_scales + first * dim / 32};
+    rms_norm(act_.x + first * dim, output_norm, s, dim, c.rms_eps, act_.xn + first * dim, act_.q8 + first * dim,
+             act_.q8_scales + first * dim / 32, stream_);
+  }
+  p.y = act_.logits + to * c.vocab_size;
+  p.y_stride = c.vocab_size;
+  matvec_stepwise(p, s, stream_);
+}
+
+}  // namespace nt

@@ -1,0 +1,152 @@
+// One Llama layer on the GPU over the rows of a chunk, as the CUDA runner's
+// layer loop calls it: RMSNorm, Q/K/V, RoPE and the cache store, attention
+// over each sequence's pages, wo, the SwiGLU FFN, each step one call whose
+// kernel (mat-vec columns, the int8 GEMM, cuBLAS, or norms folded into the
+// mat-vecs) is chosen here from the chunk's shape. Rows of stepwise runs
+// (speculative verification) compute as one-token steps do: their columns go
+// through mat-vec launches that compute every column as the one-column launch
+// does (matvec_stepwise), with the step's folded norms, and each row attends
+// as the decode step at its position would (a token tree's row as the step at
+// its path position, reading its ancestors' keys where the tree cached them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/tree_rows.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_matrix.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/llama_ops.h"
+#include "backend/cuda/matvec.h"
+#include "backend/cuda/page_table.h"
+#include "backend/cuda/pass_buffers.h"
+#include "backend/cuda/quantized_gemm.h"
+#include "model/llama_config.h"
+#include "runtime/kv_pages.h"
+
+namespace nt {
+
+// One input of the matrix products, in each form a consumer may need.
+struct Input {
+  const float* f32;
+  const int8_t* q8;
+  const float2* q8_scales;
+  const uint16_t* f16;
+  int64_t cols;
+};
+
+// The rows of a chunk that belong to one sequence (its block table row),
+// the device-side position of its first row, and the most keys it sees.
+struct ChunkSequence {
+  int64_t first_row = 0, rows = 0;
+  const int32_t* pos = nullptr;
+  int64_t max_keys = 0;
+  SeqId seq = 0;
+  int64_t first_pos = 0;
+  bool stepwise = false;    // a stepwise run's rows (BatchEntry::stepwise)
+  int64_t tree_start = -1;  // a token tree's first position (its rows' masks in ChunkRows); -1: causal
+};
+
+// A chunk's sequences and the books of their pages; for a batch also every
+// row's position and sequence (device), so one launch stores the whole
+// chunk's keys and values. The last stepwise_rows rows are those of stepwise
+// runs (batches only). With token trees, every row's RoPE position and
+// `tree_words` words of ancestor bits a row (device), and their rows for the
+// host layers; or, when the trees run stepwise, each row's parent within its
+// run (AttentionParams::path_parents) instead of the bits.
+struct ChunkRows {
+  std::span<const ChunkSequence> seqs;
+  const KvPages* pages = nullptr;
+  const int32_t* token_pos = nullptr;
+  const int32_t* token_seq = nullptr;
+  int64_t stepwise_rows = 0;
+  const int32_t* token_rope_pos = nullptr;
+  const uint32_t* tree_masks = nullptr;
+  int tree_words = 0;
+  const cpu::TreeRows* host_trees = nullptr;
+  const int32_t* path_parents = nullptr;
+};
+
+// How a chunk's matrices multiply: cuBLAS from gemm_from tokens; below it
+// the int8 GEMM when `int8` (decode batches, from int8_min_tokens), else the mat-vec.
+struct MatmulPaths {
+  int64_t gemm_from = 0;
+  bool int8 = false;
+};
+
+// The paged KV pool of the layers [first_layer, ...) a runner holds.
+struct KvPool {
+  uint16_t* k = nullptr;  // page 0, the first layer held
+  uint16_t* v = nullptr;
+  int64_t first_layer = 0, layers = 0;
+  const DevicePageTable* table = nullptr;
+};
+
+class LayerPass {
+ public:
+  LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
+            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, cudaStream_t stream);
+
+  // The keys a one-token step at `pos` is prepared for: the short-context
+  // attention below kShortDecodeMaxKeys, else the whole context.
+  int64_t decode_max_keys(int64_t pos) const {
+    return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
+  }
+  // The shape of this model's attention launches (positions, rows and caches left to the caller).
+  AttentionParams attention_shape() const;
+  int64_t page_stride() const { return pool_.layers * config_.n_kv_heads * kKvTile * config_.head_dim; }
+  uint16_t* k_cache_at(int64_t layer) const;
+  uint16_t* v_cache_at(int64_t layer) const;
+
+  // The running chunk's paths (set before its layers).
+  void set_paths(MatmulPaths paths) { paths_ = paths; }
+  const MatmulPaths& paths() const { return paths_; }
+  bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
+    return paths_.int8 && n >= int8_min_tokens_ && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
+  }
+  // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
+  void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
+              const NormOut& norm_out = {});
+  // The input form of x's n rows of cols; the q8 form from row first_row of act.q8 on.
+  Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
+
+  // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
+  // columns or GEMM, prefill attention; `fold`: one token folding its norms,
+  // `attn_folded`: the previous layer wrote this one's norm input, next_norm
+  // the norm after it.
+  void chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
+                   const ChunkRows& rows, const float* next_norm);
+  // Layer L over rows [first, n), those of stepwise runs: each with the
+  // arithmetic of a one-token step (the decode mat-vec's, its folded norms
+  // when `fold`, attention at its own key count), all rows sharing every
+  // weight read.
+  void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
+                      const ChunkRows& rows, const float* next_norm);
+  // The final norm and head over rows [first, n) as stepwise_layer computes
+  // them, their logits from row `to` of act.logits on.
+  void stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold, int64_t to);
+
+ private:
+  // Layer l's RoPE, cache store and attention over the chunk's rows; whether
+  // attention also wrote wo's q8 input.
+  bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
+  RopeKvParams rope_shape() const;
+  KvPaging paging(SeqId seq) const { return {pool_.table->row(seq), page_stride()}; }
+
+  LlamaConfig config_;
+  int64_t context_;
+  PassBuffers& act_;
+  Gemm& gemm_;
+  KvPool pool_;
+  const float* inv_freq_;
+  int multiprocessors_;
+  int64_t int8_min_tokens_;
+  cudaStream_t stream_;
+  MatmulPaths paths_;
+};
+
+}  // namespace nt
