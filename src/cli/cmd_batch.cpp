@@ -172,25 +172,22 @@ void batch(const BatchOptions& o) {
   if (!o.speculation.draft_model.empty()) draft_model.emplace(o.speculation.draft_model, mo, loaded, o.parallel);
   // A line's prediction drafts through lookup, in place of the command's draft source.
   so.draft = [&](SeqId seq, const GenerationRequest& request) -> std::unique_ptr<DraftSource> {
-    if (!request.prediction.empty()) {
-      auto draft = std::make_unique<LookupDraft>();
-      draft->predict(request.prediction);
-      return draft;
-    }
+    if (!request.prediction.empty()) return LookupDraft::predicting(request.prediction);
     if (draft_model) return draft_model->draft_for(seq, request.sampling);
     return make_target_draft(o.speculation, loaded, request.sampling, seq);
   };
   so.draft_max = o.speculation.draft_max;
+  const std::vector<int32_t> default_prediction = prediction_tokens(o.speculation, tokenizer);  // --prediction
   if (o.speculation.enabled()) {
     GenerationRequest check;
     check.sampling = o.sampling;
+    check.prediction = default_prediction;  // read once, above
     so.draft(0, check);  // a bad --draft-self count fails here, before any request runs
     so.draft_tree = resolve_draft_tree(o.speculation, *loaded.runner);
   }
   const bool predicts = std::any_of(lines.begin(), lines.end(), [](const InputLine& l) { return !l.parsed.prediction.empty(); });
   if (o.speculation.enabled() || predicts) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
-  const std::vector<int32_t> default_prediction = prediction_tokens(o.speculation, tokenizer);  // --prediction
 
   size_t errors = 0;
   for (size_t i = 0; i < lines.size(); ++i) {

@@ -178,11 +178,7 @@ std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, Load
     }
     return std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
   }
-  if (o.looks_up()) {
-    auto draft = std::make_unique<LookupDraft>();
-    draft->predict(prediction_tokens(o, *target.tokenizer));
-    return draft;
-  }
+  if (o.looks_up()) return LookupDraft::predicting(prediction_tokens(o, *target.tokenizer));
   return nullptr;
 }
 

@@ -13,6 +13,12 @@ LookupDraft::LookupDraft(int64_t max_ngram, int64_t min_ngram) : max_ngram_(max_
   }
 }
 
+std::unique_ptr<LookupDraft> LookupDraft::predicting(std::vector<int32_t> prediction) {
+  auto draft = std::make_unique<LookupDraft>();
+  draft->predict(std::move(prediction));
+  return draft;
+}
+
 void LookupDraft::predict(std::vector<int32_t> prediction) {
   prediction_ = std::move(prediction);
   cursor_ = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/speculative.h"
@@ -19,6 +20,8 @@ class LookupDraft final : public DraftSource {
   // verifying it costs more than it saves (on the 2-core CPU, SmolLM2 chat
   // decoded at 0.66 of plain speed with them and 0.96 without).
   explicit LookupDraft(int64_t max_ngram = 3, int64_t min_ngram = 2);
+  // A draft with the default n-grams that searches `prediction` first (predict()).
+  static std::unique_ptr<LookupDraft> predicting(std::vector<int32_t> prediction);
 
   // Tokens the output is expected to contain, searched before the context.
   // Their first token drafts the rest when it is the context's last and no
