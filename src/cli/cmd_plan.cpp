@@ -48,6 +48,7 @@ struct PlanOptions {
   std::string vram_budget, ram_budget;
   int64_t context = 0;
   int64_t sequences = 1;
+  int64_t kv_pool = 0;               // KV positions shared by the sequences; 0: each one's whole context
   int64_t batch = kDefaultMaxBatch;  // the runner's prefill chunk
   int ring = 2;
   int gpu_sms = 0;
@@ -63,6 +64,14 @@ struct PlanOptions {
   double peer_gbps = 0;
   std::string draft_model;
 };
+
+// "KV cache (F16, 4 x 4096 tokens)", or with --kv-pool "(F16, a pool of 8192
+// tokens for 4 sequences)"; `prefix` goes first in the brackets.
+std::string kv_cache_label(const std::string& what, const std::string& prefix, const PlanOptions& o, int64_t context) {
+  if (o.kv_pool > 0) return fmt::format("{} ({}a pool of {} tokens for {} sequences)", what, prefix, o.kv_pool, o.sequences);
+  if (o.sequences > 1) return fmt::format("{} ({}{} x {} tokens)", what, prefix, o.sequences, context);
+  return fmt::format("{} ({}{} tokens)", what, prefix, context);
+}
 
 std::string layer_span(const PlacementPlan& p, Tier tier) {
   const auto first = std::find(p.layer_tier.begin(), p.layer_tier.end(), tier);
@@ -124,20 +133,23 @@ int gpu_sms(const PlanOptions& o, const std::optional<GpuSummary>& gpu, std::str
 }
 
 // The --draft-model's VRAM beside a model of `context` positions for
-// `sequences` sequences, as the runner plans it (its layer reads through `reader_options`).
-DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, const ReaderOptions& reader_options, int sms) {
+// `sequences` sequences sharing a pool of kv_pool positions (0: each its
+// context), as the runner plans it (its layer reads through `reader_options`).
+DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, int64_t kv_pool, const ReaderOptions& reader_options,
+                     int sms) {
   const auto file = GgufFile::open(o.draft_model);
   const LlamaConfig config = read_llama_config(file->header(), o.draft_model);
   const LlamaWeights weights = load_llama_weights(*file, config);
   const OpenedReader opened = open_file_reader(o.draft_model, reader_options);
   const std::vector<LayerRead> reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
-  return draft_vram(o.draft_model, config, weights, reads, context, int(sequences), sms);
+  return draft_vram(o.draft_model, config, weights, reads, context, int(sequences), sms, kv_pool);
 }
 
-// The CUDA runner's buffers for `sequences` sequences: the code it allocates from.
+// The CUDA runner's buffers for `sequences` sequences sharing a pool of
+// kv_pool positions (0: each its context): the code it allocates from.
 RunnerBuffers plan_buffers(const LlamaConfig& config, const LlamaWeights& weights, int64_t context, const PlanOptions& o,
-                           int64_t sequences, int sms) {
-  return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms);
+                           int64_t sequences, int64_t kv_pool, int sms) {
+  return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms, kv_pool);
 }
 
 struct PlanSource {
@@ -186,7 +198,7 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
   }
   // The placement the pipeline runner would make: the same request from the same buffers.
   in.request = device_multi_gpu_request(src.file.header(), src.config, model,
-                                        plan_buffers(src.config, src.weights, src.context, o, o.sequences, src.sms),
+                                        plan_buffers(src.config, src.weights, src.context, o, o.sequences, o.kv_pool, src.sms),
                                         std::move(gpus), ram_budget, o.ring);
   MultiGpuRequest& r = in.request;
   // The slowest link of the chain bounds the hand-offs and the ring all-reduce.
@@ -217,6 +229,9 @@ void plan(const PlanOptions& o) {
   const auto file = GgufFile::open(path);
   const LlamaConfig config = read_llama_config(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
+  if (o.kv_pool > 0 && o.kv_pool < context) {
+    fail("--kv-pool {}: the pool must hold at least one sequence's context of {} positions", o.kv_pool, context);
+  }
   const IoBackend io = parse_io_backend(o.io);
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
   const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");
@@ -269,11 +284,11 @@ void plan(const PlanOptions& o) {
   // within what a draft model leaves of the budget.
   std::optional<DraftVram> draft, draft_one;
   if (!o.draft_model.empty()) {
-    draft = plan_draft(o, context, o.sequences, reader_options, sms);
-    draft_one = plan_draft(o, context, 1, reader_options, sms);
+    draft = plan_draft(o, context, o.sequences, o.kv_pool, reader_options, sms);
+    draft_one = plan_draft(o, context, 1, 0, reader_options, sms);
   }
   const DevicePlacement placed =
-      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring,
+      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, o.kv_pool, sms), o.ring,
                             vram_budget, ram_budget, draft ? &*draft : nullptr);
   const ModelFootprint& model = placed.footprint;
   const PlanRequest& request = placed.request;
@@ -281,7 +296,7 @@ void plan(const PlanOptions& o) {
   check_cpu_layers(cpu_layers, p);
   // What holding many sequences costs: the plan for one beside it.
   const DevicePlacement one_placed =
-      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, 1, sms), o.ring, vram_budget,
+      plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, 1, 0, sms), o.ring, vram_budget,
                             ram_budget, draft_one ? &*draft_one : nullptr);
   const PlanRequest& one_request = one_placed.request;
   const PlacementPlan& one = one_placed.plan;
@@ -303,9 +318,7 @@ void plan(const PlanOptions& o) {
   const VramReserve& r = request.reserve;
   auto row = [](const std::string& label, const std::string& value) { fmt::print("  {:<34} {:>12}\n", label, value); };
   fmt::print("\nVRAM\n");
-  row(o.sequences > 1 ? fmt::format("KV cache (F16, {} x {} tokens)", o.sequences, context)
-                      : fmt::format("KV cache (F16, {} tokens)", context),
-      format_size(r.kv_cache));
+  row(kv_cache_label("KV cache", "F16, ", o, context), format_size(r.kv_cache));
   row(fmt::format("activations (batch {})", o.batch), format_size(r.activations));
   row(fmt::format("logits (batch {})", o.batch), format_size(r.logits));
   row("prefill GEMM scratch", format_size(r.gemm_scratch));
@@ -319,9 +332,7 @@ void plan(const PlanOptions& o) {
   const DraftVram& d = placed.draft;
   if (draft) {
     row("draft model weights", format_size(d.weights));
-    row(o.sequences > 1 ? fmt::format("draft model KV cache ({} x {} tokens)", o.sequences, context)
-                        : fmt::format("draft model KV cache ({} tokens)", context),
-        format_size(d.kv_cache));
+    row(kv_cache_label("draft model KV cache", "", o, context), format_size(d.kv_cache));
     row("draft model buffers", format_size(d.buffers));
   }
   row("total", format_size(p.vram_total() + d.total()) + " of " + format_size(vram_budget));
@@ -337,7 +348,7 @@ void plan(const PlanOptions& o) {
   }
   if (draft) {
     const DevicePlacement alone = plan_device_placement(
-        config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, sms), o.ring, vram_budget, ram_budget);
+        config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, o.kv_pool, sms), o.ring, vram_budget, ram_budget);
     fmt::print("  the draft model {} ({} of VRAM, resident) pushes {} layers out of VRAM ({} resident without it)\n", d.path,
                format_size(d.total()), alone.plan.count(Tier::Vram) - p.count(Tier::Vram), alone.plan.count(Tier::Vram));
   }
@@ -420,6 +431,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--parallel,--sequences", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-pool", o.kv_pool, "KV cache positions shared by the sequences (default: each one's whole context)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens (the CUDA runner's prefill chunk)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-sms", o.gpu_sms, "GPU multiprocessors the memory plan assumes (default: the GPU's; without one the H200's 132)")

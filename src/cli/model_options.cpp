@@ -19,6 +19,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
+  cmd.add_option("--kv-pool", o.kv_pool,
+                 "KV cache positions shared by all sequences, taken 32 at a time as they grow (default: every sequence's "
+                 "whole context; batch --parallel N holds N)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--vram-budget", o.vram_budget,
                  "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM); with --gpus one for each, "
                  "e.g. 24GiB,20GiB, or one for all");
@@ -57,6 +61,7 @@ LoadedModel load_model(const ModelOptions& o) {
   open.device = parse_device(o.device, "--device");
   open.context = o.context;
   open.sequences = o.sequences;
+  open.kv_pool = o.kv_pool;
   open.threads = o.threads;
   open.kv_f32 = o.kv_f32;
   if (!o.gpus.empty()) open.gpus = parse_gpu_ids(o.gpus, "--gpus");

@@ -18,6 +18,7 @@ struct ModelOptions {
   std::string model;       // -m; empty = the default model
   int64_t context = 0;     // -c; positions of one sequence, 0 = min(trained context, 4096)
   int sequences = 1;       // sequences whose KV caches are held at once (batch --parallel)
+  int64_t kv_pool = 0;     // --kv-pool; positions shared by them, 0 = each sequence's whole context
   int threads = 0;         // -t; 0 = physical cores
   std::string device = "auto";
   bool kv_f32 = false;

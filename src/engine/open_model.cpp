@@ -32,6 +32,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
   m.file = GgufFile::open(m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
+  if (o.kv_pool < 0 || (o.kv_pool > 0 && o.kv_pool < context)) {
+    fail("--kv-pool {}: the pool must hold at least one sequence's context of {} positions", o.kv_pool, context);
+  }
   Device device = o.device;
   const bool several_gpus = o.gpus.size() > 1;
   if (several_gpus && o.cpu_layers.value_or(0) > 0) {
@@ -47,6 +50,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     CudaRunnerOptions cuda;
     cuda.device = o.gpus.empty() ? 0 : o.gpus[0];
     cuda.max_sequences = o.sequences;
+    cuda.kv_pool = o.kv_pool;
     cuda.vram_budget = o.vram_budget;
     cuda.ram_budget = o.ram_budget;
     cuda.io = o.io;
@@ -90,6 +94,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     CpuRunnerOptions cpu;
     cpu.context = context;
     cpu.sequences = o.sequences;
+    cpu.kv_pool = o.kv_pool;
     cpu.threads = o.threads;
     cpu.kv_f32 = o.kv_f32;
     m.runner = make_cpu_runner(m.file, cpu);

@@ -26,6 +26,7 @@ struct OpenModelOptions {
   Device device = Device::Auto;  // Auto: CUDA when a usable GPU is there
   int64_t context = 0;         // positions of one sequence; 0: the model's, at most 4096
   int sequences = 1;           // sequences whose KV caches are held at once
+  int64_t kv_pool = 0;         // positions of the KV pool shared by them; 0: each sequence's whole context
   int threads = 0;             // CPU: 0 = physical cores
   bool kv_f32 = false;         // CPU: F32 KV cache
   // CUDA tiered streaming; empty: automatic.

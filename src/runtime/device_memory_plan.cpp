@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
+#include "runtime/kv_pages.h"
 #include "storage/size_parse.h"
 
 namespace nt {
@@ -67,12 +68,13 @@ uint64_t page_table_bytes(int64_t sequences, int64_t width) { return align_devic
 uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
 
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                             int64_t max_batch, int max_sequences, int multiprocessors) {
-  return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true);
+                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool) {
+  return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true, kv_pool);
 }
 
 RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head) {
+                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
+                            int64_t kv_pool) {
   uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
   if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
   for (const LlamaLayerWeights& lw : w.layers) {
@@ -83,8 +85,8 @@ RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t
     }
   }
   RunnerBuffers b;
-  b.kv = cache_bytes_per_position(c) / uint64_t(c.n_layers) * uint64_t(layers) * uint64_t(cache_context) *
-         uint64_t(max_sequences);
+  const int64_t pool_positions = KvPages::pool_pages(kv_pool, max_sequences, cache_context, kKvTile) * kKvTile;
+  b.kv = cache_bytes_per_position(c) / uint64_t(c.n_layers) * uint64_t(layers) * uint64_t(pool_positions);
   b.page_table = page_table_bytes(max_sequences, cache_context / kKvTile);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
   const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors, head);
@@ -123,9 +125,9 @@ VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& mod
 }
 
 DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
-                     int64_t context, int sequences, int multiprocessors) {
+                     int64_t context, int sequences, int multiprocessors, int64_t kv_pool) {
   const RunnerBuffers buffers =
-      runner_buffers(c, w, context, kv_cache_context(context), kDefaultMaxBatch, sequences, multiprocessors);
+      runner_buffers(c, w, context, kv_cache_context(context), kDefaultMaxBatch, sequences, multiprocessors, kv_pool);
   const ModelFootprint model = device_footprint(c, w, reads);
   const VramReserve reserve = vram_reserve(buffers, model);
   DraftVram d;

@@ -88,14 +88,16 @@ struct RunnerBuffers {
 uint64_t page_table_bytes(int64_t sequences, int64_t width);
 
 // `cache_context` is kv_cache_context(context) (runtime/kernel_shapes.h).
-// `max_batch` tokens a prefill chunk, a KV pool of `max_sequences` whole contexts.
+// `max_batch` tokens a prefill chunk, a KV pool of `max_sequences` whole
+// contexts or (kv_pool > 0) of kv_pool positions shared by them.
 RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                             int64_t max_batch, int max_sequences, int multiprocessors);
+                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool = 0);
 // The same for a stage of a layer split (CudaRunnerOptions::stage) holding
 // `layers` of the model's layers: their KV pages only, and the logits rows
 // only when it holds the head. As the multi-GPU planner reserves per GPU.
 RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
-                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head);
+                            int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
+                            int64_t kv_pool = 0);
 
 // The model's sizes in device layout (layers, head, norms, token embedding).
 ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads);
@@ -118,7 +120,7 @@ struct DraftVram {
 // `sequences` sequences (the draft holds as many), on a GPU of
 // `multiprocessors` SMs; `reads` are the draft file's layer reads.
 DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
-                     int64_t context, int sequences, int multiprocessors);
+                     int64_t context, int sequences, int multiprocessors, int64_t kv_pool = 0);
 
 // Where the runner puts each layer, with the sizes it planned from.
 struct DevicePlacement {

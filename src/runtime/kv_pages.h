@@ -62,6 +62,13 @@ class KvPages {
   int64_t pages_for(int64_t length) const { return (length + page_size_ - 1) / page_size_; }
   int64_t sequences() const;
 
+  // Pages of a pool of `pool_positions` positions shared by all sequences,
+  // or when that is 0 of `sequences` whole contexts of `context` positions.
+  static int64_t pool_pages(int64_t pool_positions, int64_t sequences, int64_t context, int64_t page_size) {
+    const int64_t positions = pool_positions > 0 ? pool_positions : sequences * ((context + page_size - 1) / page_size * page_size);
+    return (positions + page_size - 1) / page_size;
+  }
+
  private:
   struct Sequence {
     bool live = false;

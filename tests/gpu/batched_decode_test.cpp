@@ -284,6 +284,28 @@ TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {
   EXPECT_EQ(got, want);
 }
 
+// A pool of 25 pages shared by 8 sequences of up to 128 positions (4 pages
+// each): the 7 sequences' pages come from wherever the pool has them, and
+// each still decodes as alone (and the BOS one as llama2.c).
+TEST(BatchedDecode, ASharedPoolSmallerThanEveryContextDecodesAsAlone) {
+  const std::filesystem::path dir = test::shared_models_dir();
+  if (!std::filesystem::exists(dir / "stories260K.bin")) GTEST_SKIP() << dir / "stories260K.bin" << " not present";
+  const std::string path = test::stories260k_gguf();
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts = {{1}};
+  for (const char* text : {"The little dog", "Tom and Sue", "She saw a bird.", "He", "Once upon a time", "A cat"}) {
+    prompts.push_back(tokenizer.encode(text, true, false));
+  }
+  CudaRunnerOptions o;
+  o.max_sequences = 8;
+  o.kv_pool = 800;
+  auto runner = make_cuda_runner(*file, 128, o);
+  EXPECT_EQ(runner->kv_pages().page_count(), 25);
+  EXPECT_EQ(together(*runner, prompts, 64)[0], test::stories_golden_ids(dir / "README.md"));
+  EXPECT_EQ(count_identical(*runner, prompts, 64), prompts.size());
+}
+
 TEST(BatchedDecode, PoolAndContextLimitsFailClearly) {
   ModelSpec spec;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_limits.gguf"));

@@ -252,3 +252,20 @@ def test_a_predicted_output_drafts_and_leaves_the_text_unchanged(model, batch_ou
     for key in ("right", "object"):
         assert got[key]["accepted"] >= 0.8 * got[key]["drafted"] > 0, got[key]
     assert got["wrong"]["accepted"] < got["right"]["accepted"]
+
+
+def test_a_pool_smaller_than_every_context_gives_the_same_lines(batch_output):
+    """--kv-pool shares 160 positions among 4 sequences of up to 128: requests
+    wait for pages instead of holding a whole context each, and every line is
+    what the roomy run gave (the stopped line's 40 tokens need 2 pages)."""
+    lines, _, out, _ = batch_output
+    result = run_batch("--parallel", 4, "-c", 128, "--kv-pool", 160, stdin="\n".join(lines) + "\n")
+    assert "KV cache of 160 positions, context 128" in result.stderr
+    assert without_seconds([json.loads(line) for line in result.stdout.splitlines()]) == without_seconds(out)
+
+
+def test_a_pool_that_cannot_hold_one_context_is_refused(model):
+    result = subprocess.run([str(NTRANSFORMER), "batch", "-m", str(MODEL), "--device", "cpu", "-c", "128", "--kv-pool", "100"],
+                            input="", capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "--kv-pool 100" in result.stderr and "128 positions" in result.stderr, result.stderr

@@ -68,6 +68,14 @@ def test_memory_plan_is_the_runners_and_shows_the_kv_pool():
     assert m and int(m[1]) > 0 and int(m[2]) == tiers(one)["vram"], two
 
 
+def test_a_shared_kv_pool_costs_its_positions_not_every_context():
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--parallel", "8", "--kv-pool", "1024").stdout
+    # 1024 positions x 30 layers x 2 (K, V) x 192 x 2 bytes = 22.50 MiB, where 8 whole contexts of 512 take 90.
+    assert re.search(r"KV cache \(F16, a pool of 1024 tokens for 8 sequences\) +22\.50 MiB", out), out
+    refused = plan("--kv-pool", "500", code=1).stderr
+    assert "--kv-pool 500: the pool must hold at least one sequence's context of 512 positions" in refused, refused
+
+
 def test_slow_cpu_gets_no_layers():
     out = plan("--cpu-gbps", "0.01", "--cpu-batch-gbps", "0.001").stdout
     assert all(split[3] == 0 for split in passes(out).values()), out

@@ -106,6 +106,11 @@ TEST(DeviceMemoryPlan, BuffersAndReserve) {
   const RunnerBuffers many = runner_buffers(c, w, 4001, kv_cache_context(4001), 1, 16, 132);
   EXPECT_EQ(many.kv, 16ull * 80 * 4032 * 1024 * 2 * 2);
   EXPECT_EQ(many.gemm, one.gemm);
+  EXPECT_EQ(many.page_table, page_table_bytes(16, 4032 / 32));  // a row of pages per sequence
+  // A pool of 10000 positions shared by the 16: whole pages of 32 (313 of them), the same block table.
+  const RunnerBuffers pooled = runner_buffers(c, w, 4001, kv_cache_context(4001), 1, 16, 132, 10000);
+  EXPECT_EQ(pooled.kv, 313ull * 32 * 80 * 1024 * 2 * 2);
+  EXPECT_EQ(pooled.page_table, many.page_table);
 
   std::vector<LayerRead> reads(80);
   for (auto& r : reads) r.staging_bytes = r.file_bytes = 500ull << 20;

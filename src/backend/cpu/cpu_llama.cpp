@@ -36,8 +36,8 @@ class CpuLlamaRunner final : public ModelRunner {
         layer_(config_, rope_inv_freqs(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr), max_batch_) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
-    const int64_t pages_per_sequence = (context + kPageSize - 1) / kPageSize;
-    init_pages(KvPages(std::max<int64_t>(1, opt.sequences) * pages_per_sequence, kPageSize, context));
+    init_pages(KvPages(KvPages::pool_pages(opt.kv_pool, std::max<int64_t>(1, opt.sequences), context, kPageSize), kPageSize,
+                       context));
     pool_rows_ = kv_pages().page_count() * kPageSize;
     const size_t kv_elems = size_t(c.n_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
     const size_t elem_bytes = kv_type_ == TensorType::F16 ? 2 : 4;
@@ -52,8 +52,8 @@ class CpuLlamaRunner final : public ModelRunner {
   const LlamaConfig& config() const override { return config_; }
 
   std::string description() const override {
-    return fmt::format("cpu ({} threads, {}, {} KV cache, context {})", pool_.size(), cpu::isa_name(cpu::kernels().isa),
-                       tensor_type_name(kv_type_), context_size());
+    return fmt::format("cpu ({} threads, {}, {} KV cache of {} positions, context {})", pool_.size(),
+                       cpu::isa_name(cpu::kernels().isa), tensor_type_name(kv_type_), pool_rows_, context_size());
   }
 
   uint64_t weight_bytes_per_token() const override {

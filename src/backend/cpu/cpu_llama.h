@@ -12,6 +12,7 @@ namespace nt {
 struct CpuRunnerOptions {
   int64_t context = 0;     // positions one sequence holds; 0 = the model's trained context (capped at 4096)
   int64_t sequences = 1;   // the KV pool holds this many sequences of the whole context (or more shorter ones)
+  int64_t kv_pool = 0;     // or, when set, this many positions shared by all sequences
   int threads = 0;         // 0 = physical cores
   bool kv_f32 = false;     // F16 KV cache by default
   int64_t max_batch = 256; // prompt tokens per matrix-matrix pass (bounds scratch memory)

@@ -324,9 +324,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   embeds_ = first_layer_ == 0;
   has_head_ = end_layer_ == config_.n_layers;
   // Pages of one KV tile: every kernel walks keys a tile at a time, and a
-  // tile is contiguous in memory. The pool holds each sequence's whole context.
-  const int64_t pages_per_sequence = cache_context_ / kKvTile;
-  init_pages(KvPages(options_.max_sequences * pages_per_sequence, kKvTile, context_, options_.max_sequences));
+  // tile is contiguous in memory.
+  init_pages(KvPages(KvPages::pool_pages(options_.kv_pool, options_.max_sequences, context_, kKvTile), kKvTile, context_,
+                     options_.max_sequences));
   for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
   const LlamaWeights weights = load_llama_weights(file, config_);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
@@ -336,7 +336,8 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   NT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   NT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
   const RunnerBuffers buffers = stage_buffers(config_, weights, context_, cache_context_, options_.max_batch,
-                                              options_.max_sequences, device_.multiprocessors, stage_layers(), has_head_);
+                                              options_.max_sequences, device_.multiprocessors, stage_layers(), has_head_,
+                                              options_.kv_pool);
   weights_ = std::make_unique<DeviceWeights>(file, config_, weights, context_, buffers, LayerRange{first_layer_, end_layer_},
                                              device_, options_);
   streamer_ = weights_->streamer();
@@ -370,10 +371,11 @@ std::string CudaLlamaRunner::tier_counts() const {
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}, {}{}, {}{})",
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}{}, {}{}, {}{})",
                      options_.stage ? gpu_label() : device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
+                     options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile) : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, false) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());

@@ -31,6 +31,7 @@ struct CudaRunnerOptions {
   std::optional<StageLayers> stage;  // unset: the whole model, placed within the budgets below
   int64_t max_batch = kDefaultMaxBatch;  // tokens per prefill chunk (bounds activation memory)
   int max_sequences = 1;         // sequences whose KV caches are held at once (the paged pool holds each's whole context)
+  int64_t kv_pool = 0;           // or, when set, the pool holds this many positions shared by all of them
   // Chunks at least gemm_min_tokens long use the dequantize + cuBLAS GEMM
   // (f16 activations), shorter ones the mat-vec (q8), 8 tokens a launch. A
   // decode batch (every run one token) takes cuBLAS from

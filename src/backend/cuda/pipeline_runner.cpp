@@ -92,8 +92,8 @@ CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, co
     }
   }
   // The stages' pools: pages of one KV tile, each sequence's whole context.
-  init_pages(KvPages(options.runner.max_sequences * (kv_cache_context(context) / kKvTile), kKvTile, context,
-                     options.runner.max_sequences));
+  init_pages(KvPages(KvPages::pool_pages(options.runner.kv_pool, options.runner.max_sequences, context, kKvTile), kKvTile,
+                     context, options.runner.max_sequences));
 
   // Load progress over all stages: each counts on from where the previous ended.
   struct Loaded {
@@ -234,7 +234,7 @@ CudaPipelineRequest cuda_pipeline_request(const GgufFile& file, int64_t context,
   int sms = 0;
   for (const CudaDeviceInfo& g : gpus) sms = std::max(sms, g.multiprocessors);
   const RunnerBuffers buffers =
-      runner_buffers(c, w, context, kv_cache_context(context), o.runner.max_batch, o.runner.max_sequences, sms);
+      runner_buffers(c, w, context, kv_cache_context(context), o.runner.max_batch, o.runner.max_sequences, sms, o.runner.kv_pool);
   std::vector<uint64_t> free_bytes;
   for (const CudaDeviceInfo& g : gpus) free_bytes.push_back(g.free_memory);
   const std::vector<uint64_t> budgets = o.vram_budgets.empty() ? free_vram_budgets(o.gpus, free_bytes) : o.vram_budgets;

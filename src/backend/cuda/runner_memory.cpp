@@ -22,7 +22,7 @@ DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunne
   const LlamaWeights weights = load_llama_weights(*file, config);
   const OpenedReader opened = open_layer_reader(o.draft_model, o);
   const auto reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
-  return draft_vram(o.draft_model, config, weights, reads, context, o.max_sequences, multiprocessors);
+  return draft_vram(o.draft_model, config, weights, reads, context, o.max_sequences, multiprocessors, o.kv_pool);
 }
 
 }  // namespace
@@ -58,7 +58,7 @@ CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const C
   const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   return place_layers(config, weights, reads,
                       runner_buffers(config, weights, context, kv_cache_context(context), options.max_batch, options.max_sequences,
-                                     device.multiprocessors),
+                                     device.multiprocessors, options.kv_pool),
                       context, device.multiprocessors, options);
 }
 
