@@ -386,6 +386,7 @@ void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerB
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
   NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
+  NT_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, unordered with stream_
   page_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
   gemm_.emplace(buffers.gemm);
   resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;

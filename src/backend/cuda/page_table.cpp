@@ -12,9 +12,13 @@ DevicePageTable::DevicePageTable(int64_t sequences, int64_t width)
       width_(width),
       device_(page_table_bytes(sequences, width), "the KV block table"),
       staging_(page_table_bytes(sequences, width), "the KV block table") {
-  // Page 0 everywhere: a row's unused entries still name a page of the pool.
-  std::fill_n(staging_.as<int32_t>(), sequences * width, 0);
+  // The device's entries start as page 0, so that no entry ever names a
+  // page outside the pool; the staging as no page, so that the first sync
+  // of a row copies all of it (page 0 included) rather than trusting the
+  // memset, which runs on the legacy stream, unordered with the runner's.
+  std::fill_n(staging_.as<int32_t>(), sequences * width, -1);
   NT_CUDA_CHECK(cudaMemset(device_.get(), 0, device_.size()));
+  NT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void DevicePageTable::sync(const KvPages& pages, SeqId seq, cudaStream_t stream) {
