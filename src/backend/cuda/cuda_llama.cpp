@@ -715,7 +715,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
-  const uint64_t page_bytes = 2 * uint64_t(pass_->page_stride());
+  const uint64_t page_bytes = 2 * uint64_t(kv_page_elems(stage_layers(), config_.n_kv_heads, config_.head_dim));
   for (const PageCopy& copy : copies) {
     for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
       auto* base = cache->as<uint8_t>();
@@ -733,7 +733,8 @@ KvRowsParams CudaLlamaRunner::cache_layout() const {
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
   p.layer_stride = c.n_kv_heads * kKvTile * c.head_dim;
-  p.page_stride = pass_->page_stride();  // a pipeline stage holds its layers only
+  // Built before pass_ (the host layers take it): computed here. A pipeline stage holds its layers only.
+  p.page_stride = kv_page_elems(stage_layers(), c.n_kv_heads, c.head_dim);
   p.page_size = kKvTile;
   p.n_kv_heads = int(c.n_kv_heads);
   p.head_dim = int(c.head_dim);

@@ -25,6 +25,11 @@ __host__ __device__ inline int64_t v_cache_index(int64_t kv_head, int64_t pos, i
 // context kKvTile, page_stride elements from one page to the next. A
 // sequence's position pos lives in page pages[pos / kKvTile]. Without a page
 // list the cache is one contiguous run of `context` positions.
+// Elements of one page of the pool (its K, or its V) for `layers` layers.
+inline int64_t kv_page_elems(int64_t layers, int64_t n_kv_heads, int64_t head_dim) {
+  return layers * n_kv_heads * kKvTile * head_dim;
+}
+
 struct KvPaging {
   const int32_t* pages = nullptr;  // device: the sequence's pages in position order
   int64_t page_stride = 0;

@@ -98,7 +98,7 @@ class LayerPass {
   }
   // The shape of this model's attention launches (positions, rows and caches left to the caller).
   AttentionParams attention_shape() const;
-  int64_t page_stride() const { return pool_.layers * config_.n_kv_heads * kKvTile * config_.head_dim; }
+  int64_t page_stride() const { return kv_page_elems(pool_.layers, config_.n_kv_heads, config_.head_dim); }
   uint16_t* k_cache_at(int64_t layer) const;
   uint16_t* v_cache_at(int64_t layer) const;
 
