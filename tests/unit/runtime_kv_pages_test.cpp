@@ -127,6 +127,12 @@ TEST(KvPages, ABoundedPoolRefusesMoreLiveSequencesAndReusesFreedIds) {
   EXPECT_TRUE(pages.holds(b));
 }
 
+TEST(KvPages, APoolIsEveryContextOrTheSharedPositionsInWholePages) {
+  EXPECT_EQ(KvPages::pool_pages(0, 4, 100, 32), 4 * 4);  // 4 contexts of 100, each in 4 pages
+  EXPECT_EQ(KvPages::pool_pages(1000, 4, 100, 32), 32);  // 1000 positions shared: 31.25 pages, rounded up
+  EXPECT_EQ(KvPages::pool_pages(64, 9, 4096, 32), 2);    // the sequence count no longer matters
+}
+
 TEST(Batch, SequenceRunsFollowTheBatchRules) {
   Batch batch;
   batch.add_run(std::vector<int32_t>{5, 6, 7}, 4, 2, Output::Logits);
