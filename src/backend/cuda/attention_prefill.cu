@@ -147,8 +147,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       rot[i] = make_float2(cs, sn);
     }
     // The new key's place, from the page table (written before the chain), before the wait.
-    const int64_t new_k_at = stores_new && tid < kHeadDim / 2 ? paged_k_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
-    const int64_t new_v_at = stores_new && tid < kHeadDim / 2 ? paged_v_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
+    const bool stores_pair = stores_new && tid < kHeadDim / 2;
+    const int64_t new_k_at = stores_pair ? paged_k_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
+    const int64_t new_v_at = stores_pair ? paged_v_index(p.paging, kv_head, pos0, 2 * tid, p.context, kHeadDim) : 0;
     cuda::wait_for_inputs();
     __syncthreads();
     if (stores_new && tid < kHeadDim / 2) {

@@ -343,8 +343,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   streamer_ = weights_->streamer();
   allocate_caches(weights, buffers);
   allocate_activations();
-  pass_.emplace(config_, context_, act_, *gemm_, KvPool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_},
-                weights_->inv_freq(), device_.multiprocessors, options_.int8_gemm_min_tokens, stream_);
+  const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
+  pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors,
+                options_.int8_gemm_min_tokens, stream_);
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
@@ -375,7 +376,8 @@ std::string CudaLlamaRunner::description() const {
                      options_.stage ? gpu_label() : device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
-                     options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile) : std::string(),
+                     options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile)
+                                          : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, false) ? ", folded norms" : "", tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
@@ -438,7 +440,9 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   const int64_t m = n - chunk.stepwise_rows;
   const auto stepwise_seqs =
       std::find_if(chunk.seqs.begin(), chunk.seqs.end(), [](const ChunkSequence& s) { return s.stepwise; });
-  pass_->set_paths(matmul_paths(std::all_of(chunk.seqs.begin(), stepwise_seqs, [](const ChunkSequence& s) { return s.rows == 1; })));
+  const bool one_token_runs =
+      std::all_of(chunk.seqs.begin(), stepwise_seqs, [](const ChunkSequence& s) { return s.rows == 1; });
+  pass_->set_paths(matmul_paths(one_token_runs));
   const bool use_gemm = m >= pass_->paths().gemm_from;
   // The head's folded input comes from the last layer's down: a stage may run none.
   const bool fold = m == n && may_fold && folds_norms(n, use_gemm) && !layers.empty();
@@ -514,7 +518,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     p.y_stride = c.vocab_size;
     matvec(p, 1, stream_);
   } else {
-    pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits, c.vocab_size, false);
+    pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits,
+                  c.vocab_size, false);
   }
 }
 
