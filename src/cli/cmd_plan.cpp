@@ -24,6 +24,7 @@
 #include "model/llama_weights.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/kernel_shapes.h"
+#include "runtime/kv_pages.h"
 #include "storage/disk_bench.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"
@@ -229,9 +230,7 @@ void plan(const PlanOptions& o) {
   const auto file = GgufFile::open(path);
   const LlamaConfig config = read_llama_config(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
-  if (o.kv_pool > 0 && o.kv_pool < context) {
-    fail("--kv-pool {}: the pool must hold at least one sequence's context of {} positions", o.kv_pool, context);
-  }
+  KvPages::check_pool(o.kv_pool, context);
   const IoBackend io = parse_io_backend(o.io);
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
   const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");

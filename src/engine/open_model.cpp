@@ -32,9 +32,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   m.file = GgufFile::open(m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
-  if (o.kv_pool < 0 || (o.kv_pool > 0 && o.kv_pool < context)) {
-    fail("--kv-pool {}: the pool must hold at least one sequence's context of {} positions", o.kv_pool, context);
-  }
+  KvPages::check_pool(o.kv_pool, context);
   Device device = o.device;
   const bool several_gpus = o.gpus.size() > 1;
   if (several_gpus && o.cpu_layers.value_or(0) > 0) {

@@ -17,6 +17,12 @@ KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int6
   for (int64_t p = page_count - 1; p >= 0; --p) free_.push_back(int32_t(p));  // page 0 is taken first
 }
 
+void KvPages::check_pool(int64_t pool_positions, int64_t context) {
+  if (pool_positions < 0 || (pool_positions > 0 && pool_positions < context)) {
+    fail("--kv-pool {}: the pool must hold at least one sequence's context of {} positions", pool_positions, context);
+  }
+}
+
 KvPages::Sequence& KvPages::live(SeqId seq) {
   return const_cast<Sequence&>(static_cast<const KvPages&>(*this).live(seq));
 }

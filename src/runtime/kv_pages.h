@@ -65,9 +65,12 @@ class KvPages {
   // Pages of a pool of `pool_positions` positions shared by all sequences,
   // or when that is 0 of `sequences` whole contexts of `context` positions.
   static int64_t pool_pages(int64_t pool_positions, int64_t sequences, int64_t context, int64_t page_size) {
-    const int64_t positions = pool_positions > 0 ? pool_positions : sequences * ((context + page_size - 1) / page_size * page_size);
-    return (positions + page_size - 1) / page_size;
+    const auto pages = [&](int64_t positions) { return (positions + page_size - 1) / page_size; };
+    return pool_positions > 0 ? pages(pool_positions) : sequences * pages(context);
   }
+  // nt::Error naming --kv-pool unless a pool of `pool_positions` (0: whole
+  // contexts) holds one sequence of `context` positions.
+  static void check_pool(int64_t pool_positions, int64_t context);
 
  private:
   struct Sequence {
