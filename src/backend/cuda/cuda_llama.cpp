@@ -737,7 +737,7 @@ KvRowsParams CudaLlamaRunner::cache_layout() const {
   KvRowsParams p;
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
-  p.layer_stride = c.n_kv_heads * kKvTile * c.head_dim;
+  p.layer_stride = kv_page_elems(1, c.n_kv_heads, c.head_dim);
   // Built before pass_ (the host layers take it): computed here. A pipeline stage holds its layers only.
   p.page_stride = kv_page_elems(stage_layers(), c.n_kv_heads, c.head_dim);
   p.page_size = kKvTile;

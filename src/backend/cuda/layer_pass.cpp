@@ -55,11 +55,11 @@ void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float*
 }
 
 uint16_t* LayerPass::k_cache_at(int64_t layer) const {
-  return pool_.k + (layer - pool_.first_layer) * config_.n_kv_heads * kKvTile * config_.head_dim;
+  return pool_.k + kv_page_elems(layer - pool_.first_layer, config_.n_kv_heads, config_.head_dim);
 }
 
 uint16_t* LayerPass::v_cache_at(int64_t layer) const {
-  return pool_.v + (layer - pool_.first_layer) * config_.n_kv_heads * kKvTile * config_.head_dim;
+  return pool_.v + kv_page_elems(layer - pool_.first_layer, config_.n_kv_heads, config_.head_dim);
 }
 
 RopeKvParams LayerPass::rope_shape() const {
