@@ -3,7 +3,7 @@
 // a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
 // Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace|sync|chain] [dir for the model file]
-// (decode = sweep + model)
+// (decode = sweep + model); cuda_bench trace-batch MODEL.gguf [SEQUENCES, 64]: one batched decode step for ncu
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -648,6 +648,37 @@ void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
   std::filesystem::remove(path);
 }
 
+// One batched decode step of `sequences` sequences of a given model file,
+// each after a `prompt`-token prefill, between cudaProfilerStart/Stop (as
+// bench_decode_trace): where a batched step's time goes, kernel by kernel.
+void bench_batch_trace(const std::string& path, int sequences, int prompt) {
+  const auto file = GgufFile::open(path);
+  CudaRunnerOptions o;
+  o.max_sequences = sequences + 1;
+  auto runner = make_cuda_runner(*file, prompt + 8, o);
+  std::vector<SeqId> seqs;
+  Batch batch;
+  BatchOutputs out;
+  const std::vector<int32_t> tokens(size_t(prompt), 1);
+  for (int i = 0; i < sequences; ++i) {
+    seqs.push_back(runner->seq_alloc());
+    batch.clear();
+    batch.add_run(tokens, 0, seqs.back(), Output::Argmax);
+    runner->forward(batch, out);
+  }
+  const auto step = [&](int64_t pos) {
+    batch.clear();
+    for (const SeqId s : seqs) batch.add(1, pos, s, Output::Argmax);
+    runner->forward(batch, out);
+  };
+  step(prompt);  // capture
+  step(prompt + 1);  // replay
+  NT_CUDA_CHECK(cudaProfilerStart());
+  step(prompt + 2);
+  NT_CUDA_CHECK(cudaProfilerStop());
+  fmt::print("profiled one decode step of {} sequences at position {}\n", sequences, prompt + 2);
+}
+
 // The 8B decode step's 32 layers of mat-vecs, each waiting for the one before:
 // a graph of launches against one persistent kernel (cuda_chain_bench.cu).
 void bench_decode_chain(double copy_gbs, int multiprocessors, std::mt19937& rng) {
@@ -729,6 +760,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
+    if (what == "trace-batch" && argc > 2) bench_batch_trace(argv[2], argc > 3 ? std::atoi(argv[3]) : 64, 128);
     if (what == "sync") cuda::bench_step_sync(d.multiprocessors);
     if (what == "chain") bench_decode_chain(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "top") bench_top_logits(rng);
