@@ -2,7 +2,7 @@
 // per weight format against a device-to-device copy measured in the same run,
 // a warps-per-row x unroll sweep, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
-// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|model|decode|profile|trace|sync|chain] [dir for the model file]
+// Usage: cuda_bench [all|matvec|sweep|gemm|dequantize|attention|attention-seqs|model|decode|profile|trace|sync|chain] [dir for the model file]
 // (decode = sweep + model); cuda_bench trace-batch MODEL.gguf [SEQUENCES, 64]: one batched decode step for ncu
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -487,6 +488,46 @@ void bench_attention(double copy_gbs, int sms, std::mt19937& rng) {
   fmt::print("{}\n", sweep);
 }
 
+// One decode step of `seqs` sequences of `keys` visible keys each in one
+// launch, their pages scattered over a pool of one layer's pages (as the
+// engine's block table leaves them after sequences come and go). Bytes moved:
+// every sequence's K and V rows once.
+void bench_attention_sequences(double copy_gbs, std::mt19937& rng) {
+  fmt::print("\n== multi-sequence decode attention, one layer, one launch (8B: 32/8/128, 70B: 64/8/128), graph us per call\n");
+  fmt::print("{:<6} {:>6} {:>6} {:>10} {:>9} {:>8}\n", "model", "seqs", "keys", "graph us", "GB/s", "% copy");
+  struct Case {
+    const char* model;
+    int heads;
+    int64_t seqs, keys;
+  };
+  const int kv_heads = 8, hd = 128;
+  for (const Case c : {Case{"8B", 32, 4, 129}, Case{"8B", 32, 16, 129}, Case{"8B", 32, 64, 129}, Case{"8B", 32, 64, 192},
+                       Case{"8B", 32, 64, 512}, Case{"8B", 32, 16, 2048}, Case{"70B", 64, 64, 129}}) {
+    const int64_t pages_per_seq = (c.keys + kKvTile - 1) / kKvTile, pages = c.seqs * pages_per_seq;
+    AttentionSetup a(c.seqs, pages * kKvTile, c.heads, kv_heads, hd, 1, rng);  // a pool of `pages` pages, one query per sequence
+    std::vector<int32_t> table(static_cast<size_t>(pages)), rows(static_cast<size_t>(c.seqs));
+    std::vector<int32_t> positions(static_cast<size_t>(c.seqs), int32_t(c.keys - 1));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    DeviceBuffer table_dev(table.size() * 4, "block table"), rows_dev(rows.size() * 4, "seq rows"), pos_dev(positions.size() * 4, "positions");
+    NT_CUDA_CHECK(cudaMemcpy(table_dev.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    NT_CUDA_CHECK(cudaMemcpy(rows_dev.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    NT_CUDA_CHECK(cudaMemcpy(pos_dev.get(), positions.data(), positions.size() * 4, cudaMemcpyHostToDevice));
+    a.p.n_tokens = 1;
+    a.p.n_seqs = c.seqs;
+    a.p.pos = pos_dev.as<int32_t>();
+    a.p.paging = {table_dev.as<int32_t>(), kv_page_elems(1, kv_heads, hd)};
+    a.p.seq_rows = rows_dev.as<int32_t>();
+    a.p.table_width = pages_per_seq;
+    a.p.max_keys = c.keys;
+    const double us = graph_us([&](cudaStream_t s) { attention(a.p, s); });
+    const double gbs = double(c.seqs) * 2.0 * kv_heads * double(c.keys) * hd * 2 / (us * 1e-6) / 1e9;
+    fmt::print("{:<6} {:>6} {:>6} {:>10.1f} {:>9.0f} {:>7.1f}%\n", c.model, c.seqs, c.keys, us, gbs, 100 * gbs / copy_gbs);
+  }
+}
+
 // Causal prefill of T tokens from position 0: 4 * T * T / 2 * head_dim * heads FLOPs.
 void bench_prefill_attention(int sms, std::mt19937& rng) {
   fmt::print("\n== prefill attention from position 0 (% of 790 TFLOP/s dense f16; causal FLOPs 2 * T^2 * head_dim * heads)\n");
@@ -757,6 +798,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "dequantize") bench_dequantize(copy_gbs, rng);
     if (what == "all" || what == "attention") bench_attention(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "attention") bench_prefill_attention(d.multiprocessors, rng);
+    if (what == "all" || what == "attention" || what == "attention-seqs") bench_attention_sequences(copy_gbs, rng);
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);

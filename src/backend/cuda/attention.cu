@@ -16,6 +16,7 @@ using attention_detail::kMaxSplits;
 using attention_detail::merge_splits_if_last;
 using attention_detail::partial_acc;
 using attention_detail::partial_ml;
+using attention_detail::select_sequence;
 using attention_detail::split_range;
 
 constexpr int kThreads = 256;
@@ -176,13 +177,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   float* acc_s = p_s + kDecodeWarps * kKeyTile * kMaxGroup;  // [warp][group][hd]
   float* ml_s = acc_s + kDecodeWarps * group * hd;         // [warp][group][2]: m, l
 
-  if (p.n_seqs > 1) {  // this block serves sequence blockIdx.z: its query, output, position and caches
-    const int64_t s = blockIdx.z;
-    p.q += s * p.q_stride;
-    p.out += s * p.out_stride;
-    p.pos += s;
-    p.paging.pages += int64_t(p.seq_rows[s]) * p.table_width;
-  }
+  if (p.n_seqs > 1) select_sequence(p, blockIdx.z);
   const int kv_head = blockIdx.x, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n_keys = int64_t(*p.pos) + 1;
@@ -451,7 +446,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;
   const int dims_per_lane = p.head_dim / 32;
   bool merged = p.n_splits == 1;
-  if (p.n_seqs == 1 && attention_detail::mma_prefill_supported(p)) {
+  if (attention_detail::mma_prefill_supported(p)) {
     merged = attention_detail::launch_mma_prefill(p, stream) || merged;
   } else if (p.n_tokens == 1 && !p.tree_mask && group <= kMaxGroup && p.head_dim % 32 == 0 &&
              (dims_per_lane == 2 || dims_per_lane == 4 || dims_per_lane == 8)) {

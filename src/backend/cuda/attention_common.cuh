@@ -46,6 +46,15 @@ __device__ __forceinline__ float2* partial_ml(const AttentionParams& p, int spli
   return reinterpret_cast<float2*>(ml) + (int64_t(split) * p.n_tokens + t) * p.n_heads + head;
 }
 
+// Points a multi-sequence launch's block (AttentionParams::n_seqs > 1) at
+// sequence s: its query, output, position and row of the block table.
+__device__ __forceinline__ void select_sequence(AttentionParams& p, int64_t s) {
+  p.q += s * p.q_stride;
+  p.out += s * p.out_stride;
+  p.pos += s;
+  p.paging.pages += int64_t(p.seq_rows[s]) * p.table_width;
+}
+
 constexpr int kMaxSplits = kAttentionMaxSplits;
 
 // Per KV head: how many of a one-token launch's split blocks have finished.

@@ -75,7 +75,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // (p.rope: keys 0..pos-1, and n_tokens == 1);
 // q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
 // n_kv_heads <= kMaxCountedKvHeads, (n_splits + 1) * group floats fit in the shared memory.
-// Grid (KV head, query tile, split).
+// Grid (KV head, query tile or sequence of a multi-sequence launch, split).
 // Bytes moved: the split's K/V rows once per query tile (f16, mostly L2 hits:
 // the tiles of one KV head share them), queries once, outputs (or partials) once.
 template <int kHeadDim, bool kTree>
@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool fused = p.rope.inv_freq != nullptr;
   if (!fused) cuda::wait_for_inputs();
   const int kv_head = blockIdx.x, split = blockIdx.z;
-  const int tile = n_tiles - 1 - int(blockIdx.y);  // the longest causal ranges start first
+  if (p.n_seqs > 1) select_sequence(p, blockIdx.y);  // one query tile per sequence
+  const int tile = p.n_seqs > 1 ? 0 : n_tiles - 1 - int(blockIdx.y);  // the longest causal ranges start first
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t pos0 = *p.pos;  // written before the launch chain: readable before the wait
   const int64_t t0 = int64_t(tile) * tile_tokens;
@@ -355,14 +356,15 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;
   const int tile_tokens = kMmaRows / group;
   const int64_t n_tiles = mma_prefill_query_tiles(p.n_tokens, p.n_heads, p.n_kv_heads);
-  if (n_tiles > 65535) fail("attention: {} query tiles exceed the grid's limit", n_tiles);
+  const int64_t rows_of_blocks = p.n_seqs > 1 ? p.n_seqs : n_tiles;  // a multi-sequence launch's one token each: a block row each
+  if (rows_of_blocks > 65535) fail("attention: {} query tiles or sequences exceed the grid's limit", rows_of_blocks);
   constexpr size_t smem = PrefillSmem<kHeadDim>::kBytes;
   const bool merge_last = mma_merges_in_launch(p);
   const auto kernel = mma_prefill_kernel<kHeadDim, kTree>;
   if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
     NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  cuda::launch_kernel(kernel, dim3(unsigned(p.n_kv_heads), unsigned(n_tiles), unsigned(p.n_splits)), dim3(kThreads), smem,
+  cuda::launch_kernel(kernel, dim3(unsigned(p.n_kv_heads), unsigned(rows_of_blocks), unsigned(p.n_splits)), dim3(kThreads), smem,
                       stream, p, group, tile_tokens, int(n_tiles), merge_last);
   NT_CUDA_CHECK_LAUNCH();
   return merge_last;
