@@ -3,7 +3,10 @@
 // token counts across its tile widths, split-K and not, with accumulation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/quantized_gemm.h"
 #include "gpu_test_util.h"
@@ -83,6 +86,76 @@ TEST_P(QuantizedGemmTest, MatchesQ8ProductsAtEveryTileWidth) {
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedGemmTest,
                          testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K),
                          [](const auto& info) { return std::string(tensor_type_name(info.param)); });
+
+// The gated form (gate and up in one launch, silu(gate) * up as q8 in its
+// epilogue) against the two GEMMs, swiglu and quantize_activations it
+// replaces: the same splits, so the same sums in the same order and the same
+// bits. Unsplit (a GPU of one multiprocessor for the split rule), split, and
+// a short last row block and token tile.
+TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
+  struct GatedCase {
+    int64_t rows, cols, tokens;
+    int multiprocessors;
+  };
+  const int sms = require_cuda_device(0).multiprocessors;
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_1}) {
+    for (const GatedCase c : {GatedCase{512, 1024, 9, 1}, GatedCase{512, 2048, 64, sms}, GatedCase{96, 512, 37, sms}}) {
+      SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " tokens=" << c.tokens
+                                      << " multiprocessors=" << c.multiprocessors);
+      const test::DeviceWeights gate = test::upload_weights(type, test::random_weights(type, c.rows, c.cols), c.rows, c.cols);
+      const test::DeviceWeights up = test::upload_weights(type, test::random_weights(type, c.rows, c.cols), c.rows, c.cols);
+      const DeviceBuffer dx = test::to_device(test::random_floats(size_t(c.tokens * c.cols)));
+      DeviceBuffer dq(size_t(c.tokens * c.cols), "q8"), ds(size_t(c.tokens * c.cols / 32) * 8, "q8 scales");
+      quantize_activations(dx.as<float>(), c.tokens, c.cols, dq.as<int8_t>(), ds.as<float2>(), nullptr);
+      DeviceBuffer scratch(64 << 20, "split-K partials");
+      const size_t outputs = size_t(c.tokens * c.rows);
+      DeviceBuffer g(outputs * 4, "gate"), u(outputs * 4, "up"), h(outputs * 4, "h"), h_gated(outputs * 4, "gated h");
+      DeviceBuffer q(outputs, "h q8"), qs(outputs / 32 * 8, "h q8 scales"), q_gated(outputs, "gated q8"),
+          qs_gated(outputs / 32 * 8, "gated q8 scales");
+      QuantizedGemmParams p;
+      p.x = {dx.as<float>(), dq.as<int8_t>(), ds.as<float2>()};
+      p.n_tokens = c.tokens;
+      p.y_stride = c.rows;
+      p.scratch = scratch.as<float>();
+      p.scratch_bytes = scratch.size();
+      p.multiprocessors = c.multiprocessors;
+      for (const auto& [m, y] : {std::pair{gate.m, g.as<float>()}, std::pair{up.m, u.as<float>()}}) {
+        p.w = m;
+        p.y = y;
+        quantized_gemm(p, nullptr);
+      }
+      swiglu(g.as<float>(), u.as<float>(), int64_t(outputs), h.as<float>(), nullptr);
+      quantize_activations(h.as<float>(), c.tokens, c.rows, q.as<int8_t>(), qs.as<float2>(), nullptr);
+      p.w = gate.m;
+      p.w_up = up.m;
+      p.y = h_gated.as<float>();
+      p.y_q8 = q_gated.as<int8_t>();
+      p.y_q8_scales = qs_gated.as<float2>();
+      quantized_gemm(p, nullptr);
+      NT_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(test::to_host<float>(h_gated, outputs), test::to_host<float>(h, outputs));
+      EXPECT_EQ(test::to_host<int8_t>(q_gated, outputs), test::to_host<int8_t>(q, outputs));
+      const auto scales = test::to_host<float>(qs_gated, outputs / 16), want_scales = test::to_host<float>(qs, outputs / 16);
+      EXPECT_EQ(scales, want_scales);
+      EXPECT_GT(*std::max_element(want_scales.begin(), want_scales.end()), 0.0f) << "h is not all zeros";
+    }
+  }
+}
+
+TEST(QuantizedGemm, GatedFormRefusesMatricesThatDiffer) {
+  QuantizedGemmParams p;
+  p.w.type = p.w_up.type = TensorType::Q4_K;
+  p.w.rows = 256;
+  p.w_up.rows = 128;
+  p.w.cols = p.w_up.cols = 1024;
+  p.n_tokens = 8;
+  p.multiprocessors = 132;
+  int8_t q8 = 0;
+  float2 scale{};
+  p.y_q8 = &q8;
+  p.y_q8_scales = &scale;
+  EXPECT_THROW(quantized_gemm(p, nullptr), Error);
+}
 
 TEST(QuantizedGemm, SupportsOnlyTheFormatsItHasKernelsFor) {
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q4_K, 4096));

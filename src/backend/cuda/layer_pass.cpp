@@ -28,6 +28,21 @@ Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use
   return Input{x, q8, scales, nullptr, cols};
 }
 
+QuantizedGemmParams LayerPass::int8_gemm_params(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
+                                                bool accumulate) {
+  QuantizedGemmParams p;
+  p.w = m;
+  p.x = {in.f32, in.q8, in.q8_scales};
+  p.n_tokens = n;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.accumulate = accumulate;
+  p.scratch = gemm_.scratch().as<float>();
+  p.scratch_bytes = gemm_.scratch().size();
+  p.multiprocessors = multiprocessors_;
+  return p;
+}
+
 void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
                              bool accumulate, const NormOut& norm_out) {
   if (n >= paths_.gemm_from) {
@@ -35,10 +50,7 @@ void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float*
     return;
   }
   if (int8_gemm_takes(m, n) && in.q8) {
-    DeviceBuffer& scratch = gemm_.scratch();
-    quantized_gemm({m, {in.f32, in.q8, in.q8_scales}, n, y, y_stride, accumulate, scratch.as<float>(), scratch.size(),
-                    multiprocessors_},
-                   stream_);
+    quantized_gemm(int8_gemm_params(m, in, n, y, y_stride, accumulate), stream_);
     return;
   }
   for (int64_t t = 0; t < n; t += kMatvecMaxColumns) {
@@ -199,6 +211,8 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
   if (!fold) rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
   if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  const bool gated_int8 = !use_gemm && L.gate.type == L.up.type && int8_gemm_takes(L.gate, n) && c.ffn_dim % 32 == 0 &&
+                          gemm_.scratch().size() >= 8 * uint64_t(n) * uint64_t(c.ffn_dim);
   if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
     MatvecParams p;
     p.w = L.gate;
@@ -211,12 +225,22 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
     p.y = act_.h;
     p.y_stride = c.ffn_dim;
     matvec(p, int(n), stream_);
+  } else if (gated_int8) {
+    // Gate and up in one int8 GEMM launch, whose epilogue writes down's q8
+    // input (and h in f32 only for a down that reads it).
+    QuantizedGemmParams p = int8_gemm_params(L.gate, normed, n, matvec_wants_q8(L.down.type) ? nullptr : act_.h, c.ffn_dim, false);
+    p.w_up = L.up;
+    p.y_q8 = act_.q8;
+    p.y_q8_scales = act_.q8_scales;
+    quantized_gemm(p, stream_);
   } else {
     matmul(L.gate, normed, n, act_.gate, c.ffn_dim, false);
     matmul(L.up, normed, n, act_.up, c.ffn_dim, false);
     swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
   }
-  add_to_residual(L.down, prepare_input(act_.h, n, c.ffn_dim, use_gemm), next_norm);
+  const Input down_in = gated_int8 ? Input{act_.h, act_.q8, act_.q8_scales, nullptr, c.ffn_dim}
+                                   : prepare_input(act_.h, n, c.ffn_dim, use_gemm);
+  add_to_residual(L.down, down_in, next_norm);
 }
 
 void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,

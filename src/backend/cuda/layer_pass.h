@@ -108,6 +108,9 @@ class LayerPass {
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
     return paths_.int8 && n >= int8_min_tokens_ && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
+  // The int8 GEMM's launch of y (+)= m * in (in's q8 form), with this pass's scratch.
+  QuantizedGemmParams int8_gemm_params(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
+                                       bool accumulate);
   // y (+)= m * in; norm_out (one token through the mat-vec only) as in MatvecParams.
   void matmul(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride, bool accumulate,
               const NormOut& norm_out = {});

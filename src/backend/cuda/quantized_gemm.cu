@@ -187,10 +187,12 @@ __device__ __forceinline__ void cp_async_wait() {
 
 struct KernelParams {
   DeviceMatrix w;
+  DeviceMatrix w_up;   // the gated form: row blocks past row_blocks multiply w_up
+  int64_t row_blocks;  // of w
   const int8_t* q8;
   const float2* q8_scales;
   int64_t n_tokens;
-  float* y;  // the output, or the splits' partial sums: [split][token][row]
+  float* y;  // the output, or the splits' partial sums: [matrix][split][token][row]
   int64_t y_stride;
   bool accumulate;
   int64_t steps_per_split;
@@ -245,8 +247,13 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kTiles = kCols / 8, kStages = pipeline_stages<kCols>(), kStage = stage_bytes<Tile, kCols>();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const bool up = blockIdx.x >= p.row_blocks;  // the gated form's second matrix, into the second set of partial sums
+  if (up) {
+    p.w = p.w_up;
+    p.y += int64_t(gridDim.y) * p.n_tokens * p.w.rows;
+  }
   const int64_t rows = p.w.rows;
-  const int64_t row_base = int64_t(blockIdx.x) * kRowsPerBlock;
+  const int64_t row_base = (int64_t(blockIdx.x) - (up ? p.row_blocks : 0)) * kRowsPerBlock;
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the thread's rows in the block
   const int64_t load_row0 = std::min(row_base + r0, rows - 1), load_row1 = std::min(row_base + r1, rows - 1);
   const int64_t col_base = int64_t(blockIdx.z) * kCols;
@@ -325,7 +332,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
     step1 = next1;
   }
 
-  const bool split = gridDim.y > 1;
+  const bool split = gridDim.y > 1 || p.w_up.rows > 0;  // the gated form always writes partial sums
   float* out = split ? p.y + int64_t(blockIdx.y) * p.n_tokens * rows : p.y;
   const int64_t stride = split ? rows : p.y_stride;
 #pragma unroll
@@ -354,6 +361,25 @@ __global__ void sum_splits_kernel(const float* partials, int splits, int64_t n_t
   *out = accumulate ? *out + sum : sum;
 }
 
+// The gated form: h = silu(gate) * up of the splits' partial sums (each in
+// split order, as sum_splits_kernel adds them), as q8 activations (and f32
+// when h is set). One warp per 32 rows of a token: one q8 block.
+// PRECOND: rows % 32 == 0. Bytes moved: the partial sums once, h once.
+__global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_tokens, int64_t rows, float* h,
+                                 int64_t h_stride, int8_t* q8, float2* q8_scales) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_tokens * rows) return;  // whole warps: n_tokens * rows is a multiple of 32
+  const int64_t token = i / rows, row = i % rows, outputs = n_tokens * rows;
+  float gate = 0.0f, up = 0.0f;
+  for (int s = 0; s < splits; ++s) gate += partials[s * outputs + i];
+  for (int s = 0; s < splits; ++s) up += partials[(splits + s) * outputs + i];
+  const float v = cuda::silu(gate) * up;
+  if (h) h[token * h_stride + row] = v;
+  cuda::quantize_q8_warp(v, q8 + i - threadIdx.x % 32, q8_scales + i / 32);
+}
+
 template <class Tile, int kCols>
 void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   const int64_t row_blocks = (p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -374,17 +400,28 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
     resident.store(std::max(blocks, 1));
   }
   const int64_t wanted = int64_t(kCols == 64 ? resident.load() : kBlocksPerMultiprocessor) * p.multiprocessors;
-  const int64_t fits = int64_t(p.scratch_bytes / (4 * uint64_t(p.n_tokens) * uint64_t(p.w.rows)));
+  const bool gated = p.w_up.rows > 0;
+  const int64_t matrices = gated ? 2 : 1;
+  const int64_t fits = int64_t(p.scratch_bytes / (4 * uint64_t(matrices) * uint64_t(p.n_tokens) * uint64_t(p.w.rows)));
+  // (The gated form splits as each of its matrices alone would: the same sums, bit for bit.)
   int64_t splits = std::clamp<int64_t>((wanted + row_blocks * token_tiles - 1) / (row_blocks * token_tiles), 1, steps);
   splits = std::min(splits, std::max<int64_t>(fits, 1));
   const int64_t steps_per_split = (steps + splits - 1) / splits;
   splits = (steps + steps_per_split - 1) / steps_per_split;
 
-  KernelParams k{p.w, p.x.q8, p.x.q8_scales, p.n_tokens, splits > 1 ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
-  cuda::launch_kernel(quantized_gemm_kernel<Tile, kCols>, dim3(unsigned(row_blocks), unsigned(splits), unsigned(token_tiles)),
-                      dim3(32 * kWarps), smem, stream, k);
+  KernelParams k{p.w,         p.w_up,      row_blocks, p.x.q8,         p.x.q8_scales,
+                 p.n_tokens,  splits > 1 || gated ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
+  cuda::launch_kernel(quantized_gemm_kernel<Tile, kCols>,
+                      dim3(unsigned(matrices * row_blocks), unsigned(splits), unsigned(token_tiles)), dim3(32 * kWarps), smem,
+                      stream, k);
   NT_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
+  if (gated) {
+    const int64_t outputs = p.n_tokens * p.w.rows;
+    cuda::launch_kernel(gated_sum_kernel, dim3(unsigned((outputs + 255) / 256)), dim3(256), 0, stream,
+                        static_cast<const float*>(p.scratch), int(splits), p.n_tokens, p.w.rows, p.y, p.y_stride, p.y_q8,
+                        p.y_q8_scales);
+    NT_CUDA_CHECK_LAUNCH();
+  } else if (splits > 1) {
     const int64_t outputs = p.n_tokens * p.w.rows;
     cuda::launch_kernel(sum_splits_kernel, dim3(unsigned((outputs + 255) / 256)), dim3(256), 0, stream,
                         static_cast<const float*>(p.scratch), int(splits), p.n_tokens, p.w.rows, p.y, p.y_stride,
@@ -420,6 +457,18 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
     fail("the int8 GEMM has no kernel for {} rows of {} elements", tensor_type_name(p.w.type), p.w.cols);
   }
   if (p.multiprocessors < 1) fail("the int8 GEMM needs the GPU's multiprocessor count, got {}", p.multiprocessors);
+  if (p.w_up.rows > 0) {
+    if (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols || p.w.rows % 32 != 0 || !p.y_q8 ||
+        !p.y_q8_scales || p.accumulate) {
+      fail("the int8 GEMM's gated form takes two {} x {} {} matrices alike ({} x {} {}), rows a multiple of 32, and "
+           "writes q8 activations without accumulating",
+           p.w.rows, p.w.cols, tensor_type_name(p.w.type), p.w_up.rows, p.w_up.cols, tensor_type_name(p.w_up.type));
+    }
+    if (p.scratch_bytes < 8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows)) {
+      fail("the int8 GEMM's gated form needs {} bytes of scratch for its partial sums, got {}",
+           8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows), p.scratch_bytes);
+    }
+  }
   if (p.n_tokens == 0 || p.w.rows == 0) return;
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_for_tokens<TileQ4_K>(p, stream);

@@ -31,6 +31,13 @@ struct QuantizedGemmParams {
   float* scratch = nullptr;
   uint64_t scratch_bytes = 0;
   int multiprocessors = 0;            // of the GPU it runs on: how many blocks fill it
+  // The gated form (w_up set, as the FFN's gate and up): h = silu(X W^T) *
+  // (X W_up^T) as q8 activations (quantize_activations' format) in y_q8 and
+  // y_q8_scales, and in y when y is set; one launch for both matrices.
+  // Needs 2 x n_tokens x rows floats of scratch.
+  DeviceMatrix w_up;
+  int8_t* y_q8 = nullptr;
+  float2* y_q8_scales = nullptr;
 };
 
 void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream);
