@@ -223,6 +223,43 @@ TEST_P(CpuKernelTest, VecDotMatchesFloat64Reference) {
   }
 }
 
+// The several-token form (a batch's decode rows) against one-token calls:
+// the same numbers bit for bit, for every count it takes, rows of an odd
+// number of blocks (the tail block) and scattered activation rows.
+TEST_P(CpuKernelTest, VecDotTokensEqualsOneTokenCallsBitForBit) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  int formats = 0;
+  for (TensorType type : kWeightTypes) {
+    const VecDotTokensFn dots = k().vec_dot_tokens[size_t(type)];
+    if (!dots) continue;
+    ++formats;
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const ActFormat f = act_format(type);
+    const int64_t block = tensor_type_info(type).block_elems;
+    for (int64_t n : {block, 5 * block, 19 * block}) {
+      const std::vector<uint8_t> w = random_rows(type, 1, n, rng_);
+      const int max = k().vec_dot_tokens_max;
+      const size_t bytes = act_row_bytes(f, n), stride = bytes + 64;  // rows apart, not packed
+      std::vector<uint8_t> acts(stride * size_t(max));
+      for (int t = 0; t < max; ++t) {
+        const std::vector<uint8_t> a = quantize_activations(k(), f, random_activations(n, rng_));
+        std::copy(a.begin(), a.end(), acts.begin() + ptrdiff_t(t * stride));
+      }
+      for (int tokens = 1; tokens <= max; ++tokens) {
+        SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
+        std::vector<float> got(size_t(2 * tokens), NAN);
+        dots(w.data(), acts.data(), stride, tokens, n, got.data(), 2);
+        for (int t = 0; t < tokens; ++t) {
+          const float want = k().vec_dot[size_t(type)](w.data(), acts.data() + t * stride, n);
+          ASSERT_EQ(std::memcmp(&got[size_t(2 * t)], &want, 4), 0) << "token " << t << ": " << got[size_t(2 * t)] << " vs " << want;
+          ASSERT_TRUE(std::isnan(got[size_t(2 * t + 1)])) << "wrote past its stride";
+        }
+      }
+    }
+  }
+  if (GetParam() != Isa::Scalar) EXPECT_GE(formats, 7) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K";
+}
+
 // matmul on f32 inputs: the reference uses the exact f32 activations, so the
 // budget adds the int8 activation rounding, an error of independent terms
 // |w_i| * step_i / 2 * U(-1, 1): bounded here at 6 standard deviations.

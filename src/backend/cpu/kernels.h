@@ -28,6 +28,11 @@ size_t act_row_bytes(ActFormat format, int64_t n);
 
 // dot(weight row, activation row) over n elements; `act` is in act_format(weight type).
 using VecDotFn = float (*)(const void* weight_row, const void* act, int64_t n);
+// The same for n_tokens activation rows (token t's at act + t * act_stride
+// bytes) into out[t * out_stride], decoding the weight row once: each result
+// bit for bit VecDotFn's. n_tokens <= Kernels::vec_dot_tokens_max.
+using VecDotTokensFn = void (*)(const void* weight_row, const void* act, size_t act_stride, int n_tokens, int64_t n,
+                                float* out, size_t out_stride);
 
 // --- Prefill GEMM operands -------------------------------------------------
 // Every quantized weight type is unpacked, a panel of kGemmRows rows at a
@@ -72,6 +77,9 @@ struct Kernels {
 
   // Indexed by the GGUF type id; null for non-weight types.
   std::array<VecDotFn, 31> vec_dot;
+  // Where set, several tokens' vec_dot at once (the fused decode rows of a batch).
+  std::array<VecDotTokensFn, 31> vec_dot_tokens;
+  int vec_dot_tokens_max;
 
   // Prefill GEMM: quantize one activation row (n a multiple of 32) into
   // q[n], scale[n/32], gsum[n/16] (the caller interleaves them), then

@@ -49,10 +49,12 @@ void quantize_act(const Kernels& k, ActFormat format, const float* x, void* out,
 }
 
 // One fused dot product per (row, token): each row is read once and used for
-// every token while it is in L1.
+// every token while it is in L1, and decoded once per vec_dot_tokens_max
+// tokens where the kernels have the several-token form (the same numbers).
 void matmul_dots(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
   const ActFormat format = act_format(w.type);
   const VecDotFn dot = k.vec_dot[size_t(w.type)];
+  const VecDotTokensFn dots = k.vec_dot_tokens[size_t(w.type)];
   const void* act = x;
   if (format != ActFormat::F32) {
     static thread_local std::vector<uint8_t> buffer;
@@ -67,9 +69,15 @@ void matmul_dots(const WeightView& w, const float* x, float* y, int n_tokens, Th
       [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* row = w.row(r);
-          for (int t = 0; t < n_tokens; ++t) {
-            y[t * w.rows + r] = dot(row, static_cast<const uint8_t*>(act) + t * act_bytes, w.cols);
+          const auto* acts = static_cast<const uint8_t*>(act);
+          if (dots) {
+            for (int t = 0; t < n_tokens; t += k.vec_dot_tokens_max) {
+              dots(row, acts + t * act_bytes, act_bytes, std::min(k.vec_dot_tokens_max, n_tokens - t), w.cols,
+                   y + t * w.rows + r, size_t(w.rows));
+            }
+            continue;
           }
+          for (int t = 0; t < n_tokens; ++t) y[t * w.rows + r] = dot(row, acts + t * act_bytes, w.cols);
         }
       },
       16);
