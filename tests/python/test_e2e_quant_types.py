@@ -216,12 +216,14 @@ def away_from_ties(x, block, rng):
 @pytest.mark.parametrize("type_name", TYPES)
 def test_matrix_products_match_act_q8_reference(workspace, type_name, tmp_path):
     """Single products of three matrices (widths 256 and 768, and the output
-    head) with 1 and 3 tokens (decode formats) and 4 and 11 tokens (prefill GEMM)."""
+    head) with 1 and 3 tokens (decode formats), 4 and 11 tokens (the prefill
+    GEMM for the legacy types, the decode formats for the K-quants) and 16
+    (the GEMM for all)."""
     model = workspace.reference(type_name)
     act_q8 = llama_ref.Arithmetic(act_q8=True)
     for name, matrix in [("blk.0.attn_q.weight", model.layers[0].wq), ("blk.0.ffn_down.weight", model.layers[0].w_down),
                          ("token_embd.weight", model.output)]:
-        for n_tokens in (1, 3, 4, 11):
+        for n_tokens in (1, 3, 4, 11, 16):
             fmt = llama_ref.activation_format(matrix.stored_type, n_tokens)
             x = workspace.rng.standard_normal((n_tokens, matrix.w.shape[1])).astype(np.float32)
             x *= workspace.rng.uniform(0.1, 10.0, (n_tokens, 1)).astype(np.float32)

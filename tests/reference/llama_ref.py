@@ -267,16 +267,17 @@ def apply_rope(x, positions, inv_freq, c):
 # The block format follows the weight type and, as in our engine (and
 # llama.cpp), the number of tokens in the pass:
 #   - F32/F16/BF16 weights take the activations unrounded;
-#   - passes of GEMM_MIN_TOKENS or more tokens (prompt prefill) use blocks of
-#     32 with a float32 scale, for every quantized weight type;
-#   - smaller passes (decoding) use the weight type's dot-product partner:
+#   - passes of gemm_min_tokens or more tokens (prompt prefill: 4 for the
+#     legacy types, 16 for the K-quants) use blocks of 32 with a float32
+#     scale, for every quantized weight type;
+#   - smaller passes (decoding, short prompts) use the weight type's
+#     dot-product partner:
 #     K-quants Q8_K (blocks of 256, float32 scale), the others Q8_0/Q8_1
 #     (blocks of 32, q computed with the exact d but multiplied by d rounded
 #     to float16). Q8_1, the partner of Q4_1/Q5_1, also carries each block's
 #     sum rounded to float16, and the weights' min term uses that sum:
 #     dot = sum_blocks d_w * sum(q_w * x) + m_w * fp16(sum(x)).
 
-GEMM_MIN_TOKENS = 4
 FLOAT_WEIGHT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 K_QUANT_TYPES = {GGMLQuantizationType.Q2_K, GGMLQuantizationType.Q3_K, GGMLQuantizationType.Q4_K,
                  GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K}
@@ -289,12 +290,17 @@ class ActivationFormat:
     fp16_sum: bool = False    # the weights' min term sees the block sum rounded to float16
 
 
+def gemm_min_tokens(weight_type):
+    """Tokens from which a pass rounds `weight_type`'s inputs as a prefill does."""
+    return 16 if weight_type in K_QUANT_TYPES else 4
+
+
 def activation_format(weight_type, n_tokens):
     """How the input of a product with `weight_type` weights is rounded in a
     pass over n_tokens tokens; None: not at all."""
     if weight_type in FLOAT_WEIGHT_TYPES:
         return None
-    if n_tokens >= GEMM_MIN_TOKENS:
+    if n_tokens >= gemm_min_tokens(weight_type):
         return ActivationFormat(block=32, fp16_scale=False)
     if weight_type in K_QUANT_TYPES:
         return ActivationFormat(block=256, fp16_scale=False)

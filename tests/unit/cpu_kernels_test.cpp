@@ -300,13 +300,14 @@ void check_matmul(const Kernels& k, TensorType type, int64_t rows, int64_t cols,
   }
 }
 
-// 1 and 3 tokens take the fused per-row dot path, 17 and 64 the blocked GEMM
-// (with token counts that leave partial 8-token groups).
+// 1 and 3 tokens take the fused per-row dot path, 9 that path for K-quants
+// (several calls of the several-token dot) and the GEMM for the others, 17
+// and 64 the blocked GEMM (with token counts that leave partial 8-token groups).
 TEST_P(CpuKernelTest, MatmulMatchesFloat64Reference) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ThreadPool pool(3);
   for (TensorType type : kWeightTypes) {
-    for (int n_tokens : {1, 3, 17, 64}) check_matmul(k(), type, 37, 512, n_tokens, rng_, pool);
+    for (int n_tokens : {1, 3, 9, 17, 64}) check_matmul(k(), type, 37, 512, n_tokens, rng_, pool);
   }
   check_matmul(k(), TensorType::Q4_1, 5, 96, 9, rng_, pool);
   check_matmul(k(), TensorType::Q8_0, 1, 32, 5, rng_, pool);

@@ -10,9 +10,13 @@ namespace nt::cpu {
 
 namespace {
 
-// Token counts from which the blocked GEMM beats one fused dot per row and
-// token (its weight unpacking only pays off when shared by several tokens).
-constexpr int kGemmMinTokens = 4;
+// Token counts from which the blocked GEMM beats the fused dots, which decode
+// a row once for vec_dot_tokens_max tokens: its weight unpacking pays off
+// only when shared by more. The 2-core Zen 4 machine, prompt tok/s through
+// the dots against the GEMM: SmolLM2 Q4_1 pp4 532 / 498, pp5 492 / 625 (the
+// legacy formats keep 4); llama3-1b Q4_K_M pp8 105 / 76, pp15 134 / 110,
+// pp16 126 / 127.
+int gemm_min_tokens(TensorType type) { return tensor_type_info(type).block_elems == kQK_K ? 16 : 4; }
 // Tokens whose quantized activations stay in L2 while a panel sweeps them
 // (a multiple of kGemmTokenGroup).
 constexpr int kGemmTokenBlock = 128;
@@ -25,7 +29,7 @@ T* scratch(std::vector<T>& buffer, size_t count) {
 
 // Whether matmul takes n tokens through the GEMM.
 bool takes_gemm(const WeightView& w, int64_t n_tokens) {
-  return n_tokens >= kGemmMinTokens && act_format(w.type) != ActFormat::F32;
+  return n_tokens >= gemm_min_tokens(w.type) && act_format(w.type) != ActFormat::F32;
 }
 
 void check(const WeightView& w) {
