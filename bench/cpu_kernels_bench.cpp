@@ -105,6 +105,28 @@ int main(int argc, char** argv) {
     std::printf("memcpy (1 thread): %.1f GB/s read+write\n", 2 * n / t / 1e9);
   }
 
+  // One core's kernel rate: a matrix that stays in L2 (128 rows of the 70B's
+  // 8192 columns, 0.4-0.9 MB), so the arithmetic is timed, not the memory.
+  {
+    ThreadPool one(1);
+    std::printf("\nmatvec on one core, weights in L2 (128x8192), GB/s of weights:\n%-8s %10s %10s\n", "type", "1 token",
+                "8 tokens");
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+      const int64_t rows = 128, cols = 8192;
+      const auto w = random_weights(type, rows, cols, rng);
+      std::printf("%-8s", std::string(tensor_type_name(type)).c_str());
+      for (int tokens : {1, 8}) {
+        std::vector<float> x(cols * tokens, 0.5f), y(rows * tokens);
+        const int reps = 200;
+        const double t = best_time(5, [&] {
+          for (int r = 0; r < reps; ++r) matmul(WeightView::dense(w.data(), type, rows, cols), x.data(), y.data(), tokens, one);
+        });
+        std::printf(" %10.1f", double(w.size()) * reps / t / 1e9);
+      }
+      std::printf("\n");
+    }
+  }
+
   // Matvec: enough copies of each matrix to overflow the caches, cycled.
   const Shape shapes[] = {{"ffn_down 576x1536", 576, 1536}, {"ffn_up 1536x576", 1536, 576}, {"output 49152x576", 49152, 576}};
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
