@@ -1,6 +1,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -16,7 +17,20 @@ namespace {
 // the dots against the GEMM: SmolLM2 Q4_1 pp4 532 / 498, pp5 492 / 625 (the
 // legacy formats keep 4); llama3-1b Q4_K_M pp8 105 / 76, pp15 134 / 110,
 // pp16 126 / 127.
-int gemm_min_tokens(TensorType type) { return tensor_type_info(type).block_elems == kQK_K ? 16 : 4; }
+// NT_CPU_GEMM_MIN_TOKENS=N sets one threshold for every format, for A/B runs
+// on other machines (the numbers round differently on each side of it).
+int gemm_min_tokens(TensorType type) {
+  static const int forced = [] {
+    const char* env = std::getenv("NT_CPU_GEMM_MIN_TOKENS");
+    if (!env || !*env) return 0;
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 20) fail("NT_CPU_GEMM_MIN_TOKENS={}: expected a token count of at least 1", env);
+    return int(n);
+  }();
+  if (forced) return forced;
+  return tensor_type_info(type).block_elems == kQK_K ? 16 : 4;
+}
 // Tokens whose quantized activations stay in L2 while a panel sweeps them
 // (a multiple of kGemmTokenGroup).
 constexpr int kGemmTokenBlock = 128;
