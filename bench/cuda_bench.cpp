@@ -212,18 +212,26 @@ void bench_matvec(double copy_gbs, std::mt19937& rng) {
   }
 }
 
-// Single-column mat-vec over rows-per-warp x warps-per-row x unroll variants
-// ("2r1w/u1"; "P": Q4_K in 32-byte units), GB/s of file
+// The mat-vec of a decode step over rows-per-warp x warps-per-row x unroll
+// variants ("2r1w/u1"; "P": Q4_K in 32-byte units, one column), GB/s of file
 // bytes (gated: both matrices); "auto" is what matvec() picks for the shape.
-void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
-  fmt::print("\n== decode mat-vec variants: GB/s for rows per warp, warps per row, unroll (copy ceiling {:.0f} GB/s)\n", copy_gbs);
+// One column is a single sequence's step; four, a 4-sequence batch's, whose
+// lanes do four columns' arithmetic on each unit of loads in flight.
+void bench_matvec_sweep(double copy_gbs, std::mt19937& rng, int columns) {
+  fmt::print("\n== {}-column mat-vec variants: GB/s for rows per warp, warps per row, unroll (copy ceiling {:.0f} GB/s)\n",
+             columns, copy_gbs);
   struct Variant {
     int rows, split, unroll;
     bool pair = false;
   };
-  const std::vector<Variant> variants = {{1, 1, 1},       {1, 1, 2},       {1, 2, 1},       {1, 2, 2},      {1, 4, 1},
-                                         {1, 4, 2},       {2, 1, 1},       {2, 2, 1},       {2, 4, 1},      {1, 1, 1, true},
-                                         {1, 2, 1, true}, {1, 4, 1, true}, {2, 1, 1, true}, {2, 2, 1, true}};
+  std::vector<Variant> variants = {{1, 1, 1}, {1, 1, 2}, {1, 1, 4}, {1, 2, 1}, {1, 2, 2}, {1, 4, 1}, {1, 4, 2},
+                                   {2, 1, 1}, {2, 2, 1}, {2, 4, 1}};
+  if (columns == 1) {
+    for (const Variant v : {Variant{1, 1, 1, true}, Variant{1, 2, 1, true}, Variant{1, 4, 1, true}, Variant{2, 1, 1, true},
+                            Variant{2, 2, 1, true}}) {
+      variants.push_back(v);
+    }
+  }
   std::string head = fmt::format("{:<8} {:>13}", "type", "rows x cols");
   for (const Variant v : variants) {
     head += fmt::format(" {:>7}", fmt::format("{}{}r{}w/u{}", v.pair ? "P" : "", v.rows, v.split, v.unroll));
@@ -234,77 +242,20 @@ void bench_matvec_sweep(double copy_gbs, std::mt19937& rng) {
     int64_t rows, cols;
     bool gated;
   };
+  // The 8B's and 70B's Q/O, K/V, gate/up, down and output shapes.
   for (const Shape s : {Shape{TensorType::Q4_K, 4096, 4096, false}, Shape{TensorType::Q4_K, 1024, 4096, false},
                         Shape{TensorType::Q4_K, 14336, 4096, false}, Shape{TensorType::Q4_K, 14336, 4096, true},
-                        Shape{TensorType::Q4_K, 28672, 8192, true}, Shape{TensorType::Q4_K, 8192, 8192, false},
-                        Shape{TensorType::Q4_K, 1024, 8192, false},
+                        Shape{TensorType::Q4_K, 4096, 14336, false}, Shape{TensorType::Q4_K, 28672, 8192, true},
+                        Shape{TensorType::Q4_K, 8192, 8192, false}, Shape{TensorType::Q4_K, 1024, 8192, false},
+                        Shape{TensorType::Q4_K, 8192, 28672, false},
                         Shape{TensorType::Q6_K, 1024, 4096, false}, Shape{TensorType::Q6_K, 4096, 14336, false},
                         Shape{TensorType::Q6_K, 8192, 28672, false}, Shape{TensorType::Q6_K, 128256, 4096, false},
                         Shape{TensorType::Q8_0, 4096, 4096, false}, Shape{TensorType::Q8_0, 14336, 4096, true},
                         Shape{TensorType::Q8_0, 4096, 14336, false}, Shape{TensorType::F16, 4096, 4096, false},
                         Shape{TensorType::F16, 4096, 14336, false}}) {
     const Matrices m = make_matrices(s.type, s.rows, s.cols, 1ull << 30, rng);
-    const Activation a = make_activation(1, s.cols);
-    DeviceBuffer y(size_t(s.rows) * 4, "y");
-    const double bytes = double(m.file_bytes) * (s.gated ? 2 : 1);
-    auto run = [&](int rows_per_warp, int split, int unroll, bool pair) {
-      return time_ms([&](int i) {
-        MatvecParams p;
-        p.w = m.copies[size_t(i) % m.copies.size()];
-        if (s.gated) p.w_up = m.copies[size_t(i + 1) % m.copies.size()];
-        p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
-        p.y = y.as<float>();
-        p.y_stride = s.rows;
-        if (split) {
-          cuda::matvec_variant(1, rows_per_warp, split, unroll, p, nullptr, pair);
-        } else {
-          matvec(p, 1, nullptr);
-        }
-      });
-    };
-    std::string line = fmt::format("{:<8} {:>6}x{:<6}", fmt::format("{}{}", tensor_type_name(s.type), s.gated ? "+g" : ""),
-                                   s.rows, s.cols);
-    for (const Variant v : variants) {
-      const bool skip = (s.gated && v.rows == 2) || (v.pair && s.type != TensorType::Q4_K);
-      line += skip ? fmt::format(" {:>7}", "-")
-                   : fmt::format(" {:>7.0f}", bytes / (run(v.rows, v.split, v.unroll, v.pair) * 1e-3) / 1e9);
-    }
-    const double gbs = bytes / (run(0, 0, 0, false) * 1e-3) / 1e9;
-    fmt::print("{} {:>6.0f} {:>5.0f}%\n", line, gbs, 100 * gbs / copy_gbs);
-  }
-}
-
-// The mat-vec of a 4-sequence decode step over the same variants (one
-// column's loads are shared by four columns' arithmetic, so fewer units are
-// in flight per thread): GB/s of file bytes (gated: both matrices); "auto"
-// is what matvec() picks for 4 columns.
-void bench_matvec_columns_sweep(double copy_gbs, std::mt19937& rng) {
-  constexpr int kColumns = 4;
-  fmt::print("\n== {}-column mat-vec variants: GB/s for rows per warp, warps per row, unroll (copy ceiling {:.0f} GB/s)\n",
-             kColumns, copy_gbs);
-  struct Variant {
-    int rows, split, unroll;
-  };
-  const std::vector<Variant> variants = {{1, 1, 1}, {1, 1, 2}, {1, 1, 4}, {1, 2, 1}, {1, 2, 2},
-                                         {1, 4, 1}, {1, 4, 2}, {2, 1, 1}, {2, 2, 1}, {2, 4, 1}};
-  std::string head = fmt::format("{:<8} {:>13}", "type", "rows x cols");
-  for (const Variant v : variants) head += fmt::format(" {:>7}", fmt::format("{}r{}w/u{}", v.rows, v.split, v.unroll));
-  fmt::print("{} {:>6} {:>6}\n", head, "auto", "%copy");
-  struct Shape {
-    TensorType type;
-    int64_t rows, cols;
-    bool gated;
-  };
-  // The 8B's and 70B's Q/O, K/V, gate/up and down shapes.
-  for (const Shape s : {Shape{TensorType::Q4_K, 4096, 4096, false}, Shape{TensorType::Q4_K, 1024, 4096, false},
-                        Shape{TensorType::Q4_K, 14336, 4096, true}, Shape{TensorType::Q4_K, 4096, 14336, false},
-                        Shape{TensorType::Q4_K, 8192, 8192, false}, Shape{TensorType::Q4_K, 1024, 8192, false},
-                        Shape{TensorType::Q4_K, 28672, 8192, true}, Shape{TensorType::Q4_K, 8192, 28672, false},
-                        Shape{TensorType::Q6_K, 4096, 14336, false}, Shape{TensorType::Q6_K, 8192, 28672, false},
-                        Shape{TensorType::Q8_0, 4096, 4096, false}, Shape{TensorType::Q8_0, 14336, 4096, true}}) {
-    const Matrices m = make_matrices(s.type, s.rows, s.cols, 1ull << 30, rng);
-    const Activation a = make_activation(kColumns, s.cols);
-    DeviceBuffer y(size_t(kColumns * s.rows) * 4, "y");
+    const Activation a = make_activation(columns, s.cols);
+    DeviceBuffer y(size_t(columns * s.rows) * 4, "y");
     const double bytes = double(m.file_bytes) * (s.gated ? 2 : 1);
     auto run = [&](const Variant* v) {
       return time_ms([&](int i) {
@@ -315,16 +266,17 @@ void bench_matvec_columns_sweep(double copy_gbs, std::mt19937& rng) {
         p.y = y.as<float>();
         p.y_stride = s.rows;
         if (v) {
-          cuda::matvec_variant(kColumns, v->rows, v->split, v->unroll, p, nullptr);
+          cuda::matvec_variant(columns, v->rows, v->split, v->unroll, p, nullptr, v->pair);
         } else {
-          matvec(p, kColumns, nullptr);
+          matvec(p, columns, nullptr);
         }
       });
     };
     std::string line = fmt::format("{:<8} {:>6}x{:<6}", fmt::format("{}{}", tensor_type_name(s.type), s.gated ? "+g" : ""),
                                    s.rows, s.cols);
     for (const Variant& v : variants) {
-      line += s.gated && v.rows == 2 ? fmt::format(" {:>7}", "-") : fmt::format(" {:>7.0f}", bytes / (run(&v) * 1e-3) / 1e9);
+      const bool skip = (s.gated && v.rows == 2) || (v.pair && s.type != TensorType::Q4_K);
+      line += skip ? fmt::format(" {:>7}", "-") : fmt::format(" {:>7.0f}", bytes / (run(&v) * 1e-3) / 1e9);
     }
     const double gbs = bytes / (run(nullptr) * 1e-3) / 1e9;
     fmt::print("{} {:>6.0f} {:>5.0f}%\n", line, gbs, 100 * gbs / copy_gbs);
@@ -849,8 +801,8 @@ int main(int argc, char** argv) {
     fmt::print("device-to-device copy: {:.0f} GB/s (read + write)\n", copy_gbs);
     const std::string what = argc > 1 ? argv[1] : "all";
     if (what == "all" || what == "matvec") bench_matvec(copy_gbs, rng);
-    if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng);
-    if (what == "all" || what == "columns") bench_matvec_columns_sweep(copy_gbs, rng);
+    if (what == "all" || what == "sweep" || what == "decode") bench_matvec_sweep(copy_gbs, rng, 1);
+    if (what == "all" || what == "columns") bench_matvec_sweep(copy_gbs, rng, 4);
     if (what == "all" || what == "gemm") bench_gemm(rng);
     if (what == "all" || what == "int8") bench_int8_gemm(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "dequantize") bench_dequantize(copy_gbs, rng);
