@@ -1,5 +1,7 @@
 #include "backend/cpu/kernels.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
 
 namespace nt::cpu {
@@ -31,6 +33,18 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
     case ActFormat::Q8_K: return size_t(n / kQK_K) * sizeof(BlockQ8_K);
   }
   return 0;
+}
+
+int prefetch_bytes() {
+  static const int bytes = [] {
+    const char* env = std::getenv("NT_CPU_PREFETCH_BYTES");
+    if (!env || !*env) return 2048;
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1 << 20) fail("NT_CPU_PREFETCH_BYTES={}: expected 0 (off) to 1048576 bytes", env);
+    return int(n);
+  }();
+  return bytes;
 }
 
 const Kernels& kernels_for(Isa isa) {
