@@ -325,10 +325,13 @@ void bench_gemm(std::mt19937& rng) {
 
 // The int8 tensor-core GEMM of 8-64 tokens through the 8B's and 70B's
 // matrices: GB/s of the weights' file bytes (read once per call) against the
-// copy ceiling, and the one-token mat-vec of the same matrix, the floor.
+// copy ceiling, TOPS (2 x rows x cols x T), the one-token mat-vec of the same
+// matrix (the floor), and for K-quants the same GEMM on super-block
+// activations (SuperBlockActivations).
 void bench_int8_gemm(double copy_gbs, int multiprocessors, std::mt19937& rng) {
   fmt::print("\n== int8 GEMM of T tokens (GB/s = weight file bytes / time; copy ceiling {:.0f} GB/s)\n", copy_gbs);
-  fmt::print("{:<6} {:>13} {:>4} {:>10} {:>8} {:>7} {:>13}\n", "type", "matrix", "T", "us", "GB/s", "ceil%", "matvec T=1 us");
+  fmt::print("{:<6} {:>13} {:>4} {:>10} {:>8} {:>7} {:>6} {:>13} {:>10} {:>6}\n", "type", "matrix", "T", "us", "GB/s", "ceil%",
+             "TOPS", "matvec T=1 us", "super us", "TOPS");
   DeviceBuffer scratch(64ull << 20, "split-K partials");
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {8192, 8192}, {28672, 8192}, {8192, 28672}};
   for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
@@ -338,21 +341,32 @@ void bench_int8_gemm(double copy_gbs, int multiprocessors, std::mt19937& rng) {
       const double one = matvec_ms(m, make_activation(1, cols), y, 1);
       for (int64_t tokens : {8, 16, 32, 64}) {
         const Activation a = make_activation(tokens, cols);
-        const double ms = time_ms([&](int i) {
-          QuantizedGemmParams p;
-          p.w = m.copies[size_t(i) % m.copies.size()];
-          p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
-          p.n_tokens = tokens;
-          p.y = y.as<float>();
-          p.y_stride = rows;
-          p.scratch = scratch.as<float>();
-          p.scratch_bytes = scratch.size();
-          p.multiprocessors = multiprocessors;
-          quantized_gemm(p, nullptr);
-        });
-        const double gbs = double(m.file_bytes) / (ms * 1e-3) / 1e9;
-        fmt::print("{:<6} {:>6}x{:<6} {:>4} {:>10.1f} {:>8.0f} {:>6.1f}% {:>13.1f}\n", tensor_type_name(t), rows, cols, tokens,
-                   ms * 1e3, gbs, 100 * gbs / copy_gbs, one * 1e3);
+        const size_t n = size_t(tokens * cols);
+        DeviceBuffer sq(n, "super q8"), ss(n / 256 * 4, "super scales"), sums(n / 16 * 2, "super sums");
+        quantize_super_blocks(a.f32.as<float>(), tokens, cols, sq.as<int8_t>(), ss.as<float>(), sums.as<uint16_t>(), nullptr);
+        auto gemm_ms = [&](bool super) {
+          return time_ms([&](int i) {
+            QuantizedGemmParams p;
+            p.w = m.copies[size_t(i) % m.copies.size()];
+            p.x = {a.f32.as<float>(), a.q8.as<int8_t>(), a.scales.as<float2>()};
+            if (super) p.xs = {sq.as<int8_t>(), ss.as<float>(), sums.as<uint16_t>()};
+            p.n_tokens = tokens;
+            p.y = y.as<float>();
+            p.y_stride = rows;
+            p.scratch = scratch.as<float>();
+            p.scratch_bytes = scratch.size();
+            p.multiprocessors = multiprocessors;
+            quantized_gemm(p, nullptr);
+          });
+        };
+        const double ms = gemm_ms(false), gbs = double(m.file_bytes) / (ms * 1e-3) / 1e9;
+        const double ops = 2.0 * double(rows) * double(cols) * double(tokens);
+        const bool k_quant = t != TensorType::Q8_0;
+        const double super_ms = k_quant ? gemm_ms(true) : 0.0;
+        fmt::print("{:<6} {:>6}x{:<6} {:>4} {:>10.1f} {:>8.0f} {:>6.1f}% {:>6.0f} {:>13.1f} {:>10} {:>6}\n", tensor_type_name(t), rows,
+                   cols, tokens, ms * 1e3, gbs, 100 * gbs / copy_gbs, ops / (ms * 1e-3) / 1e12, one * 1e3,
+                   k_quant ? fmt::format("{:.1f}", super_ms * 1e3) : "-",
+                   k_quant ? fmt::format("{:.0f}", ops / (super_ms * 1e-3) / 1e12) : "-");
       }
     }
   }

@@ -72,6 +72,15 @@ struct TileQ4_K {
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&header.x));
     return {sc, sc, dm.x, dm.y * float(mn)};
   }
+  // Super-block activations: (d, dmin) of the step, and sub-block j's min code.
+  static __device__ float2 super_scale(const uint8_t* s, const Step&) {
+    return __half22float2(*reinterpret_cast<const __half2*>(s + 128));
+  }
+  static __device__ int min_code(const uint8_t* s, int j) {
+    int sc, mn;
+    cuda::k_scale_min(*reinterpret_cast<const uint4*>(s + 128), j, sc, mn);
+    return mn;
+  }
 };
 
 // Q6_K: ql[128] | qh[64] | scales[16] | d. Block j = 4c + 2n + a: ql bytes
@@ -105,6 +114,7 @@ struct TileQ6_K {
     const int shift = 16 * (j % 2);  // groups 2j and 2j + 1
     return {int(int8_t(w >> shift)), int(int8_t(w >> (shift + 8))), step.d, 0.0f};
   }
+  static __device__ float2 super_scale(const uint8_t*, const Step& step) { return {step.d, 0.0f}; }
 };
 
 // The legacy 32-element blocks, eight to a step. Q8_0: qs[32] | d, x = q d.
@@ -213,10 +223,11 @@ constexpr int stage_bytes() {
 
 // Issues the copies of step `step` into `stage`: the weight pieces of rows
 // row_base.. (the last row repeats past the matrix) and the tokens col_base..
-// (the last token repeats past n_tokens), `blocks` 32-element blocks of each.
+// (the last token repeats past n_tokens), `blocks` 32-element blocks of each;
+// stage_step adds their per-32 scales.
 template <class Tile, int kCols>
-__device__ void stage_step(const KernelParams& p, int64_t step, int64_t row_base, int64_t col_base, int blocks,
-                           uint8_t* stage) {
+__device__ __forceinline__ void stage_rows_and_codes(const KernelParams& p, int64_t step, int64_t row_base, int64_t col_base,
+                                                     int blocks, uint8_t* stage) {
   for (int i = threadIdx.x; i < kRowsPerBlock * Tile::kPieces; i += blockDim.x) {
     const int r = i / Tile::kPieces, k = i % Tile::kPieces;
     if (Tile::kPiecesPerBlock && k >= blocks * Tile::kPiecesPerBlock) continue;
@@ -230,12 +241,40 @@ __device__ void stage_step(const KernelParams& p, int64_t step, int64_t row_base
     const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
     cp_async(codes + col * kCodeStride + piece * 16, p.q8 + token * p.w.cols + step * kStepElems + piece * 16, 16);
   }
+}
+
+template <class Tile, int kCols>
+__device__ void stage_step(const KernelParams& p, int64_t step, int64_t row_base, int64_t col_base, int blocks,
+                           uint8_t* stage) {
+  stage_rows_and_codes<Tile, kCols>(p, step, row_base, col_base, blocks, stage);
+  uint8_t* codes = stage + kRowsPerBlock * Tile::kRowStride;
   auto* scales = reinterpret_cast<float2*>(codes + kCols * kCodeStride);
   for (int i = threadIdx.x; i < kCols * kBlocksPerStep; i += blockDim.x) {
     const int col = i / kBlocksPerStep, j = i % kBlocksPerStep;  // a token's scales are contiguous in global memory
     if (j >= blocks) continue;
     const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
     cp_async(scales + j * kCols + col, p.q8_scales + token * (p.w.cols / 32) + step * kBlocksPerStep + j, 8);
+  }
+}
+
+// A block's tile of outputs: the rows (r0, r1) and tokens (2t, 2t + 1) of each
+// 8-token tile a thread holds, into y or its split's partial sums.
+template <int kCols>
+__device__ __forceinline__ void write_tile(const KernelParams& p, int64_t row_base, int r0, int r1, int64_t col_base, int t,
+                                           const float (&acc)[kCols / 8][4]) {
+  const int64_t rows = p.w.rows;
+  const bool split = gridDim.y > 1 || p.w_up.rows > 0;  // the gated form always writes partial sums
+  float* out = split ? p.y + int64_t(blockIdx.y) * p.n_tokens * rows : p.y;
+  const int64_t stride = split ? rows : p.y_stride;
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = row_base + (i < 2 ? r0 : r1), token = col_base + nt * 8 + 2 * t + (i % 2);
+      if (row >= rows || token >= p.n_tokens) continue;
+      float* y = out + token * stride + row;
+      *y = !split && p.accumulate ? *y + acc[nt][i] : acc[nt][i];
+    }
   }
 }
 
@@ -332,19 +371,205 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
     step1 = next1;
   }
 
-  const bool split = gridDim.y > 1 || p.w_up.rows > 0;  // the gated form always writes partial sums
-  float* out = split ? p.y + int64_t(blockIdx.y) * p.n_tokens * rows : p.y;
-  const int64_t stride = split ? rows : p.y_stride;
-#pragma unroll
-  for (int nt = 0; nt < kTiles; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = row_base + (i < 2 ? r0 : r1), token = col_base + nt * 8 + 2 * t + (i % 2);
-      if (row >= rows || token >= p.n_tokens) continue;
-      float* y = out + token * stride + row;
-      *y = !split && p.accumulate ? *y + acc[nt][i] : acc[nt][i];
+  write_tile<kCols>(p, row_base, r0, r1, col_base, t, acc);
+}
+
+// f32 += f16 (16 x 16, rows) x f16 (16 x 8, columns): the Q4_K mins against the 16-element activation sums.
+__device__ __forceinline__ void mma_f16_k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two copies of the small integer v as f16 bits (exact: |v| <= 2048).
+__device__ __forceinline__ uint32_t half2_of(int v) {
+  const __half2 h = __float2half2_rn(float(v));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// A 4-byte cp.async (a token's super-block scale).
+__device__ __forceinline__ void cp_async4(void* smem, const void* global) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(global) : "memory");
+}
+
+// The rest of SuperBlockActivations, beside KernelParams (whose q8 then holds
+// the super-block codes) for the super-block kernel.
+struct SuperScales {
+  const float* scales;   // per 256 elements
+  const uint16_t* sums;  // per 16 elements, f16
+};
+
+// A stage of the super-block kernel: as stage_bytes, with each token's scale
+// of the step and its sixteen 16-element sums (f16) where the per-32 scales were.
+template <class Tile, int kCols>
+constexpr int super_stage_bytes() {
+  return kRowsPerBlock * Tile::kRowStride + kCols * kCodeStride + kCols * (4 + 32);
+}
+
+// stage_step for the super-block kernel (K-quant steps are whole super-blocks).
+template <class Tile, int kCols>
+__device__ void stage_super_step(const KernelParams& p, const SuperScales& super, int64_t step, int64_t row_base,
+                                 int64_t col_base, uint8_t* stage) {
+  stage_rows_and_codes<Tile, kCols>(p, step, row_base, col_base, kBlocksPerStep, stage);
+  uint8_t* codes = stage + kRowsPerBlock * Tile::kRowStride;
+  auto* scales = reinterpret_cast<float*>(codes + kCols * kCodeStride);
+  uint8_t* sums = codes + kCols * kCodeStride + kCols * 4;
+  for (int i = threadIdx.x; i < kCols * 3; i += blockDim.x) {
+    const int col = i / 3, part = i % 3;
+    const int64_t token = std::min<int64_t>(col_base + col, p.n_tokens - 1);
+    if (part == 0) {
+      cp_async4(scales + col, super.scales + token * (p.w.cols / kStepElems) + step);
+    } else {
+      cp_async(sums + col * 32 + 16 * (part - 1), super.sums + token * (p.w.cols / 16) + step * 16 + 8 * (part - 1), 16);
     }
   }
+}
+
+// The A fragments of block j of a thread's two rows (r0 = g, r1 = g + 8).
+struct BlockCodes {
+  uint32_t lo0, hi0, lo1, hi1;
+};
+
+template <class Tile>
+__device__ __forceinline__ BlockCodes block_codes(const uint8_t* w0, const uint8_t* w1, int j, int t) {
+  BlockCodes a;
+  Tile::codes(w0, j, t, a.lo0, a.hi0);
+  Tile::codes(w1, j, t, a.lo1, a.hi1);
+  return a;
+}
+
+// The integer products of block j with tile nt's tokens, for rows (g, g,
+// g + 8, g + 8) and tokens (2t, 2t + 1, 2t, 2t + 1) of the tile. Formats
+// whose halves have their own weights (kSplitHalves) come weighted by them;
+// the others as the mma wrote them.
+template <class Tile, int kCols>
+__device__ __forceinline__ void block_products(const BlockCodes& a, const uint8_t* codes, int j, int nt, int g, int t,
+                                               const BlockScale& s0, const BlockScale& s1, int (&c)[4]) {
+  const uint8_t* x = codes + (nt * 8 + g) * kCodeStride + 32 * j + 4 * t;
+  const uint32_t b_lo = word(x), b_hi = word(x + 16);
+  c[0] = c[1] = c[2] = c[3] = 0;
+  if constexpr (Tile::kSplitHalves) {
+    int c_hi[4] = {};
+    mma_k16(c, a.lo0, a.lo1, b_lo);
+    mma_k16(c_hi, a.hi0, a.hi1, b_hi);
+    c[0] = s0.w_lo * c[0] + s0.w_hi * c_hi[0];
+    c[1] = s0.w_lo * c[1] + s0.w_hi * c_hi[1];
+    c[2] = s1.w_lo * c[2] + s1.w_hi * c_hi[2];
+    c[3] = s1.w_lo * c[3] + s1.w_hi * c_hi[3];
+  } else {
+    mma_k32(c, a.lo0, a.lo1, a.hi0, a.hi1, b_lo, b_hi);
+  }
+}
+
+// One step with super-block activations: the eight blocks' products, each
+// times its integer sub-block weight, add up in int32 (|sum| < 2^31: Q4_K
+// 8 x 63 x 32 x 15 x 127, Q6_K 16 x 128 x 16 x 32 x 127); then one conversion
+// takes the super-block scales, and Q4_K's mins meet the tokens' 16-element
+// sums in one f16 mma (exact in f32: 16 x 63 x 2032 < 2^24).
+template <class Tile, int kCols>
+__device__ __forceinline__ void super_step(const uint8_t* w0, const uint8_t* w1, const uint8_t* codes,
+                                           const typename Tile::Step& step0, const typename Tile::Step& step1, int g, int t,
+                                           float (&acc)[kCols / 8][4]) {
+  int sums[kCols / 8][4] = {};
+#pragma unroll
+  for (int j = 0; j < kBlocksPerStep; ++j) {
+    const BlockCodes a = block_codes<Tile>(w0, w1, j, t);
+    const BlockScale s0 = Tile::scale(w0, step0, j), s1 = Tile::scale(w1, step1, j);
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt) {
+      int c[4];
+      block_products<Tile, kCols>(a, codes, j, nt, g, t, s0, s1, c);
+      const int k0 = Tile::kSplitHalves ? 1 : s0.w_lo, k1 = Tile::kSplitHalves ? 1 : s1.w_lo;
+      sums[nt][0] += k0 * c[0];
+      sums[nt][1] += k0 * c[1];
+      sums[nt][2] += k1 * c[2];
+      sums[nt][3] += k1 * c[3];
+    }
+  }
+  const float2 dm0 = Tile::super_scale(w0, step0), dm1 = Tile::super_scale(w1, step1);  // (d, dmin) of each row
+  const auto* token_scales = reinterpret_cast<const float*>(codes + kCols * kCodeStride);
+  const auto* token_sums = reinterpret_cast<const uint16_t*>(token_scales + kCols);  // [token][16]
+  [[maybe_unused]] uint32_t mins[4];
+  if constexpr (Tile::kHasMin) {
+    // The mins as the A operand (rows g, g + 8; 16-element groups 2t, 2t + 1
+    // and 2t + 8, 2t + 9, which lie in sub-blocks t and t + 4).
+    mins[0] = half2_of(Tile::min_code(w0, t));
+    mins[1] = half2_of(Tile::min_code(w1, t));
+    mins[2] = half2_of(Tile::min_code(w0, t + 4));
+    mins[3] = half2_of(Tile::min_code(w1, t + 4));
+  }
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) {
+    float m[4] = {};
+    if constexpr (Tile::kHasMin) {
+      const auto* groups = reinterpret_cast<const uint8_t*>(token_sums + (nt * 8 + g) * 16);
+      mma_f16_k16(m, mins, word(groups + 4 * t), word(groups + 16 + 4 * t));
+    }
+    const float2 d = *reinterpret_cast<const float2*>(token_scales + nt * 8 + 2 * t);  // tokens 2t, 2t + 1
+    acc[nt][0] = fmaf(d.x, dm0.x * float(sums[nt][0]) - dm0.y * m[0], acc[nt][0]);
+    acc[nt][1] = fmaf(d.y, dm0.x * float(sums[nt][1]) - dm0.y * m[1], acc[nt][1]);
+    acc[nt][2] = fmaf(d.x, dm1.x * float(sums[nt][2]) - dm1.y * m[2], acc[nt][2]);
+    acc[nt][3] = fmaf(d.y, dm1.x * float(sums[nt][3]) - dm1.y * m[3], acc[nt][3]);
+  }
+}
+
+// quantized_gemm_kernel on super-block activations (K-quants only): the same
+// grid, pipeline and output, each step through super_step. It keeps a tile's
+// integer sums beside its float ones: Q4_K's is held to 128 registers (28
+// bytes spilled at 64 tokens), two blocks a multiprocessor as the 64-token
+// tiles' shared memory allows (uncapped it took 133 and one block); Q6_K's
+// would spill 564 bytes there, so it keeps its 189 (unmeasured either way).
+// Its own kernel, not a mode of the per-32 one: folding the two moved that
+// one's register counts (Q4_1 at 32 tokens 128 -> 131, past two blocks a
+// multiprocessor).
+template <class Tile, int kCols>
+__global__ void __launch_bounds__(32 * kWarps, Tile::kSplitHalves ? 1 : 2) quantized_gemm_super_kernel(KernelParams p,
+                                                                                                  SuperScales super) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int kTiles = kCols / 8, kStages = pipeline_stages<kCols>(), kStage = super_stage_bytes<Tile, kCols>();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const bool up = blockIdx.x >= p.row_blocks;
+  if (up) {
+    p.w = p.w_up;
+    p.y += int64_t(gridDim.y) * p.n_tokens * p.w.rows;
+  }
+  const int64_t rows = p.w.rows;
+  const int64_t row_base = (int64_t(blockIdx.x) - (up ? p.row_blocks : 0)) * kRowsPerBlock;
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+  const int64_t load_row0 = std::min(row_base + r0, rows - 1), load_row1 = std::min(row_base + r1, rows - 1);
+  const int64_t col_base = int64_t(blockIdx.z) * kCols;
+  const int64_t steps = p.w.cols / kStepElems;
+  const int64_t first = int64_t(blockIdx.y) * p.steps_per_split, last = std::min(first + p.steps_per_split, steps);
+
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (first + s < last) stage_super_step<Tile, kCols>(p, super, first + s, row_base, col_base, smem + s * kStage);
+    cp_async_commit();
+  }
+  typename Tile::Step step0 = Tile::load_step(p.w, load_row0, first, kBlocksPerStep);
+  typename Tile::Step step1 = Tile::load_step(p.w, load_row1, first, kBlocksPerStep);
+  float acc[kTiles][4] = {};
+  for (int64_t step = first; step < last; ++step) {
+    const int64_t i = step - first;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int64_t ahead = step + kStages - 1;
+    if (ahead < last) stage_super_step<Tile, kCols>(p, super, ahead, row_base, col_base, smem + ((i + kStages - 1) % kStages) * kStage);
+    cp_async_commit();
+    typename Tile::Step next0 = step0, next1 = step1;
+    if (step + 1 < last) {
+      next0 = Tile::load_step(p.w, load_row0, step + 1, kBlocksPerStep);
+      next1 = Tile::load_step(p.w, load_row1, step + 1, kBlocksPerStep);
+    }
+    const uint8_t* stage = smem + (i % kStages) * kStage;
+    super_step<Tile, kCols>(stage + r0 * Tile::kRowStride, stage + r1 * Tile::kRowStride, stage + kRowsPerBlock * Tile::kRowStride,
+                            step0, step1, g, t, acc);
+    step0 = next0;
+    step1 = next1;
+  }
+  write_tile<kCols>(p, row_base, r0, r1, col_base, t, acc);
 }
 
 // y[t][r] = (accumulate ? y : 0) + the splits' partial sums, in split order.
@@ -380,14 +605,22 @@ __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_to
   cuda::quantize_q8_warp(v, q8 + i - threadIdx.x % 32, q8_scales + i / 32);
 }
 
-template <class Tile, int kCols>
+template <class Tile, int kCols, bool kSuper>
 void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   const int64_t row_blocks = (p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const int64_t token_tiles = (p.n_tokens + kCols - 1) / kCols;
   const int64_t steps = (p.w.cols + kStepElems - 1) / kStepElems;
-  constexpr size_t smem = size_t(pipeline_stages<kCols>()) * size_t(stage_bytes<Tile, kCols>());
+  constexpr size_t smem =
+      size_t(pipeline_stages<kCols>()) * size_t(kSuper ? super_stage_bytes<Tile, kCols>() : stage_bytes<Tile, kCols>());
+  constexpr auto kernel = [] {
+    if constexpr (kSuper) {
+      return quantized_gemm_super_kernel<Tile, kCols>;
+    } else {
+      return quantized_gemm_kernel<Tile, kCols>;
+    }
+  }();
   static std::atomic<uint64_t> configured{0};
-  cuda::allow_dynamic_shared_memory(quantized_gemm_kernel<Tile, kCols>, smem, configured);
+  cuda::allow_dynamic_shared_memory(kernel, smem, configured);
   // Split the steps while the grid is short of kBlocksPerMultiprocessor
   // blocks a multiprocessor and the partial sums fit the scratch. At 64
   // tokens a block's partial sums outweigh a step's weights, so the wide
@@ -396,7 +629,7 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   static std::atomic<int> resident{0};
   if (resident.load() == 0) {
     int blocks = 0;
-    NT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, quantized_gemm_kernel<Tile, kCols>, 32 * kWarps, smem));
+    NT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 32 * kWarps, smem));
     resident.store(std::max(blocks, 1));
   }
   const int64_t wanted = int64_t(kCols == 64 ? resident.load() : kBlocksPerMultiprocessor) * p.multiprocessors;
@@ -409,11 +642,14 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   const int64_t steps_per_split = (steps + splits - 1) / splits;
   splits = (steps + steps_per_split - 1) / steps_per_split;
 
-  KernelParams k{p.w,         p.w_up,      row_blocks, p.x.q8,         p.x.q8_scales,
+  KernelParams k{p.w,         p.w_up,      row_blocks, kSuper ? p.xs.q8 : p.x.q8, p.x.q8_scales,
                  p.n_tokens,  splits > 1 || gated ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
-  cuda::launch_kernel(quantized_gemm_kernel<Tile, kCols>,
-                      dim3(unsigned(matrices * row_blocks), unsigned(splits), unsigned(token_tiles)), dim3(32 * kWarps), smem,
-                      stream, k);
+  const dim3 grid(unsigned(matrices * row_blocks), unsigned(splits), unsigned(token_tiles));
+  if constexpr (kSuper) {
+    cuda::launch_kernel(kernel, grid, dim3(32 * kWarps), smem, stream, k, SuperScales{p.xs.scales, p.xs.sums});
+  } else {
+    cuda::launch_kernel(kernel, grid, dim3(32 * kWarps), smem, stream, k);
+  }
   NT_CUDA_CHECK_LAUNCH();
   if (gated) {
     const int64_t outputs = p.n_tokens * p.w.rows;
@@ -431,15 +667,57 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
 }
 
 // The narrowest token tile that holds n tokens (wider inputs take several tiles of 64).
-template <class Tile>
+template <class Tile, bool kSuper = false>
 void launch_for_tokens(const QuantizedGemmParams& p, cudaStream_t stream) {
-  if (p.n_tokens <= 8) return launch<Tile, 8>(p, stream);
-  if (p.n_tokens <= 16) return launch<Tile, 16>(p, stream);
-  if (p.n_tokens <= 32) return launch<Tile, 32>(p, stream);
-  launch<Tile, 64>(p, stream);
+  if (p.n_tokens <= 8) return launch<Tile, 8, kSuper>(p, stream);
+  if (p.n_tokens <= 16) return launch<Tile, 16, kSuper>(p, stream);
+  if (p.n_tokens <= 32) return launch<Tile, 32, kSuper>(p, stream);
+  launch<Tile, 64, kSuper>(p, stream);
+}
+
+// K-quant weights take super-block activations when they are given.
+template <class Tile>
+void launch_k_quant(const QuantizedGemmParams& p, cudaStream_t stream) {
+  if (p.xs.q8) return launch_for_tokens<Tile, true>(p, stream);
+  launch_for_tokens<Tile>(p, stream);
+}
+
+// PRECOND: n_blocks = tokens * cols / 256, one 256-thread block each. Bytes
+// moved: 4 read and 1 written per element, 36 per super-block.
+__global__ void quantize_super_blocks_kernel(const float* x, int8_t* q8, float* scales, uint16_t* sums) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const int64_t i = int64_t(blockIdx.x) * kStepElems + threadIdx.x;
+  const float v = x[i];
+  __shared__ float warp_max[kStepElems / 32];
+  const float m = cuda::warp_max(fabsf(v));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  float amax = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kStepElems / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  // The CPU's Q8_K rounding (quantize_q8_k): d = max / 127, q = round-to-even(x * (1 / d)).
+  const float d = amax / 127.0f;
+  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+  const int q = __float2int_rn(v * inv);
+  q8[i] = int8_t(q);
+  int sum = q;
+#pragma unroll
+  for (int offset = 8; offset >= 1; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);  // within 16 lanes
+  if (threadIdx.x % 16 == 0) sums[i / 16] = cuda::float_to_half(float(sum));
+  if (threadIdx.x == 0) scales[blockIdx.x] = d;
 }
 
 }  // namespace
+
+void quantize_super_blocks(const float* x, int64_t tokens, int64_t cols, int8_t* q8, float* scales, uint16_t* sums,
+                           cudaStream_t stream) {
+  if (cols % kStepElems != 0) fail("super-block activations need a multiple of {} elements per row, got {}", kStepElems, cols);
+  const int64_t blocks = tokens * cols / kStepElems;
+  if (blocks == 0) return;
+  cuda::launch_kernel(quantize_super_blocks_kernel, dim3(unsigned(blocks)), dim3(kStepElems), 0, stream, x, q8, scales, sums);
+  NT_CUDA_CHECK_LAUNCH();
+}
 
 bool quantized_gemm_supported(TensorType type, int64_t cols) {
   switch (type) {
@@ -469,10 +747,11 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
            8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows), p.scratch_bytes);
     }
   }
+  if (p.xs.q8 && (!p.xs.scales || !p.xs.sums)) fail("the int8 GEMM's super-block activations need their scales and sums");
   if (p.n_tokens == 0 || p.w.rows == 0) return;
   switch (p.w.type) {
-    case TensorType::Q4_K: return launch_for_tokens<TileQ4_K>(p, stream);
-    case TensorType::Q6_K: return launch_for_tokens<TileQ6_K>(p, stream);
+    case TensorType::Q4_K: return launch_k_quant<TileQ4_K>(p, stream);
+    case TensorType::Q6_K: return launch_k_quant<TileQ6_K>(p, stream);
     case TensorType::Q8_0: return launch_for_tokens<TileLegacy<TensorType::Q8_0>>(p, stream);
     case TensorType::Q4_0: return launch_for_tokens<TileLegacy<TensorType::Q4_0>>(p, stream);
     case TensorType::Q4_1: return launch_for_tokens<TileLegacy<TensorType::Q4_1>>(p, stream);

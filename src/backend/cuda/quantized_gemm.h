@@ -19,9 +19,30 @@ namespace nt {
 // Whether quantized_gemm takes matrices of `type` with rows of `cols` elements.
 bool quantized_gemm_supported(TensorType type, int64_t cols);
 
+// Super-block activations for K-quant weights (Q4_K, Q6_K), the CPU's Q8_K
+// rounding: int8 codes as in q8, one scale per 256 elements, and the codes'
+// sums per 16 elements as f16 bits (exact: |sum| <= 16 * 127). One scale a
+// super-block lets a step of 256 elements add its eight blocks' integer
+// products, weighted by the weights' integer sub-block scales, in int32 and
+// convert once, where per-32 scales cost a float multiply-add per block; the
+// Q4_K mins meet the 16-element sums in one f16 mma a step.
+struct SuperBlockActivations {
+  const int8_t* q8 = nullptr;      // [tokens][cols]
+  const float* scales = nullptr;   // [tokens][cols / 256]
+  const uint16_t* sums = nullptr;  // [tokens][cols / 16]
+};
+
+// Quantizes `tokens` rows of `cols` floats (cols % 256 == 0) into `out`'s
+// buffers: d = max|x| / 127 per 256 elements, q = round(x / d).
+void quantize_super_blocks(const float* x, int64_t tokens, int64_t cols, int8_t* q8, float* scales, uint16_t* sums,
+                           cudaStream_t stream);
+
 struct QuantizedGemmParams {
   DeviceMatrix w;                     // rows x cols
   Activations x;                      // q8 and q8_scales of n_tokens rows of cols
+  // When set (q8), K-quant weights multiply these instead of x's q8 (the
+  // other formats take x). The gated form's output is q8 as ever.
+  SuperBlockActivations xs;
   int64_t n_tokens = 0;
   float* y = nullptr;                 // token t, row r at y[t * y_stride + r]
   int64_t y_stride = 0;
