@@ -17,6 +17,7 @@
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"
+#include "reference_llama.h"
 #include "smollm2_prompts.h"
 #include "stories.h"
 #include "streaming_budgets.h"
@@ -252,6 +253,59 @@ TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
               prompts.size(), int8_error, matvec_error, apart);
   EXPECT_GT(matvec_error, 0.0) << "the batched mat-vec rounds as the one-token step: this comparison shows nothing";
   EXPECT_LE(int8_error, 2.0 * matvec_error);
+}
+
+// A decode step of 8 sequences through the int8 GEMM, with per-32 q8 and
+// with super-block activations for the K-quant matrices (Q4_K and Q6_K
+// here; the Q5_K wo keeps the per-32 mat-vec), against the float64
+// reference: both within the tolerance the runner's other logits keep, and
+// the super-block step rounding unlike the per-32 one (the option is on).
+TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
+  ModelSpec spec;
+  spec.layers = 3;
+  const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
+  const test::ReferenceLlama ref(*file);
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
+  std::vector<std::vector<int32_t>> prompts(8);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    prompts[i].resize(3 + i);
+    for (auto& t : prompts[i]) t = dist(test::rng());
+  }
+  std::vector<int32_t> next(prompts.size());
+  for (auto& t : next) t = dist(test::rng());
+  const auto step_logits = [&](bool super) {
+    CudaRunnerOptions o;
+    o.max_sequences = int(prompts.size()) + 1;
+    o.super_block_activations = super;
+    auto runner = make_cuda_runner(*file, 64, o);
+    Batch batch;
+    BatchOutputs out;
+    std::vector<SeqId> seqs;
+    for (const auto& p : prompts) {
+      seqs.push_back(runner->seq_alloc());
+      batch.clear();
+      batch.add_run(p, 0, seqs.back(), Output::None);
+      runner->forward(batch, out);
+    }
+    batch.clear();
+    for (size_t i = 0; i < prompts.size(); ++i) batch.add(next[i], int64_t(prompts[i].size()), seqs[i], Output::Logits);
+    runner->forward(batch, out);
+    return out.logits;
+  };
+  const std::vector<float> per32 = step_logits(false), super = step_logits(true);
+  const size_t vocab = size_t(spec.vocab);
+  ASSERT_EQ(super.size(), prompts.size() * vocab);
+  double differ = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> tokens = prompts[i];
+    tokens.push_back(next[i]);
+    const std::vector<double> want = ref.logits(tokens).back();
+    const auto row = [&](const std::vector<float>& all) { return std::vector<float>(all.begin() + i * vocab, all.begin() + (i + 1) * vocab); };
+    EXPECT_LT(test::relative_error(row(per32), want), 3e-2) << "per-32 q8, sequence " << i;
+    EXPECT_LT(test::relative_error(row(super), want), 3e-2) << "super-block activations, sequence " << i;
+    for (size_t v = 0; v < vocab; ++v) differ = std::max(differ, std::fabs(double(per32[i * vocab + v]) - super[i * vocab + v]));
+  }
+  EXPECT_GT(differ, 0.0) << "the option changed nothing: the super-block path did not run";
 }
 
 TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {

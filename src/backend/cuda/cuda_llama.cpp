@@ -309,6 +309,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     if (*end != '\0' || n < 0 || n == 1) fail("NT_CUDA_INT8_GEMM={}: expected 0 (off) or the smallest chunk it takes, at least 2", env);
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
+  if (const char* env = std::getenv("NT_CUDA_SUPER_BLOCKS"); env && *env) {
+    if (std::string_view(env) != "0" && std::string_view(env) != "1") fail("NT_CUDA_SUPER_BLOCKS={}: expected 0 or 1", env);
+    options_.super_block_activations = std::string_view(env) == "1";
+  }
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   end_layer_ = config_.n_layers;
   if (const auto& stage = options_.stage) {
@@ -345,7 +349,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   allocate_activations();
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors,
-                options_.int8_gemm_min_tokens, stream_);
+                options_.int8_gemm_min_tokens, options_.super_block_activations, stream_);
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {

@@ -42,6 +42,11 @@ struct CudaRunnerOptions {
   int64_t decode_gemm_min_tokens = 65;
   // 5 sequences on the H200: 8B Q4_K 1,340 tok/s here, 1,097 through the mat-vec; 70B Q4_K_M 180 and 139 (at 4: 1,053 / 1,070, 144 / 140)
   int64_t int8_gemm_min_tokens = 5;
+  // Q4_K and Q6_K matrices in those batches multiply super-block activations
+  // (quantized_gemm.h: one scale per 256 elements, the CPU's Q8_K rounding)
+  // instead of per-32 q8. Off until measured (docs/PERFORMANCE.md); for A/B
+  // runs NT_CUDA_SUPER_BLOCKS=1 turns it on.
+  bool super_block_activations = false;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,

@@ -1,11 +1,13 @@
 #include "backend/cuda/layer_pass.h"
 
+#include <algorithm>
+
 #include "backend/cuda/dequantize.h"
 
 namespace nt {
 
 LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, cudaStream_t stream)
+                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, cudaStream_t stream)
     : config_(config),
       context_(context),
       act_(act),
@@ -14,6 +16,7 @@ LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& ac
       inv_freq_(inv_freq),
       multiprocessors_(multiprocessors),
       int8_min_tokens_(int8_min_tokens),
+      super_blocks_(super_blocks),
       stream_(stream) {}
 
 Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
@@ -28,11 +31,29 @@ Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use
   return Input{x, q8, scales, nullptr, cols};
 }
 
+Input LayerPass::super_input(const float* x, int64_t n, int64_t cols) {
+  // The sums first (16-byte copies), then the scales: 9/64 of a byte an
+  // element, within the per-32 scales' quarter.
+  auto* sums = reinterpret_cast<uint16_t*>(act_.q8_scales);
+  auto* scales = reinterpret_cast<float*>(sums + n * cols / 16);
+  quantize_super_blocks(x, n, cols, act_.q8, scales, sums, stream_);
+  return Input{x, nullptr, nullptr, nullptr, cols, {act_.q8, scales, sums}};
+}
+
+bool LayerPass::super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const {
+  if (!super_blocks_) return false;
+  for (const DeviceMatrix* m : matrices) {
+    if (!int8_gemm_takes(*m, n) || !quantized_gemm_takes_super_blocks(m->type)) return false;
+  }
+  return true;
+}
+
 QuantizedGemmParams LayerPass::int8_gemm_params(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
                                                 bool accumulate) {
   QuantizedGemmParams p;
   p.w = m;
   p.x = {in.f32, in.q8, in.q8_scales};
+  p.xs = in.xs;
   p.n_tokens = n;
   p.y = y;
   p.y_stride = y_stride;
@@ -49,7 +70,7 @@ void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float*
     gemm_.run(m, in.f16, n, y, y_stride, accumulate, stream_);
     return;
   }
-  if (int8_gemm_takes(m, n) && in.q8) {
+  if (int8_gemm_takes(m, n) && (in.q8 || in.xs.q8)) {
     quantized_gemm(int8_gemm_params(m, in, n, y, y_stride, accumulate), stream_);
     return;
   }
@@ -187,9 +208,12 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   };
 
   // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
-  if (!attn_folded) rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  const bool qkv_super = std::all_of(L.qkv.begin(), L.qkv.end(), [&](const MatrixPart& part) { return super_blocks_take({&part.m}, n); });
+  if (!attn_folded) {
+    rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm || qkv_super ? nullptr : act_.q8, act_.q8_scales, stream_);
+  }
   if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
-  const Input normed{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
+  const Input normed = qkv_super ? super_input(act_.xn, n, c.dim) : Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
   if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
     MatvecPartsParams qkv;
     for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
@@ -205,12 +229,18 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   }
 
   const bool att_q8 = attend(L, l, n, use_gemm, rows);
-  const Input att_in = att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()} : prepare_input(act_.att, n, c.q_dim(), use_gemm);
+  const Input att_in = super_blocks_take({&L.wo}, n) ? super_input(act_.att, n, c.q_dim())
+                       : att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()}
+                                : prepare_input(act_.att, n, c.q_dim(), use_gemm);
   add_to_residual(L.wo, att_in, L.ffn_norm);
 
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
-  if (!fold) rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  const bool ffn_super = super_blocks_take({&L.gate, &L.up}, n), down_super = super_blocks_take({&L.down}, n);
+  if (!fold) {
+    rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm || ffn_super ? nullptr : act_.q8, act_.q8_scales, stream_);
+  }
   if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  const Input ffn_in = ffn_super ? super_input(act_.xn, n, c.dim) : Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
   const bool gated_int8 = !use_gemm && L.gate.type == L.up.type && int8_gemm_takes(L.gate, n) && c.ffn_dim % 32 == 0 &&
                           gemm_.scratch().size() >= 8 * uint64_t(n) * uint64_t(c.ffn_dim);
   if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
@@ -228,18 +258,20 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   } else if (gated_int8) {
     // Gate and up in one int8 GEMM launch, whose epilogue writes down's q8
     // input (and h in f32 only for a down that reads it).
-    QuantizedGemmParams p = int8_gemm_params(L.gate, normed, n, matvec_wants_q8(L.down.type) ? nullptr : act_.h, c.ffn_dim, false);
+    const bool h_read = !matvec_wants_q8(L.down.type) || down_super;
+    QuantizedGemmParams p = int8_gemm_params(L.gate, ffn_in, n, h_read ? act_.h : nullptr, c.ffn_dim, false);
     p.w_up = L.up;
     p.y_q8 = act_.q8;
     p.y_q8_scales = act_.q8_scales;
     quantized_gemm(p, stream_);
   } else {
-    matmul(L.gate, normed, n, act_.gate, c.ffn_dim, false);
-    matmul(L.up, normed, n, act_.up, c.ffn_dim, false);
+    matmul(L.gate, ffn_in, n, act_.gate, c.ffn_dim, false);
+    matmul(L.up, ffn_in, n, act_.up, c.ffn_dim, false);
     swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
   }
-  const Input down_in = gated_int8 ? Input{act_.h, act_.q8, act_.q8_scales, nullptr, c.ffn_dim}
-                                   : prepare_input(act_.h, n, c.ffn_dim, use_gemm);
+  const Input down_in = down_super   ? super_input(act_.h, n, c.ffn_dim)
+                        : gated_int8 ? Input{act_.h, act_.q8, act_.q8_scales, nullptr, c.ffn_dim}
+                                     : prepare_input(act_.h, n, c.ffn_dim, use_gemm);
   add_to_residual(L.down, down_in, next_norm);
 }
 

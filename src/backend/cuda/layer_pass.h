@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 
 #include "backend/cpu/tree_rows.h"
@@ -37,6 +38,7 @@ struct Input {
   const float2* q8_scales;
   const uint16_t* f16;
   int64_t cols;
+  SuperBlockActivations xs = {};  // instead of q8, when every consumer multiplies them (super_blocks_take)
 };
 
 // The rows of a chunk that belong to one sequence (its block table row),
@@ -88,8 +90,10 @@ struct KvPool {
 
 class LayerPass {
  public:
+  // super_blocks: K-quant inputs of the int8 GEMM are super-block activations
+  // (CudaRunnerOptions::super_block_activations).
   LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, cudaStream_t stream);
+            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, cudaStream_t stream);
 
   // The keys a one-token step at `pos` is prepared for: the short-context
   // attention below kShortDecodeMaxKeys, else the whole context.
@@ -108,6 +112,8 @@ class LayerPass {
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
     return paths_.int8 && n >= int8_min_tokens_ && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
+  // Whether every one of `matrices` multiplies n rows through the int8 GEMM on super-block activations.
+  bool super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const;
   // The int8 GEMM's launch of y (+)= m * in (in's q8 form), with this pass's scratch.
   QuantizedGemmParams int8_gemm_params(const DeviceMatrix& m, const Input& in, int64_t n, float* y, int64_t y_stride,
                                        bool accumulate);
@@ -116,6 +122,8 @@ class LayerPass {
               const NormOut& norm_out = {});
   // The input form of x's n rows of cols; the q8 form from row first_row of act.q8 on.
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
+  // x's n rows of cols as super-block activations, in act.q8 and the room of act.q8_scales.
+  Input super_input(const float* x, int64_t n, int64_t cols);
 
   // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
   // columns or GEMM, prefill attention; `fold`: one token folding its norms,
@@ -148,6 +156,7 @@ class LayerPass {
   const float* inv_freq_;
   int multiprocessors_;
   int64_t int8_min_tokens_;
+  bool super_blocks_;
   cudaStream_t stream_;
   MatmulPaths paths_;
 };

@@ -719,6 +719,8 @@ void quantize_super_blocks(const float* x, int64_t tokens, int64_t cols, int8_t*
   NT_CUDA_CHECK_LAUNCH();
 }
 
+bool quantized_gemm_takes_super_blocks(TensorType type) { return type == TensorType::Q4_K || type == TensorType::Q6_K; }
+
 bool quantized_gemm_supported(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K:
@@ -747,7 +749,10 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
            8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows), p.scratch_bytes);
     }
   }
-  if (p.xs.q8 && (!p.xs.scales || !p.xs.sums)) fail("the int8 GEMM's super-block activations need their scales and sums");
+  if (p.xs.q8 && (!p.xs.scales || !p.xs.sums || !quantized_gemm_takes_super_blocks(p.w.type))) {
+    fail("the int8 GEMM takes super-block activations (with their scales and sums) for Q4_K and Q6_K, not {}",
+         tensor_type_name(p.w.type));
+  }
   if (p.n_tokens == 0 || p.w.rows == 0) return;
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_k_quant<TileQ4_K>(p, stream);

@@ -32,6 +32,9 @@ struct SuperBlockActivations {
   const uint16_t* sums = nullptr;  // [tokens][cols / 16]
 };
 
+// Whether quantized_gemm multiplies matrices of `type` by super-block activations.
+bool quantized_gemm_takes_super_blocks(TensorType type);
+
 // Quantizes `tokens` rows of `cols` floats (cols % 256 == 0) into `out`'s
 // buffers: d = max|x| / 127 per 256 elements, q = round(x / d).
 void quantize_super_blocks(const float* x, int64_t tokens, int64_t cols, int8_t* q8, float* scales, uint16_t* sums,
