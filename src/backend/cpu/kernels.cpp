@@ -1,7 +1,6 @@
 #include "backend/cpu/kernels.h"
 
-#include <cstdlib>
-
+#include "core/env_setting.h"
 #include "core/error.h"
 
 namespace nt::cpu {
@@ -36,14 +35,7 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
 }
 
 int prefetch_bytes() {
-  static const int bytes = [] {
-    const char* env = std::getenv("NT_CPU_PREFETCH_BYTES");
-    if (!env || !*env) return 2048;
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 0 || n > 1 << 20) fail("NT_CPU_PREFETCH_BYTES={}: expected 0 (off) to 1048576 bytes", env);
-    return int(n);
-  }();
+  static const int bytes = int(env_setting("NT_CPU_PREFETCH_BYTES", 2048, 0, 1 << 20));
   return bytes;
 }
 

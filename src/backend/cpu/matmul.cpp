@@ -1,9 +1,9 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
+#include "core/env_setting.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -20,14 +20,7 @@ namespace {
 // NT_CPU_GEMM_MIN_TOKENS=N sets one threshold for every format, for A/B runs
 // on other machines (the numbers round differently on each side of it).
 int gemm_min_tokens(TensorType type) {
-  static const int forced = [] {
-    const char* env = std::getenv("NT_CPU_GEMM_MIN_TOKENS");
-    if (!env || !*env) return 0;
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 1 << 20) fail("NT_CPU_GEMM_MIN_TOKENS={}: expected a token count of at least 1", env);
-    return int(n);
-  }();
+  static const int forced = int(env_setting("NT_CPU_GEMM_MIN_TOKENS", 0, 1, 1 << 20));
   if (forced) return forced;
   return tensor_type_info(type).block_elems == kQK_K ? 16 : 4;
 }

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "core/env_setting.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,14 +59,7 @@ int read_int(const std::string& path) {
 
 // Pieces a parallel_for hands each thread: enough that threads that finish
 // early take over from slow ones, few enough that each stays a long sequential read.
-int pieces_per_thread_setting() {
-  const char* env = std::getenv("NT_CPU_PIECES_PER_THREAD");
-  if (!env || !*env) return 4;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 64) fail("NT_CPU_PIECES_PER_THREAD={}: expected 1 to 64", env);
-  return int(n);
-}
+int pieces_per_thread_setting() { return int(env_setting("NT_CPU_PIECES_PER_THREAD", 4, 1, 64)); }
 
 }  // namespace
 

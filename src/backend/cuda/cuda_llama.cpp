@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -50,6 +49,7 @@
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
+#include "core/env_setting.h"
 #include "model/llama_weights.h"
 #include "runtime/tree_mask.h"
 
@@ -303,16 +303,11 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   }
   // For A/B runs: NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec,
   // NT_CUDA_INT8_GEMM=N sets int8_gemm_min_tokens to N.
-  if (const char* env = std::getenv("NT_CUDA_INT8_GEMM"); env && *env) {
-    char* end = nullptr;
-    const long long n = std::strtoll(env, &end, 10);
-    if (*end != '\0' || n < 0 || n == 1) fail("NT_CUDA_INT8_GEMM={}: expected 0 (off) or the smallest chunk it takes, at least 2", env);
+  if (const int64_t n = env_setting("NT_CUDA_INT8_GEMM", -1, 0, std::numeric_limits<int64_t>::max()); n >= 0) {
+    if (n == 1) fail("NT_CUDA_INT8_GEMM=1: expected 0 (off) or the smallest chunk it takes, at least 2");
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
-  if (const char* env = std::getenv("NT_CUDA_SUPER_BLOCKS"); env && *env) {
-    if (std::string_view(env) != "0" && std::string_view(env) != "1") fail("NT_CUDA_SUPER_BLOCKS={}: expected 0 or 1", env);
-    options_.super_block_activations = std::string_view(env) == "1";
-  }
+  options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   end_layer_ = config_.n_layers;
   if (const auto& stage = options_.stage) {
