@@ -2,7 +2,7 @@
 # Stages what the GPU tests need on the device machine across two calls, since
 # one call carries at most 64 MiB: the first unpacks the binaries and the
 # first piece of the SmolLM2 file into /tmp/nt, the second joins the rest.
-#   split -b 44000000 models/SmolLM2-135M-Instruct.Q4_1.gguf .devdata/smol.
+#   split -b 42000000 models/SmolLM2-135M-Instruct.Q4_1.gguf .devdata/smol.   (with ~22 MB of xz binaries, 44 MB pieces pass the limit)
 #   bench/device_stage.sh first|second   (carrying .devdata/bin.txz + .devdata/smol.aa, then the other pieces)
 set -euo pipefail
 mkdir -p /tmp/nt
