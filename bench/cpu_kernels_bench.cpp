@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "core/half.h"
 
@@ -124,6 +125,52 @@ int main(int argc, char** argv) {
         std::printf(" %10.1f", double(w.size()) * reps / t / 1e9);
       }
       std::printf("\n");
+    }
+
+    // The prefill GEMM's two steps on the same matrix: unpacking a panel
+    // (once per panel and 128 tokens) and the integer tile (per token).
+    const int tokens = 16;
+    std::printf("\nGEMM on one core, weights in L2 (128x8192), %d tokens: GOP/s of the whole matmul, and the\n"
+                "time of its steps per pass (unpack, tile) in us\n%-8s %10s %10s %10s\n",
+                tokens, "type", "GOP/s", "unpack", "tile");
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+      const int64_t rows = 128, cols = 8192;
+      const auto w = random_weights(type, rows, cols, rng);
+      const Kernels& k = kernels();
+      std::vector<float> x(cols * tokens), y(rows * tokens);
+      for (auto& v : x) v = float(int(rng() % 200) - 100) / 50.0f;
+      const WeightView view = WeightView::dense(w.data(), type, rows, cols);
+      const int reps = 50;
+      const double t_all = best_time(5, [&] {
+        for (int r = 0; r < reps; ++r) matmul(view, x.data(), y.data(), tokens, one);
+      }) / reps;
+      // Operands as matmul builds them: zero activations time the same.
+      std::vector<int8_t> aq(size_t(tokens) * cols);
+      std::vector<float> as(size_t(tokens) * cols / 32, 1.0f), ag(size_t(tokens) * cols / 16, 0.0f);
+      std::vector<GemmActs> acts;
+      for (int g = 0; g < tokens / kGemmTokenGroup; ++g) {
+        acts.push_back({aq.data() + g * kGemmTokenGroup * cols, as.data() + g * kGemmTokenGroup * cols / 32,
+                        ag.data() + g * kGemmTokenGroup * cols / 16});
+      }
+      std::vector<uint8_t> pq(cols * kGemmRows);
+      std::vector<float> ps(cols / 32 * kGemmRows * 2), po(cols / 16 * kGemmRows);
+      GemmPanel panel{pq.data(), ps.data(), po.data(), false, true};
+      const double t_unpack = best_time(5, [&] {
+        for (int r = 0; r < reps; ++r) {
+          for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
+            k.gemm_unpack(type, view.row(r0), view.row_stride, kGemmRows, cols, k.gemm_unsigned_q8, panel);
+          }
+        }
+      }) / reps;
+      const double t_tile = best_time(5, [&] {
+        for (int r = 0; r < reps; ++r) {
+          for (int64_t r0 = 0; r0 < rows; r0 += kGemmRows) {
+            k.gemm_tile(panel, acts.data(), cols, kGemmRows, tokens, y.data() + r0, rows);
+          }
+        }
+      }) / reps;
+      std::printf("%-8s %10.1f %10.1f %10.1f\n", std::string(tensor_type_name(type)).c_str(),
+                  2.0 * rows * cols * tokens / t_all / 1e9, t_unpack * 1e6, t_tile * 1e6);
     }
   }
 

@@ -262,6 +262,35 @@ TEST_P(CpuKernelTest, VecDotTokensEqualsOneTokenCallsBitForBit) {
   }
 }
 
+// Every ISA's vectorised panel unpacking writes what the scalar reference
+// writes, bit for bit, including the zero rows of a partial panel.
+TEST_P(CpuKernelTest, GemmUnpackEqualsTheScalarPanelBitForBit) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  constexpr int R = kGemmRows;
+  const int64_t n = 2 * kQK_K;
+  for (TensorType type : kWeightTypes) {
+    if (act_format(type) == ActFormat::F32) continue;
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const std::vector<uint8_t> w = random_rows(type, R, n, rng_);
+    for (int rows : {R, 1}) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      struct Buffers {
+        std::vector<uint8_t> q = std::vector<uint8_t>(size_t(n) * R, 0xAB);
+        std::vector<float> scale = std::vector<float>(size_t(n / 32) * R * 2, NAN);
+        std::vector<float> offset = std::vector<float>(size_t(n / 16) * R, NAN);
+        GemmPanel panel{q.data(), scale.data(), offset.data(), false, false};
+      } want, got;
+      gemm_unpack_panel(type, w.data(), row_bytes(type, n), rows, n, k().gemm_unsigned_q8, want.panel);
+      k().gemm_unpack(type, w.data(), row_bytes(type, n), rows, n, k().gemm_unsigned_q8, got.panel);
+      EXPECT_EQ(got.q, want.q);
+      EXPECT_EQ(std::memcmp(got.scale.data(), want.scale.data(), want.scale.size() * 4), 0) << "scales";
+      EXPECT_EQ(std::memcmp(got.offset.data(), want.offset.data(), want.offset.size() * 4), 0) << "offsets";
+      EXPECT_EQ(got.panel.signed_q, want.panel.signed_q);
+      EXPECT_EQ(got.panel.uniform_scale, want.panel.uniform_scale);
+    }
+  }
+}
+
 // matmul on f32 inputs: the reference uses the exact f32 activations, so the
 // budget adds the int8 activation rounding, an error of independent terms
 // |w_i| * step_i / 2 * U(-1, 1): bounded here at 6 standard deviations.
