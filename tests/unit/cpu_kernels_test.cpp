@@ -353,10 +353,12 @@ TEST(CpuMatmul, TokenGroupsGetTheNumbersOfTheirOwnCallsBitForBit) {
     SCOPED_TRACE(std::string(tensor_type_name(type)));
     const std::vector<uint8_t> w = random_rows(type, rows, cols, rng);
     const WeightView view = WeightView::dense(w.data(), type, rows, cols, "test");
-    // A decode step, a prompt of 5, one of 2, two tokens cut from a call of 9, a decode step.
-    const std::vector<TokenGroup> groups = {{0, 1, 1}, {1, 5, 5}, {6, 2, 2}, {8, 2, 9}, {10, 1, 1}};
-    const std::vector<float> x = random_activations(cols * 11, rng);
-    std::vector<float> y(size_t(rows * 11), NAN);
+    // A decode step, a prompt of 5, one of 2, two tokens cut from a call of 9, a decode step,
+    // then prompts of 20 and 17 whose tokens fall in other 16-token tiles than in their own calls.
+    const std::vector<TokenGroup> groups = {{0, 1, 1}, {1, 5, 5}, {6, 2, 2}, {8, 2, 9}, {10, 1, 1}, {11, 20, 20}, {31, 17, 17}};
+    const int64_t tokens = 48;
+    const std::vector<float> x = random_activations(cols * tokens, rng);
+    std::vector<float> y(size_t(rows * tokens), NAN);
     matmul_groups(view, x.data(), y.data(), groups, pool);
     for (const TokenGroup& g : groups) {
       SCOPED_TRACE("group at " + std::to_string(g.first));
