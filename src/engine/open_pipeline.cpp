@@ -2,6 +2,7 @@
 #include "engine/open_pipeline.h"
 
 #include "core/error.h"
+#include "backend/cuda/tensor_parallel_runner.h"
 #include "engine/gpu_split.h"
 
 namespace nt {
@@ -11,12 +12,11 @@ OpenedPipeline open_cuda_pipeline(const GgufFile& file, int64_t context, const C
   const CudaPipelineRequest r = cuda_pipeline_request(file, context, options);
   GpuSplitChoice choice = choose_gpu_split(file, r.footprint, r.request, split);
   if (choice.plan.split == Split::Tensor) {
-    if (split) {
-      fail("--split tensor: the runner does not run the tensor split yet (`plan --gpus ... --split tensor` shows its "
-           "placement); use --split layer");
-    }
+    if (split) return {make_cuda_tensor_parallel(file, context, options, choice.plan), choice.summary};
+    // Until it is measured on several GPUs, auto does not pick it.
     choice.plan = place_multi_gpu(r.footprint, r.request, Split::Layer);
-    choice.summary += "; the runner does not run the tensor split yet: the layer split runs";
+    choice.summary += "; the tensor split runs only when asked for (--split tensor) until measured on several GPUs: the "
+                      "layer split runs";
   }
   return {make_cuda_pipeline(file, context, options, choice.plan), choice.summary};
 }

@@ -1,8 +1,9 @@
 // The CUDA backend over several GPUs (OpenModelOptions::gpus): the split
 // (engine/gpu_split.h), then for the layer split the pipeline of one stage
-// per GPU (backend/cuda/pipeline_runner.h). The tensor split is planned but
-// not run yet: asked for, it is an error; chosen by auto, the layer split
-// runs instead and the summary says so.
+// per GPU (backend/cuda/pipeline_runner.h), for the tensor split one rank
+// per GPU (backend/cuda/tensor_parallel_runner.h). The tensor split runs
+// when asked for; chosen by auto, the layer split runs instead (the tensor
+// split is unmeasured on several GPUs) and the summary says so.
 #pragma once
 
 #include <cstdint>

@@ -38,6 +38,20 @@ std::vector<int64_t> share_out(int64_t total, const std::vector<GpuResources>& g
   return counts;
 }
 
+// Where a column cut of a tensor may fall: between its blocks, and for the
+// float types between the GPU mat-vec's loads of 4 (F32) or 8 (F16, BF16).
+int64_t column_cut_unit(TensorType type) {
+  if (type == TensorType::F32) return 4;
+  if (type == TensorType::F16 || type == TensorType::BF16) return 8;
+  return tensor_type_info(type).block_elems;
+}
+
+bool shares_a_gpu(const MultiGpuPlan& plan) {
+  std::set<int> ids;
+  for (const GpuPlacement& g : plan.gpus) ids.insert(g.gpu.id);
+  return ids.size() < plan.gpus.size();
+}
+
 // A layer's shard on one GPU: the replicated part and its shares of the rest.
 LayerFootprint scaled(const LayerFootprint& l, double fraction) {
   auto part = [&](uint64_t bytes) { return uint64_t(std::ceil(double(bytes) * fraction)); };
@@ -129,10 +143,15 @@ uint64_t assign_shared_ram(std::vector<GpuPlacement>& gpus, const std::vector<Gp
 
 void check_placement_request(const ModelFootprint& model, const MultiGpuRequest& request, Split split) {
   if (request.gpus.empty()) fail("a multi-GPU plan needs at least one GPU");
-  // A GPU listed twice in a layer split holds two stages (one GPU testing the pipeline).
+  // A GPU listed twice in a layer split holds two stages, and one GPU listed
+  // for every rank of a tensor split holds all the shards: how one GPU tests
+  // either. Otherwise a tensor split's ranks need GPUs of their own.
   std::set<int> seen;
   for (const auto& g : request.gpus) {
-    if (!seen.insert(g.id).second && split == Split::Tensor) fail("GPU {} is listed twice: a tensor split needs distinct GPUs", g.id);
+    if (!seen.insert(g.id).second && split == Split::Tensor &&
+        std::any_of(request.gpus.begin(), request.gpus.end(), [&](const GpuResources& o) { return o.id != g.id; })) {
+      fail("GPU {} is listed twice: a tensor split needs distinct GPUs, or one GPU for every rank", g.id);
+    }
   }
   if (model.layers.size() < request.gpus.size()) {
     fail("{} layers cannot be shared among {} GPUs", model.layers.size(), request.gpus.size());
@@ -337,7 +356,7 @@ TensorSplitShape tensor_split_shape(const GgufHeader& header, const LlamaConfig&
   for (const auto& t : header.tensors) {
     if (!layer_of_tensor(t.name)) continue;
     all += t.n_bytes;
-    const int64_t block = tensor_type_info(t.type).block_elems;
+    const int64_t block = column_cut_unit(t.type);
     if (part_is(t.name, "attn_output")) s.attn_output_block = std::max(s.attn_output_block, block);
     if (part_is(t.name, "ffn_down")) s.ffn_down_block = std::max(s.ffn_down_block, block);
     for (std::string_view part : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
@@ -406,6 +425,9 @@ const SplitCandidate& fastest_split(const std::vector<SplitCandidate>& candidate
   for (const auto& c : candidates) {
     if (!c.plan) {
       reasons += fmt::format("{}{} split: {}", reasons.empty() ? "" : "; ", split_name(c.split), c.error);
+    } else if (c.split == Split::Tensor && shares_a_gpu(*c.plan)) {
+      reasons += fmt::format("{}tensor split: its ranks share a GPU, which only tests it (--split tensor)",
+                             reasons.empty() ? "" : "; ");
     } else if (!best || c.plan->seconds < best->plan->seconds) {
       best = &c;
     }

@@ -76,8 +76,10 @@ struct GpuResources {
 // that column cuts must respect, and how a layer's bytes divide.
 struct TensorSplitShape {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
-  int64_t attn_output_block = 1;  // elements per block of attn_output's type: its column cuts
-  int64_t ffn_down_block = 1;     // the same for ffn_down
+  // Where attn_output's columns may be cut: its type's blocks (4 or 8 elements
+  // for F32 or F16/BF16, the GPU mat-vec's loads).
+  int64_t attn_output_block = 1;
+  int64_t ffn_down_block = 1;  // the same for ffn_down
   double attention_fraction = 0;  // of a layer's bytes: attn_q/k/v/output
   double ffn_fraction = 0;        // ffn_gate/up/down; the rest (norms) is replicated
 };
@@ -151,7 +153,8 @@ struct SplitCandidate {
 std::vector<SplitCandidate> split_candidates(const ModelFootprint& model, const MultiGpuRequest& request, bool predict = true);
 
 // The candidate with the shortest predicted pass (the layer split among
-// equals: it moves less between GPUs); throws with both reasons when neither fits.
+// equals: it moves less between GPUs), never a tensor split whose ranks
+// share a GPU (the test mode); throws with both reasons when neither fits.
 const SplitCandidate& fastest_split(const std::vector<SplitCandidate>& candidates);
 
 }  // namespace nt

@@ -59,31 +59,6 @@ std::vector<int32_t> continued(ModelRunner& runner, const std::vector<int32_t>& 
   return out;
 }
 
-// Each prompt prefilled on a sequence of its own, then every step one batch
-// of all the sequences' last picks.
-std::vector<std::vector<int32_t>> decoded_together(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
-                                                   int n) {
-  std::vector<SeqId> seqs;
-  std::vector<std::vector<int32_t>> picks(prompts.size());
-  Batch batch;
-  BatchOutputs out;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    seqs.push_back(runner.seq_alloc());
-    batch.clear();
-    batch.add_run(prompts[i], 0, seqs[i], Output::Argmax);
-    runner.forward(batch, out);
-    picks[i].push_back(out.argmax[0]);
-  }
-  for (int step = 1; step < n; ++step) {
-    batch.clear();
-    for (size_t i = 0; i < prompts.size(); ++i) batch.add(picks[i].back(), int64_t(prompts[i].size()) + step - 1, seqs[i], Output::Argmax);
-    runner.forward(batch, out);
-    for (size_t i = 0; i < prompts.size(); ++i) picks[i].push_back(out.argmax[i]);
-  }
-  for (const SeqId s : seqs) runner.seq_free(s);
-  return picks;
-}
-
 TEST(HybridSplit, Stories260KDecodesAsResident) {
   const std::filesystem::path dir = test::shared_models_dir();
   if (!std::filesystem::exists(dir / "stories260K.bin")) GTEST_SKIP() << dir / "stories260K.bin" << " not present";
@@ -141,7 +116,7 @@ TEST(HybridSplit, SmolLM2StaysWithTheResidentRun) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(test::greedy_decode(*hybrid, prompts[i], 32), want[i]) << tokenizer.decode(want[i]);
     }
-    EXPECT_EQ(decoded_together(*hybrid, prompts, 32), want) << "every prompt on its own sequence, one batch a step";
+    EXPECT_EQ(test::decoded_together(*hybrid, prompts, 32), want) << "every prompt on its own sequence, one batch a step";
   }
 }
 

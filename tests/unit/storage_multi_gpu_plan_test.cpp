@@ -217,20 +217,38 @@ TEST(MultiGpuPlan, ErrorsNameTheGpu) {
   }
 }
 
-// One GPU listed twice holds two stages of a layer split (how one GPU tests
-// the pipeline); a tensor split needs distinct GPUs.
-TEST(MultiGpuPlan, AGpuListedTwiceHoldsTwoLayerStages) {
+// One GPU listed twice holds two stages of a layer split, or both ranks of a
+// tensor split (how one GPU tests either); auto never picks the latter, and
+// a tensor split with some GPUs shared and others not is an error.
+TEST(MultiGpuPlan, AGpuListedTwiceHoldsTwoLayerStagesOrTwoShards) {
   MultiGpuRequest r = request({2000 * MiB, 2000 * MiB}, 4000 * MiB);
   r.gpus[1].id = 0;
   const MultiGpuPlan plan = plan_multi_gpu(twenty_layers(), r, Split::Layer);
   expect_layers_covered_once(plan, 20);
   EXPECT_EQ(plan.gpus[0].gpu.id, 0);
   EXPECT_EQ(plan.gpus[1].gpu.id, 0);
+  const MultiGpuPlan shards = place_multi_gpu(twenty_layers(), r, Split::Tensor);
+  ASSERT_EQ(shards.gpus.size(), 2u);
+  EXPECT_EQ(shards.gpus[1].first_kv_head, shards.gpus[0].kv_heads);
+  const std::vector<SplitCandidate> candidates = split_candidates(twenty_layers(), r);
+  for (const SplitCandidate& c : candidates) EXPECT_TRUE(c.plan.has_value()) << split_name(c.split) << ": " << c.error;
+  EXPECT_EQ(fastest_split(candidates).split, Split::Layer);
+  std::vector<SplitCandidate> only_shards = candidates;
+  only_shards[0].plan.reset();
+  only_shards[0].error = "does not fit";
   try {
-    plan_multi_gpu(twenty_layers(), r, Split::Tensor);
-    ADD_FAILURE() << "a tensor split over GPU 0 twice";
+    fastest_split(only_shards);
+    ADD_FAILURE() << "chose the tensor split over one GPU";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GPU 0 is listed twice"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("share a GPU"), std::string::npos) << e.what();
+  }
+  MultiGpuRequest mixed = request({2000 * MiB, 2000 * MiB, 2000 * MiB}, 6000 * MiB);
+  mixed.gpus[1].id = mixed.gpus[0].id;
+  try {
+    plan_multi_gpu(twenty_layers(), mixed, Split::Tensor);
+    ADD_FAILURE() << "a tensor split over GPUs 0, 0 and another";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is listed twice"), std::string::npos) << e.what();
   }
 }
 

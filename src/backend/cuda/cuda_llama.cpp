@@ -47,6 +47,7 @@
 #include "backend/cuda/page_table.h"
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
+#include "backend/cuda/residual_reducer.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "core/env_setting.h"
@@ -246,6 +247,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   int64_t first_layer_ = 0, end_layer_ = 0;
   bool embeds_ = true;    // holds the token embedding (the range starts at layer 0)
   bool has_head_ = true;  // holds the final norm and the head (the range ends at the last layer)
+  std::optional<TensorRank> tensor_;  // a tensor-split rank: config_ is its shard's model
   int64_t stage_layers() const { return end_layer_ - first_layer_; }
   std::string gpu_label() const { return fmt::format("GPU {} ({})", device_.index, device_.name); }
   uint64_t resident_bytes_ = 0;
@@ -283,7 +285,14 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
       cache_context_((context + kKvTile - 1) / kKvTile * kKvTile),
       options_(options),
       device_(require_cuda_device(options.device)) {
-  config_ = read_llama_config(file.header(), file.path());
+  const LlamaConfig full = read_llama_config(file.header(), file.path());
+  if (options_.stage && options_.stage->tensor) {
+    tensor_ = options_.stage->tensor;
+    if (!tensor_->reducer) fail("{}: tensor-split rank {} has no reducer", gpu_label(), tensor_->rank);
+    // No graphs: the sums across ranks wait on the host (one GPU) or run in NCCL, neither captured yet.
+    options_.decode_graph = false;
+  }
+  config_ = tensor_ ? shard_config(full, tensor_->shard) : full;
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
   // One-token steps run the decode mat-vec, which stepwise runs reproduce column by column.
@@ -320,14 +329,15 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     first_layer_ = stage->first_layer;
     end_layer_ = stage->end_layer;
   }
-  embeds_ = first_layer_ == 0;
-  has_head_ = end_layer_ == config_.n_layers;
+  const bool ends = !tensor_ || tensor_->rank == 0;  // a tensor split's rank 0 embeds and holds the head
+  embeds_ = first_layer_ == 0 && ends;
+  has_head_ = end_layer_ == config_.n_layers && ends;
   // Pages of one KV tile: every kernel walks keys a tile at a time, and a
   // tile is contiguous in memory.
   init_pages(KvPages(KvPages::pool_pages(options_.kv_pool, options_.max_sequences, context_, kKvTile), kKvTile, context_,
                      options_.max_sequences));
   for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
-  const LlamaWeights weights = load_llama_weights(file, config_);
+  const LlamaWeights weights = load_llama_weights(file, full);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   // Compute first: streamed layers' re-lay kernels (layer_stream.h) fill the
   // SMs, and a hybrid pass waits on each GPU layer between two CPU ones.
@@ -343,8 +353,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   allocate_caches(weights, buffers);
   allocate_activations();
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
+  const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors,
-                options_.int8_gemm_min_tokens, options_.super_block_activations, stream_);
+                options_.int8_gemm_min_tokens, options_.super_block_activations, residual, stream_);
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
@@ -366,7 +377,13 @@ std::string CudaLlamaRunner::tier_counts() const {
   const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens, {} threads)",
                                               host_->count(), options_.cpu_max_tokens, host_->threads())
                                 : std::string();
-  const std::string range = options_.stage ? fmt::format("{}-{}: ", first_layer_, end_layer_ - 1) : std::string();
+  const std::string range = tensor_ ? fmt::format("rank {}, KV heads {}-{}, FFN columns {}-{}: ", tensor_->rank,
+                                                  tensor_->shard.first_kv_head,
+                                                  tensor_->shard.first_kv_head + tensor_->shard.kv_heads - 1,
+                                                  tensor_->shard.first_ffn_column,
+                                                  tensor_->shard.first_ffn_column + tensor_->shard.ffn_columns - 1)
+                            : options_.stage ? fmt::format("{}-{}: ", first_layer_, end_layer_ - 1)
+                                             : std::string();
   return fmt::format("layers {}{} vram + {} ram{} + {} disk", range, n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk));
 }
 
@@ -408,8 +425,9 @@ void CudaLlamaRunner::allocate_activations() {
 // down write the next norm's q8 input, so two launches a layer drop out
 // (+3% 8B Q4_K_M, +6% 8B Q8_0 decode on the H200, bench/cuda_NOTES.md).
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
-  // A host layer's output is the next GPU layer's plain input.
-  if (host_) return false;
+  // A host layer's output is the next GPU layer's plain input; a
+  // tensor-split rank has no whole sum to norm before the ranks add theirs.
+  if (host_ || tensor_) return false;
   if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(weights_->output().type))) {
     return false;
   }
@@ -466,6 +484,10 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   }
   // Token embeddings into the residual stream x (a later pipeline stage finds the hidden state there).
   if (embeds_) gather_rows_f32(weights_->token_embd(), act_.tokens, n, act_.x, stream_);
+  if (tensor_) {  // the other ranks start from zeros, so the sum hands every rank rank 0's rows
+    if (!embeds_) NT_CUDA_CHECK(cudaMemsetAsync(act_.x, 0, size_t(n * c.dim) * sizeof(float), stream_));
+    tensor_->reducer->sum(act_.x, n * c.dim, stream_);
+  }
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
   bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {

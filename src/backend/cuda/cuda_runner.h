@@ -12,18 +12,33 @@
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "runtime/device_memory_plan.h"
+#include "runtime/tensor_shard.h"
 #include "storage/io_reader.h"
 #include "storage/placement.h"
 
 namespace nt {
 
+class ResidualReducer;  // backend/cuda/residual_reducer.h
+
+// A rank of the tensor split (tensor_parallel_runner.h): every layer cut to
+// its shard. Rank 0 embeds the tokens, adds the residual to its partial
+// products and holds the head; `reducer` (the split's, outliving the rank)
+// sums the ranks' residual streams after attn_output and ffn_down.
+struct TensorRank {
+  int rank = 0;
+  TensorShard shard;
+  ResidualReducer* reducer = nullptr;
+};
+
 // A stage of a layer-split pipeline (pipeline_runner.h): the layers
 // [first_layer, end_layer) with the tiers the multi-GPU plan gave them
 // (tiers[i] is layer first_layer + i); the token embedding when it starts at
-// layer 0, the final norm and the head when it ends at the last.
+// layer 0, the final norm and the head when it ends at the last. Or a rank
+// of the tensor split, over every layer.
 struct StageLayers {
   int64_t first_layer = 0, end_layer = 0;
   std::vector<Tier> tiers;
+  std::optional<TensorRank> tensor;
 };
 
 struct CudaRunnerOptions {

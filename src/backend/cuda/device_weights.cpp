@@ -13,6 +13,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "core/error.h"
 #include "model/rope.h"
+#include "quant/matrix_shard.h"
 #include "storage/hybrid_plan.h"
 #include "storage/page_cache.h"
 
@@ -49,7 +50,10 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
                              const CudaRunnerOptions& options)
     : config_(c), range_(range) {
   const std::string gpu = fmt::format("GPU {} ({})", device.index, device.name);
-  const bool embeds = range.first == 0, has_head = range.end == c.n_layers;
+  const TensorRank* tensor = options.stage && options.stage->tensor ? &*options.stage->tensor : nullptr;
+  // A tensor split's ranks all run every layer; rank 0 holds the ends.
+  const bool ends = !tensor || tensor->rank == 0;
+  const bool embeds = range.first == 0 && ends, has_head = range.end == c.n_layers && ends;
   OpenedReader opened = open_layer_reader(file.path(), options);
   reads_ = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   size_t free_bytes = 0, total_bytes = 0;
@@ -66,17 +70,36 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     }
   }
   tiers_ = placement.plan.layer_tier;
+  if (tensor && std::count(tiers_.begin(), tiers_.end(), Tier::Vram) != int64_t(tiers_.size())) {
+    fail("{}: the tensor split's rank {} holds its shards in VRAM only; its plan streams {} of {} layers (use --split "
+         "layer, or budgets that hold every shard)",
+         gpu, tensor->rank, int64_t(tiers_.size()) - std::count(tiers_.begin(), tiers_.end(), Tier::Vram), tiers_.size());
+  }
   if (options.cpu_layers > 0 && options.cpu_max_tokens < 1) {
     fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options.cpu_layers, options.cpu_max_tokens);
   }
   for (const Path p : spread_cpu_paths(placement.plan, options.cpu_layers)) on_cpu_.push_back(p == Path::Cpu);
 
   ArenaPlan plan;  // resident weights
+  // A matrix's source: the tensor's rows, or the columns or rows of it a tensor-split rank holds.
+  struct Source {
+    const WeightRef* ref;
+    MatrixShard cut;
+    int64_t rows() const { return cut.axis == ShardAxis::Rows ? cut.count : ref->rows; }
+    int64_t cols() const { return cut.axis == ShardAxis::Rows ? ref->cols : cut.count; }
+  };
+  const LlamaConfig full = tensor ? read_llama_config(file.header(), file.path()) : c;
+  const auto source = [&](const WeightRef* ref, LayerMatrix kind) {
+    if (!tensor) return Source{ref, {ShardAxis::Rows, 0, ref->rows}};
+    const MatrixShard cut = layer_matrix_shard(full, tensor->shard, kind);
+    check_shard(ref->type, ref->rows, ref->cols, cut, ref->info->name);
+    return Source{ref, cut};
+  };
   struct Pending {
     DeviceMatrix* target;
     uint64_t offset;
-    std::vector<const WeightRef*> parts;  // stacked row-wise
-    int streamed = -1;                    // streamed index: offset is inside its GPU slot
+    std::vector<Source> parts;  // stacked row-wise
+    int streamed = -1;          // streamed index: offset is inside its GPU slot
   };
   std::vector<Pending> matrices;
   struct PendingVector {
@@ -88,16 +111,17 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   std::vector<PendingVector> vectors;
   std::vector<ArenaPlan> slot_plans;  // per streamed layer
 
-  auto add_matrix = [&](DeviceMatrix* target, std::vector<const WeightRef*> parts, int streamed) {
+  auto add_matrix = [&](DeviceMatrix* target, std::vector<Source> parts, int streamed) {
     int64_t rows = 0;
-    for (const WeightRef* p : parts) rows += p->rows;
-    target->type = parts[0]->type;
+    for (const Source& p : parts) rows += p.rows();
+    target->type = parts[0].ref->type;
     target->rows = rows;
-    target->cols = parts[0]->cols;
-    const uint64_t bytes = group_device_bytes(parts);
+    target->cols = parts[0].cols();
+    const uint64_t bytes = device_matrix_bytes(target->type, rows, target->cols);  // throws for unsupported formats
     ArenaPlan& arena = streamed < 0 ? plan : slot_plans[size_t(streamed)];
     matrices.push_back({target, arena.reserve(bytes), std::move(parts), streamed});
   };
+  auto whole = [&](const WeightRef* ref) { return std::vector<Source>{{ref, {ShardAxis::Rows, 0, ref->rows}}}; };
   auto add_vector = [&](const float** target, const void* data, uint64_t bytes) {
     vectors.push_back({target, plan.reserve(bytes), data, bytes});
   };
@@ -115,21 +139,35 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     }
     add_vector(&ld.attn_norm, lw.attn_norm.data, lw.attn_norm.bytes());
     add_vector(&ld.ffn_norm, lw.ffn_norm.data, lw.ffn_norm.bytes());
-    const auto groups = layer_matrix_groups(lw);
-    const bool fused = groups.size() == 5;
+    const Source q = source(&lw.wq, LayerMatrix::Q), k = source(&lw.wk, LayerMatrix::K), v = source(&lw.wv, LayerMatrix::V);
+    const bool fused = layer_matrix_groups(lw).size() == 5;
     ld.qkv.resize(fused ? 1 : 3);
-    for (size_t i = 0; i < ld.qkv.size(); ++i) add_matrix(&ld.qkv[i].m, groups[i], streamed);
-    if (!fused) {
+    if (fused) {
+      add_matrix(&ld.qkv[0].m, {q, k, v}, streamed);
+    } else {
+      add_matrix(&ld.qkv[0].m, {q}, streamed);
+      add_matrix(&ld.qkv[1].m, {k}, streamed);
+      add_matrix(&ld.qkv[2].m, {v}, streamed);
       ld.qkv[1].out_offset = c.q_dim();
       ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
     }
-    DeviceMatrix* rest[] = {&ld.wo, &ld.gate, &ld.up, &ld.down};
-    for (size_t i = 0; i < 4; ++i) add_matrix(rest[i], groups[ld.qkv.size() + i], streamed);
-    bytes_per_token_ += lw.bytes();
+    const std::pair<DeviceMatrix*, Source> rest[] = {{&ld.wo, source(&lw.wo, LayerMatrix::Output)},
+                                                     {&ld.gate, source(&lw.w_gate, LayerMatrix::Gate)},
+                                                     {&ld.up, source(&lw.w_up, LayerMatrix::Up)},
+                                                     {&ld.down, source(&lw.w_down, LayerMatrix::Down)}};
+    for (const auto& [target, from] : rest) add_matrix(target, {from}, streamed);
+    if (tensor) {  // the norms and the rank's cuts
+      bytes_per_token_ += lw.attn_norm.bytes() + lw.ffn_norm.bytes();
+      for (const Pending& m : std::span(matrices).last(fused ? 5 : 7)) {
+        for (const Source& p : m.parts) bytes_per_token_ += uint64_t(p.rows()) * row_bytes(p.ref->type, p.cols());
+      }
+    } else {
+      bytes_per_token_ += lw.bytes();
+    }
   }
-  if (embeds || (has_head && c.tied_embeddings)) add_matrix(&token_embd_, {&w.token_embd}, -1);
+  if (embeds || (has_head && c.tied_embeddings)) add_matrix(&token_embd_, whole(&w.token_embd), -1);
   if (has_head) {
-    if (!c.tied_embeddings) add_matrix(&output_, {&w.output}, -1);
+    if (!c.tied_embeddings) add_matrix(&output_, whole(&w.output), -1);
     bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
     add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
   }
@@ -184,18 +222,25 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
       StreamedMatrix m{*p.target, {}};
       int64_t row = 0;
-      for (const WeightRef* part : p.parts) {
-        m.parts.push_back({staging_offset.at(part->info), row, part->rows});
-        row += part->rows;
+      for (const Source& part : p.parts) {  // whole tensors: a tensor-split rank streams nothing
+        m.parts.push_back({staging_offset.at(part.ref->info), row, part.ref->rows});
+        row += part.ref->rows;
       }
       streamed[size_t(p.streamed)].matrices.push_back(std::move(m));
       continue;
     }
     *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, base + p.offset);
     int64_t row = 0;
-    for (const WeightRef* part : p.parts) {
-      uploads.push_back({*p.target, row, part->rows, file.header().data_offset + part->info->offset});
-      row += part->rows;
+    for (const Source& part : p.parts) {
+      const uint64_t start = file.header().data_offset + part.ref->info->offset;
+      const uint64_t file_row = part.ref->row_stride();
+      if (part.cut.axis == ShardAxis::Rows) {
+        uploads.push_back({*p.target, row, part.cut.count, start + uint64_t(part.cut.first) * file_row});
+      } else {  // a column cut: each row's run of whole blocks
+        const uint64_t skip = row_bytes(part.ref->type, part.cut.first);
+        for (int64_t r = 0; r < part.ref->rows; ++r) uploads.push_back({*p.target, row + r, 1, start + uint64_t(r) * file_row + skip});
+      }
+      row += part.rows();
     }
   }
   // Progress counts the resident weights' upload, then the RAM tier's reads.

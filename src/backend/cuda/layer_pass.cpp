@@ -7,7 +7,8 @@
 namespace nt {
 
 LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, cudaStream_t stream)
+                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks,
+                     ResidualSum residual, cudaStream_t stream)
     : config_(config),
       context_(context),
       act_(act),
@@ -17,6 +18,7 @@ LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& ac
       multiprocessors_(multiprocessors),
       int8_min_tokens_(int8_min_tokens),
       super_blocks_(super_blocks),
+      residual_(residual),
       stream_(stream) {}
 
 Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
@@ -204,7 +206,9 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
   // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
   auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
-    matmul(m, in, n, act_.x, c.dim, true, fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+    matmul(m, in, n, act_.x, c.dim, residual_.adds_residual,
+           fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+    if (residual_.reducer) residual_.reducer->sum(act_.x, n * c.dim, stream_);
   };
 
   // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
@@ -297,9 +301,10 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     p.x = {in.f32, in.q8, in.q8_scales};
     p.y = x;
     p.y_stride = dim;
-    p.residual = x;
+    p.residual = residual_.adds_residual ? x : nullptr;
     if (fold && norm) p.norm_out = norm_of(norm);
     matvec_stepwise(p, s, stream_);
+    if (residual_.reducer) residual_.reducer->sum(x, s * dim, stream_);
   };
 
   // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))

@@ -26,6 +26,7 @@
 #include "backend/cuda/page_table.h"
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/quantized_gemm.h"
+#include "backend/cuda/residual_reducer.h"
 #include "model/llama_config.h"
 #include "runtime/kv_pages.h"
 
@@ -88,12 +89,21 @@ struct KvPool {
   const DevicePageTable* table = nullptr;
 };
 
+// How attn_output and ffn_down reach the residual stream: added to it, or,
+// on a tensor-split rank, as partial products that `reducer` sums across the
+// ranks, with the residual added by rank 0 alone.
+struct ResidualSum {
+  bool adds_residual = true;
+  ResidualReducer* reducer = nullptr;
+};
+
 class LayerPass {
  public:
   // super_blocks: K-quant inputs of the int8 GEMM are super-block activations
   // (CudaRunnerOptions::super_block_activations).
   LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, cudaStream_t stream);
+            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, ResidualSum residual,
+            cudaStream_t stream);
 
   // The keys a one-token step at `pos` is prepared for: the short-context
   // attention below kShortDecodeMaxKeys, else the whole context.
@@ -157,6 +167,7 @@ class LayerPass {
   int multiprocessors_;
   int64_t int8_min_tokens_;
   bool super_blocks_;
+  ResidualSum residual_;
   cudaStream_t stream_;
   MatmulPaths paths_;
 };

@@ -226,6 +226,18 @@ void copy_floats(const float* from, float* to, int64_t n, cudaStream_t stream) {
   NT_CUDA_CHECK_LAUNCH();
 }
 
+__global__ void add_floats_kernel(const float* x, float* y, int64_t n) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] += x[i];
+}
+
+void add_floats(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cuda::launch_kernel(add_floats_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, x, y, n);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
   if (n == 0) return;
   cuda::launch_kernel(swiglu_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);

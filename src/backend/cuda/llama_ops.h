@@ -49,6 +49,9 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream);
 // hybrid pass's hidden state waited up to 20 ms behind them on the H200).
 void copy_floats(const float* from, float* to, int64_t n, cudaStream_t stream);
 
+// y[i] += x[i] for i < n.
+void add_floats(const float* x, float* y, int64_t n, cudaStream_t stream);
+
 // h[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
 

@@ -16,6 +16,7 @@
 #include "backend/cuda/runner_memory.h"
 #include "core/error.h"
 #include "model/llama_weights.h"
+#include "runtime/chained_progress.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/hand_off_slot.h"
 #include "runtime/kernel_shapes.h"
@@ -95,27 +96,16 @@ CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, co
   init_pages(KvPages(KvPages::pool_pages(options.runner.kv_pool, options.runner.max_sequences, context, kKvTile), kKvTile,
                      context, options.runner.max_sequences));
 
-  // Load progress over all stages: each counts on from where the previous ended.
-  struct Loaded {
-    uint64_t before = 0, stage_total = 0;
-  };
-  const auto loaded = std::make_shared<Loaded>();
+  ChainedProgress progress(options.runner.on_load_progress);  // over all stages
   for (size_t g = 0; g < plan.gpus.size(); ++g) {
     const GpuPlacement& p = plan.gpus[g];
     CudaRunnerOptions stage = options.runner;
     stage.device = p.gpu.id;
-    stage.stage = StageLayers{p.first_layer, p.end_layer, p.plan.layer_tier};
+    stage.stage = StageLayers{p.first_layer, p.end_layer, p.plan.layer_tier, {}};
     stage.cpu_layers = 0;
     stage.trace_path = stage_trace_path(options.runner.trace_path, g);
-    if (options.runner.on_load_progress) {
-      stage.on_load_progress = [loaded, report = options.runner.on_load_progress](uint64_t done, uint64_t total) {
-        loaded->stage_total = total;
-        report(loaded->before + done, loaded->before + total);
-      };
-    }
-    loaded->stage_total = 0;
+    stage.on_load_progress = progress.next();
     stages_.push_back(make_pipeline_stage(file, context, stage));
-    loaded->before += loaded->stage_total;
     first_layer_.push_back(p.first_layer);
     end_layer_.push_back(p.end_layer);
   }

@@ -1,0 +1,44 @@
+// The tensor split's sum across ranks (GPUs): after attn_output and ffn_down
+// every rank holds a partial sum of each hidden row (rank 0's with the
+// residual added), and every rank needs the whole before the next norm.
+// NCCL's all-reduce does it between GPUs; ranks that share one GPU (the test
+// mode, `--gpus 0,0 --split tensor`) add through that GPU's memory instead.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "backend/cuda/nccl_comm.h"
+
+namespace nt {
+
+// What a rank waiting in sum() throws when another rank failed (abort()).
+struct ReductionAborted : std::runtime_error {
+  ReductionAborted() : std::runtime_error("a tensor-split rank failed") {}
+};
+
+class ResidualReducer {
+ public:
+  virtual ~ResidualReducer() = default;
+  // x (count floats on this rank's GPU) := the sum over ranks of theirs,
+  // ordered on this rank's `stream`. Every rank calls it for the same rows
+  // in the same order.
+  virtual void sum(float* x, int64_t count, cudaStream_t stream) = 0;
+  // Wakes every rank waiting in sum() with ReductionAborted (host-side waits only).
+  virtual void abort() {}
+};
+
+// One reducer per rank of `comm` (one communicator over the ranks' GPUs).
+std::unique_ptr<ResidualReducer> nccl_reducer(const NcclComm& comm);
+
+// Reducers for `ranks` ranks on one GPU, one per rank: each rank's call waits
+// for its stream and for the others, then rank 0 adds every rank's rows in
+// rank order and copies the sum back to each. Host-synchronised: a test mode,
+// not a fast path.
+std::vector<std::unique_ptr<ResidualReducer>> shared_gpu_reducers(int ranks);
+
+}  // namespace nt
