@@ -43,6 +43,12 @@ class SharedGpuSum {
     wake_.notify_all();
   }
 
+  void rearm() {
+    std::lock_guard lock(mutex_);
+    aborted_ = false;
+    arrived_ = 0;
+  }
+
  private:
   void meet() {
     std::unique_lock lock(mutex_);
@@ -72,6 +78,7 @@ class SharedGpuReducer final : public ResidualReducer {
   SharedGpuReducer(std::shared_ptr<SharedGpuSum> shared, int rank) : shared_(std::move(shared)), rank_(rank) {}
   void sum(float* x, int64_t count, cudaStream_t stream) override { shared_->sum(rank_, x, count, stream); }
   void abort() override { shared_->abort(); }
+  void rearm() override { shared_->rearm(); }
 
  private:
   std::shared_ptr<SharedGpuSum> shared_;

@@ -28,8 +28,11 @@ class ResidualReducer {
   // ordered on this rank's `stream`. Every rank calls it for the same rows
   // in the same order.
   virtual void sum(float* x, int64_t count, cudaStream_t stream) = 0;
-  // Wakes every rank waiting in sum() with ReductionAborted (host-side waits only).
+  // Wakes every rank waiting in sum() with ReductionAborted (host-side waits
+  // only), and every later call until rearm(), which the runner calls
+  // before a pass while no rank is inside sum().
   virtual void abort() {}
+  virtual void rearm() {}
 };
 
 // One reducer per rank of `comm` (one communicator over the ranks' GPUs).

@@ -130,6 +130,7 @@ uint64_t CudaTensorParallelRunner::weight_bytes_per_token() const {
 void CudaTensorParallelRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs,
                                              std::span<const int32_t> layers, BatchOutputs& out) {
   const int64_t total = int64_t(batch.size());
+  for (const auto& reducer : reducers_) reducer->rearm();  // after a pass that failed
   std::vector<std::exception_ptr> errors(ranks_.size());
   const auto run_rank = [&](size_t g) {
     try {
