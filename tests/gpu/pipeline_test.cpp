@@ -64,17 +64,20 @@ MultiGpuPlan layer_split(const std::vector<int>& gpus, const std::vector<std::ve
   return plan;
 }
 
+// Decode steps unsplit (micro_batches 1): micro-batches take the kernels of
+// their own size, which round differently from one runner's whole step.
 std::unique_ptr<ModelRunner> pipeline(const GgufFile& file, const MultiGpuPlan& plan, const CudaRunnerOptions& options) {
   CudaPipelineOptions o;
   for (const GpuPlacement& p : plan.gpus) o.gpus.push_back(p.gpu.id);
   o.runner = options;
+  o.micro_batches = 1;
   return make_cuda_pipeline(file, kContext, o, plan);
 }
 
 // The planner's own layer split over `gpus` (budgets: free VRAM, or those given).
 std::unique_ptr<ModelRunner> planned_pipeline(const GgufFile& file, const std::vector<int>& gpus, const CudaRunnerOptions& options,
-                                              std::vector<uint64_t> budgets = {}) {
-  const CudaPipelineOptions o{gpus, std::move(budgets), options};
+                                              std::vector<uint64_t> budgets = {}, int micro_batches = 1) {
+  const CudaPipelineOptions o{gpus, std::move(budgets), options, micro_batches};
   const CudaPipelineRequest r = cuda_pipeline_request(file, kContext, o);
   return make_cuda_pipeline(file, kContext, o, place_multi_gpu(r.footprint, r.request, Split::Layer));
 }
@@ -375,9 +378,36 @@ TEST(Pipeline, SmolLM2DecodesAsOneRunner) {
     ASSERT_GT(g.plan.count(Tier::Vram), 0);
     ASSERT_GT(g.plan.count(Tier::Ram) + g.plan.count(Tier::Disk), 0) << "the stage from layer " << g.first_layer << " streams nothing";
   }
-  auto streamed = make_cuda_pipeline(*file, kContext, {{0, 0}, budgets, o}, plan);
+  auto streamed = make_cuda_pipeline(*file, kContext, {{0, 0}, budgets, o, 1}, plan);
   std::printf("  %s\n", streamed->description().c_str());
   EXPECT_EQ(decode_together(*streamed, prompts, 48), together) << streamed->description();
+}
+
+// Decode steps cut into one micro-batch a stage (the default), which the
+// stages overlap, keep the greedy picks of prompts whose margins are wide
+// (real_models_test.cpp), resident and streamed, with three stages too.
+TEST(Pipeline, MicroBatchedDecodeStepsKeepTheGreedyPicks) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts, want;
+  for (const char* p : {"1, 2, 3, 4, 5, 6, 7, 8,", "2, 4, 6, 8, 10, 12,", "101, 102, 103, 104,"}) prompts.push_back(tokenizer.encode(p));
+  CudaRunnerOptions o;
+  o.max_sequences = int(prompts.size()) + 1;
+  {
+    auto one = make_cuda_runner(*file, kContext, o);
+    for (const auto& p : prompts) want.push_back(test::greedy_decode(*one, p, 32));
+  }
+  for (const std::vector<int>& gpus : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
+    auto split = planned_pipeline(*file, gpus, o, {}, 0);
+    SCOPED_TRACE(split->description());
+    EXPECT_EQ(test::decoded_together(*split, prompts, 32), want);
+  }
+  const CudaPipelineOptions micro{{0, 0}, {}, o, 0};
+  auto streamed = make_cuda_pipeline(*file, kContext, micro, layer_split({0, 0}, {Tiers::value_type(15, R), Tiers::value_type(15, R)}));
+  SCOPED_TRACE(streamed->description());
+  EXPECT_EQ(test::decoded_together(*streamed, prompts, 32), want);
 }
 
 // Through the one model opener, as every command opens it: --gpus 0,0 with

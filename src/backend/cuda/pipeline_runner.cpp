@@ -19,6 +19,7 @@
 #include "runtime/chained_progress.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/hand_off_slot.h"
+#include "runtime/pass_chunks.h"
 #include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/layer_reads.h"
@@ -67,6 +68,8 @@ class CudaPipelineRunner final : public ModelRunner {
 
   LlamaConfig config_;
   int64_t max_batch_;
+  int micro_batches_;                                    // per decode step
+  std::vector<PassChunk> chunks_;                        // the running pass's
   std::vector<int64_t> first_layer_, end_layer_;       // per stage
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // in layer order
   std::vector<std::unique_ptr<HiddenStateLink>> links_;  // links_[g]: stage g to stage g + 1
@@ -76,10 +79,13 @@ class CudaPipelineRunner final : public ModelRunner {
 
 CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, const CudaPipelineOptions& options,
                                        const MultiGpuPlan& plan)
-    : config_(read_llama_config(file.header(), file.path())), max_batch_(options.runner.max_batch) {
+    : config_(read_llama_config(file.header(), file.path())),
+      max_batch_(options.runner.max_batch),
+      micro_batches_(options.micro_batches > 0 ? options.micro_batches : int(plan.gpus.size())) {
   if (plan.split != Split::Layer) fail("the pipeline runs a layer split, not a {} split", split_name(plan.split));
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (plan.gpus.empty()) fail("a layer split needs at least one stage");
+  if (options.micro_batches < 0) fail("a decode step in {} micro-batches: give 1 or more, or 0 for one a stage", options.micro_batches);
   std::vector<int> ids;
   for (const GpuPlacement& p : plan.gpus) ids.push_back(p.gpu.id);
   require_gpus(ids);  // an absent GPU is named before anything loads
@@ -142,8 +148,8 @@ void CudaPipelineRunner::copy_rows(std::span<const RowCopy> copies) {
 
 // Each chunk through every stage in turn: stage g + 1 continues from the
 // hidden state stage g left, each running its share of the schedule. A pass
-// of several chunks overlaps them: stage g computes chunk k + 1 while stage
-// g + 1 computes chunk k.
+// of several chunks (or micro-batches) overlaps them: stage g computes chunk
+// k + 1 while stage g + 1 computes chunk k.
 void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                        BatchOutputs& out) {
   for (size_t g = 0; g < stages_.size(); ++g) {
@@ -153,7 +159,9 @@ void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const Seque
     }
   }
   for (HandOffSlot& slot : hand_offs_) slot.reset();
-  if (stages_.size() > 1 && int64_t(batch.size()) > max_batch_) {
+  const bool decode_step = std::all_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count == 1; });
+  chunks_ = pass_chunks(int64_t(batch.size()), decode_step, max_batch_, micro_batches_);
+  if (stages_.size() > 1 && chunks_.size() > 1) {
     run_stages_overlapped(batch, runs, out);
     return;
   }
@@ -162,11 +170,9 @@ void CudaPipelineRunner::forward_pages(const Batch& batch, std::span<const Seque
 
 void CudaPipelineRunner::run_stage(size_t g, const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out,
                                    bool overlapped) {
-  const int64_t total = int64_t(batch.size());
   const uint64_t row_bytes = uint64_t(config_.dim) * sizeof(float);
   PipelineStage& stage = *stages_[g];
-  for (int64_t at = 0; at < total; at += max_batch_) {
-    const int64_t n = std::min(max_batch_, total - at);
+  for (const auto [at, n] : chunks_) {
     if (g > 0) hand_offs_[g - 1].wait_filled();
     stage.run_batch_chunk(batch, runs, kv_pages(), at, n, stage_layers_[g], out);
     if (g + 1 < stages_.size()) {

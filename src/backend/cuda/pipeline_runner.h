@@ -5,8 +5,9 @@
 // storage into its own GPU. A pass runs each chunk of the batch through the
 // stages in turn, the hidden state crossing between GPUs (hidden_state_link.h);
 // the first stage embeds the tokens, the last computes the head and what the
-// entries ask for. The chunks of a pass longer than max_batch overlap: each
-// stage works through them on a thread of its own. It serves the whole ModelRunner seam: batches, sequence
+// entries ask for. The chunks of a pass longer than max_batch, and the
+// micro-batches of a decode step of several sequences, overlap: each stage
+// works through them on a thread of its own. It serves the whole ModelRunner seam: batches, sequence
 // memory and layer schedules, with the single-sequence methods' defaults.
 #pragma once
 
@@ -29,6 +30,9 @@ struct CudaPipelineOptions {
   // Everything else, for every stage (device, vram_budget and stage are set
   // per stage; the CPU computes no layers of a pipeline).
   CudaRunnerOptions runner;
+  // A decode step of several sequences runs as this many micro-batches
+  // (runtime/pass_chunks.h), which the stages overlap; 0: one a stage; 1: none.
+  int micro_batches = 0;
 };
 
 // What the multi-GPU planner places from, found on the GPUs: the model's
