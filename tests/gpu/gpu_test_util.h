@@ -36,6 +36,12 @@ inline std::string shared_models_dir() {
   return env && *env ? std::string(env) : std::string(NT_SHARED_MODELS);
 }
 
+// GPUs this process sees (0 when CUDA cannot count them).
+inline int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 inline std::mt19937& rng() {
   static std::mt19937 gen{std::random_device{}()};
   return gen;

@@ -49,12 +49,6 @@ const NcclLibrary* nccl_or_skip_reason(std::string* why) {
   }
 }
 
-int gpu_count() {
-  int n = 0;
-  NT_CUDA_CHECK(cudaGetDeviceCount(&n));
-  return n;
-}
-
 #define REQUIRE_NCCL(nccl)                                         \
   std::string nccl_missing;                                        \
   const NcclLibrary* nccl = nccl_or_skip_reason(&nccl_missing);    \
@@ -71,7 +65,7 @@ TEST(Nccl, OneRankAllReduceIsItsInput) {
 }
 
 TEST(Nccl, OneProcessSumsOverItsGpus) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << gpu_count();
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << test::gpu_count();
   REQUIRE_NCCL(nccl);
   const auto comms = NcclComm::join_local_gpus(*nccl, {0, 1});
   std::vector<DeviceBuffer> buffers;
@@ -131,7 +125,7 @@ TEST(NcclWorker, AllReduceAsOneRank) {
 }
 
 TEST(Nccl, TwoProcessesSumOverTwoGpus) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << gpu_count();
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << test::gpu_count();
   REQUIRE_NCCL(nccl);
   const std::string id_file =
       (std::filesystem::temp_directory_path() / ("nt_nccl_id." + std::to_string(getpid()))).string();

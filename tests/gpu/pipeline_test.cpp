@@ -41,11 +41,6 @@ namespace {
 
 constexpr int64_t kContext = 128;
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
 // A layer split with the stages and tiers given: stage g on gpus[g] runs the
 // next tiers[g].size() layers.
 MultiGpuPlan layer_split(const std::vector<int>& gpus, const std::vector<std::vector<Tier>>& tiers) {
@@ -230,8 +225,8 @@ TEST(Pipeline, StagesOnOneGpuComputeWhatOneRunnerComputes) {
 
 // The same on real GPUs: the hand-off crosses peer to peer or through host memory.
 TEST(Pipeline, StagesOnTwoGpusComputeWhatOneRunnerComputes) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpu_count() << " visible";
-  const std::vector<int> three = gpu_count() >= 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1, 0};
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << test::gpu_count() << " visible";
+  const std::vector<int> three = test::gpu_count() >= 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1, 0};
   expect_splits_compute_what_one_runner_does({0, 1}, three);
 }
 
@@ -274,19 +269,11 @@ TEST(Pipeline, Stories260KFollowsLlama2cGreedyPath) {
   ASSERT_EQ(golden.size(), 64u);
   const std::string path = stories_gguf("nt_stories260k_pipeline.gguf");
   const auto file = GgufFile::open(path);
-  std::vector<int32_t> tokens = {1};
-  tokens.insert(tokens.end(), golden.begin(), golden.end() - 1);
   auto planned = planned_pipeline(*file, {0, 0}, {});
   auto streamed = pipeline(*file, layer_split({0, 0}, {{V, R}, {R, D, R}}), {});
   for (ModelRunner* runner : {planned.get(), streamed.get()}) {
     SCOPED_TRACE(runner->description());
-    const int64_t vocab = runner->config().vocab_size;
-    std::vector<float> all(tokens.size() * size_t(vocab));
-    runner->forward(tokens, 0, all.data(), true);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      EXPECT_EQ(argmax_first(std::span(all).subspan(i * size_t(vocab), size_t(vocab))), golden[i]) << "prefill position " << i;
-    }
-    EXPECT_EQ(test::greedy_decode(*runner, {1}, int(golden.size())), golden) << "decoding from BOS";
+    test::expect_llama2c_greedy_path(*runner, golden);
   }
   std::filesystem::remove(path);
 }

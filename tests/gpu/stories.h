@@ -1,5 +1,6 @@
-// stories260K for the GPU tests: the model converted to GGUF, and
-// llama2.c's golden greedy ids, read from the README beside the model.
+// stories260K for the GPU tests: the model converted to GGUF, llama2.c's
+// golden greedy ids, read from the README beside the model, and the check
+// that a runner follows them.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,11 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "gpu_test_util.h"
+#include "greedy_decode.h"
 #include "model/llama2c_converter.h"
 
 namespace nt::test {
@@ -42,6 +46,20 @@ inline std::vector<int32_t> stories_golden_ids(const std::filesystem::path& read
   std::istringstream numbers(m[1].str());
   for (int32_t id; numbers >> id;) ids.push_back(id);
   return ids;
+}
+
+// The runner follows llama2.c's greedy path from BOS: the argmax of every
+// position's logits in one prefill of the path, then decoding freely.
+inline void expect_llama2c_greedy_path(ModelRunner& runner, const std::vector<int32_t>& golden) {
+  std::vector<int32_t> tokens = {1};
+  tokens.insert(tokens.end(), golden.begin(), golden.end() - 1);
+  const int64_t vocab = runner.config().vocab_size;
+  std::vector<float> all(tokens.size() * size_t(vocab));
+  runner.forward(tokens, 0, all.data(), true);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(argmax_first(std::span(all).subspan(i * size_t(vocab), size_t(vocab))), golden[i]) << "prefill position " << i;
+  }
+  EXPECT_EQ(greedy_decode(runner, {1}, int(golden.size())), golden) << "decoding from BOS";
 }
 
 }  // namespace nt::test

@@ -31,11 +31,6 @@ namespace {
 
 constexpr int64_t kContext = 128;
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
 // The planner's tensor split over `gpus` (a GPU listed for every rank shares its free VRAM among them).
 std::unique_ptr<ModelRunner> tensor_split(const GgufFile& file, const std::vector<int>& gpus, const CudaRunnerOptions& options) {
   const CudaPipelineOptions o{gpus, {}, options};
@@ -52,22 +47,13 @@ void expect_stories_greedy_path(const std::vector<int>& gpus) {
   auto runner = tensor_split(*file, gpus, {});
   SCOPED_TRACE(runner->description());
   EXPECT_NE(runner->description().find("tensor split over 2 ranks"), std::string::npos);
-  // Every position's logits in one prefill, then decoding freely.
-  std::vector<int32_t> tokens = {1};
-  tokens.insert(tokens.end(), golden.begin(), golden.end() - 1);
-  const int64_t vocab = runner->config().vocab_size;
-  std::vector<float> all(tokens.size() * size_t(vocab));
-  runner->forward(tokens, 0, all.data(), true);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    EXPECT_EQ(argmax_first(std::span(all).subspan(i * size_t(vocab), size_t(vocab))), golden[i]) << "prefill position " << i;
-  }
-  EXPECT_EQ(test::greedy_decode(*runner, {1}, int(golden.size())), golden) << "decoding from BOS";
+  test::expect_llama2c_greedy_path(*runner, golden);
 }
 
 TEST(TensorSplit, Stories260KFollowsLlama2cGreedyPathOnOneGpu) { expect_stories_greedy_path({0, 0}); }
 
 TEST(TensorSplit, Stories260KFollowsLlama2cGreedyPathOnTwoGpus) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpu_count() << " visible";
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << test::gpu_count() << " visible";
   expect_stories_greedy_path({0, 1});
 }
 
@@ -109,7 +95,7 @@ void expect_smollm2_as_one_runner(const std::vector<int>& gpus) {
 TEST(TensorSplit, SmolLM2DecodesAsOneRunnerOnOneGpu) { expect_smollm2_as_one_runner({0, 0}); }
 
 TEST(TensorSplit, SmolLM2DecodesAsOneRunnerOnTwoGpus) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpu_count() << " visible";
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << test::gpu_count() << " visible";
   expect_smollm2_as_one_runner({0, 1});
 }
 

@@ -4,10 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <exception>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gpu_set.h"
@@ -20,6 +18,7 @@
 #include "runtime/device_memory_plan.h"
 #include "runtime/hand_off_slot.h"
 #include "runtime/pass_chunks.h"
+#include "runtime/run_together.h"
 #include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/layer_reads.h"
@@ -187,30 +186,11 @@ void CudaPipelineRunner::run_stage(size_t g, const Batch& batch, std::span<const
 }
 
 void CudaPipelineRunner::run_stages_overlapped(const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out) {
-  std::vector<std::exception_ptr> errors(stages_.size());
-  const auto guarded = [&](size_t g) {
-    try {
-      run_stage(g, batch, runs, out, true);
-    } catch (const HandOffAborted&) {
-      // another stage failed; its error is the one to report
-    } catch (...) {
-      errors[g] = std::current_exception();
-      for (HandOffSlot& slot : hand_offs_) slot.abort();
-    }
-  };
-  std::vector<std::thread> workers;
-  try {
-    for (size_t g = 1; g < stages_.size(); ++g) workers.emplace_back(guarded, g);
-  } catch (...) {  // no thread for a stage: the others must not wait for it
-    for (HandOffSlot& slot : hand_offs_) slot.abort();
-    for (std::thread& w : workers) w.join();
-    throw;
-  }
-  guarded(0);
-  for (std::thread& w : workers) w.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_together<HandOffAborted>(
+      stages_.size(), [&](size_t g) { run_stage(g, batch, runs, out, true); },
+      [&] {
+        for (HandOffSlot& slot : hand_offs_) slot.abort();
+      });
 }
 
 }  // namespace

@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <exception>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "backend/cuda/gpu_set.h"
@@ -16,6 +14,7 @@
 #include "model/llama_weights.h"
 #include "runtime/chained_progress.h"
 #include "runtime/kernel_shapes.h"
+#include "runtime/run_together.h"
 
 namespace nt {
 namespace {
@@ -131,32 +130,16 @@ void CudaTensorParallelRunner::forward_pages(const Batch& batch, std::span<const
                                              std::span<const int32_t> layers, BatchOutputs& out) {
   const int64_t total = int64_t(batch.size());
   for (const auto& reducer : reducers_) reducer->rearm();  // after a pass that failed
-  std::vector<std::exception_ptr> errors(ranks_.size());
-  const auto run_rank = [&](size_t g) {
-    try {
-      for (int64_t at = 0; at < total; at += max_batch_) {
-        ranks_[g]->run_batch_chunk(batch, runs, kv_pages(), at, std::min(max_batch_, total - at), layers, out);
-      }
-    } catch (const ReductionAborted&) {
-      // another rank failed; its error is the one to report
-    } catch (...) {
-      errors[g] = std::current_exception();
-      for (const auto& reducer : reducers_) reducer->abort();
-    }
-  };
-  std::vector<std::thread> workers;
-  try {
-    for (size_t g = 1; g < ranks_.size(); ++g) workers.emplace_back(run_rank, g);
-  } catch (...) {  // no thread for a rank: the others must not wait for it
-    for (const auto& reducer : reducers_) reducer->abort();
-    for (std::thread& w : workers) w.join();
-    throw;
-  }
-  run_rank(0);
-  for (std::thread& w : workers) w.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_together<ReductionAborted>(
+      ranks_.size(),
+      [&](size_t g) {
+        for (int64_t at = 0; at < total; at += max_batch_) {
+          ranks_[g]->run_batch_chunk(batch, runs, kv_pages(), at, std::min(max_batch_, total - at), layers, out);
+        }
+      },
+      [&] {
+        for (const auto& reducer : reducers_) reducer->abort();
+      });
 }
 
 }  // namespace
