@@ -330,13 +330,14 @@ void check_matmul(const Kernels& k, TensorType type, int64_t rows, int64_t cols,
 }
 
 // 1 and 3 tokens take the fused per-row dot path, 9 that path for K-quants
-// (several calls of the several-token dot) and the GEMM for the others, 17
-// and 64 the blocked GEMM (with token counts that leave partial 8-token groups).
+// (several calls of the several-token dot) and the GEMM for the others, 17,
+// 27 and 64 the blocked GEMM (with token counts that leave partial 8- and
+// 16-token tiles).
 TEST_P(CpuKernelTest, MatmulMatchesFloat64Reference) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ThreadPool pool(3);
   for (TensorType type : kWeightTypes) {
-    for (int n_tokens : {1, 3, 9, 17, 64}) check_matmul(k(), type, 37, 512, n_tokens, rng_, pool);
+    for (int n_tokens : {1, 3, 9, 17, 27, 64}) check_matmul(k(), type, 37, 512, n_tokens, rng_, pool);
   }
   check_matmul(k(), TensorType::Q4_1, 5, 96, 9, rng_, pool);
   check_matmul(k(), TensorType::Q8_0, 1, 32, 5, rng_, pool);
@@ -354,9 +355,10 @@ TEST(CpuMatmul, TokenGroupsGetTheNumbersOfTheirOwnCallsBitForBit) {
     const std::vector<uint8_t> w = random_rows(type, rows, cols, rng);
     const WeightView view = WeightView::dense(w.data(), type, rows, cols, "test");
     // A decode step, a prompt of 5, one of 2, two tokens cut from a call of 9, a decode step,
-    // then prompts of 20 and 17 whose tokens fall in other 16-token tiles than in their own calls.
-    const std::vector<TokenGroup> groups = {{0, 1, 1}, {1, 5, 5}, {6, 2, 2}, {8, 2, 9}, {10, 1, 1}, {11, 20, 20}, {31, 17, 17}};
-    const int64_t tokens = 48;
+    // then prompts of 20 and 27 whose tokens fall in other 16-token tiles than in their own calls
+    // (a last tile partly padding on both sides).
+    const std::vector<TokenGroup> groups = {{0, 1, 1}, {1, 5, 5}, {6, 2, 2}, {8, 2, 9}, {10, 1, 1}, {11, 20, 20}, {31, 27, 27}};
+    const int64_t tokens = 58;
     const std::vector<float> x = random_activations(cols * tokens, rng);
     std::vector<float> y(size_t(rows * tokens), NAN);
     matmul_groups(view, x.data(), y.data(), groups, pool);
