@@ -97,7 +97,7 @@ CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t
 
 void CudaTensorParallelRunner::join_ranks(const std::vector<int>& gpus) {
   const std::set<int> distinct(gpus.begin(), gpus.end());
-  if (distinct.size() == 1 && gpus.size() > 1) {  // every rank on one GPU: the test mode
+  if (distinct.size() == 1) {  // every rank on one GPU (the test mode; one rank sums nothing)
     reducers_ = shared_gpu_reducers(int(gpus.size()));
     return;
   }
