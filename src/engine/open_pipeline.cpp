@@ -1,8 +1,8 @@
 #ifdef NT_HAVE_CUDA
 #include "engine/open_pipeline.h"
 
-#include "core/error.h"
 #include "backend/cuda/tensor_parallel_runner.h"
+#include "core/error.h"
 #include "engine/gpu_split.h"
 
 namespace nt {

@@ -17,9 +17,9 @@
 #include "runtime/chained_progress.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/hand_off_slot.h"
+#include "runtime/kernel_shapes.h"
 #include "runtime/pass_chunks.h"
 #include "runtime/run_together.h"
-#include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/layer_reads.h"
 
@@ -67,8 +67,8 @@ class CudaPipelineRunner final : public ModelRunner {
 
   LlamaConfig config_;
   int64_t max_batch_;
-  int micro_batches_;                                    // per decode step
-  std::vector<PassChunk> chunks_;                        // the running pass's
+  int micro_batches_;                                    // per decode step of several sequences
+  std::vector<PassChunk> chunks_;                        // the running pass's chunks
   std::vector<int64_t> first_layer_, end_layer_;       // per stage
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // in layer order
   std::vector<std::unique_ptr<HiddenStateLink>> links_;  // links_[g]: stage g to stage g + 1
