@@ -71,6 +71,15 @@ void print_multi_gpu_plan(const MultiGpuReportInput& in) {
                g.plan.count(Tier::Disk), format_size(g.plan.vram_total()), format_size(g.gpu.vram_budget));
   }
   fmt::print("  RAM (pinned, all GPUs) {} of {}\n", format_size(p.ram_total), format_size(r.ram_budget));
+  if (p.split == Split::Tensor) {
+    for (const auto& g : p.gpus) {
+      if (g.plan.count(Tier::Vram) == int64_t(g.plan.layer_tier.size())) continue;
+      fmt::print("  note: the runner holds every shard of the tensor split in VRAM, so it would refuse this placement "
+                 "(GPU {} streams); --split layer streams, or give budgets that hold every shard\n",
+                 g.gpu.id);
+      break;
+    }
+  }
 }
 
 }  // namespace nt::cli

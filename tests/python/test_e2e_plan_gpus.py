@@ -108,6 +108,27 @@ def test_tensor_split_covers_every_head_and_column_once():
         assert sum(r["tiers"]) == LAYERS
 
 
+def test_tensor_split_that_streams_says_the_runner_refuses_it():
+    # The runner holds every shard in VRAM: a budget that streams a shard gets a note, one that holds them all none.
+    note = "the runner holds every shard of the tensor split in VRAM"
+    out = plan("--gpus", "0,1", "--vram-budget", "180MiB", "--split", "tensor").stdout
+    rows = placement(out)
+    assert any(r["tiers"][1] + r["tiers"][2] > 0 for r in rows), out
+    assert note in out, out
+    out = plan("--gpus", "0,1", "--vram-budget", "1GiB", "--split", "tensor").stdout
+    assert all(r["tiers"][0] == LAYERS for r in placement(out)), out
+    assert note not in out, out
+
+
+def test_one_gpu_for_every_rank_is_the_test_mode_and_never_chosen():
+    out = plan("--gpus", "0,0", "--vram-budget", "1GiB,1GiB", "--split", "tensor").stdout
+    rows = placement(out)
+    assert [r["gpu"] for r in rows] == [0, 0], out
+    covers([r["kv"] for r in rows], KV_HEADS)
+    out = plan("--gpus", "0,0", "--vram-budget", "1GiB,1GiB").stdout
+    assert predicted(out)[1] == "layer", out
+
+
 def test_auto_picks_the_fastest_printed_split():
     for peer in ("0.001", "1000"):
         out = plan("--gpus", "0,1", "--vram-budget", "220MiB", "--peer-gbps", peer).stdout
