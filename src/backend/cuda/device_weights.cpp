@@ -217,6 +217,11 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     for (const LayerRead::Tensor& t : reads_[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
   }
   std::vector<UploadPart> uploads;
+  // A tensor-split rank's column cuts: each row's run of blocks, gathered on
+  // the host and uploaded after the rest (a read a row would be 16,384 reads
+  // a 70B layer).
+  std::vector<std::pair<DeviceMatrix, Source>> column_cuts;
+  uint64_t column_bytes = 0;
   for (const Pending& p : matrices) {
     if (p.streamed >= 0) {
       *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
@@ -236,9 +241,9 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       const uint64_t file_row = part.ref->row_stride();
       if (part.cut.axis == ShardAxis::Rows) {
         uploads.push_back({*p.target, row, part.cut.count, start + uint64_t(part.cut.first) * file_row});
-      } else {  // a column cut: each row's run of whole blocks
-        const uint64_t skip = row_bytes(part.ref->type, part.cut.first);
-        for (int64_t r = 0; r < part.ref->rows; ++r) uploads.push_back({*p.target, row + r, 1, start + uint64_t(r) * file_row + skip});
+      } else {  // attn_output's and ffn_down's cuts: matrices of one part
+        column_cuts.emplace_back(*p.target, part);
+        column_bytes += uint64_t(part.rows()) * row_bytes(part.ref->type, part.cols());
       }
       row += part.rows();
     }
@@ -246,7 +251,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   // Progress counts the resident weights' upload, then the RAM tier's reads.
   uint64_t ram_tier_bytes = 0;
   for (const StreamedLayer& l : streamed) ram_tier_bytes += l.tier == Tier::Ram ? l.read.file_bytes : 0;
-  const uint64_t resident_upload = upload_bytes(uploads), load_total = resident_upload + ram_tier_bytes;
+  const uint64_t resident_upload = upload_bytes(uploads) + column_bytes, load_total = resident_upload + ram_tier_bytes;
   auto report_from = [&](uint64_t before) -> std::function<void(uint64_t, uint64_t)> {
     if (!options.on_load_progress) return {};
     return [progress = options.on_load_progress, before, load_total](uint64_t done, uint64_t) {
@@ -257,6 +262,18 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   UploadOptions upload;
   upload.slot_bytes = kUploadStagingBytes;
   upload_weights(*load.reader, uploads, upload, report_from(0));
+  if (!column_cuts.empty()) {
+    const DeviceBuffer staging(kUploadStagingBytes, "the column-cut upload staging");
+    const auto progress = report_from(resident_upload - column_bytes);
+    uint64_t done = 0;
+    for (const auto& [target, cut] : column_cuts) {
+      const std::vector<uint8_t> bytes =
+          extract_shard(cut.ref->type, cut.ref->data, cut.ref->rows, cut.ref->cols, cut.cut, cut.ref->info->name);
+      upload_matrix_rows(target, 0, target.rows, bytes.data(), staging.get(), staging.size());
+      done += bytes.size();
+      if (progress) progress(done, column_bytes);
+    }
+  }
   if (has_head && c.tied_embeddings) output_ = token_embd_;
   if (!streamed.empty()) {
     LayerStreamOptions so;
