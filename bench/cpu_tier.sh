@@ -15,14 +15,17 @@ NT_BENCH_CPU_TIME=1 timeout 60 "$build/bench/cpu_kernels_bench" 1 2>&1 | sed -n 
 
 spec=${NT_SWEEP_MODEL:-llama3-8b:q4_k}
 source "$(dirname "$0")/device_model.sh"
-echo "== $spec: decode by prefetch distance (NT_CPU_PREFETCH_BYTES), two rounds"
+echo "== $spec: decode by prefetch distance (NT_CPU_PREFETCH_BYTES) and hint (NT_CPU_PREFETCH_NTA), two rounds"
 for r in 1 2; do
   for d in 0 1024 2048 4096 8192; do
     echo "$d $(NT_CPU_PREFETCH_BYTES=$d "$nt" bench -m "$file" --device cpu -t 16 -p 0 -n 16 -r 2 2>&1 | grep ' tg')"
   done
+  for d in 2048 4096; do
+    echo "$d nta $(NT_CPU_PREFETCH_NTA=1 NT_CPU_PREFETCH_BYTES=$d "$nt" bench -m "$file" --device cpu -t 16 -p 16 -n 16 -r 2 2>&1 | grep -E ' (pp|tg)' | tr '\n' ' ')"
+  done
 done | tee "$out/prefetch.md"
 echo "== $spec: pp16 by GEMM threshold (NT_CPU_GEMM_MIN_TOKENS; 16 is the K-quant default)"
-for n in 8 16 32; do echo "$n $(NT_CPU_GEMM_MIN_TOKENS=$n "$nt" bench -m "$file" --device cpu -t 16 -p 16 -n 0 -r 2 2>&1 | grep ' pp')"; done \
+for n in 8 12 16 32; do echo "$n $(NT_CPU_GEMM_MIN_TOKENS=$n "$nt" bench -m "$file" --device cpu -t 16 -p 16 -n 0 -r 2 2>&1 | grep ' pp')"; done \
   | tee "$out/gemm-threshold.md"
 
 spec=$main

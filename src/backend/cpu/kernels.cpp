@@ -34,9 +34,10 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
   return 0;
 }
 
-int prefetch_bytes() {
-  static const int bytes = int(env_setting("NT_CPU_PREFETCH_BYTES", 2048, 0, 1 << 20));
-  return bytes;
+Prefetch prefetch_setting() {
+  static const Prefetch setting{int(env_setting("NT_CPU_PREFETCH_BYTES", 2048, 0, 1 << 20)),
+                                env_setting("NT_CPU_PREFETCH_NTA", 0, 0, 1) != 0};
+  return setting;
 }
 
 const Kernels& kernels_for(Isa isa) {

@@ -100,11 +100,17 @@ struct Kernels {
   void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 };
 
-// How far ahead of the block it computes a decode dot product prefetches its
-// weight row (kernels_x86.inc says why): 2048 bytes, or NT_CPU_PREFETCH_BYTES
-// (0: no prefetch) for measuring other machines. Throws nt::Error naming the
-// variable when it is not a byte count.
-int prefetch_bytes();
+// How far ahead of the block it computes a dot product or unpacks a GEMM
+// panel the kernels prefetch the weights (kernels_x86.inc says why): 2048
+// bytes into every cache level, or NT_CPU_PREFETCH_BYTES (0: no prefetch)
+// and NT_CPU_PREFETCH_NTA=1 (the non-temporal hint, for weights read once a
+// pass) for measuring other machines. Throws nt::Error naming the variable
+// when it is out of range.
+struct Prefetch {
+  int bytes;
+  bool non_temporal;
+};
+Prefetch prefetch_setting();
 
 // The table for `isa` (which must be supported) and for active_isa().
 const Kernels& kernels_for(Isa isa);
