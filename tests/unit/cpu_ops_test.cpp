@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -176,6 +177,55 @@ TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {
       attention(q.data() + (n_tokens - 1) * width, kc.view, vc.view, n_past + n_tokens, shape, one.data(), pool, k());
       const auto ref = naive_attention(q.data() + (n_tokens - 1) * width, kc, vc, n_past + n_tokens - 1, shape);
       for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(one[i], ref[i], 2e-5) << "i " << i;
+    }
+  }
+}
+
+// The several-vector forms equal one call a vector, bit for bit, for group
+// sizes across the kernels' blocks of 4 and rows with a scalar tail.
+TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (int64_t n : {int64_t(64), int64_t(72), int64_t(9)}) {
+    std::vector<uint16_t> row;
+    for (float x : normal(n)) row.push_back(fp32_to_fp16(x));
+    for (int heads : {1, 3, 4, 8, 9}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " heads " + std::to_string(heads));
+      const std::vector<float> q = normal(heads * n);
+      std::vector<float> got(static_cast<size_t>(heads), 0.0f);
+      k().dot_f16_heads(row.data(), q.data(), n, heads, n, got.data());
+      for (int h = 0; h < heads; ++h) {
+        const float want = k().dot_f16(row.data(), q.data() + h * n, n);
+        EXPECT_EQ(std::memcmp(&got[size_t(h)], &want, 4), 0) << "head " << h << ": " << got[size_t(h)] << " vs " << want;
+      }
+      const std::vector<float> alpha = normal(heads), start = normal(heads * n);
+      std::vector<float> together = start, apart = start;
+      k().axpy_f16_heads(alpha.data(), row.data(), together.data(), n, heads, n);
+      for (int h = 0; h < heads; ++h) k().axpy_f16(alpha[size_t(h)], row.data(), apart.data() + h * n, n);
+      EXPECT_EQ(std::memcmp(together.data(), apart.data(), together.size() * 4), 0);
+    }
+  }
+}
+
+// A prefill's rows attend in tasks of a KV head's query heads; a decode step
+// in tasks of one head. A row's numbers must not depend on which: each row of
+// a prefill equals that row attending alone, bit for bit.
+TEST_P(CpuOpsTest, PrefillRowsAttendAsTheyDoAlone) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ThreadPool pool(2);
+  const AttentionShape shape{12, 3, 64, 0.125f};
+  for (TensorType type : {TensorType::F16, TensorType::F32}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const int64_t n_past = 21;
+    const int n_tokens = 9;
+    const Cache kc = make_cache(type, n_past + n_tokens, shape.n_kv_heads, shape.head_dim, false, rng_);
+    const Cache vc = make_cache(type, n_past + n_tokens, shape.n_kv_heads, shape.head_dim, false, rng_);
+    const int64_t width = shape.n_heads * shape.head_dim;
+    const auto q = normal(width * n_tokens, 1.5f);
+    std::vector<float> out(width * n_tokens), one(width);
+    attention_prefill(q.data(), kc.view, vc.view, n_past, n_tokens, shape, out.data(), pool, k());
+    for (int t = 0; t < n_tokens; ++t) {
+      attention(q.data() + t * width, kc.view, vc.view, n_past + t + 1, shape, one.data(), pool, k());
+      EXPECT_EQ(std::memcmp(one.data(), out.data() + t * width, size_t(width) * 4), 0) << "token " << t;
     }
   }
 }

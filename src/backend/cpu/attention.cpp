@@ -20,17 +20,22 @@ void check(const KvView& k, const KvView& v, const AttentionShape& s) {
   }
 }
 
-float dot_row(const Kernels& kn, const KvView& c, int64_t offset, const float* x, int n) {
-  if (c.type == TensorType::F16) return kn.dot_f16(static_cast<const uint16_t*>(c.data) + offset, x, n);
-  return kn.dot_f32(static_cast<const float*>(c.data) + offset, x, n);
+// out[h] = q[h] . row for `heads` query heads hd apart.
+void dot_rows(const Kernels& kn, const KvView& c, int64_t offset, const float* q, int hd, int heads, float* out) {
+  if (c.type == TensorType::F16) {
+    kn.dot_f16_heads(static_cast<const uint16_t*>(c.data) + offset, q, hd, heads, hd, out);
+    return;
+  }
+  for (int h = 0; h < heads; ++h) out[h] = kn.dot_f32(static_cast<const float*>(c.data) + offset, q + h * hd, hd);
 }
 
-void axpy_row(const Kernels& kn, float a, const KvView& c, int64_t offset, float* y, int n) {
+// out[h] += a[h] * row for `heads` outputs hd apart.
+void axpy_rows(const Kernels& kn, const float* a, const KvView& c, int64_t offset, float* out, int hd, int heads) {
   if (c.type == TensorType::F16) {
-    kn.axpy_f16(a, static_cast<const uint16_t*>(c.data) + offset, y, n);
-  } else {
-    kn.axpy_f32(a, static_cast<const float*>(c.data) + offset, y, n);
+    kn.axpy_f16_heads(a, static_cast<const uint16_t*>(c.data) + offset, out, hd, heads, hd);
+    return;
   }
+  for (int h = 0; h < heads; ++h) kn.axpy_f32(a[h], static_cast<const float*>(c.data) + offset, out + h * hd, hd);
 }
 
 int64_t cache_row(const AttentionRun& run, int64_t pos) {
@@ -38,28 +43,39 @@ int64_t cache_row(const AttentionRun& run, int64_t pos) {
   return int64_t(run.pages[pos / run.page_size]) * run.page_size + pos % run.page_size;
 }
 
-// One head of one query over the run's positions [0, n_ctx), then `extra`.
-void attend_head(const float* q, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx,
-                 std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out, const Kernels& kn) {
-  static thread_local std::vector<float> scores;
+// `heads` consecutive query heads of one query row, all of KV head kv_head,
+// over the run's positions [0, n_ctx), then `extra`. Each head's scores,
+// softmax and weighted sum are the one-head arithmetic in its order (so a
+// head's numbers do not depend on how many share the call); each K and V
+// row is read and converted once for all of them.
+void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx,
+                  std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out, const Kernels& kn) {
+  static thread_local std::vector<float> scores, per_head;  // scores: [heads][n]
   static thread_local std::vector<int64_t> rows;
   const int64_t n = n_ctx + int64_t(extra.size());
-  if (scores.size() < size_t(n)) {
-    scores.resize(n);
-    rows.resize(n);
-  }
+  if (scores.size() < size_t(heads * n)) scores.resize(size_t(heads * n));
+  if (rows.size() < size_t(n)) rows.resize(size_t(n));
+  per_head.resize(size_t(3 * heads));
+  float* dots = per_head.data();
+  float* max = dots + heads;
+  float* weight = max + heads;
   for (int64_t j = 0; j < n_ctx; ++j) rows[j] = cache_row(run, j);
   for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
   const int hd = s.head_dim;
-  float max = -INFINITY;
+  std::fill(max, max + heads, -INFINITY);
   for (int64_t j = 0; j < n; ++j) {
-    scores[j] = s.scale * dot_row(kn, k, rows[j] * k.pos_stride + kv_head * k.head_stride, q, hd);
-    max = std::max(max, scores[j]);
+    dot_rows(kn, k, rows[j] * k.pos_stride + kv_head * k.head_stride, q, hd, heads, dots);
+    for (int h = 0; h < heads; ++h) {
+      scores[h * n + j] = s.scale * dots[h];
+      max[h] = std::max(max[h], scores[h * n + j]);
+    }
   }
-  const float inv_sum = 1.0f / kn.exp_sum(scores.data(), n, max);
-  std::fill(out, out + hd, 0.0f);
+  float* inv_sum = max;  // each head's max is spent once its sum is taken
+  for (int h = 0; h < heads; ++h) inv_sum[h] = 1.0f / kn.exp_sum(scores.data() + h * n, n, max[h]);
+  std::fill(out, out + int64_t(heads) * hd, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
-    axpy_row(kn, scores[j] * inv_sum, v, rows[j] * v.pos_stride + kv_head * v.head_stride, out, hd);
+    for (int h = 0; h < heads; ++h) weight[h] = scores[h * n + j] * inv_sum[h];
+    axpy_rows(kn, weight, v, rows[j] * v.pos_stride + kv_head * v.head_stride, out, hd, heads);
   }
 }
 
@@ -81,12 +97,18 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   check(k, v, s);
   const int group = s.n_heads / s.n_kv_heads;
   const int64_t width = int64_t(s.n_heads) * s.head_dim;
-  // Tasks are (run, token, head) in order; task_start[r] is run r's first.
-  // Kept across calls (decode calls this once per layer); the workers read
-  // the caller's copy through `start`, not their own thread's.
+  int64_t rows = 0;
+  for (const AttentionRun& run : runs) rows += run.n_tokens;
+  // A task is the query heads of one KV head for one row when that leaves
+  // every thread several (prefill, big batches), else one head (decode).
+  const int heads_per_task = rows * s.n_kv_heads >= 4 * int64_t(pool.size()) ? group : 1;
+  const int per_row = s.n_heads / heads_per_task;
+  // Tasks are (run, token, head group) in order; task_start[r] is run r's
+  // first. Kept across calls (decode calls this once per layer); the
+  // workers read the caller's copy through `start`, not their own thread's.
   static thread_local std::vector<int64_t> task_start;
   task_start.assign(runs.size() + 1, 0);
-  for (size_t r = 0; r < runs.size(); ++r) task_start[r + 1] = task_start[r] + int64_t(runs[r].n_tokens) * s.n_heads;
+  for (size_t r = 0; r < runs.size(); ++r) task_start[r + 1] = task_start[r] + int64_t(runs[r].n_tokens) * per_row;
   const int64_t* start = task_start.data();
   const int64_t tasks = task_start.back();
   // Strided so that every thread gets early (short) and late (long) queries.
@@ -96,14 +118,14 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
       while (i >= start[r + 1]) ++r;
       const AttentionRun& run = runs[r];
       const int64_t local = i - start[r];
-      const int64_t t = local / s.n_heads;
-      const int h = int(local % s.n_heads);
+      const int64_t t = local / per_row;
+      const int h = int(local % per_row) * heads_per_task;
       const int64_t offset = t * width + int64_t(h) * s.head_dim;
       if (run.path_start) {
         const std::span<const int64_t> path{run.paths + run.path_start[t], run.paths + run.path_start[t + 1]};
-        attend_head(run.q + offset, k, v, run, run.tree_start, path, h / group, s, run.out + offset, kn);
+        attend_heads(run.q + offset, heads_per_task, k, v, run, run.tree_start, path, h / group, s, run.out + offset, kn);
       } else {
-        attend_head(run.q + offset, k, v, run, run.first_pos + t + 1, {}, h / group, s, run.out + offset, kn);
+        attend_heads(run.q + offset, heads_per_task, k, v, run, run.first_pos + t + 1, {}, h / group, s, run.out + offset, kn);
       }
     }
   });

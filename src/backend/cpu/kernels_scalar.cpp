@@ -132,6 +132,14 @@ void axpy_f16(float alpha, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
 }
 
+void dot_f16_heads(const uint16_t* a, const float* b, int64_t b_stride, int heads, int64_t n, float* out) {
+  for (int h = 0; h < heads; ++h) out[h] = dot_f16(a, b + h * b_stride, n);
+}
+
+void axpy_f16_heads(const float* alpha, const uint16_t* x, float* y, int64_t y_stride, int heads, int64_t n) {
+  for (int h = 0; h < heads; ++h) axpy_f16(alpha[h], x, y + h * y_stride, n);
+}
+
 float exp_sum(float* x, int64_t n, float shift) {
   float sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
@@ -204,6 +212,8 @@ Kernels make_scalar_kernels() {
   k.dot_f16 = dot_f16;
   k.axpy_f32 = axpy_f32;
   k.axpy_f16 = axpy_f16;
+  k.dot_f16_heads = dot_f16_heads;
+  k.axpy_f16_heads = axpy_f16_heads;
   k.exp_sum = exp_sum;
   k.silu_mul = silu_mul;
   return k;
