@@ -1,6 +1,7 @@
 // CPU ops and attention against direct float64 formulas, on every ISA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <complex>
@@ -197,10 +198,16 @@ TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
         const float want = k().dot_f16(row.data(), q.data() + h * n, n);
         EXPECT_EQ(std::memcmp(&got[size_t(h)], &want, 4), 0) << "head " << h << ": " << got[size_t(h)] << " vs " << want;
       }
-      const std::vector<float> alpha = normal(heads), start = normal(heads * n);
+      // Three rows (the same row's values rotated) into every head's output, in order.
+      std::vector<std::vector<uint16_t>> rows(3, row);
+      for (size_t j = 1; j < rows.size(); ++j) std::rotate(rows[j].begin(), rows[j].begin() + int64_t(j), rows[j].end());
+      const uint16_t* keys[3] = {rows[0].data(), rows[1].data(), rows[2].data()};
+      const std::vector<float> alpha = normal(3 * heads), start = normal(heads * n);
       std::vector<float> together = start, apart = start;
-      k().axpy_f16_heads(alpha.data(), row.data(), together.data(), n, heads, n);
-      for (int h = 0; h < heads; ++h) k().axpy_f16(alpha[size_t(h)], row.data(), apart.data() + h * n, n);
+      k().axpy_f16_heads(alpha.data(), keys, 3, together.data(), n, heads, n);
+      for (int j = 0; j < 3; ++j) {
+        for (int h = 0; h < heads; ++h) k().axpy_f16(alpha[size_t(j * heads + h)], keys[j], apart.data() + h * n, n);
+      }
       EXPECT_EQ(std::memcmp(together.data(), apart.data(), together.size() * 4), 0);
     }
   }

@@ -20,6 +20,10 @@ void check(const KvView& k, const KvView& v, const AttentionShape& s) {
   }
 }
 
+// Keys whose V rows one weighted-sum call takes (the outputs stay in
+// registers across them).
+constexpr int kKeyBlock = 16;
+
 // out[h] = q[h] . row for `heads` query heads hd apart.
 void dot_rows(const Kernels& kn, const KvView& c, int64_t offset, const float* q, int hd, int heads, float* out) {
   if (c.type == TensorType::F16) {
@@ -29,13 +33,21 @@ void dot_rows(const Kernels& kn, const KvView& c, int64_t offset, const float* q
   for (int h = 0; h < heads; ++h) out[h] = kn.dot_f32(static_cast<const float*>(c.data) + offset, q + h * hd, hd);
 }
 
-// out[h] += a[h] * row for `heads` outputs hd apart.
-void axpy_rows(const Kernels& kn, const float* a, const KvView& c, int64_t offset, float* out, int hd, int heads) {
+// out[h] += a[j * heads + h] * row j, for the rows at offsets[0..keys) in
+// order and `heads` outputs hd apart.
+void axpy_rows(const Kernels& kn, const float* a, const KvView& c, const int64_t* offsets, int keys, float* out, int hd,
+               int heads) {
   if (c.type == TensorType::F16) {
-    kn.axpy_f16_heads(a, static_cast<const uint16_t*>(c.data) + offset, out, hd, heads, hd);
+    const uint16_t* rows[kKeyBlock];
+    for (int j = 0; j < keys; ++j) rows[j] = static_cast<const uint16_t*>(c.data) + offsets[j];
+    kn.axpy_f16_heads(a, rows, keys, out, hd, heads, hd);
     return;
   }
-  for (int h = 0; h < heads; ++h) kn.axpy_f32(a[h], static_cast<const float*>(c.data) + offset, out + h * hd, hd);
+  for (int j = 0; j < keys; ++j) {
+    for (int h = 0; h < heads; ++h) {
+      kn.axpy_f32(a[j * heads + h], static_cast<const float*>(c.data) + offsets[j], out + h * hd, hd);
+    }
+  }
 }
 
 int64_t cache_row(const AttentionRun& run, int64_t pos) {
@@ -55,10 +67,10 @@ void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, c
   const int64_t n = n_ctx + int64_t(extra.size());
   if (scores.size() < size_t(heads * n)) scores.resize(size_t(heads * n));
   if (rows.size() < size_t(n)) rows.resize(size_t(n));
-  per_head.resize(size_t(3 * heads));
+  per_head.resize(size_t((2 + kKeyBlock) * heads));
   float* dots = per_head.data();
   float* max = dots + heads;
-  float* weight = max + heads;
+  float* weights = max + heads;  // [kKeyBlock][heads]
   for (int64_t j = 0; j < n_ctx; ++j) rows[j] = cache_row(run, j);
   for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
   const int hd = s.head_dim;
@@ -73,9 +85,14 @@ void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, c
   float* inv_sum = max;  // each head's max is spent once its sum is taken
   for (int h = 0; h < heads; ++h) inv_sum[h] = 1.0f / kn.exp_sum(scores.data() + h * n, n, max[h]);
   std::fill(out, out + int64_t(heads) * hd, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int h = 0; h < heads; ++h) weight[h] = scores[h * n + j] * inv_sum[h];
-    axpy_rows(kn, weight, v, rows[j] * v.pos_stride + kv_head * v.head_stride, out, hd, heads);
+  int64_t offsets[kKeyBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
+    for (int j = 0; j < keys; ++j) {
+      offsets[j] = rows[j0 + j] * v.pos_stride + kv_head * v.head_stride;
+      for (int h = 0; h < heads; ++h) weights[j * heads + h] = scores[h * n + j0 + j] * inv_sum[h];
+    }
+    axpy_rows(kn, weights, v, offsets, keys, out, hd, heads);
   }
 }
 

@@ -97,10 +97,12 @@ struct Kernels {
   void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);   // y += alpha * x
   void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);
   // The same for several vectors at once (the query heads sharing a KV
-  // head): out[h] = dot_f16(a, b + h * b_stride, n) and
-  // y + h * y_stride += alpha[h] * x, each bit for bit the one-vector call.
+  // head): out[h] = dot_f16(a, b + h * b_stride, n); and for the rows
+  // x[0..keys) in order, y + h * y_stride += alpha[j * heads + h] * x[j].
+  // Each is bit for bit the one-vector calls in that order.
   void (*dot_f16_heads)(const uint16_t* a, const float* b, int64_t b_stride, int heads, int64_t n, float* out);
-  void (*axpy_f16_heads)(const float* alpha, const uint16_t* x, float* y, int64_t y_stride, int heads, int64_t n);
+  void (*axpy_f16_heads)(const float* alpha, const uint16_t* const* x, int keys, float* y, int64_t y_stride, int heads,
+                         int64_t n);
   float (*exp_sum)(float* x, int64_t n, float shift);  // x = exp(x - shift); returns the sum
   void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 };

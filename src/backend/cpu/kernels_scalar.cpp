@@ -136,8 +136,11 @@ void dot_f16_heads(const uint16_t* a, const float* b, int64_t b_stride, int head
   for (int h = 0; h < heads; ++h) out[h] = dot_f16(a, b + h * b_stride, n);
 }
 
-void axpy_f16_heads(const float* alpha, const uint16_t* x, float* y, int64_t y_stride, int heads, int64_t n) {
-  for (int h = 0; h < heads; ++h) axpy_f16(alpha[h], x, y + h * y_stride, n);
+void axpy_f16_heads(const float* alpha, const uint16_t* const* x, int keys, float* y, int64_t y_stride, int heads,
+                    int64_t n) {
+  for (int j = 0; j < keys; ++j) {
+    for (int h = 0; h < heads; ++h) axpy_f16(alpha[j * heads + h], x[j], y + h * y_stride, n);
+  }
 }
 
 float exp_sum(float* x, int64_t n, float shift) {
