@@ -182,8 +182,9 @@ TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {
   }
 }
 
-// The several-vector forms equal one call a vector, bit for bit, for group
-// sizes across the kernels' blocks of 4 and rows with a scalar tail.
+// The head-group kernels give every vector the numbers it gets alone (one
+// head, one row a call), bit for bit, for group sizes across the kernels'
+// blocks of 4 and rows with a scalar tail.
 TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (int64_t n : {int64_t(64), int64_t(72), int64_t(9)}) {
@@ -195,7 +196,8 @@ TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
       std::vector<float> got(static_cast<size_t>(heads), 0.0f);
       k().dot_f16_heads(row.data(), q.data(), n, heads, n, got.data());
       for (int h = 0; h < heads; ++h) {
-        const float want = k().dot_f16(row.data(), q.data() + h * n, n);
+        float want;
+        k().dot_f16_heads(row.data(), q.data() + h * n, n, 1, n, &want);
         EXPECT_EQ(std::memcmp(&got[size_t(h)], &want, 4), 0) << "head " << h << ": " << got[size_t(h)] << " vs " << want;
       }
       // Three rows (the same row's values rotated) into every head's output, in order.
@@ -206,7 +208,7 @@ TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
       std::vector<float> together = start, apart = start;
       k().axpy_f16_heads(alpha.data(), keys, 3, together.data(), n, heads, n);
       for (int j = 0; j < 3; ++j) {
-        for (int h = 0; h < heads; ++h) k().axpy_f16(alpha[size_t(j * heads + h)], keys[j], apart.data() + h * n, n);
+        for (int h = 0; h < heads; ++h) k().axpy_f16_heads(&alpha[size_t(j * heads + h)], &keys[j], 1, apart.data() + h * n, n, 1, n);
       }
       EXPECT_EQ(std::memcmp(together.data(), apart.data(), together.size() * 4), 0);
     }

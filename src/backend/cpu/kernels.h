@@ -93,13 +93,12 @@ struct Kernels {
 
   // Float helpers for the ops and attention.
   float (*dot_f32)(const float* a, const float* b, int64_t n);
-  float (*dot_f16)(const uint16_t* a, const float* b, int64_t n);
   void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);   // y += alpha * x
-  void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);
-  // The same for several vectors at once (the query heads sharing a KV
-  // head): out[h] = dot_f16(a, b + h * b_stride, n); and for the rows
-  // x[0..keys) in order, y + h * y_stride += alpha[j * heads + h] * x[j].
-  // Each is bit for bit the one-vector calls in that order.
+  // F16 rows against several vectors at once (the query heads sharing a KV
+  // head): out[h] = a . (b + h * b_stride); and for the rows x[0..keys) in
+  // order, y + h * y_stride += alpha[j * heads + h] * x[j]. A vector's
+  // numbers do not depend on how many share the call (nor, for the sums,
+  // on how the rows are split into calls).
   void (*dot_f16_heads)(const uint16_t* a, const float* b, int64_t b_stride, int heads, int64_t n, float* out);
   void (*axpy_f16_heads)(const float* alpha, const uint16_t* const* x, int keys, float* y, int64_t y_stride, int heads,
                          int64_t n);

@@ -212,9 +212,7 @@ Kernels make_scalar_kernels() {
   k.gemm_unsigned_q8 = false;
   k.gemm_unpack = gemm_unpack_panel;
   k.dot_f32 = dot_f32;
-  k.dot_f16 = dot_f16;
   k.axpy_f32 = axpy_f32;
-  k.axpy_f16 = axpy_f16;
   k.dot_f16_heads = dot_f16_heads;
   k.axpy_f16_heads = axpy_f16_heads;
   k.exp_sum = exp_sum;
