@@ -6,17 +6,18 @@
 # the reference's llama-bench -ngl 0 on the same file (bench/reference_cpu.sh
 # builds it here), and the hybrid split's decode at a VRAM budget.
 #   bench/cpu_tier.sh BUILD_DIR REF_DIR|- [PRESET:TYPE:BUDGET]   (default llama3-70b:q4_k_m:24GiB)
-# Env: NT_SWEEP_MODEL (llama3-8b:q4_k), NT_BENCH_DIR (/tmp/nt-bench).
+# Env: NT_SWEEP_MODEL (llama3-8b:q4_k), NT_BENCH_DIR (/tmp/nt-bench), NT_BENCH_ROUNDS (2;
+# 1 fits the whole script in one 10-minute call).
 set -uo pipefail
 build=${1:?build dir}; ref=${2:?reference dir or -}; main=${3:-llama3-70b:q4_k_m:24GiB}
-out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
+out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}; rounds=${NT_BENCH_ROUNDS:-2}
 echo "== host"; timeout 60 "$build/bench/cpu_kernels_bench" 16 2>&1 | sed -n 1,2p | tee "$out/host.txt"
 NT_BENCH_CPU_TIME=1 timeout 60 "$build/bench/cpu_kernels_bench" 1 2>&1 | sed -n '/one core/,/^$/p' | tee -a "$out/host.txt"
 
 spec=${NT_SWEEP_MODEL:-llama3-8b:q4_k}
 source "$(dirname "$0")/device_model.sh"
-echo "== $spec: decode by prefetch distance (NT_CPU_PREFETCH_BYTES) and hint (NT_CPU_PREFETCH_NTA), two rounds"
-for r in 1 2; do
+echo "== $spec: decode by prefetch distance (NT_CPU_PREFETCH_BYTES) and hint (NT_CPU_PREFETCH_NTA), $rounds rounds"
+for r in $(seq "$rounds"); do
   for d in 0 1024 2048 4096 8192; do
     echo "$d $(NT_CPU_PREFETCH_BYTES=$d "$nt" bench -m "$file" --device cpu -t 16 -p 0 -n 16 -r 2 2>&1 | grep ' tg')"
   done
@@ -31,10 +32,10 @@ for n in 8 12 16 32; do echo "$n $(NT_CPU_GEMM_MIN_TOKENS=$n "$nt" bench -m "$fi
 spec=$main
 source "$(dirname "$0")/device_model.sh"
 echo "== $spec: ours, CPU, 16 threads"
-for r in 1 2; do "$nt" bench -m "$file" --device cpu -t 16 -p 16 -n 16 -r 2 2>&1 | grep -E ' (pp|tg)'; done | tee "$out/cpu.md"
+for r in $(seq "$rounds"); do "$nt" bench -m "$file" --device cpu -t 16 -p 16 -n 16 -r 2 2>&1 | grep -E ' (pp|tg)'; done | tee "$out/cpu.md"
 if [[ "$ref" != - ]]; then
   echo "== reference, llama-bench -ngl 0 -t 16"
-  for r in 1 2; do
+  for r in $(seq "$rounds"); do
     LD_LIBRARY_PATH="$ref:${LD_LIBRARY_PATH:-}" "$ref/llama-bench-amx" -m "$file" -ngl 0 -t 16 -p 16 -n 16 -r 2 2>&1 | grep -E '^\|' \
       || LD_LIBRARY_PATH="$ref:${LD_LIBRARY_PATH:-}" "$ref/llama-bench" -m "$file" -ngl 0 -t 16 -p 16 -n 16 -r 2 2>&1 | grep -E '^\|'
   done | tee "$out/reference-cpu.md"

@@ -46,26 +46,31 @@ class Sequences {
   std::vector<SeqId> ids_;
 };
 
-Row run_row(ModelRunner& runner, int64_t pp, int64_t tg, int64_t b) {
+Row run_row(ModelRunner& runner, int64_t pp, int64_t tg, int64_t b, bool invariant) {
   const int64_t vocab = runner.config().vocab_size;
   Sequences seqs(runner, b);
   Row row{pp, tg, b};
   Batch batch;
   BatchOutputs out;
-  // Prefill: every sequence's prompt in one batch, each asking for its next token.
-  for (const SeqId s : seqs.ids()) {
-    for (int64_t i = 0; i < pp; ++i) batch.add(bench_token(i, s, vocab), i, s, i + 1 == pp ? Output::Argmax : Output::None);
-  }
-  auto t0 = Clock::now();
-  if (pp > 0) runner.forward(batch, out);
-  row.prefill_seconds = seconds_since(t0);
+  // Prefill: every sequence's prompt in one batch (invariant: a batch each),
+  // each asking for its next token.
   std::vector<int32_t> next(size_t(b), 1);
-  if (pp > 0) next = out.argmax;
+  auto t0 = Clock::now();
+  for (size_t i = 0; i < seqs.ids().size() && pp > 0; ++i) {
+    const SeqId s = seqs.ids()[i];
+    for (int64_t t = 0; t < pp; ++t) batch.add(bench_token(t, s, vocab), t, s, t + 1 == pp ? Output::Argmax : Output::None);
+    if (invariant || i + 1 == seqs.ids().size()) {
+      runner.forward(batch, out);
+      std::copy(out.argmax.begin(), out.argmax.end(), next.begin() + ptrdiff_t(i + 1 - out.argmax.size()));
+      batch.clear();
+    }
+  }
+  row.prefill_seconds = seconds_since(t0);
   // Decode: one batch per step, each sequence's pick fed back.
   t0 = Clock::now();
   for (int64_t step = 0; step < tg; ++step) {
     batch.clear();
-    for (size_t i = 0; i < seqs.ids().size(); ++i) batch.add(next[i], pp + step, seqs.ids()[i], Output::Argmax);
+    for (size_t i = 0; i < seqs.ids().size(); ++i) batch.add(next[i], pp + step, seqs.ids()[i], Output::Argmax, invariant);
     runner.forward(batch, out);
     next = out.argmax;
   }
@@ -107,14 +112,15 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
   }
   const double weights = double(runner.weight_bytes_per_token());
   const double kv_per_key = double(runner.kv_bytes_per_position());
-  fmt::print("{} on {}\n\n", model_name, runner.description());
+  fmt::print("{} on {}{}\n\n", model_name, runner.description(),
+             o.batch_invariant ? ", batch-invariant (prompts prefilled apart, one-token kernels per sequence)" : "");
   fmt::print("| PP | TG | B | N_KV | T_PP s | S_PP tok/s | T_TG s | S_TG tok/s | T s | S tok/s | weights/pass GB | weight GB/s | weight + KV GB/s |\n");
   fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const int64_t pp : o.prompt_tokens) {
     for (const int64_t tg : o.generated_tokens) {
       if (pp + tg == 0) continue;
       for (const int64_t b : o.parallel) {
-        const Row r = run_row(runner, pp, tg, b);
+        const Row r = run_row(runner, pp, tg, b, o.batch_invariant);
         const double total = r.prefill_seconds + r.decode_seconds;
         const auto rate = [](double tokens, double secs) { return secs > 0 ? fmt::format("{:.1f}", tokens / secs) : std::string("-"); };
         std::string bandwidth = "- | - | -";

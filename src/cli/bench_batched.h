@@ -17,6 +17,9 @@ struct BatchedBenchOptions {
   std::vector<int64_t> prompt_tokens = {128};    // -npp, per sequence
   std::vector<int64_t> generated_tokens = {64};  // -ntg, per sequence
   std::vector<int64_t> parallel;                 // -npl, sequences per batch; empty: not batched
+  // --batch-invariant: every sequence's numbers as alone (SchedulerOptions::batch_invariant):
+  // each prompt prefills in a pass of its own and decode steps run stepwise.
+  bool batch_invariant = false;
 
   bool enabled() const { return !parallel.empty(); }
   // What the runner must hold: the longest sequence, and the most sequences at once.

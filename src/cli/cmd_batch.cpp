@@ -1,5 +1,5 @@
 // `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]
-// [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N] [--draft-tree [N]]`: many generations through
+// [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N] [--draft-tree [N]] [--batch-invariant]`: many generations through
 // continuous batching (engine/batch_scheduler.h), each sequence drafting for
 // itself when a draft source is given. Input lines are described in
 // cli/batch_lines.h; each gets one output line, in input order, written as
@@ -43,6 +43,7 @@ struct BatchOptions {
   std::string chat_template;
   std::vector<std::string> stop;
   SpeculationOptions speculation;  // --lookup, --draft-self or --draft-model
+  bool batch_invariant = false;
 };
 
 struct InputLine {
@@ -142,6 +143,17 @@ void batch(const BatchOptions& o) {
 
   ModelOptions mo = o.model;
   mo.sequences = o.parallel;
+  if (o.batch_invariant) {
+    // A hybrid split computes its CPU layers on the host only in passes of a
+    // few tokens; batched passes stream them to the GPU, which rounds otherwise.
+    if (mo.cpu_layers == "auto") {
+      mo.cpu_layers = "0";
+    } else if (mo.cpu_layers != "0") {
+      fail("--batch-invariant with --cpu-layers {}: a batched pass computes the CPU layers on the GPU, a step alone on "
+           "the host; use --cpu-layers 0",
+           mo.cpu_layers);
+    }
+  }
   auto loaded = load_target_model(mo, o.speculation);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
@@ -168,6 +180,7 @@ void batch(const BatchOptions& o) {
   SchedulerOptions so;
   so.parallel = o.parallel;
   so.prompt_budget = o.batch_size;
+  so.batch_invariant = o.batch_invariant;
   std::optional<DraftModelSequences> draft_model;  // --draft-model: a draft sequence per slot
   if (!o.speculation.draft_model.empty()) draft_model.emplace(o.speculation.draft_model, mo, loaded, o.parallel);
   // A line's prediction drafts through lookup, in place of the command's draft source.
@@ -243,6 +256,9 @@ void add_batch_command(CLI::App& app) {
   cmd->add_option("-b,--batch-size", o.batch_size, "Prompt tokens per forward pass at most (decode steps ride along)")
       ->capture_default_str()
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
+  cmd->add_flag("--batch-invariant", o.batch_invariant,
+               "Give every line the output `run` gives it alone, token for token (the GPU's batched kernels round "
+               "differently): one-token kernels for each sequence's steps, one prompt chunk a pass, no shared prefixes");
   cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
   add_speculation_options(*cmd, o.speculation);

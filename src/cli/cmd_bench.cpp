@@ -133,6 +133,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
       ->delimiter(',');
+  cmd->add_flag("--batch-invariant", o.batched.batch_invariant,
+                "Batched mode: every sequence computed as alone (batch --batch-invariant): prompts prefilled apart, "
+                "one-token kernels for each sequence's steps");
   cmd->add_option("--pass-tokens", o.pass_tokens,
                   "Also time one forward pass of each of these token counts (a comma list, e.g. 1,2,4,8,...,256): what "
                   "a speculative verification pass costs against a pass of one token")

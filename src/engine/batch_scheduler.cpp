@@ -188,7 +188,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   }
   // Continue from what the slot kept of its last prompt, if this one begins alike.
   Slot& s = slots_[slot];
-  const int64_t kept = reusable_prefix(r.prompt, s.kept);
+  const int64_t kept = options_.batch_invariant ? 0 : reusable_prefix(r.prompt, s.kept);
   runner_.seq_truncate(s.seq, kept);
   s.kept.clear();
   results_[request].shared_prompt_tokens = kept;
@@ -222,13 +222,7 @@ bool BatchScheduler::step() {
   return work || !waiting_.empty();
 }
 
-void BatchScheduler::run_batch() {
-  batch_.clear();
-  batch_.top_k = 0;
-  owner_.clear();
-  // Decode steps (verification runs for a speculating request) first, then
-  // prompt chunks in admission order within the budget (the head prompt
-  // always gets one: the budget holds two minimal chunks).
+void BatchScheduler::add_decode_steps() {
   for (size_t i = 0; i < running_.size(); ++i) {
     Running& r = running_[i];
     if (!r.next) continue;
@@ -236,23 +230,45 @@ void BatchScheduler::run_batch() {
       add_verification_run(i);
       continue;
     }
-    batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r.sampler));
+    batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r.sampler), options_.batch_invariant);
     owner_.push_back(i);
   }
-  int64_t budget = options_.prompt_budget;
+}
+
+void BatchScheduler::add_prompt_chunks() {
+  // Invariant: one chunk a pass, cut where the runner cuts the prompt alone
+  // (no prefix is shared, so every sequence's prefill starts at 0).
+  const int64_t alone_chunk = runner_.pass_chunk_entries();
+  int64_t budget = options_.batch_invariant ? 1 : options_.prompt_budget;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Running& r = running_[i];
     if (r.next || (r.cached == 0 && !share_prefix(i))) continue;
     const std::vector<int32_t>& prompt = requests_[r.request].prompt;
-    const int64_t n = prompt_chunk(int64_t(prompt.size()) - r.cached, budget);
+    const int64_t remaining = int64_t(prompt.size()) - r.cached;
+    const int64_t n = options_.batch_invariant ? std::min(remaining, alone_chunk)
+                                               : prompt_chunk(remaining, budget);
     if (n == 0) continue;
     const bool last = r.cached + n == int64_t(prompt.size());
     batch_.add_run(std::span(prompt).subspan(size_t(r.cached), size_t(n)), r.cached, slots_[r.slot].seq,
                    last ? output_for(r.sampler) : Output::None);
     owner_.insert(owner_.end(), size_t(n), i);
-    budget -= n;
+    budget -= options_.batch_invariant ? 1 : n;
     progress_.prompt_tokens += n;
   }
+}
+
+void BatchScheduler::run_batch() {
+  batch_.clear();
+  batch_.top_k = 0;
+  owner_.clear();
+  // Decode steps (verification runs for a speculating request) first, then
+  // prompt chunks in admission order within the budget (the head prompt
+  // always gets one: the budget holds two minimal chunks). Invariant: the
+  // prompt chunk first, so that the runner's first chunk of the pass starts
+  // with it and holds all of it.
+  if (options_.batch_invariant) add_prompt_chunks();
+  add_decode_steps();
+  if (!options_.batch_invariant) add_prompt_chunks();
   runner_.forward(batch_, out_);
   ++progress_.passes;
 
@@ -295,6 +311,7 @@ std::optional<BatchScheduler::PrefixSource> BatchScheduler::prefix_source(size_t
 }
 
 bool BatchScheduler::share_prefix(size_t index) {
+  if (options_.batch_invariant) return true;  // another sequence's chunks computed those rows
   const std::optional<PrefixSource> source = prefix_source(index);
   if (!source) return true;
   const Running& from = running_[source->running];

@@ -98,6 +98,14 @@ struct SchedulerOptions {
   DraftFactory draft;           // unset: no speculation
   int64_t draft_max = 8;        // tokens drafted per sequence and pass at most (>= 1), along each path of a tree
   int64_t draft_tree = 0;       // with a draft: tokens of a sequence's token tree per pass (>= 2); 0: chains
+  // Every sequence gets the numbers it gets alone, so its output is the
+  // Generator's token for token on any backend (batching otherwise may round
+  // differently on the GPU, and the model can turn a last-bit difference
+  // into another token): decode steps run stepwise (BatchEntry::stepwise),
+  // a pass prefills one prompt chunk, cut where the runner cuts the prompt
+  // alone (ModelRunner::pass_chunk_entries; prompt_budget is not used), and
+  // prompts share no cached prefix. It costs the fast batched kernels.
+  bool batch_invariant = false;
 };
 
 struct SchedulerCallbacks {
@@ -187,6 +195,10 @@ class BatchScheduler {
   void start(size_t request, size_t slot, int64_t claim);
   Output output_for(const Sampler& sampler);
   void run_batch();
+  // This pass's next token of every decoding request (or its verification run).
+  void add_decode_steps();
+  // This pass's prompt chunks, in admission order.
+  void add_prompt_chunks();
   // Drafts for r and adds its verification run.
   void add_verification_run(size_t running_index);
   // The token sampled from entry i's output.

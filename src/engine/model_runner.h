@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,6 +65,12 @@ class ModelRunner {
     (void)tokens;
     return true;
   }
+
+  // Entries a pass computes at a time: a longer batch runs in chunks of this
+  // many, in entry order. A prompt chunk's numbers can depend on the chunk's
+  // size, so a sequence gets the numbers of its prefill alone only from
+  // chunks cut where alone cuts them (BatchScheduler's batch_invariant mode).
+  virtual int64_t pass_chunk_entries() const { return std::numeric_limits<int64_t>::max(); }
 
   // Runs one pass of the batch over the scheduled layers and hands back what
   // each entry asked for. Each sequence's run continues it (from at most its

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_runner.h"
+#include "engine/batch_scheduler.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"
@@ -190,6 +191,44 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   runner.reset();
   auto streamed = make_cuda_runner(*file, 256, test::budgets_for(*file, 256, 10, 10, o));
   EXPECT_EQ(together(*streamed, prompts, 64), want);
+}
+
+// Batch-invariant scheduling (SchedulerOptions::batch_invariant) gives every
+// sequence exactly its output alone, where the default batched kernels part
+// from it at near-ties (above): the 8 prompts through continuous batching,
+// each request's 64 greedy tokens against decode_greedy on the default
+// sequence; resident, and with layers streamed from RAM and disk.
+TEST(BatchedDecode, SmolLM2BatchInvariantSchedulingIsExactlyAlone) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  constexpr int kTokens = 64;
+  CudaRunnerOptions o;
+  o.max_sequences = int(prompts.size());
+  for (const bool streamed : {false, true}) {
+    auto runner = make_cuda_runner(*file, 256, streamed ? test::budgets_for(*file, 256, 10, 10, o) : o);
+    SCOPED_TRACE(runner->description());
+    std::vector<std::vector<int32_t>> want;
+    for (const auto& p : prompts) want.push_back(test::greedy_decode(*runner, p, kTokens));
+    SchedulerOptions so;
+    so.parallel = int(prompts.size());
+    so.batch_invariant = true;
+    BatchScheduler scheduler(*runner, tokenizer, so);
+    for (const auto& p : prompts) {
+      GenerationRequest r;
+      r.prompt = p;
+      r.sampling.temperature = 0.0f;
+      r.options.max_tokens = kTokens;
+      scheduler.submit(std::move(r));
+    }
+    scheduler.run();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(scheduler.result(i).error, "") << "prompt " << i;
+      EXPECT_EQ(scheduler.result(i).tokens, want[i]) << "prompt " << i;
+    }
+  }
 }
 
 // One decode step of 8 sequences against each sequence's same step alone

@@ -269,3 +269,19 @@ def test_a_pool_that_cannot_hold_one_context_is_refused(model):
                             input="", capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "--kv-pool 100" in result.stderr and "128 positions" in result.stderr, result.stderr
+
+
+def test_batch_invariant_lines_are_the_default_lines_on_the_cpu(batch_output):
+    """--batch-invariant (prompts in passes of their own, one-token kernels for
+    every step) changes nothing on the CPU, whose batches already compute each
+    sequence as alone: every line is the default run's."""
+    lines, _, out, _ = batch_output
+    result = run_batch("--parallel", 3, "--batch-invariant", stdin="\n".join(lines) + "\n")
+    assert without_seconds([json.loads(line) for line in result.stdout.splitlines()]) == without_seconds(out)
+
+
+def test_batch_invariant_refuses_cpu_layers(model):
+    result = subprocess.run([str(NTRANSFORMER), "batch", "-m", str(MODEL), "--device", "cpu", "--batch-invariant",
+                             "--cpu-layers", "3"], input="", capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "--batch-invariant with --cpu-layers 3" in result.stderr, result.stderr

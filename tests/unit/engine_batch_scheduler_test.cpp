@@ -88,12 +88,14 @@ class FakeRunner final : public ModelRunner {
     }
   }
 
+  int64_t pass_chunk_entries() const override { return chunk_entries; }
   // Token trees verify exactly while they end by this position.
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override { return pos + tokens <= exact_trees_until; }
 
   std::vector<Batch> batches;
   int64_t live_max = 0;  // most sequences in one pass
   int64_t exact_trees_until = std::numeric_limits<int64_t>::max();
+  int64_t chunk_entries = std::numeric_limits<int64_t>::max();
 
  private:
   // Entry i's output, from the cache before its run and its path through the run.
@@ -334,6 +336,62 @@ TEST_F(BatchSchedulerTest, PromptsThatBeginAlikeShareTheCachedPrefix) {
     }
     EXPECT_TRUE(second_started);
   }
+}
+
+// Batch-invariant mode: every decode step runs stepwise, a pass holds one
+// prompt chunk, first in the batch and cut where the runner cuts the prompt
+// alone (at multiples of its chunk from the sequence's start), and prompts
+// that begin alike evaluate all their tokens instead of sharing.
+TEST_F(BatchSchedulerTest, BatchInvariantPassesCutPromptsAsAloneAndStepEachToken) {
+  const int64_t context = 160, chunk = 24;
+  const std::vector<int32_t> system = prompt_of(50, 9);
+  const std::vector<GenerationRequest> requests = {
+      request(with_prefix(system, 50, 10, 1), greedy(), 12),
+      request(with_prefix(system, 50, 20, 2), top_k_sampling(3), 14),
+      request(prompt_of(5, 5), greedy(), 20),
+      request(prompt_of(70, 6), greedy(), 9),
+      request(with_prefix(system, 30, 25, 3), greedy(), 12),
+  };
+  FakeRunner runner(context, 3 * context);
+  runner.chunk_entries = chunk;
+  SchedulerOptions options;
+  options.parallel = 3;
+  options.batch_invariant = true;
+  const Scheduled got = schedule(runner, tokenizer, requests, options);
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  for (size_t i = 0; i < requests.size(); ++i) {
+    expect_same(got.results[i], alone(make_runner, tokenizer, requests[i]), i);
+    EXPECT_EQ(got.results[i].shared_prompt_tokens, 0) << i;
+  }
+  int64_t prompt_tokens = 0, decode_steps = 0;
+  bool beside_steps = false;
+  for (const Batch& b : runner.batches) {
+    const auto runs = sequence_runs(b);
+    int64_t prompt_runs = 0;
+    for (const SequenceRun& run : runs) {
+      if (run.count == 1 && b.entries[size_t(run.first)].stepwise) {
+        ++decode_steps;
+        continue;
+      }
+      ++prompt_runs;
+      prompt_tokens += run.count;
+      EXPECT_EQ(run.first, 0) << "a prompt chunk comes first in its pass";
+      EXPECT_EQ(run.pos % chunk, 0) << "a chunk starts where alone's does";
+      EXPECT_LE(run.count, chunk);
+      EXPECT_FALSE(b.entries[size_t(run.first)].stepwise);
+      beside_steps |= runs.size() > 1;
+    }
+    EXPECT_LE(prompt_runs, 1);
+  }
+  int64_t total = 0, generated = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    total += int64_t(requests[i].prompt.size());
+    generated += got.results[i].completion_tokens;
+  }
+  EXPECT_EQ(prompt_tokens, total);
+  EXPECT_EQ(got.progress.prompt_tokens, total);
+  EXPECT_GE(decode_steps, generated - int64_t(requests.size()));  // every token after a prompt's pick is a step
+  EXPECT_TRUE(beside_steps) << "no prompt chunk ran beside other sequences' steps";
 }
 
 TEST_F(BatchSchedulerTest, AFreedSlotKeepsItsPromptForTheNextOneThatBeginsAlike) {

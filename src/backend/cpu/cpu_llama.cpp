@@ -62,6 +62,7 @@ class CpuLlamaRunner final : public ModelRunner {
     return bytes;
   }
 
+  int64_t pass_chunk_entries() const override { return max_batch_; }
   uint64_t kv_bytes_per_position() const override { return (k_cache_.size() + v_cache_.size()) / uint64_t(pool_rows_); }
 
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,

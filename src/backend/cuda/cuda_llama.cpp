@@ -130,6 +130,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // Trees run as stepwise rows (trees_run_stepwise) where every path's
   // deepest row, at most `tokens` - 1 below the pending token, still takes
   // the short-context decode, whose key loads follow a path.
+  int64_t pass_chunk_entries() const override { return options_.max_batch; }
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {
     return !host_ && tokens <= options_.max_batch && tree_paths_attend_stepwise(pos, pos + tokens - 1);
   }

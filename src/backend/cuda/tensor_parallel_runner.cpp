@@ -27,6 +27,7 @@ class CudaTensorParallelRunner final : public ModelRunner {
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override;
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
+  int64_t pass_chunk_entries() const override { return max_batch_; }
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {
     return std::all_of(ranks_.begin(), ranks_.end(), [&](const auto& rank) { return rank->verifies_trees_exactly(pos, tokens); });
   }
