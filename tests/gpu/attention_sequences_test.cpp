@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/attention.h"
@@ -67,8 +68,12 @@ struct Books {
   KvPaging paging(size_t i, const Heads& h) const { return {table.data() + seqs[i] * kWidth, page_stride(h)}; }
 };
 
-void check_sequences(const Heads& h, const Books& books) {
-  SCOPED_TRACE(testing::Message() << h.n_heads << "/" << h.n_kv_heads << " heads of " << h.head_dim);
+// max_keys > 0: the launch says every sequence sees at most that many keys,
+// so the short-context decode may take it; where it does, each sequence's
+// output must also be, bit for bit, that of a launch for it alone.
+void check_sequences(const Heads& h, const Books& books, int64_t max_keys = 0) {
+  SCOPED_TRACE(testing::Message() << h.n_heads << "/" << h.n_kv_heads << " heads of " << h.head_dim << ", max_keys "
+                                  << max_keys);
   const int64_t n = int64_t(books.seqs.size()), width = int64_t(h.n_heads) * h.head_dim, stride = width + 8;
   const auto q = test::random_floats(size_t(n * stride), -2.0f, 2.0f);
   const size_t pool = size_t(kPages * page_stride(h));
@@ -114,9 +119,31 @@ void check_sequences(const Heads& h, const Books& books) {
   p.n_seqs = n;
   p.seq_rows = drows.as<int32_t>();
   p.table_width = kWidth;
+  p.max_keys = max_keys;
+  p.keys_just_stored = max_keys > 0;
   ASSERT_TRUE(attention_multi_sequence_supported(h.n_heads, h.n_kv_heads, h.head_dim));
   attention(p, nullptr);
   const auto got_all = test::to_host<float>(out, size_t(n * stride));
+  if (attention_decodes_short(p)) {
+    DeviceBuffer alone = test::poisoned(size_t(n * stride) * 4);
+    for (int64_t i = 0; i < n; ++i) {
+      AttentionParams one = p;
+      one.n_seqs = 1;
+      one.q = p.q + i * stride;
+      one.out = alone.as<float>() + i * stride;
+      one.pos = p.pos + i;
+      one.paging.pages = p.paging.pages + rows[size_t(i)] * kWidth;
+      attention(one, nullptr);
+    }
+    const auto want = test::to_host<float>(alone, size_t(n * stride));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < int64_t(h.n_heads) * h.head_dim; ++j) {
+        const size_t at = size_t(i * stride + j);
+        ASSERT_EQ(std::memcmp(&got_all[at], &want[at], 4), 0)
+            << "sequence " << rows[size_t(i)] << ", element " << j << ": " << got_all[at] << " alone " << want[at];
+      }
+    }
+  }
   const int group = h.n_heads / h.n_kv_heads;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> got;
@@ -153,6 +180,22 @@ void check_sequences(const Heads& h, const Books& books) {
 TEST(AttentionSequences, EachSequenceReadsItsOwnPagesUpToItsPosition) {
   const Books books;
   for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}, Heads{8, 2, 256}}) check_sequences(h, books);
+}
+
+// The stepwise rows' launch (LayerPass::stepwise_layer): every sequence short
+// enough for the short-context decode, which then computes each as alone.
+TEST(AttentionSequences, ShortContextLaunchComputesEachSequenceAsAlone) {
+  const Books books;
+  AttentionParams probe;
+  probe.n_tokens = 1;
+  probe.n_heads = 32;
+  probe.n_kv_heads = 8;
+  probe.head_dim = 128;
+  probe.max_keys = kContext;
+  if (!attention_decodes_short(probe)) GTEST_SKIP() << "the short-context decode needs sm_90 or newer";
+  for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}}) {
+    check_sequences(h, books, kContext);
+  }
 }
 
 TEST(AttentionSequences, UnsupportedShapesAreRefused) {

@@ -389,9 +389,11 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
          (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
-bool attention_follows_tree_paths(const AttentionParams& p) {
-  return p.n_tokens == 1 && p.n_seqs == 1 && attention_detail::short_decode_supported(p);
+bool attention_decodes_short(const AttentionParams& p) {
+  return p.n_tokens == 1 && attention_detail::short_decode_supported(p);
 }
+
+bool attention_follows_tree_paths(const AttentionParams& p) { return p.n_seqs == 1 && attention_decodes_short(p); }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
@@ -437,7 +439,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
          "head_dim 64 or 128), without masks, RoPE or q8 output (max_keys {}, head_dim {})",
          kShortDecodeMaxKeys, p.max_keys, p.head_dim);
   }
-  if (p.n_seqs == 1 && !p.tree_mask && attention_detail::short_decode_supported(p)) {
+  if (!p.tree_mask && attention_detail::short_decode_supported(p)) {
     attention_detail::launch_short_decode(p, stream);
     return;
   }

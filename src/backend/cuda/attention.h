@@ -63,6 +63,7 @@ struct AttentionParams {
   // query at q + s*q_stride, its output at out + s*out_stride, its position
   // pos[s], its pages at paging.pages + seq_rows[s] * table_width (rows of a
   // block table). No splits, RoPE or q8 output; head_dim 64, 128 or 256.
+  // With max_keys > 0 (every sequence's) the short-context decode may take it.
   int64_t n_seqs = 1;
   const int32_t* seq_rows = nullptr;  // device
   int64_t table_width = 0;
@@ -99,6 +100,11 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
 // Whether attention() can fold RoPE, the cache store and the q8 output into a
 // one-token launch of this shape (out_stride == n_heads * head_dim for q8).
 bool attention_decode_fusion_supported(const AttentionParams& p);
+
+// Whether attention() runs this one-token launch with the short-context decode
+// kernel, whose launch of n_seqs sequences computes each exactly as a launch
+// of it alone does.
+bool attention_decodes_short(const AttentionParams& p);
 
 // Whether attention() runs this one-token shape with AttentionParams::path_parents.
 bool attention_follows_tree_paths(const AttentionParams& p);

@@ -61,8 +61,10 @@ struct ShortSmem {
 // launched in clusters of kRanks blocks (sm_90 and newer: the body is empty
 // for older architectures, which never launch it). kWaitFirst
 // (AttentionParams::keys_just_stored): nothing is fetched before the wait.
+// n_seqs > 1: blockIdx.y is the sequence, whose blocks do exactly what a
+// launch for it alone does.
 template <int kHeadDim, bool kWaitFirst>
-__global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionParams p) {
+__global__ void __launch_bounds__(kThreads) short_decode_kernel(AttentionParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();
 #else
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionP
   NT_TRACE_BLOCK(kAttention);
   cuda::allow_dependents();
   if constexpr (kWaitFirst) cuda::wait_for_inputs();
+  if (p.n_seqs > 1) select_sequence(p, blockIdx.y);  // its position and block-table row were staged before the chain
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), head = blockIdx.x / kRanks;
   const int group = p.n_heads / p.n_kv_heads, kv_head = head / group;
@@ -256,8 +259,8 @@ void launch_short(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t bytes = ShortSmem<kHeadDim>::kBytes;
   static std::atomic<uint64_t> configured{0};
   cuda::allow_dynamic_shared_memory(short_decode_kernel<kHeadDim, kWaitFirst>, bytes, configured);
-  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim, kWaitFirst>, kRanks, dim3(unsigned(p.n_heads * kRanks)), dim3(kThreads), bytes,
-                              stream, p);
+  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim, kWaitFirst>, kRanks,
+                              dim3(unsigned(p.n_heads * kRanks), unsigned(p.n_seqs)), dim3(kThreads), bytes, stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 

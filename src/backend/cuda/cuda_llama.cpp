@@ -725,20 +725,28 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 // its argmax, over every resident layer: its launches depend on n alone (the
 // positions, sequences and tokens are device inputs at fixed places, the
 // sequences attend in one multi-sequence launch), so one graph per n serves
-// every such step. Null for any other batch.
+// every such step. So do steps whose every row is stepwise (batch-invariant
+// decoding) where each row's step takes the short-context decode: their
+// attention is one launch of it too. Null for any other batch.
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {
   const LlamaConfig& c = config_;
-  if (!decodes_in_graphs() || n < 2 || n >= options_.decode_gemm_min_tokens || int64_t(runs.size()) != n || at != 0 ||
-      int64_t(batch.size()) != n || int64_t(layers.size()) != stage_layers() ||
+  if (!decodes_in_graphs() || n < 2 || int64_t(runs.size()) != n || at != 0 || int64_t(batch.size()) != n ||
+      int64_t(layers.size()) != stage_layers() ||
       !attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim))) {
     return nullptr;
   }
+  const bool stepwise = batch.entries[0].stepwise;
+  AttentionParams step = pass_->attention_shape();
+  step.n_tokens = 1;
   for (const BatchEntry& e : batch.entries) {
-    if (e.output != Output::Argmax || e.stepwise) return nullptr;  // a stepwise row takes other kernels
+    if (e.output != Output::Argmax || e.stepwise != stepwise) return nullptr;
+    step.max_keys = decode_max_keys(e.pos);
+    if (stepwise && !attention_decodes_short(step)) return nullptr;
   }
-  return batch_graphs_.get(n, stream_, pass);
+  if (stepwise) return batch_graphs_.get(-n, stream_, pass);  // negative keys: the stepwise steps'
+  return n < options_.decode_gemm_min_tokens ? batch_graphs_.get(n, stream_, pass) : nullptr;
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {

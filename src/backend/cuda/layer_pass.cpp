@@ -326,6 +326,15 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   rope.k_cache = k_cache_at(l);
   rope.v_cache = v_cache_at(l);
   rope_and_store_kv(rope, stream_);
+  // Consecutive rows whose steps take the short-context decode attend in one
+  // launch of it (n_seqs rows, each computed as its own launch computes it).
+  const bool multi = attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim));
+  AttentionParams shorts, first_short;  // the rows' launch, and its first row's own
+  shorts.n_seqs = 0;
+  const auto flush_shorts = [&] {
+    if (shorts.n_seqs > 0) attention(shorts.n_seqs == 1 ? first_short : shorts, stream_);
+    shorts.n_seqs = 0;
+  };
   for (const ChunkSequence& seq : rows.seqs) {
     if (!seq.stepwise) continue;
     for (int64_t t = 0; t < seq.rows; ++t) {
@@ -347,10 +356,24 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
         att.tree_start = seq.tree_start;
         att.path_parents = rows.path_parents + seq.first_row;
         att.path_self = int(t);
+      } else if (multi && attention_decodes_short(att)) {
+        if (shorts.n_seqs == 0) {
+          first_short = shorts = att;
+          shorts.n_seqs = 0;
+          shorts.paging.pages = pool_.table->table();
+          shorts.seq_rows = rows.token_seq + row;
+          shorts.table_width = pool_.table->width();
+          shorts.n_splits = 1;
+        }
+        shorts.max_keys = std::max(shorts.max_keys, att.max_keys);
+        ++shorts.n_seqs;
+        continue;
       }
+      flush_shorts();
       attention(att, stream_);
     }
   }
+  flush_shorts();
   add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
 
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
