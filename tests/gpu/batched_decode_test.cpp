@@ -193,6 +193,21 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   EXPECT_EQ(together(*streamed, prompts, 64), want);
 }
 
+// Decode steps of up to stepwise_steps_max sequences compute each as its
+// step alone: the same 8 prompts, prefilled apart, keep every token.
+TEST(BatchedDecode, SmallStepsComputedAsAloneKeepEverySmolLM2Sequence) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  CudaRunnerOptions o;
+  o.max_sequences = int(prompts.size()) + 1;
+  o.stepwise_steps_max = int64_t(prompts.size());
+  auto runner = make_cuda_runner(*file, 256, o);
+  EXPECT_EQ(compare_with_alone(*runner, prompts, 64, Prefill::Apart).identical, prompts.size());
+}
+
 // Batch-invariant scheduling (SchedulerOptions::batch_invariant) gives every
 // sequence exactly its output alone, where the default batched kernels part
 // from it at near-ties (above): the 8 prompts through continuous batching,

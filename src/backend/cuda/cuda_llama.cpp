@@ -274,6 +274,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::unique_ptr<HostLayers> host_;  // the hybrid split's CPU layers; declared after weights_: uses the streamer's pinned copies
   std::vector<SequenceRun> host_runs_;
   std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
+  Batch stepwise_batch_;              // forward_pages: a small decode step's entries, made stepwise
+  std::vector<SequenceRun> stepwise_runs_;
   cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
   std::vector<HostLayers::PageRows> host_rows_;
   double host_seconds_ = 0;      // the host's layer compute, over all passes
@@ -318,6 +320,8 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
+  options_.stepwise_steps_max =
+      env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, 0, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   end_layer_ = config_.n_layers;
   if (const auto& stage = options_.stage) {
@@ -831,9 +835,21 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
            options_.max_batch);
     }
   }
+  // A small decode step runs each row as its sequence's step alone (stepwise_steps_max).
+  const bool one_token_runs =
+      std::all_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count == 1 && !r.tree; });
+  const bool step_alone = one_token_runs && int64_t(batch.size()) <= options_.stepwise_steps_max;
+  if (step_alone) {
+    stepwise_batch_ = batch;
+    for (BatchEntry& e : stepwise_batch_.entries) e.stepwise = true;
+    stepwise_runs_.assign(runs.begin(), runs.end());
+    for (SequenceRun& r : stepwise_runs_) r.stepwise = true;
+  }
+  const Batch& pass = step_alone ? stepwise_batch_ : batch;
+  const std::span<const SequenceRun> pass_runs = step_alone ? std::span<const SequenceRun>(stepwise_runs_) : runs;
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
-    run_batch_chunk(batch, runs, kv_pages(), at, std::min(options_.max_batch, total - at), layers, out);
+    run_batch_chunk(pass, pass_runs, kv_pages(), at, std::min(options_.max_batch, total - at), layers, out);
   }
 }
 

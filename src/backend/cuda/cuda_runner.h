@@ -62,6 +62,12 @@ struct CudaRunnerOptions {
   // instead of per-32 q8. Off until measured (docs/PERFORMANCE.md); for A/B
   // runs NT_CUDA_SUPER_BLOCKS=1 turns it on.
   bool super_block_activations = false;
+  // Decode steps of up to this many sequences (every run one token, no tree)
+  // run their rows stepwise (BatchEntry::stepwise): each sequence computed as
+  // its one-token step alone, so batched greedy output is plain decoding's.
+  // 0: off until measured against the batched kernels (docs/PERFORMANCE.md);
+  // for A/B runs NT_CUDA_STEPWISE_STEPS=N sets it.
+  int64_t stepwise_steps_max = 0;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
