@@ -61,10 +61,8 @@ struct ShortSmem {
 // launched in clusters of kRanks blocks (sm_90 and newer: the body is empty
 // for older architectures, which never launch it). kWaitFirst
 // (AttentionParams::keys_just_stored): nothing is fetched before the wait.
-// n_seqs > 1: blockIdx.y is the sequence, whose blocks do exactly what a
-// launch for it alone does.
 template <int kHeadDim, bool kWaitFirst>
-__global__ void __launch_bounds__(kThreads) short_decode_kernel(AttentionParams p) {
+__device__ __forceinline__ void short_decode(const AttentionParams& p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();
 #else
@@ -83,7 +81,6 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(AttentionParams 
   NT_TRACE_BLOCK(kAttention);
   cuda::allow_dependents();
   if constexpr (kWaitFirst) cuda::wait_for_inputs();
-  if (p.n_seqs > 1) select_sequence(p, blockIdx.y);  // its position and block-table row were staged before the chain
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), head = blockIdx.x / kRanks;
   const int group = p.n_heads / p.n_kv_heads, kv_head = head / group;
@@ -255,12 +252,26 @@ __global__ void __launch_bounds__(kThreads) short_decode_kernel(AttentionParams 
 }
 
 template <int kHeadDim, bool kWaitFirst>
+__global__ void __launch_bounds__(kThreads) short_decode_kernel(const AttentionParams p) {
+  short_decode<kHeadDim, kWaitFirst>(p);
+}
+
+// n_seqs sequences (AttentionParams::n_seqs): blockIdx.y is the sequence,
+// whose blocks do exactly what a launch for it alone does.
+template <int kHeadDim, bool kWaitFirst>
+__global__ void __launch_bounds__(kThreads) short_decode_seqs_kernel(AttentionParams p) {
+  select_sequence(p, blockIdx.y);  // its position and block-table row were staged before the chain
+  short_decode<kHeadDim, kWaitFirst>(p);
+}
+
+template <int kHeadDim, bool kWaitFirst>
 void launch_short(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t bytes = ShortSmem<kHeadDim>::kBytes;
-  static std::atomic<uint64_t> configured{0};
-  cuda::allow_dynamic_shared_memory(short_decode_kernel<kHeadDim, kWaitFirst>, bytes, configured);
-  cuda::launch_cluster_kernel(short_decode_kernel<kHeadDim, kWaitFirst>, kRanks,
-                              dim3(unsigned(p.n_heads * kRanks), unsigned(p.n_seqs)), dim3(kThreads), bytes, stream, p);
+  const auto kernel = p.n_seqs > 1 ? short_decode_seqs_kernel<kHeadDim, kWaitFirst> : short_decode_kernel<kHeadDim, kWaitFirst>;
+  static std::atomic<uint64_t> configured_one{0}, configured_seqs{0};
+  cuda::allow_dynamic_shared_memory(kernel, bytes, p.n_seqs > 1 ? configured_seqs : configured_one);
+  cuda::launch_cluster_kernel(kernel, kRanks, dim3(unsigned(p.n_heads * kRanks), unsigned(p.n_seqs)), dim3(kThreads), bytes,
+                              stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
