@@ -28,6 +28,17 @@
 namespace nt {
 namespace {
 
+// The SmolLM2 file, its tokenizer and the prompts the tests decode together.
+struct SmolLM2Batch {
+  std::unique_ptr<GgufFile> file;
+  Tokenizer tokenizer;
+  std::vector<std::vector<int32_t>> prompts;
+  explicit SmolLM2Batch(const std::string& path)
+      : file(GgufFile::open(path)),
+        tokenizer(Tokenizer::from_gguf(file->header(), path)),
+        prompts(test::smollm2_batch_prompts(tokenizer)) {}
+};
+
 // How the prompts are prefilled: all in one pass beside each other, or each
 // in a pass of its own (as continuous batching admits them) so that its
 // prefill rounds as it does alone.
@@ -167,9 +178,8 @@ TEST(BatchedDecode, StreamedBatchesDecodeAsResidentOnes) {
 TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  const SmolLM2Batch smol(path);
+  const auto& [file, tokenizer, prompts] = smol;
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
   auto runner = make_cuda_runner(*file, 256, o);
@@ -198,9 +208,8 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
 TEST(BatchedDecode, SmallStepsComputedAsAloneKeepEverySmolLM2Sequence) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  const SmolLM2Batch smol(path);
+  const auto& [file, tokenizer, prompts] = smol;
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
   o.stepwise_steps_max = int64_t(prompts.size());
@@ -216,9 +225,8 @@ TEST(BatchedDecode, SmallStepsComputedAsAloneKeepEverySmolLM2Sequence) {
 TEST(BatchedDecode, SmolLM2BatchInvariantSchedulingIsExactlyAlone) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  const SmolLM2Batch smol(path);
+  const auto& [file, tokenizer, prompts] = smol;
   constexpr int kTokens = 64;
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size());
@@ -258,9 +266,8 @@ TEST(BatchedDecode, SmolLM2BatchInvariantSchedulingIsExactlyAlone) {
 TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const std::vector<std::vector<int32_t>> prompts = test::smollm2_batch_prompts(tokenizer);
+  const SmolLM2Batch smol(path);
+  const auto& [file, tokenizer, prompts] = smol;
   ASSERT_GE(prompts.size(), 6u) << "the int8 GEMM takes decode batches of 6 and more";
   // Every sequence's logits of the batched step, then (alone) of its step on the default sequence.
   const auto step_logits = [&](int64_t int8_from, bool alone) {
