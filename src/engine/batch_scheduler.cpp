@@ -239,7 +239,7 @@ void BatchScheduler::add_prompt_chunks() {
   // Invariant: one chunk a pass, cut where the runner cuts the prompt alone
   // (no prefix is shared, so every sequence's prefill starts at 0).
   const int64_t alone_chunk = runner_.pass_chunk_entries();
-  int64_t budget = options_.batch_invariant ? 1 : options_.prompt_budget;
+  int64_t budget = options_.prompt_budget;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Running& r = running_[i];
     if (r.next || (r.cached == 0 && !share_prefix(i))) continue;
@@ -252,8 +252,9 @@ void BatchScheduler::add_prompt_chunks() {
     batch_.add_run(std::span(prompt).subspan(size_t(r.cached), size_t(n)), r.cached, slots_[r.slot].seq,
                    last ? output_for(r.sampler) : Output::None);
     owner_.insert(owner_.end(), size_t(n), i);
-    budget -= options_.batch_invariant ? 1 : n;
+    budget -= n;
     progress_.prompt_tokens += n;
+    if (options_.batch_invariant) return;
   }
 }
 
