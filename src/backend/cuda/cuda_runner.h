@@ -55,13 +55,15 @@ struct CudaRunnerOptions {
   // a kernel (quantized_gemm.h).
   int64_t gemm_min_tokens = 16;
   int64_t decode_gemm_min_tokens = 65;
-  // 5 sequences on the H200: 8B Q4_K 1,340 tok/s here, 1,097 through the mat-vec; 70B Q4_K_M 180 and 139 (at 4: 1,053 / 1,070, 144 / 140)
-  int64_t int8_gemm_min_tokens = 5;
+  // 4 sequences on the H200, with super-block activations: 8B Q4_K 1,145-1,180 tok/s here, 1,100 through the
+  // 4-column mat-vec; 70B Q4_K_M 182-184 and 148. At 2 the mat-vec wins (742 / 557, 110 / 89).
+  int64_t int8_gemm_min_tokens = 4;
   // Q4_K and Q6_K matrices in those batches multiply super-block activations
   // (quantized_gemm.h: one scale per 256 elements, the CPU's Q8_K rounding)
-  // instead of per-32 q8. Off until measured (docs/PERFORMANCE.md); for A/B
-  // runs NT_CUDA_SUPER_BLOCKS=1 turns it on.
-  bool super_block_activations = false;
+  // instead of per-32 q8: fewer instructions a weight. On the H200, batch 16 / 64:
+  // 8B 3,735 / 6,821 -> 4,321 / 9,285 tok/s, 70B 470 / 752 -> 599 / 1,036.
+  // NT_CUDA_SUPER_BLOCKS=0 turns it off for A/B runs.
+  bool super_block_activations = true;
   // Decode steps of up to this many sequences (every run one token, no tree)
   // run their rows stepwise (BatchEntry::stepwise): each sequence computed as
   // its one-token step alone, so batched greedy output is plain decoding's.
