@@ -112,7 +112,7 @@ CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file) {
     fmt::print("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (measured: cpu::matmul, {} threads, {} of layer "
                "matrices cycled, {} in {:.2f} s{})\n",
                tokens, tokens == 1 ? " " : "s", gbps, m.threads, format_size(m.working_set), format_size(m.bytes),
-               m.seconds, m.working_set < (256ull << 20) ? "; a model this small may measure the caches" : "");
+               m.seconds, m.working_set < kCpuProbeWorkingSet ? "; a model this small may measure the caches" : "");
   };
   probe(1, rate.decode_gbps);
   if (o.batch_tokens > 1) probe(o.batch_tokens, rate.batch_gbps);

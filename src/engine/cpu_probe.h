@@ -18,11 +18,14 @@ struct CpuRateProbe {
 };
 
 // Times cpu::matmul with `tokens` tokens per call over the file's layer
-// matrices, in order, for about `seconds` after one untimed one-token pass.
-// The working set is the first layers' matrices up to 256 MiB (every layer of
-// a smaller model), so a big model is read from DRAM, as its CPU layers would
-// be; a model smaller than the caches measures the caches. threads 0: one a core.
-CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double seconds, int threads = 0);
+// matrices, whole and in order, for about `seconds` after one untimed
+// one-token pass. The working set is the first whole layers that reach
+// min_working_set (every layer of a smaller model), so a big model is read
+// from DRAM in its layers' mix of formats, as its CPU layers would be; a
+// model smaller than the caches measures the caches. threads 0: one a core.
+constexpr uint64_t kCpuProbeWorkingSet = 256ull << 20;
+CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double seconds, int threads = 0,
+                              uint64_t min_working_set = kCpuProbeWorkingSet);
 
 // Host memory's read rate: `threads` threads (0: one a core) summing their
 // slices of a `bytes` buffer, whole passes, for about `seconds` after one
