@@ -206,6 +206,19 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   o.stepwise_steps_max = int64_t(prompts.size());
   auto exact = make_cuda_runner(*file, 256, o);
   EXPECT_EQ(compare_with_alone(*exact, prompts, 64, Prefill::Apart).identical, prompts.size());
+  exact.reset();
+  // Batched matmuls, with attention in the short-context launch
+  // (short_batch_attention: each sequence attends as its step alone does):
+  // the default path's rule, its count reported for the A/B in
+  // docs/PERFORMANCE.md.
+  o.stepwise_steps_max = 0;
+  o.short_batch_attention = true;
+  auto shorts = make_cuda_runner(*file, 256, o);
+  const Agreement short_apart = compare_with_alone(*shorts, prompts, 64, Prefill::Apart);
+  std::printf("  short-context batch attention: %zu of %zu identical, widest gap %.3f (default: %zu, %.3f)\n",
+              short_apart.identical, prompts.size(), short_apart.widest_gap, apart.identical, apart.widest_gap);
+  EXPECT_GE(short_apart.identical, 6u);
+  EXPECT_LT(short_apart.widest_gap, 0.25f);
 }
 
 // Batch-invariant scheduling (SchedulerOptions::batch_invariant) gives every

@@ -265,7 +265,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   PinnedBuffer host_io_;  // the inputs as on the device, then one row of logits, the greedy pick, the top or a batch's picks
   // One-token steps by 2 * StepGraph + (short: prepared below kShortDecodeMaxKeys, not for the whole context).
   GraphCache decode_graphs_;
-  GraphCache batch_graphs_;  // batched decode steps, by sequence count
+  GraphCache batch_graphs_;  // batched decode steps, by sequence count and attention launch
   std::optional<DecodeAhead> ahead_;  // the step graphs' picks ring and sampling parameters
   std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
@@ -320,6 +320,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
+  options_.short_batch_attention = env_setting("NT_CUDA_SHORT_BATCH_ATTENTION", options_.short_batch_attention, 0, 1) != 0;
   options_.stepwise_steps_max =
       env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, 0, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
@@ -359,8 +360,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   allocate_activations();
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
   const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
-  pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors,
-                options_.int8_gemm_min_tokens, options_.super_block_activations, residual, stream_);
+  const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.super_block_activations,
+                                  options_.short_batch_attention};
+  pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
+                stream_);
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
@@ -731,7 +734,8 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 // sequences attend in one multi-sequence launch), so one graph per n serves
 // every such step. So do steps whose every row is stepwise (batch-invariant
 // decoding) where each row's step takes the short-context decode: their
-// attention is one launch of it too. Null for any other batch.
+// attention is one launch of it too, as it is for the other steps of short
+// contexts with short_batch_attention. Null for any other batch.
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {
@@ -744,13 +748,18 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
   const bool stepwise = batch.entries[0].stepwise;
   AttentionParams step = pass_->attention_shape();
   step.n_tokens = 1;
+  bool all_short = true;
   for (const BatchEntry& e : batch.entries) {
     if (e.output != Output::Argmax || e.stepwise != stepwise) return nullptr;
     step.max_keys = decode_max_keys(e.pos);
-    if (stepwise && !attention_decodes_short(step)) return nullptr;
+    all_short = all_short && attention_decodes_short(step);
   }
-  if (stepwise) return batch_graphs_.get(-n, stream_, pass);  // negative keys: the stepwise steps'
-  return n < options_.decode_gemm_min_tokens ? batch_graphs_.get(n, stream_, pass) : nullptr;
+  // A graph per sequence count and attention launch: the multi-sequence
+  // kernel (0), the short-context one (1: short_batch_attention), stepwise rows (2).
+  const auto graph = [&](int64_t launch) { return batch_graphs_.get(3 * n + launch, stream_, pass); };
+  if (stepwise) return all_short ? graph(2) : nullptr;
+  if (n >= options_.decode_gemm_min_tokens) return nullptr;
+  return graph(options_.short_batch_attention && all_short ? 1 : 0);
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {

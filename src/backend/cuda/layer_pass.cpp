@@ -7,8 +7,8 @@
 namespace nt {
 
 LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-                     const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks,
-                     ResidualSum residual, cudaStream_t stream)
+                     const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
+                     cudaStream_t stream)
     : config_(config),
       context_(context),
       act_(act),
@@ -16,8 +16,7 @@ LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& ac
       pool_(pool),
       inv_freq_(inv_freq),
       multiprocessors_(multiprocessors),
-      int8_min_tokens_(int8_min_tokens),
-      super_blocks_(super_blocks),
+      choices_(choices),
       residual_(residual),
       stream_(stream) {}
 
@@ -43,7 +42,7 @@ Input LayerPass::super_input(const float* x, int64_t n, int64_t cols) {
 }
 
 bool LayerPass::super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const {
-  if (!super_blocks_) return false;
+  if (!choices_.super_block_activations) return false;
   for (const DeviceMatrix* m : matrices) {
     if (!int8_gemm_takes(*m, n) || !quantized_gemm_takes_super_blocks(m->type)) return false;
   }
@@ -171,6 +170,14 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       att.table_width = pool_.table->width();
       att.max_keys = 0;
       att.n_splits = 1;
+      if (choices_.short_batch_attention) {  // the short-context launch when every step alone would take it
+        for (size_t j = i; j < i + run; ++j) att.max_keys = std::max(att.max_keys, rows.seqs[j].max_keys);
+        att.keys_just_stored = true;  // rope_and_store_kv above stored each row's key
+        if (!attention_decodes_short(att)) {
+          att.max_keys = 0;
+          att.keys_just_stored = false;
+        }
+      }
     } else if (!rows.token_pos) {
       // One sequence of the default path. One token: RoPE, the cache store
       // and wo's q8 input happen inside the attention launch, so Q/K/V,

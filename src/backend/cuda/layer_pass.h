@@ -97,12 +97,17 @@ struct ResidualSum {
   ResidualReducer* reducer = nullptr;
 };
 
+// The runner's kernel choices a pass follows (CudaRunnerOptions of the same names).
+struct PassKernelChoices {
+  int64_t int8_gemm_min_tokens;
+  bool super_block_activations;  // K-quant inputs of the int8 GEMM as super-block activations
+  bool short_batch_attention;    // decode batches of short contexts attend as their steps alone do
+};
+
 class LayerPass {
  public:
-  // super_blocks: K-quant inputs of the int8 GEMM are super-block activations
-  // (CudaRunnerOptions::super_block_activations).
   LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-            const float* inv_freq, int multiprocessors, int64_t int8_min_tokens, bool super_blocks, ResidualSum residual,
+            const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
             cudaStream_t stream);
 
   // The keys a one-token step at `pos` is prepared for: the short-context
@@ -120,7 +125,7 @@ class LayerPass {
   void set_paths(MatmulPaths paths) { paths_ = paths; }
   const MatmulPaths& paths() const { return paths_; }
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
-    return paths_.int8 && n >= int8_min_tokens_ && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
+    return paths_.int8 && n >= choices_.int8_gemm_min_tokens && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
   // Whether every one of `matrices` multiplies n rows through the int8 GEMM on super-block activations.
   bool super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const;
@@ -165,8 +170,7 @@ class LayerPass {
   KvPool pool_;
   const float* inv_freq_;
   int multiprocessors_;
-  int64_t int8_min_tokens_;
-  bool super_blocks_;
+  PassKernelChoices choices_;
   ResidualSum residual_;
   cudaStream_t stream_;
   MatmulPaths paths_;
