@@ -26,9 +26,10 @@ namespace {
 struct Split {
   int64_t vram, ram, cpu_layers, cpu_max_tokens;
   int ring_slots = 2;
+  bool run_ahead = false;  // CudaRunnerOptions::stream_run_ahead
   std::string name() const {
-    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens, {} ring slots", vram, ram, cpu_layers,
-                       cpu_max_tokens, ring_slots);
+    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens, {} ring slots{}", vram, ram, cpu_layers,
+                       cpu_max_tokens, ring_slots, run_ahead ? ", copies run ahead" : "");
   }
 };
 
@@ -39,6 +40,7 @@ CudaRunnerOptions hybrid_options(const GgufFile& file, int64_t context, const Sp
   o.cpu_layers = s.cpu_layers;
   o.cpu_max_tokens = s.cpu_max_tokens;
   o.cpu_threads = 4;
+  o.stream_run_ahead = s.run_ahead;
   return o;
 }
 
@@ -70,7 +72,10 @@ TEST(HybridSplit, Stories260KDecodesAsResident) {
   const std::vector<int32_t> want_free = test::greedy_decode(*resident, {1}, 64);
   const std::vector<int32_t> want = continued(*resident, first, second);
   resident.reset();
-  for (const Split& s : {Split{1, 4, 1, 1}, Split{1, 4, 2, 64}, Split{0, 5, 2, 4}}) {
+  // With copies running ahead, the decode steps keep them and the prompt
+  // chunks that stream the CPU's layers too (more tokens than cpu_max_tokens) spend them.
+  for (const Split& s : {Split{1, 4, 1, 1}, Split{1, 4, 2, 64}, Split{0, 5, 2, 4}, Split{1, 4, 2, 1, 2, true},
+                         Split{0, 5, 1, 1, 3, true}}) {
     SCOPED_TRACE(s.name());
     auto hybrid = make_cuda_runner(*file, 128, hybrid_options(*file, 128, s));
     EXPECT_NE(hybrid->description().find(fmt::format("{} computed on the CPU", s.cpu_layers)), std::string::npos)

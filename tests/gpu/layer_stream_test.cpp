@@ -135,6 +135,18 @@ TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
   expect_streaming_matches_resident(s, "nt_stream_mmap.gguf", o, {{1, 2}});
 }
 
+// Copies of the next pass's first RAM-tier layers issued while a pass ends
+// (stream_run_ahead): kept by the passes that repeat it (prompt chunks,
+// decode steps), and a disk layer among the first stops them.
+TEST(LayerStreaming, RunAheadMatchesResident) {
+  CudaRunnerOptions o;
+  o.stream_run_ahead = true;
+  expect_streaming_matches_resident(streaming_spec(), "nt_stream_ahead.gguf", o, {{2, 6}, {1, 2}, {0, 8}});
+  o.ring_slots = 3;
+  o.max_batch = 16;
+  expect_streaming_matches_resident(streaming_spec(), "nt_stream_ahead3.gguf", o, {{2, 6}, {4, 1}});
+}
+
 TEST(LayerStreaming, SmolLM2AcrossThreeTiersMatchesResident) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";

@@ -321,6 +321,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   }
   options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
   options_.short_batch_attention = env_setting("NT_CUDA_SHORT_BATCH_ATTENTION", options_.short_batch_attention, 0, 1) != 0;
+  options_.stream_run_ahead = env_setting("NT_STREAM_RUN_AHEAD", options_.stream_run_ahead, 0, 1) != 0;
   options_.stepwise_steps_max =
       env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, 0, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);

@@ -85,6 +85,12 @@ struct CudaRunnerOptions {
   std::optional<uint64_t> ram_budget;   // default: automatic_ram_budget(MemAvailable)
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
+  // The last streamed layers of a pass start copying the next pass's first
+  // RAM-tier layers into the slots they free, assuming it repeats this one
+  // (decode steps do), so the link does not idle from the last copy of one
+  // step to the first of the next (6.2 ms of a 238 ms hybrid 70B step on the
+  // H200). Off until measured; NT_STREAM_RUN_AHEAD=1 turns it on for A/B runs.
+  bool stream_run_ahead = false;
   // The CPU as a fourth tier (engine/hybrid_split.h): this many of the RAM
   // tier's layers, spread among the streamed ones, are computed by the host
   // from their pinned copy in passes of up to cpu_max_tokens tokens; larger

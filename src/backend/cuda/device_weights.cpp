@@ -281,6 +281,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     so.gpu_slots = options.ring_slots;
     so.slot_bytes = slot_bytes_;
     so.staging_slots = options.ring_slots;
+    so.run_ahead = options.stream_run_ahead;
     so.trace_path = options.trace_path;
     so.load_reader = load.reader.get();
     so.on_load_progress = report_from(resident_upload);

@@ -74,7 +74,10 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   landing_free_ = make_events(kLandingBuffers, false);
   slot_copied_ = make_events(size_t(options_.gpu_slots), false);
   slot_free_ = make_events(size_t(options_.gpu_slots), false);
-  for (auto* v : {&copy_begin_, &h2d_end_, &copy_end_, &compute_begin_, &compute_end_}) *v = make_events(n, true);
+  for (CopyEvents& c : copies_) {
+    for (auto* v : {&c.begin, &c.h2d_end, &c.end}) *v = make_events(n, true);
+  }
+  for (auto* v : {&compute_begin_, &compute_end_}) *v = make_events(n, true);
   read_begin_us_.assign(n, -1);
   read_end_us_.assign(n, -1);
   origin_ = make_event(true);
@@ -162,8 +165,8 @@ LayerStreamer::~LayerStreamer() {
       std::fprintf(stderr, "warning: %s\n", e.what());
     }
   }
-  for (auto* v : {&slot_copied_, &slot_free_, &landing_free_, &staging_copied_, &copy_begin_, &h2d_end_, &copy_end_, &compute_begin_,
-                  &compute_end_}) {
+  for (auto* v : {&slot_copied_, &slot_free_, &landing_free_, &staging_copied_, &copies_[0].begin, &copies_[0].h2d_end,
+                  &copies_[0].end, &copies_[1].begin, &copies_[1].h2d_end, &copies_[1].end, &compute_begin_, &compute_end_}) {
     for (cudaEvent_t e : *v) cudaEventDestroy(e);
   }
   if (origin_) cudaEventDestroy(origin_);
@@ -194,9 +197,11 @@ void LayerStreamer::queue_read(size_t disk_index, int slot) {
 }
 
 void LayerStreamer::transfer(size_t pass_index) {
-  const size_t index = pass_[pass_index];
+  const bool next_pass = pass_index >= pass_.size();
+  const size_t index = pass_[next_pass ? pass_index - pass_.size() : pass_index];
   const StreamedLayer& l = layers_[index];
-  const int slot = int(pass_index % size_t(options_.gpu_slots));
+  const int slot = slot_of(pass_index);
+  CopyEvents& events = copies_for(stats_.chunks + (next_pass ? 1 : 0));
   const uint8_t* host = nullptr;
   int staging_slot = -1;
   if (l.tier == Tier::Ram) {
@@ -220,9 +225,9 @@ void LayerStreamer::transfer(size_t pass_index) {
   }
   const size_t landing = size_t(transfers_++ % kLandingBuffers);
   NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, landing_free_[landing], 0));
-  NT_CUDA_CHECK(cudaEventRecord(copy_begin_[index], copy_));
+  NT_CUDA_CHECK(cudaEventRecord(events.begin[index], copy_));
   NT_CUDA_CHECK(cudaMemcpyAsync(raw_[landing].get(), host, l.read.staging_bytes, cudaMemcpyHostToDevice, copy_));
-  NT_CUDA_CHECK(cudaEventRecord(h2d_end_[index], copy_));
+  NT_CUDA_CHECK(cudaEventRecord(events.h2d_end[index], copy_));
   if (staging_slot >= 0) {
     NT_CUDA_CHECK(cudaEventRecord(staging_copied_[size_t(staging_slot)], copy_));
     staging_used_[size_t(staging_slot)] = true;
@@ -230,7 +235,7 @@ void LayerStreamer::transfer(size_t pass_index) {
     next_read_ = (next_read_ + 1) % read_order_.size();
   }
   // Re-layout into the GPU slot once the bytes have landed and the slot's last reader is done.
-  NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, h2d_end_[index], 0));
+  NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, events.h2d_end[index], 0));
   NT_CUDA_CHECK(cudaStreamWaitEvent(relay_, slot_free_[size_t(slot)], 0));
   const auto* raw = raw_[landing].as<uint8_t>();
   const uint64_t slot_offset = uint64_t(slot) * options_.slot_bytes;
@@ -239,7 +244,7 @@ void LayerStreamer::transfer(size_t pass_index) {
     for (const StreamedMatrix::Part& p : m.parts) relay_matrix_rows_async(target, p.first_row, p.rows, raw + p.staging_offset, relay_);
   }
   NT_CUDA_CHECK(cudaEventRecord(landing_free_[landing], relay_));
-  NT_CUDA_CHECK(cudaEventRecord(copy_end_[index], relay_));
+  NT_CUDA_CHECK(cudaEventRecord(events.end[index], relay_));
   NT_CUDA_CHECK(cudaEventRecord(slot_copied_[size_t(slot)], relay_));
   stats_.h2d_bytes += l.read.staging_bytes;
 }
@@ -264,14 +269,19 @@ void LayerStreamer::begin_chunk(cudaStream_t compute, std::span<const int32_t> l
     if (layers_[index].tier == Tier::Disk) disk_order.push_back(disk_index_[index]);
   }
   if (!disk_order.empty() && disk_order != read_order_) restart_reads(std::move(disk_order));
-  for (size_t j = 0; j < pass_.size() && j < size_t(options_.gpu_slots); ++j) transfer(j);
+  // Transfers the last pass issued ahead count as this pass's first when its
+  // layers begin with them; otherwise they are spent and this pass follows them.
+  const bool kept = !ahead_.empty() && ahead_.size() <= pass_.size() && std::equal(ahead_.begin(), ahead_.end(), pass_.begin());
+  pass_base_ = transfers_ - (kept ? ahead_.size() : 0);
+  for (size_t j = kept ? ahead_.size() : 0; j < pass_.size() && j < size_t(options_.gpu_slots); ++j) transfer(j);
+  ahead_.clear();
   NT_CUDA_CHECK(cudaEventRecord(resident_begin_, compute));
 }
 
 int LayerStreamer::before_layer(int64_t layer, cudaStream_t compute) {
   const size_t index = size_t(index_of_layer_[size_t(layer)]);
   if (pass_place_[index] < 0) fail("layer {} runs on the GPU but its pass did not transfer it", layer);
-  const int slot = pass_place_[index] % options_.gpu_slots;
+  const int slot = slot_of(size_t(pass_place_[index]));
   NT_CUDA_CHECK(cudaStreamWaitEvent(compute, slot_copied_[size_t(slot)], 0));
   NT_CUDA_CHECK(cudaEventRecord(compute_begin_[index], compute));
   return slot;
@@ -281,8 +291,15 @@ void LayerStreamer::after_layer(int64_t layer, cudaStream_t compute) {
   const size_t index = size_t(index_of_layer_[size_t(layer)]);
   const size_t place = size_t(pass_place_[index]);
   NT_CUDA_CHECK(cudaEventRecord(compute_end_[index], compute));
-  NT_CUDA_CHECK(cudaEventRecord(slot_free_[place % size_t(options_.gpu_slots)], compute));
-  if (place + size_t(options_.gpu_slots) < pass_.size()) transfer(place + size_t(options_.gpu_slots));
+  NT_CUDA_CHECK(cudaEventRecord(slot_free_[size_t(slot_of(place))], compute));
+  const size_t next = place + size_t(options_.gpu_slots);
+  if (next < pass_.size()) {
+    transfer(next);
+  } else if (options_.run_ahead && next - pass_.size() == ahead_.size() && next - pass_.size() < pass_.size() &&
+             layers_[pass_[next - pass_.size()]].tier == Tier::Ram) {
+    ahead_.push_back(pass_[next - pass_.size()]);
+    transfer(next);
+  }
 }
 
 void LayerStreamer::host_span(const std::string& name, Clock::time_point begin, Clock::time_point end) {
@@ -308,13 +325,14 @@ void LayerStreamer::end_chunk() {
     add_trace(fmt::format("step {}: embedding + resident layers", step), kCompute, at(resident_begin_),
               pass_.empty() ? at(resident_begin_) : at(compute_begin_[pass_[0]]));
   }
+  const CopyEvents& copies = copies_for(stats_.chunks - 1);  // this pass's (counted above)
   for (const size_t i : pass_) {
-    stats_.h2d_seconds += elapsed_ms(copy_begin_[i], h2d_end_[i]) * 1e-3;
+    stats_.h2d_seconds += elapsed_ms(copies.begin[i], copies.h2d_end[i]) * 1e-3;
     if (options_.trace_path.empty()) continue;
     const std::string name = fmt::format("layer {} ({})", layers_[i].layer, tier_name(layers_[i].tier));
     if (read_begin_us_[i] >= 0) add_trace("read " + name, kReads, read_begin_us_[i], read_end_us_[i]);
-    add_trace("H2D " + name, kCopies, at(copy_begin_[i]), at(h2d_end_[i]));
-    add_trace("re-lay " + name, kRelays, at(h2d_end_[i]), at(copy_end_[i]));
+    add_trace("H2D " + name, kCopies, at(copies.begin[i]), at(copies.h2d_end[i]));
+    add_trace("re-lay " + name, kRelays, at(copies.h2d_end[i]), at(copies.end[i]));
     add_trace("compute " + name, kCompute, at(compute_begin_[i]), at(compute_end_[i]));
   }
 }

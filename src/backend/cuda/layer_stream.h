@@ -18,6 +18,12 @@
 // pass that read any, so they also overlap the resident layers; a pass that
 // reads the disk layers in another order waits out the reads in flight and
 // starts over in its own.
+// With run_ahead, transfer j + K of a pass of P transfers, j + K >= P, is
+// transfer j + K - P of the next pass, assumed to repeat this one: a RAM-tier
+// layer's copy is issued into the slot layer j frees, and the next pass
+// keeps it if its layers begin the same way. Slots go round the transfers of
+// all passes (transfer t in slot t % K), so a transfer always waits for the
+// compute that last used its slot.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,6 +73,7 @@ struct LayerStreamOptions {
   int gpu_slots = 2;
   uint64_t slot_bytes = 0;  // from one GPU slot to the next
   int staging_slots = 2;
+  bool run_ahead = false;  // copy the next pass's first RAM-tier layers while this one ends (above)
   std::string trace_path;  // Chrome-trace JSON written when the streamer is destroyed; empty: none
   // Reads the RAM-tier layers at load instead of the storage reader (which
   // may bypass a page cache that already holds the file); its alignment must
@@ -121,7 +128,10 @@ class LayerStreamer {
   };
   using Clock = std::chrono::steady_clock;
 
+  // Issues the pass_index-th transfer of the pass (pass_index >= pass_.size():
+  // of the next one, which repeats this pass's layers).
   void transfer(size_t pass_index);
+  int slot_of(size_t pass_index) const { return int((pass_base_ + pass_index) % uint64_t(options_.gpu_slots)); }
   // Makes the storage reads follow `order` (disk indices) from now on.
   void restart_reads(std::vector<size_t> order);
   void queue_read(size_t disk_index, int slot);
@@ -142,7 +152,7 @@ class LayerStreamer {
   cudaStream_t copy_ = nullptr, relay_ = nullptr;
   DeviceBuffer raw_[kLandingBuffers];        // file-layout landing buffers of the H2D copies
   std::vector<cudaEvent_t> landing_free_;    // per landing buffer: its last re-layout finished
-  uint64_t transfers_ = 0;                   // picks the landing buffer
+  uint64_t transfers_ = 0;                   // issued so far: picks the landing buffer
   std::vector<cudaEvent_t> slot_copied_, slot_free_;
   // Pinned staging ring for storage reads.
   std::vector<PinnedBuffer> staging_;
@@ -155,9 +165,18 @@ class LayerStreamer {
   // This pass: the streamed indices it transfers, and each one's place (-1: none).
   std::vector<size_t> pass_;
   std::vector<int> pass_place_;
+  uint64_t pass_base_ = 0;     // transfers of all passes before this pass's first
+  std::vector<size_t> ahead_;  // streamed indices the last pass transferred for the next one, in order
 
-  // Timing: per streamed index, events of this chunk.
-  std::vector<cudaEvent_t> copy_begin_, h2d_end_, copy_end_, compute_begin_, compute_end_;
+  // Timing: per streamed index, events of this chunk. A transfer's run on
+  // the copy and re-lay streams: two sets, by the parity of the pass it is
+  // for, since transfers ahead run while this pass's are read.
+  struct CopyEvents {
+    std::vector<cudaEvent_t> begin, h2d_end, end;
+  };
+  CopyEvents copies_[2];
+  CopyEvents& copies_for(uint64_t chunk) { return copies_[chunk % 2]; }
+  std::vector<cudaEvent_t> compute_begin_, compute_end_;
   std::vector<double> read_begin_us_, read_end_us_;
   cudaEvent_t origin_ = nullptr, resident_begin_ = nullptr;
   Clock::time_point origin_time_, chunk_start_;
