@@ -35,6 +35,15 @@ double measure_h2d_gbps(int gpu) {
 #endif
 }
 
+double measure_h2d_gbps_beside(const std::function<void()>& work, int gpu) {
+#ifdef NT_HAVE_CUDA
+  return measure_pinned_h2d_gbps_beside(gpu, work);
+#else
+  (void)work;
+  fail("this build has no CUDA backend to measure the host-to-device speed of GPU {} with", gpu);
+#endif
+}
+
 double measure_gpu_layer_gbps(int gpu) {
 #ifdef NT_HAVE_CUDA
   return kGpuLayerShareOfCopy * measure_device_memory_gbps(gpu);

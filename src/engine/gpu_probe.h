@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ std::vector<GpuSummary> find_gpus(const std::vector<int>& ids);
 
 // Pinned host-to-device copy speed of `gpu` in GB/s (best of a few 256 MiB copies).
 double measure_h2d_gbps(int gpu = 0);
+
+// The same copies back to back while `work` runs on the calling thread: the
+// link's GB/s while the host's memory serves both.
+double measure_h2d_gbps_beside(const std::function<void()>& work, int gpu = 0);
 
 // A layer's GPU compute rate, in GB/s of its weights: the memory rate of
 // `gpu` (device-to-device copies) at the share the H200's resident 70B Q4_K_M

@@ -2,8 +2,9 @@
 // computes in place, and up to how many tokens a pass may have for the CPU
 // to still pay (larger passes stream those layers like the rest). The count
 // is given (--cpu-layers N) or chosen by the four-tier planner
-// (storage/hybrid_plan.h) from rates measured now: the link, the CPU on this
-// model's own layers, and storage when layers stream from it.
+// (storage/hybrid_plan.h) from rates measured now: the link and the CPU on
+// this model's own layers, timed together as a split runs them, and storage
+// when layers stream from it.
 #pragma once
 
 #include <cstdint>

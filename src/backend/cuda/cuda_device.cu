@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <string_view>
+#include <thread>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -67,29 +70,81 @@ CudaDeviceInfo require_cuda_device(int index) {
   fail("{}", why);
 }
 
-double measure_pinned_h2d_gbps(int index) {
-  constexpr size_t kBytes = 256ull << 20;
-  NT_CUDA_CHECK(cudaSetDevice(index));
-  void *host = nullptr, *device = nullptr;
-  if (cudaMallocHost(&host, kBytes) != cudaSuccess || cudaMalloc(&device, kBytes) != cudaSuccess) {
-    cudaFreeHost(host);
-    fail("cannot allocate {} MiB to measure the host-to-device speed; pass --h2d-gbps", kBytes >> 20);
-  }
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const cudaError_t e = cudaMemcpy(device, host, kBytes, cudaMemcpyHostToDevice);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (e != cudaSuccess) {
-      cudaFree(device);
-      cudaFreeHost(host);
-      fail("host-to-device copy failed: {}", cudaGetErrorString(e));
+namespace {
+
+// 256 MiB of pinned host memory and as much on device `index`, for link probes.
+class LinkProbeBuffers {
+ public:
+  static constexpr size_t kBytes = 256ull << 20;
+  explicit LinkProbeBuffers(int index) {
+    NT_CUDA_CHECK(cudaSetDevice(index));
+    if (cudaMallocHost(&host_, kBytes) != cudaSuccess || cudaMalloc(&device_, kBytes) != cudaSuccess) {
+      cudaGetLastError();
+      release();
+      fail("cannot allocate {} MiB to measure the host-to-device speed of GPU {}; pass --h2d-gbps", kBytes >> 20, index);
     }
-    if (i > 0) best = std::max(best, double(kBytes) / s / 1e9);  // the first copy warms up the path
   }
-  cudaFree(device);
-  cudaFreeHost(host);
+  ~LinkProbeBuffers() { release(); }
+  LinkProbeBuffers(const LinkProbeBuffers&) = delete;
+  LinkProbeBuffers& operator=(const LinkProbeBuffers&) = delete;
+  // One copy's seconds; throws on a failed copy.
+  double copy() const {
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaMemcpy(device_, host_, kBytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) fail("host-to-device copy failed: {}", cudaGetErrorString(e));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  void release() {
+    if (device_) cudaFree(device_);
+    if (host_) cudaFreeHost(host_);
+    device_ = host_ = nullptr;
+  }
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+};
+
+}  // namespace
+
+double measure_pinned_h2d_gbps(int index) {
+  const LinkProbeBuffers buffers(index);
+  buffers.copy();  // warms up the path
+  double best = 0;
+  for (int i = 0; i < 3; ++i) best = std::max(best, double(LinkProbeBuffers::kBytes) / buffers.copy() / 1e9);
   return best;
+}
+
+double measure_pinned_h2d_gbps_beside(int index, const std::function<void()>& work) {
+  const LinkProbeBuffers buffers(index);
+  buffers.copy();
+  std::atomic<bool> done{false};
+  double seconds = 0;
+  uint64_t copies = 0;
+  std::string error;
+  std::thread link([&] {
+    try {
+      NT_CUDA_CHECK(cudaSetDevice(index));
+      while (!done.load()) {
+        seconds += buffers.copy();
+        ++copies;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  try {
+    work();
+  } catch (...) {
+    done = true;
+    link.join();
+    throw;
+  }
+  done = true;
+  link.join();
+  if (!error.empty()) fail("{}", error);
+  // The copies that ended after `work` still overlapped it for most of their time.
+  return copies ? double(copies * LinkProbeBuffers::kBytes) / seconds / 1e9 : 0.0;
 }
 
 double measure_device_memory_gbps(int index) {

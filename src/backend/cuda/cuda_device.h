@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,11 @@ CudaDeviceInfo require_cuda_device(int index);
 // Pinned host -> device copies of 256 MiB on device `index`, best of a few
 // after a warm-up: the link's speed in GB/s.
 double measure_pinned_h2d_gbps(int index);
+
+// The same copies back to back, from another thread, while `work` runs on
+// this one: the link's GB/s while the host's memory also serves `work` (the
+// CPU layers of a hybrid split read it while the link copies from it).
+double measure_pinned_h2d_gbps_beside(int index, const std::function<void()>& work);
 
 // Device-to-device copies of 512 MiB on device `index`, best of a few after a
 // warm-up, counting each byte read and written: its memory rate in GB/s.
