@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -94,6 +95,32 @@ class LinkProbeBuffers {
     if (e != cudaSuccess) fail("host-to-device copy failed: {}", cudaGetErrorString(e));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  // Copies back to back on `stream` until `done`, the thread sleeping while
+  // each runs (a spinning wait would take a core from the work beside it);
+  // returns the bytes and the copies' device seconds.
+  std::pair<uint64_t, double> copy_until(const std::atomic<bool>& done, cudaStream_t stream) const {
+    cudaEvent_t begin = nullptr, end = nullptr;
+    NT_CUDA_CHECK(cudaEventCreate(&begin));
+    NT_CUDA_CHECK(cudaEventCreate(&end));
+    uint64_t bytes = 0;
+    double seconds = 0;
+    cudaError_t e = cudaSuccess;
+    while (e == cudaSuccess && !done.load()) {
+      e = cudaEventRecord(begin, stream);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(device_, host_, kBytes, cudaMemcpyHostToDevice, stream);
+      if (e == cudaSuccess) e = cudaEventRecord(end, stream);
+      if (e != cudaSuccess) break;
+      while ((e = cudaEventQuery(end)) == cudaErrorNotReady) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      float ms = 0;
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, begin, end);
+      bytes += kBytes;
+      seconds += ms * 1e-3;
+    }
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    if (e != cudaSuccess) fail("host-to-device copy failed: {}", cudaGetErrorString(e));
+    return {bytes, seconds};
+  }
 
  private:
   void release() {
@@ -117,34 +144,35 @@ double measure_pinned_h2d_gbps(int index) {
 
 double measure_pinned_h2d_gbps_beside(int index, const std::function<void()>& work) {
   const LinkProbeBuffers buffers(index);
-  buffers.copy();
+  buffers.copy();  // warms up the path
+  cudaStream_t stream = nullptr;
+  NT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::atomic<bool> done{false};
-  double seconds = 0;
-  uint64_t copies = 0;
+  std::pair<uint64_t, double> copied{0, 0.0};
   std::string error;
   std::thread link([&] {
     try {
       NT_CUDA_CHECK(cudaSetDevice(index));
-      while (!done.load()) {
-        seconds += buffers.copy();
-        ++copies;
-      }
+      copied = buffers.copy_until(done, stream);
     } catch (const std::exception& e) {
       error = e.what();
     }
   });
+  const auto finish = [&] {
+    done = true;
+    link.join();
+    cudaStreamDestroy(stream);
+  };
   try {
     work();
   } catch (...) {
-    done = true;
-    link.join();
+    finish();
     throw;
   }
-  done = true;
-  link.join();
+  finish();
   if (!error.empty()) fail("{}", error);
-  // The copies that ended after `work` still overlapped it for most of their time.
-  return copies ? double(copies * LinkProbeBuffers::kBytes) / seconds / 1e9 : 0.0;
+  // The last copy may end after `work`; it overlapped it for most of its time.
+  return copied.second > 0 ? double(copied.first) / copied.second / 1e9 : 0.0;
 }
 
 double measure_device_memory_gbps(int index) {
