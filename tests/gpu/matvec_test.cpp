@@ -146,6 +146,20 @@ TEST(Matvec, EveryWarpsPerRowVariantMatchesReference) {
   }
 }
 
+// Launches of 2 to 4 columns may pair rows over two warps (MatvecParams);
+// odd row counts leave a warp's second row or a block partly empty.
+TEST(Matvec, PairedColumnLaunchesMatchReference) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::Q4_0,
+                          TensorType::Q4_1, TensorType::F16, TensorType::F32}) {
+    for (const Case c : {Case{type, 133, 17 * 256, 2, false, false, 2, 2}, Case{type, 61, 2048, 3, false, true, 2, 2},
+                         Case{type, 9, 512, 4, false, false, 2, 2}, Case{type, 70, 1024, 4, false, true, 2, 2}}) {
+      SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " columns=" << c.columns
+                                      << " residual=" << c.residual);
+      EXPECT_LT(run_case(c).second, test::is_float_type(type) ? 1e-5 : 1e-4);
+    }
+  }
+}
+
 TEST(Matvec, RejectsSplitsAndRowPairsItCannotRun) {
   const auto bytes = test::random_weights(TensorType::Q4_K, 4, 256);
   const test::DeviceWeights dw = test::upload_weights(TensorType::Q4_K, bytes, 4, 256);
@@ -157,11 +171,14 @@ TEST(Matvec, RejectsSplitsAndRowPairsItCannotRun) {
   p.y = y.as<float>();
   p.y_stride = 4;
   p.warps_per_row = 2;
-  EXPECT_THROW(matvec(p, 2, nullptr), Error);
+  EXPECT_THROW(matvec(p, 2, nullptr), Error);  // several columns: one warp a row, or rows paired over two
   p.warps_per_row = 0;
   p.rows_per_warp = 2;
   EXPECT_THROW(matvec(p, 2, nullptr), Error);
   EXPECT_THROW(matvec_stepwise(p, 2, nullptr), Error);  // stepwise columns keep a split, not a row pairing
+  p.warps_per_row = 2;
+  EXPECT_NO_THROW(matvec(p, 2, nullptr));
+  EXPECT_THROW(matvec(p, kMatvecPairedMaxColumns + 1, nullptr), Error);
   p.rows_per_warp = 3;
   EXPECT_THROW(matvec(p, 1, nullptr), Error);
 }

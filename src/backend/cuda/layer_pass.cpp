@@ -84,6 +84,7 @@ void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float*
     p.y_stride = y_stride;
     p.residual = accumulate ? p.y : nullptr;
     p.norm_out = norm_out;
+    if (choices_.matvec_row_pairs && columns > 1 && columns <= kMatvecPairedMaxColumns) p.warps_per_row = p.rows_per_warp = 2;
     matvec(p, columns, stream_);
   }
 }

@@ -102,6 +102,7 @@ struct PassKernelChoices {
   int64_t int8_gemm_min_tokens;
   bool super_block_activations;  // K-quant inputs of the int8 GEMM as super-block activations
   bool short_batch_attention;    // decode batches of short contexts attend as their steps alone do
+  bool matvec_row_pairs;         // mat-vecs of 2 to 4 columns pair rows over two warps
 };
 
 class LayerPass {

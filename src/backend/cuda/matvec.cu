@@ -71,11 +71,16 @@ void check_params(const MatvecParams& p, int64_t columns, bool stepwise) {
     fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
          matvec_wants_q8(p.w.type) ? "q8" : "f32");
   }
-  // Stepwise columns keep a forced split (the one-column launch's), not a row pairing.
-  const bool one_column_choice = p.rows_per_warp != 0 || (!stepwise && p.warps_per_row != 0);
-  if (one_column_choice && columns != 1) {
-    fail("matvec chooses {} only for one column, got {}", stepwise ? "rows per warp" : "warps per row and rows per warp",
-         columns);
+  // Stepwise columns keep a forced split (the one-column launch's), not a row
+  // pairing; other launches of several columns run one warp a row, or pair
+  // rows over two warps.
+  if (stepwise && p.rows_per_warp != 0 && columns != 1) fail("matvec chooses rows per warp only for one column, got {}", columns);
+  const bool paired = p.warps_per_row == 2 && p.rows_per_warp == 2;
+  const bool one_warp = p.warps_per_row <= 1 && p.rows_per_warp <= 1;
+  if (!stepwise && columns != 1 && !one_warp && !(paired && columns <= kMatvecPairedMaxColumns)) {
+    fail("matvec over {} columns runs one warp a row, or (2 to {} columns, not gated) two rows over two warps; got {} "
+         "warps per row and {} rows per warp",
+         columns, kMatvecPairedMaxColumns, p.warps_per_row, p.rows_per_warp);
   }
   if (p.rows_per_warp < 0 || p.rows_per_warp > 2 || (p.rows_per_warp == 2 && p.w_up.rows)) {
     fail("matvec takes 1 or 2 rows per warp, and 1 when gated; got {}", p.rows_per_warp);

@@ -35,6 +35,9 @@ struct NormOut {
   float* group_sumsq = nullptr;        // [rows / 32]
 };
 
+// The most columns of a paired launch (MatvecParams::rows_per_warp).
+constexpr int kMatvecPairedMaxColumns = 4;
+
 struct MatvecParams {
   DeviceMatrix w;                    // rows x cols
   DeviceMatrix w_up;                 // set for the gated form: y = silu(W x) * (W_up x)
@@ -42,8 +45,12 @@ struct MatvecParams {
   float* y = nullptr;                // column c, row r at y[c * y_stride + r]
   int64_t y_stride = 0;
   const float* residual = nullptr;   // added to y in the epilogue (may be y itself)
-  int warps_per_row = 0;             // single column only: 1, 2 or 4 forces a variant, 0 picks by shape
-  int rows_per_warp = 0;             // single column, not gated: 1 or 2 forces a variant, 0 picks by shape
+  // One column: warps_per_row 1, 2 or 4 and (not gated) rows_per_warp 1 or 2
+  // force a variant, 0 picks by shape. Two to kMatvecPairedMaxColumns
+  // columns, not gated: 2 and 2 pair rows over two warps (cuda_bench
+  // columns); otherwise one warp a row.
+  int warps_per_row = 0;
+  int rows_per_warp = 0;
   NormIn norm_in;                    // single column: x is un-normalized (see NormIn)
   NormOut norm_out;                  // single column, not gated: also writes the next RMSNorm's input
 };

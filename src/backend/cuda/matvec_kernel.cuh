@@ -266,9 +266,15 @@ template <class F, int kColumns>
 void launch_matvec_columns(const MatvecParams& p, cudaStream_t stream) {
   if (p.w_up.rows) {
     launch_matvec_kernel<F, kColumns, true, 1>(p, stream);
-  } else {
-    launch_matvec_kernel<F, kColumns, false, 1>(p, stream);
+    return;
   }
+  if constexpr (kColumns <= kMatvecPairedMaxColumns) {
+    if (p.rows_per_warp == 2) {  // matvec() checked: two rows over two warps
+      launch_matvec_kernel<F, kColumns, false, 2, true>(p, stream);
+      return;
+    }
+  }
+  launch_matvec_kernel<F, kColumns, false, 1>(p, stream);
 }
 
 template <class F, bool kGated, int kSplit>
