@@ -271,7 +271,9 @@ void LayerStreamer::begin_chunk(cudaStream_t compute, std::span<const int32_t> l
   if (!disk_order.empty() && disk_order != read_order_) restart_reads(std::move(disk_order));
   // Transfers the last pass issued ahead count as this pass's first when its
   // layers begin with them; otherwise they are spent and this pass follows them.
-  const bool kept = !ahead_.empty() && ahead_.size() <= pass_.size() && std::equal(ahead_.begin(), ahead_.end(), pass_.begin());
+  // (A pass that threw before end_chunk leaves copies issued for a chunk that never came: spent.)
+  const bool kept = !ahead_.empty() && ahead_for_ == stats_.chunks && ahead_.size() <= pass_.size() &&
+                    std::equal(ahead_.begin(), ahead_.end(), pass_.begin());
   pass_base_ = transfers_ - (kept ? ahead_.size() : 0);
   for (size_t j = kept ? ahead_.size() : 0; j < pass_.size() && j < size_t(options_.gpu_slots); ++j) transfer(j);
   ahead_.clear();
@@ -298,6 +300,7 @@ void LayerStreamer::after_layer(int64_t layer, cudaStream_t compute) {
   } else if (options_.run_ahead && next - pass_.size() == ahead_.size() && next - pass_.size() < pass_.size() &&
              layers_[pass_[next - pass_.size()]].tier == Tier::Ram) {
     ahead_.push_back(pass_[next - pass_.size()]);
+    ahead_for_ = stats_.chunks + 1;
     transfer(next);
   }
 }

@@ -167,6 +167,7 @@ class LayerStreamer {
   std::vector<int> pass_place_;
   uint64_t pass_base_ = 0;     // transfers of all passes before this pass's first
   std::vector<size_t> ahead_;  // streamed indices the last pass transferred for the next one, in order
+  uint64_t ahead_for_ = 0;     // the chunk (stats_.chunks) they were issued for
 
   // Timing: per streamed index, events of this chunk. A transfer's run on
   // the copy and re-lay streams: two sets, by the parity of the pass it is
