@@ -22,6 +22,7 @@ namespace {
 struct Case {
   int64_t rows, cols, tokens;
   uint64_t scratch_bytes;  // 0: no split-K
+  int widest_tile = 64;    // QuantizedGemmParams::widest_tile
 };
 
 // Super-block activations of `tokens` rows on the device, and on the host
@@ -78,6 +79,7 @@ std::vector<double> run_case(TensorType type, const Case& c, bool super = false)
     p.scratch = scratch.as<float>();
     p.scratch_bytes = c.scratch_bytes;
     p.multiprocessors = multiprocessors;
+    p.widest_tile = c.widest_tile;
     quantized_gemm(p, nullptr);
     NT_CUDA_CHECK(cudaDeviceSynchronize());
     for (int64_t t = 0; t < c.tokens; ++t) {
@@ -104,14 +106,16 @@ std::vector<Case> cases(TensorType type) {
   const uint64_t split = 64 << 20;
   return {Case{133, long_row, 9, 0},  Case{133, long_row, 9, split},           Case{70, short_row, 1, 0},
           Case{64, long_row, 16, split}, Case{200, short_row * 2, 31, split},  Case{96, long_row, 64, split},
-          Case{37, long_row, 77, split}, Case{150, long_row, 40, 150 * 40 * 4 * 2}};
+          Case{37, long_row, 77, split}, Case{150, long_row, 40, 150 * 40 * 4 * 2},
+          // Several 32-token tiles where 64-token ones would run.
+          Case{96, long_row, 64, split, 32}, Case{133, long_row, 45, 0, 32}};
 }
 
 TEST_P(QuantizedGemmTest, MatchesQ8ProductsAtEveryTileWidth) {
   const TensorType type = GetParam();
   for (const Case c : cases(type)) {
     SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " tokens=" << c.tokens
-                                    << " scratch=" << c.scratch_bytes);
+                                    << " scratch=" << c.scratch_bytes << " widest tile=" << c.widest_tile);
     for (const double e : run_case(type, c)) EXPECT_LT(e, 1e-5);  // float32 rounding of exact integer products only
   }
 }
@@ -122,7 +126,7 @@ TEST(QuantizedGemm, SuperBlockActivationsMatchTheirProductsAtEveryTileWidth) {
   for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
     for (const Case c : cases(type)) {
       SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " tokens=" << c.tokens
-                                      << " scratch=" << c.scratch_bytes);
+                                      << " scratch=" << c.scratch_bytes << " widest tile=" << c.widest_tile);
       for (const double e : run_case(type, c, true)) EXPECT_LT(e, 1e-5);
     }
   }

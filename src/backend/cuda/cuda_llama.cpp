@@ -320,6 +320,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
   }
   options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
+  options_.int8_gemm_widest_tile = int(env_setting("NT_CUDA_INT8_TILE", options_.int8_gemm_widest_tile, 32, 64));
+  if (options_.int8_gemm_widest_tile != 32 && options_.int8_gemm_widest_tile != 64) {
+    fail("int8_gemm_widest_tile (NT_CUDA_INT8_TILE) is 32 or 64 tokens, not {}", options_.int8_gemm_widest_tile);
+  }
   options_.short_batch_attention = env_setting("NT_CUDA_SHORT_BATCH_ATTENTION", options_.short_batch_attention, 0, 1) != 0;
   options_.stream_run_ahead = env_setting("NT_STREAM_RUN_AHEAD", options_.stream_run_ahead, 0, 1) != 0;
   options_.matvec_row_pairs = env_setting("NT_CUDA_MATVEC_PAIRS", options_.matvec_row_pairs, 0, 1) != 0;
@@ -362,8 +366,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   allocate_activations();
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
   const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
-  const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.super_block_activations,
-                                  options_.short_batch_attention, options_.matvec_row_pairs};
+  const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.int8_gemm_widest_tile,
+                                  options_.super_block_activations, options_.short_batch_attention,
+                                  options_.matvec_row_pairs};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
                 stream_);
 }

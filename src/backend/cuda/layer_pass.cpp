@@ -62,6 +62,7 @@ QuantizedGemmParams LayerPass::int8_gemm_params(const DeviceMatrix& m, const Inp
   p.scratch = gemm_.scratch().as<float>();
   p.scratch_bytes = gemm_.scratch().size();
   p.multiprocessors = multiprocessors_;
+  p.widest_tile = choices_.int8_gemm_widest_tile;
   return p;
 }
 

@@ -671,7 +671,7 @@ template <class Tile, bool kSuper = false>
 void launch_for_tokens(const QuantizedGemmParams& p, cudaStream_t stream) {
   if (p.n_tokens <= 8) return launch<Tile, 8, kSuper>(p, stream);
   if (p.n_tokens <= 16) return launch<Tile, 16, kSuper>(p, stream);
-  if (p.n_tokens <= 32) return launch<Tile, 32, kSuper>(p, stream);
+  if (p.n_tokens <= 32 || p.widest_tile == 32) return launch<Tile, 32, kSuper>(p, stream);
   launch<Tile, 64, kSuper>(p, stream);
 }
 
@@ -737,6 +737,7 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
     fail("the int8 GEMM has no kernel for {} rows of {} elements", tensor_type_name(p.w.type), p.w.cols);
   }
   if (p.multiprocessors < 1) fail("the int8 GEMM needs the GPU's multiprocessor count, got {}", p.multiprocessors);
+  if (p.widest_tile != 32 && p.widest_tile != 64) fail("the int8 GEMM's widest tile is 32 or 64 tokens, not {}", p.widest_tile);
   if (p.w_up.rows > 0) {
     if (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols || p.w.rows % 32 != 0 || !p.y_q8 ||
         !p.y_q8_scales || p.accumulate) {

@@ -55,6 +55,10 @@ struct QuantizedGemmParams {
   float* scratch = nullptr;
   uint64_t scratch_bytes = 0;
   int multiprocessors = 0;            // of the GPU it runs on: how many blocks fill it
+  // Tokens of the widest tile: 64, or 32 (inputs of more tokens take several
+  // tiles, each rereading the weights: fewer registers and more blocks a
+  // multiprocessor, for the A/B against 64-token tiles).
+  int widest_tile = 64;
   // The gated form (w_up set, as the FFN's gate and up): h = silu(X W^T) *
   // (X W_up^T) as q8 activations (quantize_activations' format) in y_q8 and
   // y_q8_scales, and in y when y is set; one launch for both matrices.
