@@ -99,23 +99,36 @@ double disk_gbps(const PlanOptions& o, const std::string& path, const ReaderOpti
 }
 
 // The CPU's rate at one token and at batch_tokens per pass: given, or timed
-// on this model's own layers with cpu::matmul.
-CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file) {
+// on this model's own layers with cpu::matmul. With link_beside, the probes
+// run while the link copies (as the runner's planner times them, the way a
+// hybrid split runs both), and it gets the link's rate meanwhile.
+CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file, double* link_beside) {
   CpuRate rate{o.cpu_gbps, o.cpu_batch_gbps, o.batch_tokens};
+  std::vector<std::string> lines;
   auto probe = [&](int64_t tokens, double& gbps) {
     if (gbps > 0) {
-      fmt::print("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (given)\n", tokens, tokens == 1 ? " " : "s", gbps);
+      lines.push_back(fmt::format("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (given)", tokens, tokens == 1 ? " " : "s", gbps));
       return;
     }
     const CpuRateProbe m = measure_cpu_rate(file, tokens, kCpuProbeSeconds, o.threads);
     gbps = m.gbps;
-    fmt::print("  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (measured: cpu::matmul, {} threads, {} of layer "
-               "matrices cycled, {} in {:.2f} s{})\n",
-               tokens, tokens == 1 ? " " : "s", gbps, m.threads, format_size(m.working_set), format_size(m.bytes),
-               m.seconds, m.working_set < kCpuProbeWorkingSet ? "; a model this small may measure the caches" : "");
+    lines.push_back(fmt::format(
+        "  CPU at {:>3} token{}  {:>9.2f} GB/s of weights (measured: cpu::matmul, {} threads, {} of layer matrices cycled, "
+        "{} in {:.2f} s{}{})",
+        tokens, tokens == 1 ? " " : "s", gbps, m.threads, format_size(m.working_set), format_size(m.bytes), m.seconds,
+        link_beside ? ", the link copying meanwhile" : "",
+        m.working_set < kCpuProbeWorkingSet ? "; a model this small may measure the caches" : ""));
   };
-  probe(1, rate.decode_gbps);
-  if (o.batch_tokens > 1) probe(o.batch_tokens, rate.batch_gbps);
+  auto probes = [&] {
+    probe(1, rate.decode_gbps);
+    if (o.batch_tokens > 1) probe(o.batch_tokens, rate.batch_gbps);
+  };
+  if (link_beside) {
+    *link_beside = measure_h2d_gbps_beside(probes);
+  } else {
+    probes();
+  }
+  for (const std::string& line : lines) fmt::print("{}\n", line);
   return rate;
 }
 
@@ -394,7 +407,15 @@ void plan(const PlanOptions& o) {
   hybrid.rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
-    hybrid.rates.cpu = cpu_rate(o, *file);
+    // Measured CPU and link: timed together, as the runner's planner does.
+    const bool together = gpu && o.h2d_gbps <= 0 && (o.cpu_gbps <= 0 || (o.batch_tokens > 1 && o.cpu_batch_gbps <= 0));
+    double link_beside = 0;
+    hybrid.rates.cpu = cpu_rate(o, *file, together ? &link_beside : nullptr);
+    if (together) {
+      hybrid.rates.link.h2d_gbps = link_beside;
+      fmt::print("  H2D beside the CPU  {:>9.2f} GB/s (measured while the CPU probes ran; {:.2f} alone)\n", link_beside,
+                 speeds.h2d_gbps);
+    }
     if (o.cpu_gbps <= 0) {  // measured: set beside the host's read ceiling
       const CpuRateProbe read = measure_host_read(kHostReadProbeBytes, kCpuProbeSeconds, o.threads);
       fmt::print("  host memory read    {:>9.2f} GB/s (measured: {} threads summing {}); the CPU layers at 1 token reach {:.0f}% of it\n",
