@@ -34,6 +34,7 @@ MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, con
     rates.cpu.decode_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
     rates.cpu.batch_gbps = measure_cpu_rate(file, kCpuProbeBatch, kCpuProbeSeconds, threads).gbps;
   });
+  if (rates.link.h2d_gbps <= 0) rates.link.h2d_gbps = m.link_alone_gbps;  // no copy finished beside the probes
   rates.cpu.batch_tokens = kCpuProbeBatch;
   rates.gpu_gbps = measure_gpu_layer_gbps();
   rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
