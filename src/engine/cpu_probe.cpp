@@ -16,7 +16,7 @@ CpuRateProbe measure_cpu_rate(const GgufFile& file, int64_t tokens, double secon
                               uint64_t min_working_set) {
   // Whole matrices of whole layers, called as the runner calls them: on the
   // 16-core H200 host, 16 MiB pieces of rows measured 38.7 GB/s where the
-  // CPU layers of the hybrid split then ran at 72 (docs/PERFORMANCE.md).
+  // CPU layers of the hybrid split then ran at ~70 (docs/PERFORMANCE.md).
   std::vector<cpu::WeightView> matrices;
   CpuRateProbe probe;
   int64_t widest = 0, tallest = 0;

@@ -22,7 +22,7 @@ struct MeasuredRates {
 
 // The CPU layers of a split compute while the link copies the streamed ones
 // out of the same host memory, so the CPU and the link are timed together
-// (on the H200 host the CPU layers of a split ran at 68 GB/s of weights
+// (on the H200 host the CPU layers of a split ran at ~70 GB/s of weights
 // beside the copies, against ~85 alone).
 MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, const PlacementPlan& base, int threads) {
   MeasuredRates m;
