@@ -2,7 +2,7 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "engine/cpu_probe.h"
