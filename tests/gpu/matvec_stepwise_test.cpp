@@ -114,9 +114,10 @@ TEST_P(StepwiseMatvecTest, EveryColumnIsTheOneColumnLaunch) {
   const bool q8 = matvec_wants_q8(type);
   const int64_t block = tensor_type_info(type).block_elems == 256 ? 256 : 32;
   // Row lengths whose default split is 1, 2 and 4 warps for every format
-  // (4 to 64 elements a unit), columns up to past one launch's 8.
+  // (4 to 64 elements a unit), columns up to past one launch's 8, and the
+  // narrower launch's 4.
   for (const int64_t cols : {4 * block, int64_t(64 * 256), int64_t(128 * 256)}) {
-    for (const int64_t columns : {2, 8, 9}) {
+    for (const int64_t columns : {2, 4, 8, 9}) {
       expect_columns_as_one({type, 37, cols, columns});
       expect_columns_as_one({type, 64, cols, columns, true, false, q8});
     }
@@ -130,7 +131,7 @@ TEST_P(StepwiseMatvecTest, EveryColumnIsTheOneColumnLaunch) {
   if (!q8) return;
   // The folded norms as a decode layer uses them: wo and down write the next
   // norm's input (with the residual), Q/K/V, gate/up and the head read it.
-  for (const int64_t columns : {5, 8, 11}) {
+  for (const int64_t columns : {4, 5, 8, 11}) {
     expect_columns_as_one({type, 64, 8 * block, columns, false, true, false, true});
     expect_columns_as_one({type, 96, 64 * 256, columns, false, true, true, true});
     expect_columns_as_one({type, 32, 8 * block, columns, false, false, true});
