@@ -77,7 +77,7 @@ struct CudaRunnerOptions {
   bool short_batch_attention = false;
   // Ungated mat-vecs of 2 to 4 columns (decode batches of 2-3 sequences,
   // short prompt chunks, speculative passes) pair rows over two warps: on
-  // the H200 at 4 columns 5-60% faster on every 8B and 70B shape (`cuda_bench
+  // the H200 at 4 columns 5-63% faster on every 8B and 70B shape (`cuda_bench
   // columns`, docs/PERFORMANCE.md). Off until measured in the runner;
   // NT_CUDA_MATVEC_PAIRS=1 turns it on for A/B runs.
   bool matvec_row_pairs = false;
