@@ -14,10 +14,10 @@ constexpr double kCpuProbeSeconds = 0.3;  // per pass size
 constexpr int64_t kCpuProbeBatch = 8;
 constexpr uint64_t kDiskProbeBytes = 256ull << 20;
 
-// The rates the planner weighs, and the link's and CPU's alone for the log.
+// The rates the planner weighs, and the link's alone for the log.
 struct MeasuredRates {
   HybridRates rates;
-  double link_alone_gbps = 0, cpu_alone_gbps = 0;
+  double link_alone_gbps = 0;
 };
 
 // The CPU layers of a split compute while the link copies the streamed ones
@@ -29,7 +29,6 @@ MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, con
   HybridRates& rates = m.rates;
   m.link_alone_gbps = measure_h2d_gbps();
   if (base.count(Tier::Disk) > 0) rates.link.disk_gbps = measure_disk_read(file.path(), kDiskProbeBytes).gbps;
-  m.cpu_alone_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
   rates.link.h2d_gbps = measure_h2d_gbps_beside([&] {
     rates.cpu.decode_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
     rates.cpu.batch_gbps = measure_cpu_rate(file, kCpuProbeBatch, kCpuProbeSeconds, threads).gbps;
@@ -71,10 +70,10 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
   split.summary = fmt::format(
       "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens; decode predicted {:.1f} ms "
       "a token against {:.1f} ms streaming them (measured, the link and the CPU together: link {:.1f} GB/s, CPU {:.1f} GB/s "
-      "of weights at 1 token and {:.1f} at {}; alone {:.1f} and {:.1f}; GPU layers {:.0f} GB/s{})",
+      "of weights at 1 token and {:.1f} at {}; the link alone {:.1f} GB/s; GPU layers {:.0f} GB/s{})",
       forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, hybrid * 1e3,
       streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
-      measured.link_alone_gbps, measured.cpu_alone_gbps, rates.gpu_gbps,
+      measured.link_alone_gbps, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());
   return split;
 }
