@@ -39,8 +39,15 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--gpus", o.gpus,
                  "CUDA: the GPUs to run on, e.g. 0,1: one stage of consecutive layers on each, in order (a GPU listed "
                  "twice holds two stages; default: GPU 0 alone)");
-  cmd.add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (planned, not run yet) or auto "
-                                     "(the default: the faster by the planner, from rates measured at load)");
+  cmd.add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (every layer's heads and FFN "
+                                     "columns cut across the GPUs, summed over NCCL) or auto (the default: the faster by the "
+                                     "planner, from rates measured at load)");
+  cmd.add_option("--nccl-id", o.nccl_id,
+                 "With --split tensor: run rank 0 here and the other ranks as processes of their own (`ntransformer rank "
+                 "--rank R` with the same -m, --gpus and --nccl-id), joined through the NCCL id written to this file");
+  cmd.add_option("--join-timeout", o.join_timeout_s, "With --nccl-id: seconds to wait for the other ranks to join")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
@@ -69,6 +76,11 @@ LoadedModel load_model(const ModelOptions& o) {
     if (open.gpus.empty()) fail("--split needs --gpus, e.g. --gpus 0,1 --split layer");
     open.split = parse_split(o.split);
   }
+  if (!o.nccl_id.empty() && open.split != Split::Tensor) {
+    fail("--nccl-id {}: ranks in processes of their own run the tensor split: add --split tensor", o.nccl_id);
+  }
+  open.nccl_id_file = o.nccl_id;
+  open.join_timeout_s = o.join_timeout_s;
   if (open.gpus.size() > 1 && !o.vram_budget.empty()) {
     open.vram_budgets = parse_per_gpu_sizes(o.vram_budget, open.gpus, "--vram-budget");
   } else if (!o.vram_budget.empty()) {

@@ -30,6 +30,9 @@ struct ModelOptions {
   // CUDA over several GPUs: --gpus 0,1 (a GPU may repeat: stages sharing it)
   // and --split layer|tensor|auto; empty: GPU 0 alone.
   std::string gpus, split;
+  // --nccl-id: the tensor split's ranks past the first run as `ntransformer rank` processes.
+  std::string nccl_id;
+  double join_timeout_s = 300;
   // A --draft-model loaded after this model: on CUDA its VRAM comes out of this model's budget.
   std::string draft_model;
 };

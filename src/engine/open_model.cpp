@@ -35,6 +35,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
   KvPages::check_pool(o.kv_pool, context);
   Device device = o.device;
   const bool several_gpus = o.gpus.size() > 1;
+  if (!o.nccl_id_file.empty() && (!several_gpus || o.split != Split::Tensor)) {
+    fail("--nccl-id {}: a process per GPU runs the tensor split over several GPUs (--gpus 0,1 --split tensor)", o.nccl_id_file);
+  }
   if (several_gpus && o.cpu_layers.value_or(0) > 0) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
@@ -60,7 +63,10 @@ OpenedModel open_model(const OpenModelOptions& o) {
       // One budget given for all, or one per GPU.
       std::vector<uint64_t> budgets = o.vram_budgets;
       if (budgets.empty() && o.vram_budget) budgets.assign(o.gpus.size(), *o.vram_budget);
-      OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, {o.gpus, budgets, cuda}, o.split);
+      CudaPipelineOptions stages{o.gpus, budgets, cuda};
+      stages.nccl_id_file = o.nccl_id_file;
+      stages.join_timeout_s = o.join_timeout_s;
+      OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, stages, o.split);
       m.runner = std::move(pipeline.runner);
       m.split_summary = std::move(pipeline.summary);
       return m;

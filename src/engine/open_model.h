@@ -37,6 +37,10 @@ struct OpenModelOptions {
   std::vector<int> gpus;
   std::optional<Split> split;          // with several GPUs: layer or tensor; nullopt: auto
   std::vector<uint64_t> vram_budgets;  // with several GPUs: one per entry of gpus; empty: vram_budget for each, else free VRAM
+  // The tensor split with a process per GPU: this process runs rank 0, the
+  // others join through the NCCL id written here (serve_tensor_rank).
+  std::string nccl_id_file;
+  double join_timeout_s = 300;
   IoBackend io = IoBackend::Auto;
   // CUDA: RAM-tier layers the CPU computes (engine/hybrid_split.h); nullopt: auto.
   std::optional<int64_t> cpu_layers;

@@ -11,6 +11,12 @@ OpenedPipeline open_cuda_pipeline(const GgufFile& file, int64_t context, const C
                                   std::optional<Split> split) {
   const CudaPipelineRequest r = cuda_pipeline_request(file, context, options);
   GpuSplitChoice choice = choose_gpu_split(file, r.footprint, r.request, split);
+  if (!options.nccl_id_file.empty()) {
+    if (choice.plan.split != Split::Tensor) fail("--nccl-id: a process per GPU runs the tensor split (--split tensor)");
+    const int ranks = int(choice.plan.gpus.size());
+    RankLink followers = join_rank_link(0, ranks, choice.plan.gpus[0].gpu.id, options.nccl_id_file, options.join_timeout_s);
+    return {make_cuda_tensor_leader(file, context, options, choice.plan, std::move(followers)), choice.summary};
+  }
   if (choice.plan.split == Split::Tensor) {
     if (split) return {make_cuda_tensor_parallel(file, context, options, choice.plan), choice.summary};
     // Until it is measured on several GPUs, auto does not pick it.

@@ -120,6 +120,28 @@ std::vector<PageCopy> KvPages::write(SeqId seq, int64_t from, int64_t end) {
   return copies;
 }
 
+void KvPages::mirror(SeqId seq, int64_t length, std::span<const int32_t> pages) {
+  if (seq < 0 || (max_sequences_ > 0 && seq >= max_sequences_)) {
+    fail("mirrored books name sequence {}, outside this pool's {} sequences", seq, max_sequences_);
+  }
+  if (length < 0 || length > max_length_ || int64_t(pages.size()) != pages_for(length)) {
+    fail("mirrored books of sequence {}: {} positions in {} pages do not fit pages of {} and a context of {}", seq, length,
+         pages.size(), page_size_, max_length_);
+  }
+  for (const int32_t page : pages) {
+    if (page < 0 || page >= page_count()) fail("mirrored books of sequence {} name page {} of a pool of {}", seq, page, page_count());
+  }
+  if (size_t(seq) >= seqs_.size()) seqs_.resize(size_t(seq) + 1);
+  Sequence& s = seqs_[size_t(seq)];
+  for (const int32_t page : pages) {  // taken before the old ones go, so a page kept is never freed
+    if (refs_[size_t(page)]++ == 0) free_.erase(std::find(free_.begin(), free_.end(), page));
+  }
+  for (const int32_t page : s.pages) release(page);
+  s.live = true;
+  s.length = length;
+  s.pages.assign(pages.begin(), pages.end());
+}
+
 bool KvPages::holds(SeqId seq) const { return seq >= 0 && size_t(seq) < seqs_.size() && seqs_[size_t(seq)].live; }
 
 int64_t KvPages::length(SeqId seq) const { return live(seq).length; }

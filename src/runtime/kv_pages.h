@@ -45,6 +45,11 @@ class KvPages {
   // the shortfall when the pool or the sequence's maximum length runs out;
   // nothing changes then. The sequence's length becomes `end`.
   std::vector<PageCopy> write(SeqId seq, int64_t from, int64_t end);
+  // Books that follow another pool's (a tensor-split rank in another process
+  // follows rank 0's): seq, allocated if it was not, holds `length`
+  // positions in exactly these pages, shared by count with any other holder.
+  // nt::Error naming the sequence when the pages do not fit this pool.
+  void mirror(SeqId seq, int64_t length, std::span<const int32_t> pages);
 
   bool holds(SeqId seq) const;
   int64_t length(SeqId seq) const;

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -60,6 +62,29 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::join_local_gpus(const NcclLibra
 void NcclComm::all_reduce_sum(const float* send, float* recv, size_t count, cudaStream_t stream) const {
   nccl_.check(nccl_.all_reduce(send, recv, count, nccl::kFloat32, nccl::kSum, comm_, stream),
               fmt::format("ncclAllReduce of {} floats (rank {} on GPU {})", count, rank_, gpu_));
+}
+
+void NcclComm::broadcast_from_first(void* buffer, size_t bytes, cudaStream_t stream) const {
+  nccl_.check(nccl_.broadcast(buffer, buffer, bytes, nccl::kUint8, 0, comm_, stream),
+              fmt::format("ncclBroadcast of {} bytes (rank {} on GPU {})", bytes, rank_, gpu_));
+}
+
+void NcclComm::wait(cudaStream_t stream, const std::string& what) {
+  // Short polls first: a pass's messages are usually there within microseconds.
+  for (int polls = 0;; ++polls) {
+    const cudaError_t done = cudaStreamQuery(stream);
+    if (done == cudaSuccess) return;
+    if (done != cudaErrorNotReady) NT_CUDA_CHECK(done);
+    nccl::Result async = nccl::kSuccess;
+    nccl_.check(nccl_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+    if (async != nccl::kSuccess && async != nccl::kInProgress) {
+      const std::string error = nccl_.get_error_string(async);
+      nccl_.comm_abort(comm_);
+      comm_ = nullptr;
+      fail("{} (rank {} of {} on GPU {}): NCCL reports {}; the communicator is aborted", what, rank_, n_ranks_, gpu_, error);
+    }
+    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 }  // namespace nt

@@ -33,6 +33,13 @@ class NcclComm {
   // recv[i] = the sum over ranks of their send[i], for `count` floats, ordered
   // on `stream` of this rank's GPU (in place when send == recv).
   void all_reduce_sum(const float* send, float* recv, size_t count, cudaStream_t stream) const;
+  // Rank 0's `bytes` bytes at `buffer` (device memory) land in every rank's
+  // `buffer`, ordered on `stream`.
+  void broadcast_from_first(void* buffer, size_t bytes, cudaStream_t stream) const;
+  // Waits for the work queued on `stream` while watching the communicator's
+  // asynchronous error: a failed peer or link ends the wait with nt::Error
+  // naming `what` (the communicator is aborted then) where NCCL reports it.
+  void wait(cudaStream_t stream, const std::string& what);
 
   // The single-process form: one communicator over this process's `gpus`,
   // rank i on gpus[i], joined inside one NCCL group (joining one by one would

@@ -14,7 +14,8 @@
 #if __has_include(<nccl.h>)
 #include <nccl.h>  // types and constants only: nothing is linked from it
 static_assert(sizeof(ncclUniqueId) == sizeof(nt::nccl::UniqueId));
-static_assert(ncclSuccess == nt::nccl::kSuccess && ncclFloat32 == nt::nccl::kFloat32 && ncclSum == nt::nccl::kSum);
+static_assert(ncclSuccess == nt::nccl::kSuccess && ncclInProgress == nt::nccl::kInProgress &&
+              ncclUint8 == nt::nccl::kUint8 && ncclFloat32 == nt::nccl::kFloat32 && ncclSum == nt::nccl::kSum);
 #endif
 
 namespace nt {
@@ -113,7 +114,10 @@ const NcclLibrary& NcclLibrary::get() {
       resolve(handle, "ncclGetUniqueId", l.get_unique_id, path);
       resolve(handle, "ncclCommInitRank", l.comm_init_rank, path);
       resolve(handle, "ncclAllReduce", l.all_reduce, path);
+      resolve(handle, "ncclBroadcast", l.broadcast, path);
       resolve(handle, "ncclCommDestroy", l.comm_destroy, path);
+      resolve(handle, "ncclCommAbort", l.comm_abort, path);
+      resolve(handle, "ncclCommGetAsyncError", l.comm_get_async_error, path);
       resolve(handle, "ncclGroupStart", l.group_start, path);
       resolve(handle, "ncclGroupEnd", l.group_end, path);
       resolve(handle, "ncclGetErrorString", l.get_error_string, path);

@@ -21,6 +21,8 @@ namespace nt {
 namespace nccl {
 using Result = int;
 constexpr Result kSuccess = 0;
+constexpr Result kInProgress = 7;  // ncclInProgress
+constexpr int kUint8 = 1;    // ncclUint8
 constexpr int kFloat32 = 7;  // ncclFloat32
 constexpr int kSum = 0;      // ncclSum
 struct UniqueId {
@@ -45,7 +47,10 @@ class NcclLibrary {
   nccl::Result (*get_unique_id)(nccl::UniqueId*) = nullptr;
   nccl::Result (*comm_init_rank)(nccl::Comm*, int n_ranks, nccl::UniqueId, int rank) = nullptr;
   nccl::Result (*all_reduce)(const void*, void*, size_t, int type, int op, nccl::Comm, cudaStream_t) = nullptr;
+  nccl::Result (*broadcast)(const void*, void*, size_t, int type, int root, nccl::Comm, cudaStream_t) = nullptr;
   nccl::Result (*comm_destroy)(nccl::Comm) = nullptr;
+  nccl::Result (*comm_abort)(nccl::Comm) = nullptr;
+  nccl::Result (*comm_get_async_error)(nccl::Comm, nccl::Result*) = nullptr;
   nccl::Result (*group_start)() = nullptr;
   nccl::Result (*group_end)() = nullptr;
   const char* (*get_error_string)(nccl::Result) = nullptr;

@@ -33,6 +33,11 @@ struct CudaPipelineOptions {
   // A decode step of several sequences runs as this many micro-batches
   // (runtime/pass_chunks.h), which the stages overlap; 0: one a stage; 1: none.
   int micro_batches = 0;
+  // The tensor split only: this process runs rank 0 and the other ranks run
+  // in processes of their own, joined through the NCCL id written to this
+  // file within join_timeout_s (tensor_parallel_runner.h). Empty: one process.
+  std::string nccl_id_file;
+  double join_timeout_s = 300;
 };
 
 // What the multi-GPU planner places from, found on the GPUs: the model's

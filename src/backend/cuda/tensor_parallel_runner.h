@@ -8,13 +8,17 @@
 // every rank is on that GPU, the test mode). Rank 0 embeds the tokens and
 // computes the head and what the entries ask for. Every shard is resident:
 // a plan that streams is refused. It serves the whole ModelRunner seam, as
-// the layer split does.
+// the layer split does. The ranks run as threads of one process, or one
+// process per GPU: rank 0 (the leader) keeps the books and sends every other
+// rank (a follower) its shard and then each pass and KV move
+// (runtime/rank_messages.h) over their link (rank_link.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "backend/cuda/pipeline_runner.h"
+#include "backend/cuda/rank_link.h"
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "storage/multi_gpu_plan.h"
@@ -27,5 +31,21 @@ namespace nt {
 // stream, and when NCCL cannot be loaded for ranks on distinct GPUs.
 std::unique_ptr<ModelRunner> make_cuda_tensor_parallel(const GgufFile& file, int64_t context,
                                                        const CudaPipelineOptions& options, const MultiGpuPlan& plan);
+
+// Rank 0 of the tensor split `plan` whose other ranks follow in processes
+// (or threads) of their own (follow_tensor_rank), tied to them by
+// `followers`: it loads plan.gpus[0]'s shard while they load theirs. Throws
+// nt::Error as make_cuda_tensor_parallel does, and when a follower could not
+// load its shard. Its destruction stops the followers.
+std::unique_ptr<ModelRunner> make_cuda_tensor_leader(const GgufFile& file, int64_t context, const CudaPipelineOptions& options,
+                                                     const MultiGpuPlan& plan, RankLink followers);
+
+// A rank past the first (link.channel->rank()): loads on CUDA device `gpu`
+// the shard that rank 0 sends, with `options` for everything rank 0 does
+// not send (it sends the context, chunk size, sequences and KV pool), then
+// runs rank 0's passes until rank 0's runner is gone. Throws nt::Error naming
+// the rank when its file is not rank 0's model or its shard does not load
+// (rank 0 then fails too), and on a message it cannot read.
+void follow_tensor_rank(const GgufFile& file, int gpu, RankLink link, const CudaRunnerOptions& options);
 
 }  // namespace nt
