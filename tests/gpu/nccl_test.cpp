@@ -3,11 +3,8 @@
 // and the error when the library is absent. Each skips, saying why, where
 // NCCL or a second GPU is missing.
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -16,8 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/nccl_comm.h"
 #include "gpu_test_util.h"
-
-extern char** environ;
+#include "run_self.h"
 
 namespace nt {
 namespace {
@@ -83,33 +79,6 @@ TEST(Nccl, OneProcessSumsOverItsGpus) {
   NT_CUDA_CHECK(cudaSetDevice(0));
 }
 
-// Runs this test binary again with `filter` and extra environment entries;
-// the exit status, or -1 when it ran past timeout_s (then it is killed).
-int run_self(const std::string& filter, const std::vector<std::string>& extra_env, double timeout_s) {
-  std::vector<std::string> args = {"/proc/self/exe", "--gtest_filter=" + filter};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env(extra_env);
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) != 0) return -2;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -3;
-}
-
 // One rank of TwoProcessesSumOverTwoGpus (the parent sets the environment).
 TEST(NcclWorker, AllReduceAsOneRank) {
   const char* rank_text = std::getenv("NT_NCCL_TEST_RANK");
@@ -134,7 +103,7 @@ TEST(Nccl, TwoProcessesSumOverTwoGpus) {
   std::thread ranks[2];
   for (int r = 0; r < 2; ++r) {
     ranks[r] = std::thread([&, r] {
-      status[r] = run_self("NcclWorker.AllReduceAsOneRank",
+      status[r] = test::run_self("NcclWorker.AllReduceAsOneRank",
                            {"NT_NCCL_TEST_RANK=" + std::to_string(r), "NT_NCCL_TEST_ID_FILE=" + id_file}, 180);
     });
   }
@@ -161,7 +130,7 @@ TEST(NcclWorker, ReportsTheMissingLibrary) {
 }
 
 TEST(Nccl, MissingLibraryErrorSaysWhereItLooked) {
-  EXPECT_EQ(run_self("NcclWorker.ReportsTheMissingLibrary",
+  EXPECT_EQ(test::run_self("NcclWorker.ReportsTheMissingLibrary",
                      {"NT_NCCL_LIBRARY=/nonexistent/libnccl.so.2", "NT_NCCL_TEST_EXPECT_MISSING=1"}, 120),
             0);
 }

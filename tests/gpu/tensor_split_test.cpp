@@ -11,8 +11,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_llama.h"
@@ -21,8 +23,10 @@
 #include "backend/cuda/tensor_parallel_runner.h"
 #include "core/error.h"
 #include "engine/open_model.h"
+#include "engine/tensor_rank.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
+#include "run_self.h"
 #include "stories.h"
 #include "tokenizer/tokenizer.h"
 
@@ -112,6 +116,193 @@ TEST(TensorSplit, OpenModelRunsItWhenAskedFor) {
   const OpenedModel m = open_model(o);
   EXPECT_NE(m.runner->description().find("tensor split over 2 ranks (sums through one GPU)"), std::string::npos)
       << m.runner->description();
+}
+
+// Work that goes through every message of the process-per-GPU protocol:
+// prompts side by side, a decode step of them all, a prefix copied into a
+// page it then writes (a page copy), a token tree's accepted path kept (row
+// moves), a truncation; the logits of every pass, in order.
+std::vector<float> protocol_workout(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts) {
+  const int64_t vocab = runner.config().vocab_size;
+  std::vector<float> logits;
+  const auto keep = [&](const BatchOutputs& out) { logits.insert(logits.end(), out.logits.begin(), out.logits.end()); };
+  std::vector<SeqId> seqs;
+  Batch batch;
+  BatchOutputs out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    seqs.push_back(runner.seq_alloc());
+    batch.add_run(prompts[i], 0, seqs[i], Output::Logits);
+  }
+  runner.forward(batch, out);
+  keep(out);
+  batch.clear();
+  for (size_t i = 0; i < prompts.size(); ++i) batch.add(int32_t(7 + i), int64_t(prompts[i].size()), seqs[i], Output::Logits);
+  runner.forward(batch, out);
+  keep(out);
+  const SeqId copy = runner.seq_alloc();
+  const int64_t shared = int64_t(prompts[0].size()) - 1;  // inside a page: its write copies the page first
+  runner.seq_copy_prefix(seqs[0], copy, shared);
+  batch.clear();
+  batch.add_run(std::vector<int32_t>{5, 6, 7}, shared, copy, Output::Logits);
+  runner.forward(batch, out);
+  keep(out);
+  // A tree of the root and two children; the second child's path is kept.
+  const int64_t root = runner.seq_length(seqs[1]);
+  batch.clear();
+  batch.add(11, root, seqs[1], Output::Logits);
+  batch.add(12, root + 1, seqs[1], Output::Logits);
+  batch.add(13, root + 1, seqs[1], Output::Logits, false, 0);
+  runner.forward(batch, out);
+  keep(out);
+  const std::vector<int64_t> kept{root, root + 2};
+  runner.seq_keep(seqs[1], root, kept);
+  runner.seq_truncate(seqs[0], 4);
+  batch.clear();
+  batch.add(14, 4, seqs[0], Output::Logits);
+  batch.add(15, root + 2, seqs[1], Output::Logits);
+  runner.forward(batch, out);
+  keep(out);
+  EXPECT_EQ(logits.size() % size_t(vocab), 0u);
+  return logits;
+}
+
+// Rank 0 here and rank 1 on a thread of its own, both on GPU 0, over the
+// process-per-GPU protocol (messages through memory, sums through the GPU):
+// every pass's logits are bit for bit those of the same split run by one
+// process (the same kernels and the same sums in the same order).
+TEST(TensorSplit, FollowerRankComputesAsOneProcessOnOneGpu) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : {"The robot painted the morning sky in soft colors, and the town woke", "1, 2, 3, 4, 5,"}) {
+    prompts.push_back(tokenizer.encode(p));
+  }
+  CudaRunnerOptions o;
+  o.max_sequences = 4;
+  const CudaPipelineOptions stages{{0, 0}, {}, o};
+  const CudaPipelineRequest r = cuda_pipeline_request(*file, kContext, stages);
+  const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  std::vector<float> want;
+  {
+    auto one_process = make_cuda_tensor_parallel(*file, kContext, stages, plan);
+    want = protocol_workout(*one_process, prompts);
+  }
+  std::vector<RankLink> links = local_rank_links(2);
+  std::exception_ptr follower_error;
+  std::thread follower([&] {
+    try {
+      follow_tensor_rank(*file, 0, std::move(links[1]), o);
+    } catch (...) {
+      follower_error = std::current_exception();
+    }
+  });
+  std::vector<float> got;
+  try {
+    auto leader = make_cuda_tensor_leader(*file, kContext, stages, plan, std::move(links[0]));
+    SCOPED_TRACE(leader->description());
+    EXPECT_NE(leader->description().find("ranks 1-1 follow on threads"), std::string::npos) << leader->description();
+    got = protocol_workout(*leader, prompts);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank 0: " << e.what();
+  }
+  follower.join();  // the leader's end stopped it
+  if (follower_error) {
+    try {
+      std::rethrow_exception(follower_error);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank 1: " << e.what();
+    }
+  }
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "logits differ from the one-process split's";
+}
+
+// A follower whose file is not rank 0's says so, and rank 0 fails too.
+TEST(TensorSplit, AFollowerWithAnotherModelIsRefused) {
+  const std::string smol = test::smollm2_path(), stories = test::stories260k_gguf();
+  if (!std::filesystem::exists(smol) || stories.empty()) GTEST_SKIP() << "SmolLM2 or stories260K not present";
+  const auto leader_file = GgufFile::open(stories), follower_file = GgufFile::open(smol);
+  const CudaPipelineOptions stages{{0, 0}, {}, {}};
+  const CudaPipelineRequest r = cuda_pipeline_request(*leader_file, kContext, stages);
+  const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  std::vector<RankLink> links = local_rank_links(2);
+  std::string follower_error;
+  std::thread follower([&] {
+    try {
+      follow_tensor_rank(*follower_file, 0, std::move(links[1]), {});
+    } catch (const Error& e) {
+      follower_error = e.what();
+    }
+  });
+  std::string leader_error;
+  try {
+    make_cuda_tensor_leader(*leader_file, kContext, stages, plan, std::move(links[0]));
+  } catch (const Error& e) {
+    leader_error = e.what();
+  }
+  follower.join();
+  EXPECT_NE(follower_error.find("is not the model rank 0 runs"), std::string::npos) << follower_error;
+  EXPECT_NE(follower_error.find(smol), std::string::npos) << follower_error;
+  EXPECT_NE(leader_error.find("1 of the tensor split's 2 ranks could not load"), std::string::npos) << leader_error;
+}
+
+// Rank 1 of TwoProcessesDecodeAsOneRunnerOnTwoGpus (the parent sets the environment).
+TEST(TensorRankWorker, FollowsRankZero) {
+  const char* id_file = std::getenv("NT_TP_TEST_ID_FILE");
+  if (!id_file) GTEST_SKIP() << "runs as a child of TensorSplit.TwoProcessesDecodeAsOneRunnerOnTwoGpus";
+  TensorRankOptions o;
+  o.path = test::smollm2_path();
+  o.gpus = {0, 1};
+  o.rank = 1;
+  o.nccl_id_file = id_file;
+  o.join_timeout_s = 120;
+  serve_tensor_rank(o);
+}
+
+// `ntransformer rank` as a second process: the split decodes as the single
+// runner does, alone and batched (as SmolLM2DecodesAsOneRunnerOnTwoGpus).
+TEST(TensorSplit, TwoProcessesDecodeAsOneRunnerOnTwoGpus) {
+  if (test::gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << test::gpu_count() << " visible";
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string id_file =
+      (std::filesystem::temp_directory_path() / ("nt_tp_id." + std::to_string(getpid()))).string();
+  std::filesystem::remove(id_file);
+  int follower_status = 0;
+  std::thread follower([&] { follower_status = test::run_self("TensorRankWorker.FollowsRankZero", {"NT_TP_TEST_ID_FILE=" + id_file}, 300); });
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts, want;
+  for (const char* p : {"1, 2, 3, 4, 5, 6, 7, 8,", "2, 4, 6, 8, 10, 12,", "101, 102, 103, 104,"}) prompts.push_back(tokenizer.encode(p));
+  CudaRunnerOptions one_options;
+  one_options.max_sequences = int(prompts.size()) + 1;
+  {
+    auto one = make_cuda_runner(*file, kContext, one_options);
+    for (const auto& p : prompts) want.push_back(test::greedy_decode(*one, p, 32));
+  }
+  try {
+    OpenModelOptions o;
+    o.path = path;
+    o.device = Device::Cuda;
+    o.context = kContext;
+    o.sequences = int(prompts.size()) + 1;
+    o.gpus = {0, 1};
+    o.split = Split::Tensor;
+    o.nccl_id_file = id_file;
+    o.join_timeout_s = 120;
+    const OpenedModel m = open_model(o);
+    SCOPED_TRACE(m.runner->description());
+    EXPECT_NE(m.runner->description().find("in processes of their own"), std::string::npos);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(test::greedy_decode(*m.runner, prompts[i], 32), want[i]);
+    EXPECT_EQ(test::decoded_together(*m.runner, prompts, 32), want);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank 0: " << e.what();
+  }
+  follower.join();
+  EXPECT_EQ(follower_status, 0) << "rank 1 (-1: timed out)";
+  EXPECT_FALSE(std::filesystem::exists(id_file)) << "rank 0 leaves no id behind";
 }
 
 // A plan that streams a shard is refused, naming the GPU.

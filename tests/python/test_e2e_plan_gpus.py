@@ -166,3 +166,29 @@ def test_a_gpu_too_small_is_named():
 def test_bad_values_name_the_flag(extra, message):
     r = plan(*extra, code=1)
     assert message in r.stderr, r.stderr
+
+
+def ntransformer(*args):
+    require_built(NTRANSFORMER)
+    env = {**os.environ, "NT_MODELS_DIR": str(MODELS_DIR), "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([str(NTRANSFORMER), *args], capture_output=True, text=True, timeout=60, env=env)
+    for crash in ("terminate called", "what():", "Segmentation"):
+        assert crash not in r.stderr
+    return r
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rank", "--gpus", "0", "--rank", "1", "--nccl-id", "id"], "at least two"),
+    (["rank", "--gpus", "0,1", "--rank", "2", "--nccl-id", "id"], "are 1 to 1"),
+    (["rank", "--gpus", "0,1", "--rank", "0", "--nccl-id", "id"], "are 1 to 1"),
+    (["rank", "--gpus", "0,1", "--rank", "1"], "--nccl-id"),
+    (["rank", "--gpus", "0,1", "--rank", "1", "--nccl-id", "id"], "GPU 1"),
+    (["run", "--gpus", "0,1", "--split", "layer", "--nccl-id", "id", "-p", "x"], "add --split tensor"),
+    (["run", "--nccl-id", "id", "-p", "x"], "add --split tensor"),
+])
+def test_process_per_gpu_flags_are_checked_before_any_gpu_is_needed(args, message):
+    """`ntransformer rank` and --nccl-id: a wrong rank, a missing flag, or a split
+    other than tensor is named; a rank without its GPU names the GPU."""
+    r = ntransformer(*args)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr

@@ -194,9 +194,10 @@ uint64_t CudaTensorParallelRunner::weight_bytes_per_token() const {
 // rethrown here.
 void CudaTensorParallelRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs,
                                              std::span<const int32_t> layers, BatchOutputs& out) {
+  // Rearmed after a pass that failed, and before a follower can reach a sum of this one.
+  for (const auto& reducer : reducers_) reducer->rearm();
   tell_followers(RankPass{batch, {layers.begin(), layers.end()}, books_of(kv_pages(), runs)});
   const int64_t total = int64_t(batch.size());
-  for (const auto& reducer : reducers_) reducer->rearm();  // after a pass that failed
   run_together<ReductionAborted>(
       ranks_.size(),
       [&](size_t g) {
@@ -276,8 +277,12 @@ void TensorRankFollower::run(const RankPass& pass) {
   for (const SequenceBooks& b : pass.books) books_->mirror(b.seq, b.length, b.pages);
   const std::vector<SequenceRun> runs = sequence_runs(pass.batch);
   const int64_t total = int64_t(pass.batch.size());
-  for (int64_t at = 0; at < total; at += max_batch_) {
-    stage_->run_batch_chunk(pass.batch, runs, *books_, at, std::min(max_batch_, total - at), pass.layers, unused_);
+  try {
+    for (int64_t at = 0; at < total; at += max_batch_) {
+      stage_->run_batch_chunk(pass.batch, runs, *books_, at, std::min(max_batch_, total - at), pass.layers, unused_);
+    }
+  } catch (const ReductionAborted&) {
+    // Rank 0's part of this pass failed (it reports why); the next message starts afresh.
   }
 }
 
