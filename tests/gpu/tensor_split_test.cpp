@@ -19,6 +19,7 @@
 
 #include "backend/cpu/cpu_llama.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/nccl_rank_channel.h"
 #include "backend/cuda/pipeline_runner.h"
 #include "backend/cuda/tensor_parallel_runner.h"
 #include "core/error.h"
@@ -217,6 +218,58 @@ TEST(TensorSplit, FollowerRankComputesAsOneProcessOnOneGpu) {
   }
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want) << "logits differ from the one-process split's";
+}
+
+// The process-per-GPU path with one rank, on one GPU: its messages go out
+// as NCCL broadcasts (to no one), its sums are NCCL all-reduces, and so its
+// decode steps replay CUDA graphs that capture them (alone and batched).
+// Every pass agrees with the same split summed through the GPU's memory,
+// which runs no graphs: the logits bit for bit, the greedy picks exactly.
+TEST(TensorSplit, OneNcclRankReplaysGraphsThatCaptureItsSums) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const NcclLibrary* nccl = nullptr;
+  try {
+    nccl = &NcclLibrary::get();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "NCCL is absent: " << e.what();
+  }
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : {"1, 2, 3, 4, 5, 6, 7, 8,", "2, 4, 6, 8, 10, 12,"}) prompts.push_back(tokenizer.encode(p));
+  // A prompt whose decode crosses kShortDecodeMaxKeys: both graphs of a lone step.
+  std::string counting;
+  for (int i = 1; i < 1000; ++i) counting += std::to_string(i) + ", ";
+  std::vector<int32_t> long_prompt = tokenizer.encode(counting);
+  ASSERT_GT(long_prompt.size(), 1010u);
+  long_prompt.resize(1010);
+  prompts.push_back(long_prompt);
+  const int64_t context = 1280;
+  CudaRunnerOptions o;
+  o.max_sequences = int(prompts.size()) + 1;
+  const CudaPipelineOptions stages{{0}, {}, o};
+  const CudaPipelineRequest r = cuda_pipeline_request(*file, context, stages);
+  const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  std::vector<float> want_logits;
+  std::vector<std::vector<int32_t>> want_alone, want_together;
+  {
+    auto no_graphs = make_cuda_tensor_parallel(*file, context, stages, plan);
+    EXPECT_NE(no_graphs->description().find("no graph"), std::string::npos) << no_graphs->description();
+    want_logits = protocol_workout(*no_graphs, prompts);
+    for (const auto& p : prompts) want_alone.push_back(test::greedy_decode(*no_graphs, p, 40));
+    want_together = test::decoded_together(*no_graphs, prompts, 40);
+  }
+  RankLink link;
+  link.comm = std::move(NcclComm::join_local_gpus(*nccl, {0})[0]);
+  link.channel = std::make_unique<NcclRankChannel>(*link.comm);
+  link.reducer = nccl_reducer(*link.comm);
+  auto graphs = make_cuda_tensor_leader(*file, context, stages, plan, std::move(link));
+  SCOPED_TRACE(graphs->description());
+  EXPECT_NE(graphs->description().find("decode graph"), std::string::npos);
+  EXPECT_TRUE(protocol_workout(*graphs, prompts) == want_logits) << "logits differ";
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(test::greedy_decode(*graphs, prompts[i], 40), want_alone[i]);
+  EXPECT_EQ(test::decoded_together(*graphs, prompts, 40), want_together);
 }
 
 // A follower whose file is not rank 0's says so, and rank 0 fails too.

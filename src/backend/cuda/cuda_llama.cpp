@@ -292,8 +292,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (options_.stage && options_.stage->tensor) {
     tensor_ = options_.stage->tensor;
     if (!tensor_->reducer) fail("{}: tensor-split rank {} has no reducer", gpu_label(), tensor_->rank);
-    // No graphs: the sums across ranks wait on the host (one GPU) or run in NCCL, neither captured yet.
-    options_.decode_graph = false;
+    // Decode steps replay graphs where the sums across ranks are NCCL's, which
+    // a graph captures; sums through one GPU's memory wait on the host.
+    options_.decode_graph = options_.decode_graph && tensor_->reducer->queues_only() &&
+                            env_setting("NT_CUDA_TENSOR_GRAPHS", 1, 0, 1) != 0;
   }
   config_ = tensor_ ? shard_config(full, tensor_->shard) : full;
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
@@ -735,11 +737,11 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   }
 }
 
-// A decode step of n >= 2 sequences, one token each, every one asking for
-// its argmax, over every resident layer: its launches depend on n alone (the
-// positions, sequences and tokens are device inputs at fixed places, the
-// sequences attend in one multi-sequence launch), so one graph per n serves
-// every such step. So do steps whose every row is stepwise (batch-invariant
+// A decode step of n >= 2 sequences (on a tensor rank n >= 1), one token
+// each, every one asking for its argmax, over every resident layer: its
+// launches depend on n alone (the positions, sequences and tokens are device
+// inputs at fixed places, the sequences attend in one multi-sequence
+// launch), so one graph per n serves every such step. So do steps whose every row is stepwise (batch-invariant
 // decoding) where each row's step takes the short-context decode: their
 // attention is one launch of it too, as it is for the other steps of short
 // contexts with short_batch_attention. Null for any other batch.
@@ -747,7 +749,10 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {
   const LlamaConfig& c = config_;
-  if (!decodes_in_graphs() || n < 2 || int64_t(runs.size()) != n || at != 0 || int64_t(batch.size()) != n ||
+  // One sequence's steps take the single-sequence graphs, except on a tensor
+  // rank, whose every pass is a batch.
+  const int64_t fewest = tensor_ ? 1 : 2;
+  if (!decodes_in_graphs() || n < fewest || int64_t(runs.size()) != n || at != 0 || int64_t(batch.size()) != n ||
       int64_t(layers.size()) != stage_layers() ||
       !attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim))) {
     return nullptr;
@@ -762,10 +767,13 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     all_short = all_short && attention_decodes_short(step);
   }
   // A graph per sequence count and attention launch: the multi-sequence
-  // kernel (0), the short-context one (1: short_batch_attention), stepwise rows (2).
+  // kernel (0), the short-context one (1: short_batch_attention), stepwise
+  // rows (2). A lone sequence attends as its single-sequence step would,
+  // sized by decode_max_keys: one graph below kShortDecodeMaxKeys (1), one from there (0).
   const auto graph = [&](int64_t launch) { return batch_graphs_.get(3 * n + launch, stream_, pass); };
   if (stepwise) return all_short ? graph(2) : nullptr;
   if (n >= options_.decode_gemm_min_tokens) return nullptr;
+  if (n == 1) return graph(batch.entries[0].pos < kShortDecodeMaxKeys ? 1 : 0);
   return graph(options_.short_batch_attention && all_short ? 1 : 0);
 }
 

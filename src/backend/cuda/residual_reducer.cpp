@@ -14,6 +14,7 @@ class NcclReducer final : public ResidualReducer {
  public:
   explicit NcclReducer(const NcclComm& comm) : comm_(comm) {}
   void sum(float* x, int64_t count, cudaStream_t stream) override { comm_.all_reduce_sum(x, x, size_t(count), stream); }
+  bool queues_only() const override { return true; }
 
  private:
   const NcclComm& comm_;

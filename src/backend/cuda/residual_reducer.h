@@ -33,6 +33,9 @@ class ResidualReducer {
   // before a pass while no rank is inside sum().
   virtual void abort() {}
   virtual void rearm() {}
+  // Whether sum() only queues work on the stream, so that a CUDA graph can
+  // capture it (NCCL's all-reduce); the shared-GPU sums wait on the host.
+  virtual bool queues_only() const { return false; }
 };
 
 // One reducer per rank of `comm` (one communicator over the ranks' GPUs).
