@@ -175,8 +175,8 @@ std::string CudaTensorParallelRunner::description() const {
   for (size_t g = 0; g < ranks_.size(); ++g) ranks += fmt::format("{}{}", g ? "; " : "", ranks_[g]->description());
   std::string how = comms_.empty() ? "sums through one GPU" : "NCCL all-reduce";
   if (followers_.channel) {
-    how = followers_.comm ? fmt::format("NCCL all-reduce; ranks 1-{} in processes of their own", n_ranks_ - 1)
-                          : fmt::format("sums through one GPU; ranks 1-{} follow on threads", n_ranks_ - 1);
+    how = followers_.comm ? "NCCL all-reduce; the ranks past the first follow in processes of their own"
+                          : "sums through one GPU; the ranks past the first follow on threads of their own";
   }
   return fmt::format("tensor split over {} ranks ({}): {}", n_ranks_, how, ranks);
 }
