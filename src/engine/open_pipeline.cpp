@@ -1,6 +1,10 @@
 #ifdef NT_HAVE_CUDA
 #include "engine/open_pipeline.h"
 
+#include <fmt/format.h>
+
+#include <set>
+
 #include "backend/cuda/tensor_parallel_runner.h"
 #include "core/error.h"
 #include "engine/gpu_split.h"
@@ -13,6 +17,10 @@ OpenedPipeline open_cuda_pipeline(const GgufFile& file, int64_t context, const C
   GpuSplitChoice choice = choose_gpu_split(file, r.footprint, r.request, split);
   if (!options.nccl_id_file.empty()) {
     if (choice.plan.split != Split::Tensor) fail("--nccl-id: a process per GPU runs the tensor split (--split tensor)");
+    const std::set<int> distinct(options.gpus.begin(), options.gpus.end());
+    if (distinct.size() != options.gpus.size()) {
+      fail("--nccl-id with --gpus {}: a process per GPU needs distinct GPUs (NCCL joins one rank a GPU)", fmt::join(options.gpus, ","));
+    }
     const int ranks = int(choice.plan.gpus.size());
     RankLink followers = join_rank_link(0, ranks, choice.plan.gpus[0].gpu.id, options.nccl_id_file, options.join_timeout_s);
     return {make_cuda_tensor_leader(file, context, options, choice.plan, std::move(followers)), choice.summary};

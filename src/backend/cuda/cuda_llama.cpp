@@ -741,10 +741,11 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 // each, every one asking for its argmax, over every resident layer: its
 // launches depend on n alone (the positions, sequences and tokens are device
 // inputs at fixed places, the sequences attend in one multi-sequence
-// launch), so one graph per n serves every such step. So do steps whose every row is stepwise (batch-invariant
-// decoding) where each row's step takes the short-context decode: their
-// attention is one launch of it too, as it is for the other steps of short
-// contexts with short_batch_attention. Null for any other batch.
+// launch), so one graph per n serves every such step. So do steps whose
+// every row is stepwise (batch-invariant decoding) where each row's step
+// takes the short-context decode: their attention is one launch of it too,
+// as it is for the other steps of short contexts with short_batch_attention.
+// Null for any other batch.
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {

@@ -263,13 +263,18 @@ TensorRankFollower::TensorRankFollower(const GgufFile& file, int gpu, RankLink l
 }
 
 void TensorRankFollower::follow() {
-  for (;;) {
-    const RankMessage message = decode_rank_message(link_.channel->receive());
-    if (std::holds_alternative<RankStop>(message)) return;
-    if (const auto* pass = std::get_if<RankPass>(&message)) run(*pass);
-    if (const auto* copies = std::get_if<RankPageCopies>(&message)) stage_->copy_kv_pages(copies->copies);
-    if (const auto* moves = std::get_if<RankRowMoves>(&message)) stage_->move_rows(moves->moves);
-    if (std::holds_alternative<RankSetup>(message)) fail("tensor-split rank {}: rank 0 sent a second setup", link_.channel->rank());
+  try {
+    for (;;) {
+      const RankMessage message = decode_rank_message(link_.channel->receive());
+      if (std::holds_alternative<RankStop>(message)) return;
+      if (const auto* pass = std::get_if<RankPass>(&message)) run(*pass);
+      if (const auto* copies = std::get_if<RankPageCopies>(&message)) stage_->copy_kv_pages(copies->copies);
+      if (const auto* moves = std::get_if<RankRowMoves>(&message)) stage_->move_rows(moves->moves);
+      if (std::holds_alternative<RankSetup>(message)) fail("tensor-split rank {}: rank 0 sent a second setup", link_.channel->rank());
+    }
+  } catch (...) {
+    link_.reducer->abort();  // ranks waiting on the host for this one's sums fail instead of waiting forever
+    throw;
   }
 }
 
