@@ -91,6 +91,12 @@ LoadedModel load_model(const ModelOptions& o) {
   open.trace_path = o.trace;
   open.draft_model = o.draft_model;
   open.cpu_layers = parse_cpu_layers(o.cpu_layers);
+  if (!open.nccl_id_file.empty()) {  // rank 0 waits in NCCL until every other rank has joined
+    const size_t ranks = open.gpus.size();
+    fmt::print(stderr, "rank 0 of {}: waiting for the other ranks; start {} as `ntransformer rank{} --gpus {} --rank {} --nccl-id {}`\n",
+               ranks, ranks == 2 ? "it" : "each", o.model.empty() ? "" : " -m " + o.model, o.gpus,
+               ranks == 2 ? "1" : fmt::format("R (1 to {})", ranks - 1), o.nccl_id);
+  }
   ProgressLine progress("loading weights", 1.0);
   open.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
   OpenedModel opened = open_model(open);
