@@ -73,9 +73,9 @@ void print_multi_gpu_plan(const MultiGpuReportInput& in) {
   fmt::print("  RAM (pinned, all GPUs) {} of {}\n", format_size(p.ram_total), format_size(r.ram_budget));
   if (p.split == Split::Tensor) {
     for (const auto& g : p.gpus) {
-      if (g.plan.count(Tier::Vram) == int64_t(g.plan.layer_tier.size())) continue;
-      fmt::print("  note: the runner holds every shard of the tensor split in VRAM, so it would refuse this placement "
-                 "(GPU {} streams); --split layer streams, or give budgets that hold every shard\n",
+      if (g.plan.count(Tier::Disk) == 0) continue;
+      fmt::print("  note: the runner streams a tensor split's cuts from pinned RAM only, so it would refuse this placement "
+                 "(GPU {} reads layers from storage); raise --ram-budget, or --split layer reads storage\n",
                  g.gpu.id);
       break;
     }

@@ -129,11 +129,13 @@ BatchEntry get_entry(Reader& r) {
 struct Encoder {
   Writer& w;
   void operator()(const RankSetup& s) {
+    if (s.tiers.size() != s.shards.size()) fail("a tensor-split setup of {} shards with tiers for {} ranks", s.shards.size(), s.tiers.size());
     w.put(Kind::Setup);
     for (const int64_t v : {s.model.n_layers, s.model.dim, s.model.vocab_size}) w.put(v);
     w.put(s.model.file_bytes);
     w.put<uint64_t>(s.shards.size());
     for (const TensorShard& shard : s.shards) put_shard(w, shard);
+    for (const std::vector<Tier>& tiers : s.tiers) w.put_all<Tier>(tiers);
     for (const int64_t v : {s.context, s.max_batch, s.max_sequences, s.kv_pool}) w.put(v);
   }
   void operator()(const RankPass& p) {
@@ -169,6 +171,12 @@ RankSetup decode_setup(Reader& r) {
   const uint64_t ranks = r.count("shards", 32);
   if (ranks == 0) fail("tensor-split setup message names no rank");
   for (uint64_t i = 0; i < ranks; ++i) s.shards.push_back(get_shard(r));
+  for (uint64_t i = 0; i < ranks; ++i) {
+    s.tiers.push_back(r.get_all<Tier>("tiers"));
+    for (const Tier t : s.tiers.back()) {
+      if (t != Tier::Vram && t != Tier::Ram && t != Tier::Disk) fail("tensor-split setup message: tier {} is not one of 0-2", int(t));
+    }
+  }
   s.context = r.get<int64_t>("context");
   s.max_batch = r.get<int64_t>("chunk size");
   s.max_sequences = r.get<int64_t>("sequence count");

@@ -15,6 +15,7 @@
 #include "runtime/batch.h"
 #include "runtime/kv_pages.h"
 #include "runtime/tensor_shard.h"
+#include "storage/placement.h"
 
 namespace nt {
 
@@ -25,11 +26,13 @@ struct ModelCheck {
   bool operator==(const ModelCheck&) const = default;
 };
 
-// Sent once, when every rank has joined: each rank's shard (by rank) and the
-// sizes rank 0's runner has, which every rank's KV pool and buffers share.
+// Sent once, when every rank has joined: each rank's shard and the tier of
+// each of its layers (by rank; VRAM or pinned RAM), and the sizes rank 0's
+// runner has, which every rank's KV pool and buffers share.
 struct RankSetup {
   ModelCheck model;
   std::vector<TensorShard> shards;
+  std::vector<std::vector<Tier>> tiers;
   int64_t context = 0, max_batch = 0, max_sequences = 0, kv_pool = 0;
 };
 

@@ -167,6 +167,17 @@ std::vector<float> protocol_workout(ModelRunner& runner, const std::vector<std::
   return logits;
 }
 
+// The plan of a tensor split over `gpus` with each rank's layers [first, end) streamed from pinned RAM.
+MultiGpuPlan streaming_tensor_plan(const GgufFile& file, int64_t context, const CudaPipelineOptions& stages,
+                                   const std::vector<std::pair<int, int>>& streamed) {
+  const CudaPipelineRequest r = cuda_pipeline_request(file, context, stages);
+  MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  for (size_t g = 0; g < plan.gpus.size(); ++g) {
+    for (int l = streamed[g].first; l < streamed[g].second; ++l) plan.gpus[g].plan.layer_tier[size_t(l)] = Tier::Ram;
+  }
+  return plan;
+}
+
 // Rank 0 here and rank 1 on a thread of its own, both on GPU 0, over the
 // process-per-GPU protocol (messages through memory, sums through the GPU):
 // every pass's logits are bit for bit those of the same split run by one
@@ -183,8 +194,8 @@ TEST(TensorSplit, FollowerRankComputesAsOneProcessOnOneGpu) {
   CudaRunnerOptions o;
   o.max_sequences = 4;
   const CudaPipelineOptions stages{{0, 0}, {}, o};
-  const CudaPipelineRequest r = cuda_pipeline_request(*file, kContext, stages);
-  const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  // Rank 1 streams some of its cuts: the setup hands it its tiers.
+  const MultiGpuPlan plan = streaming_tensor_plan(*file, kContext, stages, {{0, 0}, {10, 16}});
   std::vector<float> want;
   {
     auto one_process = make_cuda_tensor_parallel(*file, kContext, stages, plan);
@@ -358,21 +369,49 @@ TEST(TensorSplit, TwoProcessesDecodeAsOneRunnerOnTwoGpus) {
   EXPECT_FALSE(std::filesystem::exists(id_file)) << "rank 0 leaves no id behind";
 }
 
-// A plan that streams a shard is refused, naming the GPU.
-TEST(TensorSplit, AStreamingPlanNamesTheGpu) {
+// Ranks whose cuts of some layers stream from pinned RAM (rank 0 streams
+// layers 3-11, rank 1 layers 5-21, so both ring and resident layers meet
+// in one pass) compute every pass bit for bit as with every cut resident.
+TEST(TensorSplit, StreamedShardsComputeAsResidentOnes) {
+  const std::string path = test::smollm2_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const auto file = GgufFile::open(path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : {"The robot painted the morning sky in soft colors, and the town woke", "1, 2, 3, 4, 5,"}) {
+    prompts.push_back(tokenizer.encode(p));
+  }
+  CudaRunnerOptions o;
+  o.max_sequences = 4;
+  const CudaPipelineOptions stages{{0, 0}, {}, o};
+  std::vector<float> want;
+  {
+    auto resident = make_cuda_tensor_parallel(*file, kContext, stages, streaming_tensor_plan(*file, kContext, stages, {{0, 0}, {0, 0}}));
+    want = protocol_workout(*resident, prompts);
+  }
+  auto streamed = make_cuda_tensor_parallel(*file, kContext, stages, streaming_tensor_plan(*file, kContext, stages, {{3, 12}, {5, 22}}));
+  SCOPED_TRACE(streamed->description());
+  EXPECT_NE(streamed->description().find("21 vram + 9 ram"), std::string::npos);
+  EXPECT_NE(streamed->description().find("13 vram + 17 ram"), std::string::npos);
+  EXPECT_TRUE(protocol_workout(*streamed, prompts) == want) << "logits differ from the resident cuts'";
+}
+
+// A plan that reads a shard from storage is refused, naming the GPU.
+TEST(TensorSplit, AStoragePlanNamesTheGpu) {
   const std::string path = test::stories260k_gguf();
   if (path.empty()) GTEST_SKIP() << "stories260K not present";
   const auto file = GgufFile::open(path);
   const CudaPipelineOptions o{{0, 0}, {}, {}};
   const CudaPipelineRequest r = cuda_pipeline_request(*file, kContext, o);
   MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
-  plan.gpus[1].plan.layer_tier.back() = Tier::Ram;
+  plan.gpus[1].plan.layer_tier.back() = Tier::Disk;
   try {
     make_cuda_tensor_parallel(*file, kContext, o, plan);
-    ADD_FAILURE() << "a streamed shard";
+    ADD_FAILURE() << "a shard read from storage";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("GPU 0"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("storage"), std::string::npos) << e.what();
   }
 }
 

@@ -17,7 +17,13 @@ namespace {
 RankMessage round_trip(const RankMessage& m) { return decode_rank_message(encode_rank_message(m)); }
 
 TEST(RankMessages, SetupComesBackAsSent) {
-  const RankSetup sent{{30, 576, 49152, 123456789012ull}, {{0, 1, 0, 768}, {1, 2, 768, 768}}, 4096, 512, 8, 65536};
+  const RankSetup sent{{30, 576, 49152, 123456789012ull},
+                       {{0, 1, 0, 768}, {1, 2, 768, 768}},
+                       {{Tier::Vram, Tier::Ram}, {Tier::Ram, Tier::Vram}},
+                       4096,
+                       512,
+                       8,
+                       65536};
   const auto got = std::get<RankSetup>(round_trip(sent));
   EXPECT_EQ(got.model, sent.model);
   ASSERT_EQ(got.shards.size(), 2u);
@@ -25,6 +31,7 @@ TEST(RankMessages, SetupComesBackAsSent) {
   EXPECT_EQ(got.shards[1].kv_heads, 2);
   EXPECT_EQ(got.shards[1].first_ffn_column, 768);
   EXPECT_EQ(got.shards[1].ffn_columns, 768);
+  EXPECT_EQ(got.tiers, sent.tiers);
   EXPECT_EQ(got.context, 4096);
   EXPECT_EQ(got.max_batch, 512);
   EXPECT_EQ(got.max_sequences, 8);

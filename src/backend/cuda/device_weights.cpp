@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 
@@ -70,10 +71,10 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     }
   }
   tiers_ = placement.plan.layer_tier;
-  if (tensor && std::count(tiers_.begin(), tiers_.end(), Tier::Vram) != int64_t(tiers_.size())) {
-    fail("{}: the tensor split's rank {} holds its shards in VRAM only; its plan streams {} of {} layers (use --split "
-         "layer, or budgets that hold every shard)",
-         gpu, tensor->rank, int64_t(tiers_.size()) - std::count(tiers_.begin(), tiers_.end(), Tier::Vram), tiers_.size());
+  if (tensor && std::count(tiers_.begin(), tiers_.end(), Tier::Disk) > 0) {
+    fail("{}: the tensor split's rank {} streams its cuts from pinned RAM only, but its plan reads {} of {} layers from "
+         "storage (raise --ram-budget, or use --split layer)",
+         gpu, tensor->rank, std::count(tiers_.begin(), tiers_.end(), Tier::Disk), tiers_.size());
   }
   if (options.cpu_layers > 0 && options.cpu_max_tokens < 1) {
     fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options.cpu_layers, options.cpu_max_tokens);
@@ -216,6 +217,16 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     streamed[j].read = reads_[size_t(l)];
     for (const LayerRead::Tensor& t : reads_[size_t(l)].tensors) staging_offset[t.info] = t.staging_offset;
   }
+  // A tensor-split rank's streamed layers: its cuts packed into a pinned image
+  // of their own (the rank streams only what it computes), each cut at an
+  // aligned offset, gathered from the file's mapping at load.
+  struct PackedCut {
+    Source source;
+    uint64_t offset;
+  };
+  std::vector<std::vector<PackedCut>> packed(streamed.size());
+  std::vector<uint64_t> packed_bytes(streamed.size(), 0);
+  constexpr uint64_t kCutAlignment = 256;
   std::vector<UploadPart> uploads;
   // A tensor-split rank's column cuts: each row's run of blocks, gathered on
   // the host and uploaded after the rest (a read a row would be 16,384 reads
@@ -227,9 +238,17 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       *p.target = place_device_matrix(p.target->type, p.target->rows, p.target->cols, ring_.as<uint8_t>() + p.offset);
       StreamedMatrix m{*p.target, {}};
       int64_t row = 0;
-      for (const Source& part : p.parts) {  // whole tensors: a tensor-split rank streams nothing
-        m.parts.push_back({staging_offset.at(part.ref->info), row, part.ref->rows});
-        row += part.ref->rows;
+      for (const Source& part : p.parts) {
+        if (tensor) {
+          uint64_t& end = packed_bytes[size_t(p.streamed)];
+          end = (end + kCutAlignment - 1) / kCutAlignment * kCutAlignment;
+          packed[size_t(p.streamed)].push_back({part, end});
+          m.parts.push_back({end, row, part.rows()});
+          end += uint64_t(part.rows()) * row_bytes(part.ref->type, part.cols());
+        } else {
+          m.parts.push_back({staging_offset.at(part.ref->info), row, part.ref->rows});
+        }
+        row += part.rows();
       }
       streamed[size_t(p.streamed)].matrices.push_back(std::move(m));
       continue;
@@ -247,6 +266,17 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       }
       row += part.rows();
     }
+  }
+  for (size_t j = 0; j < streamed.size() && tensor; ++j) {
+    streamed[j].read.runs.clear();  // nothing of the file is read as it lies
+    streamed[j].read.staging_bytes = streamed[j].read.file_bytes = packed_bytes[j];
+    streamed[j].fill = [cuts = std::move(packed[j])](uint8_t* image) {
+      for (const auto& [source, offset] : cuts) {
+        const WeightRef& ref = *source.ref;
+        const std::vector<uint8_t> bytes = extract_shard(ref.type, ref.data, ref.rows, ref.cols, source.cut, ref.info->name);
+        std::memcpy(image + offset, bytes.data(), bytes.size());
+      }
+    };
   }
   // Progress counts the resident weights' upload, then the RAM tier's reads.
   uint64_t ram_tier_bytes = 0;

@@ -100,6 +100,13 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
     for (size_t i = 0; i < n; ++i) {  // pinning layer i + 1 overlaps the reads of layer i
       if (layers_[i].tier != Tier::Ram) continue;
       pinned_[i] = PinnedBuffer(layers_[i].read.staging_bytes, "a pinned RAM-tier layer");
+      if (layers_[i].fill) {
+        layers_[i].fill(pinned_[i].as<uint8_t>());
+        layers_[i].fill = nullptr;  // what it refers to need not outlive the load
+        loaded += layers_[i].read.file_bytes;
+        if (options_.on_load_progress) options_.on_load_progress(loaded, ram_bytes);
+        continue;
+      }
       for (const LayerRead::Run& run : layers_[i].read.runs) {
         const uint64_t shift = run.file.offset % align - run.file.offset % load_align;
         tickets.push_back(load.read_async({run.file, pinned_[i].as<uint8_t>() + run.staging_offset + shift, {}}));

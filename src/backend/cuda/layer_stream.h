@@ -66,6 +66,11 @@ struct StreamedLayer {
   Tier tier = Tier::Ram;  // Ram or Disk
   LayerRead read;
   std::vector<StreamedMatrix> matrices;
+  // A RAM-tier layer whose pinned bytes are not the file's (a tensor-split
+  // rank's cuts of it): `fill` writes them, read.staging_bytes with the
+  // matrices' parts inside, once while the streamer is constructed. Empty:
+  // the layer is read from the file.
+  std::function<void(uint8_t*)> fill;
 };
 
 struct LayerStreamOptions {

@@ -23,14 +23,14 @@ namespace nt {
 namespace {
 
 // A tensor-split rank's runner options: the shard over every layer, at the
-// tiers given (every one VRAM: shards do not stream), adding through `reducer`.
+// tiers given (VRAM, or pinned RAM its cuts stream from), adding through `reducer`.
 CudaRunnerOptions rank_options(CudaRunnerOptions rank, int gpu, int index, const TensorShard& shard,
                                ResidualReducer* reducer, std::vector<Tier> tiers) {
   const int64_t layers = int64_t(tiers.size());
   rank.device = gpu;
   rank.stage = StageLayers{0, layers, std::move(tiers), TensorRank{index, shard, reducer}};
   rank.cpu_layers = 0;
-  rank.trace_path.clear();  // a rank streams nothing to trace
+  rank.trace_path.clear();  // the ranks would all write one file
   return rank;
 }
 
@@ -93,6 +93,7 @@ CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t
   if (plan.gpus.empty()) fail("a tensor split needs at least one rank");
   std::vector<int> ids;
   std::vector<TensorShard> shards;
+  std::vector<std::vector<Tier>> tiers;
   int64_t kv_head = 0, ffn_column = 0;
   for (size_t g = 0; g < plan.gpus.size(); ++g) {
     const GpuPlacement& p = plan.gpus[g];
@@ -106,6 +107,7 @@ CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t
     ffn_column += p.ffn_columns;
     ids.push_back(p.gpu.id);
     shards.push_back({p.first_kv_head, p.kv_heads, p.first_ffn_column, p.ffn_columns});
+    tiers.push_back(p.plan.layer_tier);
   }
   if (kv_head != config_.n_kv_heads || ffn_column != config_.ffn_dim) {
     fail("the tensor split's ranks hold {} of {} KV heads and {} of {} FFN columns", kv_head, config_.n_kv_heads,
@@ -124,7 +126,7 @@ CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t
     local_ranks = 1;
     for (size_t g = 1; g < plan.gpus.size(); ++g) follower_weight_bytes_ += plan.gpus[g].plan.vram_layers;
     // The followers load their shards while rank 0 loads its own.
-    tell_followers(RankSetup{model_check(file, config_), shards, context, max_batch_, options.runner.max_sequences,
+    tell_followers(RankSetup{model_check(file, config_), shards, tiers, context, max_batch_, options.runner.max_sequences,
                              options.runner.kv_pool});
   } else {
     require_gpus(ids);  // an absent GPU is named before anything loads
@@ -246,8 +248,8 @@ TensorRankFollower::TensorRankFollower(const GgufFile& file, int gpu, RankLink l
     if (int64_t(setup->shards.size()) != link_.channel->ranks()) {
       fail("tensor-split rank {}: rank 0 planned {} ranks, this rank joined {}", rank, setup->shards.size(), link_.channel->ranks());
     }
-    CudaRunnerOptions o = rank_options(options, gpu, rank, setup->shards[size_t(rank)], link_.reducer.get(),
-                                       std::vector<Tier>(size_t(config.n_layers), Tier::Vram));
+    CudaRunnerOptions o =
+        rank_options(options, gpu, rank, setup->shards[size_t(rank)], link_.reducer.get(), setup->tiers[size_t(rank)]);
     o.max_batch = max_batch_ = setup->max_batch;
     o.max_sequences = int(setup->max_sequences);
     o.kv_pool = setup->kv_pool;
