@@ -6,12 +6,13 @@
 // and after ffn_down the ranks' partial sums are added by an all-reduce
 // (residual_reducer.h: NCCL between GPUs, or through one GPU's memory when
 // every rank is on that GPU, the test mode). Rank 0 embeds the tokens and
-// computes the head and what the entries ask for. Every shard is resident:
-// a plan that streams is refused. It serves the whole ModelRunner seam, as
-// the layer split does. The ranks run as threads of one process, or one
-// process per GPU: rank 0 (the leader) keeps the books and sends every other
-// rank (a follower) its shard and then each pass and KV move
-// (runtime/rank_messages.h) over their link (rank_link.h).
+// computes the head and what the entries ask for. A rank's cuts of the
+// layers beyond its VRAM stream from pinned RAM over its own link; a plan
+// that reads shards from storage is refused. It serves the whole
+// ModelRunner seam, as the layer split does. The ranks run as threads of one
+// process, or one process per GPU: rank 0 (the leader) keeps the books and
+// sends every other rank (a follower) its shard and then each pass and KV
+// move (runtime/rank_messages.h) over their link (rank_link.h).
 #pragma once
 
 #include <cstdint>
