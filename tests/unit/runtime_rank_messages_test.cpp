@@ -120,6 +120,11 @@ TEST(RankMessages, AlteredMessagesNameWhatIsWrong) {
   bytes = encode_rank_message(sample_pass());
   bytes[12 + 8 + 8 + 16] = 4;
   EXPECT_NE(test::error_of([&] { decode_rank_message(bytes); }).find("output kind 4"), std::string::npos);
+  // A tier past Disk: the first rank's first tier follows the header (12), the
+  // model (32), the shard count (8), two shards (64) and the tier count (8).
+  bytes = encode_rank_message(RankSetup{{}, {{}, {}}, {{Tier::Vram}, {Tier::Ram}}, 1, 1, 1, 0});
+  bytes[12 + 32 + 8 + 64 + 8] = 7;
+  EXPECT_NE(test::error_of([&] { decode_rank_message(bytes); }).find("tier 7"), std::string::npos);
   // A count that claims more items than the bytes left hold.
   bytes = encode_rank_message(RankPageCopies{{{1, 2}}});
   bytes[12] = 200;
