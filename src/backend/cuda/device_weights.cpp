@@ -273,6 +273,11 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     streamed[j].fill = [cuts = std::move(packed[j])](uint8_t* image) {
       for (const auto& [source, offset] : cuts) {
         const WeightRef& ref = *source.ref;
+        if (source.cut.axis == ShardAxis::Rows) {  // contiguous in the file: one copy
+          std::memcpy(image + offset, ref.data + uint64_t(source.cut.first) * ref.row_stride(),
+                      uint64_t(source.cut.count) * ref.row_stride());
+          continue;
+        }
         const std::vector<uint8_t> bytes = extract_shard(ref.type, ref.data, ref.rows, ref.cols, source.cut, ref.info->name);
         std::memcpy(image + offset, bytes.data(), bytes.size());
       }
