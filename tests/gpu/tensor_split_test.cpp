@@ -163,6 +163,8 @@ std::vector<float> protocol_workout(ModelRunner& runner, const std::vector<std::
   batch.add(15, root + 2, seqs[1], Output::Logits);
   runner.forward(batch, out);
   keep(out);
+  for (const SeqId s : seqs) runner.seq_free(s);
+  runner.seq_free(copy);
   EXPECT_EQ(logits.size() % size_t(vocab), 0u);
   return logits;
 }
@@ -258,18 +260,29 @@ TEST(TensorSplit, OneNcclRankReplaysGraphsThatCaptureItsSums) {
   prompts.push_back(long_prompt);
   const int64_t context = 1280;
   CudaRunnerOptions o;
-  o.max_sequences = int(prompts.size()) + 1;
+  o.max_sequences = int(prompts.size()) + 2;  // and the default sequence, and protocol_workout's copy
   const CudaPipelineOptions stages{{0}, {}, o};
   const CudaPipelineRequest r = cuda_pipeline_request(*file, context, stages);
   const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
+  // Lone sequences other than the default one: each step's graph must be its own sequence's.
+  const auto lone_on_others = [&](ModelRunner& runner) {
+    std::vector<std::vector<int32_t>> picks;
+    for (const auto& p : prompts) {
+      const SeqId seq = runner.seq_alloc();
+      picks.push_back(test::decoded_together(runner, {p}, 12)[0]);
+      runner.seq_free(seq);  // held meanwhile: decoded_together's sequence gets another id each time
+    }
+    return picks;
+  };
   std::vector<float> want_logits;
-  std::vector<std::vector<int32_t>> want_alone, want_together;
+  std::vector<std::vector<int32_t>> want_alone, want_together, want_others;
   {
     auto no_graphs = make_cuda_tensor_parallel(*file, context, stages, plan);
     EXPECT_NE(no_graphs->description().find("no graph"), std::string::npos) << no_graphs->description();
     want_logits = protocol_workout(*no_graphs, prompts);
     for (const auto& p : prompts) want_alone.push_back(test::greedy_decode(*no_graphs, p, 40));
     want_together = test::decoded_together(*no_graphs, prompts, 40);
+    want_others = lone_on_others(*no_graphs);
   }
   RankLink link;
   link.comm = std::move(NcclComm::join_local_gpus(*nccl, {0})[0]);
@@ -281,6 +294,7 @@ TEST(TensorSplit, OneNcclRankReplaysGraphsThatCaptureItsSums) {
   EXPECT_TRUE(protocol_workout(*graphs, prompts) == want_logits) << "logits differ";
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(test::greedy_decode(*graphs, prompts[i], 40), want_alone[i]);
   EXPECT_EQ(test::decoded_together(*graphs, prompts, 40), want_together);
+  EXPECT_EQ(lone_on_others(*graphs), want_others) << "a lone sequence's steps replayed another sequence's graph";
 }
 
 // A follower whose file is not rank 0's says so, and rank 0 fails too.
