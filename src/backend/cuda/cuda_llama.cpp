@@ -770,16 +770,18 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
   // A graph per sequence count and attention launch: the multi-sequence
   // kernel (0), the short-context one (1: short_batch_attention), stepwise
   // rows (2).
+  if (n == 1) {
+    // A lone sequence attends as its single-sequence step would: through its
+    // own block-table row, sized by decode_max_keys. So graphs per sequence
+    // (negative keys): from kShortDecodeMaxKeys (0), below it (1), stepwise (2).
+    const BatchEntry& e = batch.entries[0];
+    if (stepwise && !all_short) return nullptr;
+    const int64_t launch = stepwise ? 2 : e.pos < kShortDecodeMaxKeys ? 1 : 0;
+    return batch_graphs_.get(-1 - (3 * int64_t(e.seq) + launch), stream_, pass);
+  }
   const auto graph = [&](int64_t launch) { return batch_graphs_.get(3 * n + launch, stream_, pass); };
   if (stepwise) return all_short ? graph(2) : nullptr;
   if (n >= options_.decode_gemm_min_tokens) return nullptr;
-  if (n == 1) {
-    // A lone sequence attends as its single-sequence step would: through its
-    // own block-table row, sized by decode_max_keys. So a graph per sequence,
-    // below kShortDecodeMaxKeys and from there (negative keys).
-    const BatchEntry& e = batch.entries[0];
-    return batch_graphs_.get(-1 - (2 * int64_t(e.seq) + (e.pos < kShortDecodeMaxKeys ? 1 : 0)), stream_, pass);
-  }
   return graph(options_.short_batch_attention && all_short ? 1 : 0);
 }
 
