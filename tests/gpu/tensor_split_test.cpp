@@ -264,13 +264,27 @@ TEST(TensorSplit, OneNcclRankReplaysGraphsThatCaptureItsSums) {
   const CudaPipelineOptions stages{{0}, {}, o};
   const CudaPipelineRequest r = cuda_pipeline_request(*file, context, stages);
   const MultiGpuPlan plan = place_multi_gpu(r.footprint, r.request, Split::Tensor);
-  // Lone sequences other than the default one: each step's graph must be its own sequence's.
+  // Lone sequences other than the default one, their steps plain and
+  // stepwise: each step's graph must be its own sequence's.
   const auto lone_on_others = [&](ModelRunner& runner) {
     std::vector<std::vector<int32_t>> picks;
-    for (const auto& p : prompts) {
-      const SeqId seq = runner.seq_alloc();
-      picks.push_back(test::decoded_together(runner, {p}, 12)[0]);
-      runner.seq_free(seq);  // held meanwhile: decoded_together's sequence gets another id each time
+    Batch batch;
+    BatchOutputs out;
+    for (const bool stepwise : {false, true}) {
+      for (const auto& p : prompts) {
+        const SeqId seq = runner.seq_alloc();
+        batch.clear();
+        batch.add_run(p, 0, seq, Output::Argmax);
+        runner.forward(batch, out);
+        picks.push_back({out.argmax[0]});
+        for (int step = 1; step < 12; ++step) {
+          batch.clear();
+          batch.add(picks.back().back(), int64_t(p.size()) + step - 1, seq, Output::Argmax, stepwise);
+          runner.forward(batch, out);
+          picks.back().push_back(out.argmax[0]);
+        }
+        runner.seq_free(seq);
+      }
     }
     return picks;
   };
