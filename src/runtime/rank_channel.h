@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -21,6 +22,9 @@ class RankChannel {
   virtual void send(std::span<const uint8_t> message) = 0;
   // Every other rank: the next message, waiting for it.
   virtual std::vector<uint8_t> receive() = 0;
+  // A check that a waiting receive() runs now and then (whether rank 0 still
+  // lives); what it throws ends the wait. Channels between threads need none.
+  virtual void watch_sender(std::function<void()> check) { (void)check; }
   // Every rank calls it at the same point with whether it failed (loading
   // its shard); each gets how many ranks did.
   virtual int count_failed(bool failed) = 0;

@@ -131,6 +131,8 @@ struct Encoder {
   void operator()(const RankSetup& s) {
     if (s.tiers.size() != s.shards.size()) fail("a tensor-split setup of {} shards with tiers for {} ranks", s.shards.size(), s.tiers.size());
     w.put(Kind::Setup);
+    w.put(s.leader_pid);
+    w.put_all<char>(s.leader_space);
     for (const int64_t v : {s.model.n_layers, s.model.dim, s.model.vocab_size}) w.put(v);
     w.put(s.model.file_bytes);
     w.put<uint64_t>(s.shards.size());
@@ -164,6 +166,9 @@ struct Encoder {
 
 RankSetup decode_setup(Reader& r) {
   RankSetup s;
+  s.leader_pid = r.get<int64_t>("rank 0's process");
+  const std::vector<char> space = r.get_all<char>("rank 0's host");
+  s.leader_space.assign(space.begin(), space.end());
   s.model.n_layers = r.get<int64_t>("model layers");
   s.model.dim = r.get<int64_t>("model width");
   s.model.vocab_size = r.get<int64_t>("model vocabulary");

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct ModelCheck {
 // each of its layers (by rank; VRAM or pinned RAM), and the sizes rank 0's
 // runner has, which every rank's KV pool and buffers share.
 struct RankSetup {
+  int64_t leader_pid = 0;    // rank 0's process, so that followers beside it notice when it is gone
+  std::string leader_space;  // rank 0's host and PID namespace: where leader_pid names it
   ModelCheck model;
   std::vector<TensorShard> shards;
   std::vector<std::vector<Tier>> tiers;

@@ -17,7 +17,9 @@ namespace {
 RankMessage round_trip(const RankMessage& m) { return decode_rank_message(encode_rank_message(m)); }
 
 TEST(RankMessages, SetupComesBackAsSent) {
-  const RankSetup sent{{30, 576, 49152, 123456789012ull},
+  const RankSetup sent{4242,
+                       "host-a",
+                       {30, 576, 49152, 123456789012ull},
                        {{0, 1, 0, 768}, {1, 2, 768, 768}},
                        {{Tier::Vram, Tier::Ram}, {Tier::Ram, Tier::Vram}},
                        4096,
@@ -25,6 +27,8 @@ TEST(RankMessages, SetupComesBackAsSent) {
                        8,
                        65536};
   const auto got = std::get<RankSetup>(round_trip(sent));
+  EXPECT_EQ(got.leader_pid, 4242);
+  EXPECT_EQ(got.leader_space, "host-a");
   EXPECT_EQ(got.model, sent.model);
   ASSERT_EQ(got.shards.size(), 2u);
   EXPECT_EQ(got.shards[1].first_kv_head, 1);
@@ -120,10 +124,11 @@ TEST(RankMessages, AlteredMessagesNameWhatIsWrong) {
   bytes = encode_rank_message(sample_pass());
   bytes[12 + 8 + 8 + 16] = 4;
   EXPECT_NE(test::error_of([&] { decode_rank_message(bytes); }).find("output kind 4"), std::string::npos);
-  // A tier past Disk: the first rank's first tier follows the header (12), the
-  // model (32), the shard count (8), two shards (64) and the tier count (8).
-  bytes = encode_rank_message(RankSetup{{}, {{}, {}}, {{Tier::Vram}, {Tier::Ram}}, 1, 1, 1, 0});
-  bytes[12 + 32 + 8 + 64 + 8] = 7;
+  // A tier past Disk: the first rank's first tier follows the header (12),
+  // rank 0's process (8) and host (8 + 1), the model (32), the shard count
+  // (8), two shards (64) and the tier count (8).
+  bytes = encode_rank_message(RankSetup{1, "h", {}, {{}, {}}, {{Tier::Vram}, {Tier::Ram}}, 1, 1, 1, 0});
+  bytes[12 + 8 + 9 + 32 + 8 + 64 + 8] = 7;
   EXPECT_NE(test::error_of([&] { decode_rank_message(bytes); }).find("tier 7"), std::string::npos);
   // A count that claims more items than the bytes left hold.
   bytes = encode_rank_message(RankPageCopies{{{1, 2}}});

@@ -69,7 +69,12 @@ void NcclComm::broadcast_from_first(void* buffer, size_t bytes, cudaStream_t str
               fmt::format("ncclBroadcast of {} bytes (rank {} on GPU {})", bytes, rank_, gpu_));
 }
 
-void NcclComm::wait(cudaStream_t stream, const std::string& what) {
+void NcclComm::wait(cudaStream_t stream, const std::string& what, const std::function<void()>& check) {
+  const auto abort = [&] {
+    nccl_.comm_abort(comm_);
+    comm_ = nullptr;
+  };
+  auto next_check = std::chrono::steady_clock::now();
   // Short polls first: a pass's messages are usually there within microseconds.
   for (int polls = 0;; ++polls) {
     const cudaError_t done = cudaStreamQuery(stream);
@@ -79,9 +84,17 @@ void NcclComm::wait(cudaStream_t stream, const std::string& what) {
     nccl_.check(nccl_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
     if (async != nccl::kSuccess && async != nccl::kInProgress) {
       const std::string error = nccl_.get_error_string(async);
-      nccl_.comm_abort(comm_);
-      comm_ = nullptr;
+      abort();
       fail("{} (rank {} of {} on GPU {}): NCCL reports {}; the communicator is aborted", what, rank_, n_ranks_, gpu_, error);
+    }
+    if (check && std::chrono::steady_clock::now() >= next_check) {
+      next_check += std::chrono::milliseconds(100);
+      try {
+        check();
+      } catch (...) {
+        abort();
+        throw;
+      }
     }
     if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +40,9 @@ class NcclComm {
   // Waits for the work queued on `stream` while watching the communicator's
   // asynchronous error: a failed peer or link ends the wait with nt::Error
   // naming `what` (the communicator is aborted then) where NCCL reports it.
-  void wait(cudaStream_t stream, const std::string& what);
+  // `check`, when given, runs every 100 ms of waiting; what it throws ends
+  // the wait (the communicator is aborted then too).
+  void wait(cudaStream_t stream, const std::string& what, const std::function<void()>& check = {});
 
   // The single-process form: one communicator over this process's `gpus`,
   // rank i on gpus[i], joined inside one NCCL group (joining one by one would

@@ -21,7 +21,8 @@ void NcclRankChannel::broadcast(void* host, size_t bytes, const char* what) {
   if (buffer_.size() < bytes) buffer_ = DeviceBuffer(bytes, "the tensor split's message buffer");
   if (rank() == 0) NT_CUDA_CHECK(cudaMemcpyAsync(buffer_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
   comm_.broadcast_from_first(buffer_.get(), bytes, stream_);
-  comm_.wait(stream_, what);  // before a copy into pageable memory, which would wait inside the driver, unwatched
+  // Before a copy into pageable memory, which would wait inside the driver, unwatched.
+  comm_.wait(stream_, what, rank() == 0 ? std::function<void()>() : watch_sender_);
   if (rank() != 0) NT_CUDA_CHECK(cudaMemcpy(host, buffer_.get(), bytes, cudaMemcpyDeviceToHost));
 }
 

@@ -24,6 +24,7 @@ class NcclRankChannel final : public RankChannel {
   int ranks() const override { return comm_.n_ranks(); }
   void send(std::span<const uint8_t> message) override;
   std::vector<uint8_t> receive() override;
+  void watch_sender(std::function<void()> check) override { watch_sender_ = std::move(check); }
   int count_failed(bool failed) override;
 
  private:
@@ -33,6 +34,7 @@ class NcclRankChannel final : public RankChannel {
   NcclComm& comm_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer buffer_;
+  std::function<void()> watch_sender_;  // run while a follower waits
 };
 
 }  // namespace nt

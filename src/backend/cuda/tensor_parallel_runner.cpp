@@ -1,8 +1,11 @@
 #include "backend/cuda/tensor_parallel_runner.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 #include <set>
 #include <variant>
@@ -36,6 +39,25 @@ CudaRunnerOptions rank_options(CudaRunnerOptions rank, int gpu, int index, const
 
 ModelCheck model_check(const GgufFile& file, const LlamaConfig& config) {
   return {config.n_layers, config.dim, config.vocab_size, file.file_size()};
+}
+
+// This host and PID namespace: where a process id names the same process.
+std::string process_space() {
+  char host[256] = {}, pids[64] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || readlink("/proc/self/ns/pid", pids, sizeof pids - 1) <= 0) return {};
+  return fmt::format("{} {}", host, pids);
+}
+
+// Where rank 0's process ids mean what they mean here, a follower checks
+// while it waits that rank 0's process still runs: one killed without
+// closing its model sends no stop.
+void watch_leader(RankChannel& channel, const RankSetup& setup) {
+  if (setup.leader_space.empty() || setup.leader_space != process_space()) return;
+  const pid_t pid = pid_t(setup.leader_pid);
+  const int rank = channel.rank();
+  channel.watch_sender([pid, rank] {
+    if (kill(pid, 0) != 0 && errno == ESRCH) fail("tensor-split rank {}: rank 0 (process {}) is gone", rank, pid);
+  });
 }
 
 class CudaTensorParallelRunner final : public ModelRunner {
@@ -126,8 +148,8 @@ CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t
     local_ranks = 1;
     for (size_t g = 1; g < plan.gpus.size(); ++g) follower_weight_bytes_ += plan.gpus[g].plan.vram_layers;
     // The followers load their shards while rank 0 loads its own.
-    tell_followers(RankSetup{model_check(file, config_), shards, tiers, context, max_batch_, options.runner.max_sequences,
-                             options.runner.kv_pool});
+    tell_followers(RankSetup{int64_t(getpid()), process_space(), model_check(file, config_), shards, tiers, context,
+                             max_batch_, options.runner.max_sequences, options.runner.kv_pool});
   } else {
     require_gpus(ids);  // an absent GPU is named before anything loads
     join_ranks(ids);
@@ -237,6 +259,7 @@ TensorRankFollower::TensorRankFollower(const GgufFile& file, int gpu, RankLink l
     const RankMessage first = decode_rank_message(link_.channel->receive());
     const auto* setup = std::get_if<RankSetup>(&first);
     if (!setup) fail("tensor-split rank {}: rank 0's first message is not its setup", rank);
+    watch_leader(*link_.channel, *setup);
     const LlamaConfig config = read_llama_config(file.header(), file.path());
     const ModelCheck mine = model_check(file, config);
     if (!(mine == setup->model)) {
