@@ -987,7 +987,11 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
   } else {
     pass();
   }
-  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (tensor_) {
+    tensor_->reducer->wait(stream_);  // watching the other ranks' health where NCCL reports it
+  } else {
+    NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   if (streamer_) streamer_->end_chunk();
   for (int64_t i = 0; i < head_total; ++i) {
     const size_t entry = size_t(row_entries_[size_t(i < rows ? head_rows[i] : m + (i - rows))]);

@@ -74,9 +74,9 @@ void NcclComm::wait(cudaStream_t stream, const std::string& what, const std::fun
     nccl_.comm_abort(comm_);
     comm_ = nullptr;
   };
-  auto next_check = std::chrono::steady_clock::now();
-  // Short polls first: a pass's messages are usually there within microseconds.
-  for (int polls = 0;; ++polls) {
+  const auto start = std::chrono::steady_clock::now();
+  auto next_check = start;
+  for (;;) {
     const cudaError_t done = cudaStreamQuery(stream);
     if (done == cudaSuccess) return;
     if (done != cudaErrorNotReady) NT_CUDA_CHECK(done);
@@ -96,7 +96,13 @@ void NcclComm::wait(cudaStream_t stream, const std::string& what, const std::fun
         throw;
       }
     }
-    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    // Yielding polls while a pass or a message may end any moment; a long
+    // wait (a follower idle between requests) sleeps between them.
+    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(50)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 }
 

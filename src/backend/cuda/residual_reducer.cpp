@@ -12,12 +12,13 @@ namespace {
 
 class NcclReducer final : public ResidualReducer {
  public:
-  explicit NcclReducer(const NcclComm& comm) : comm_(comm) {}
+  explicit NcclReducer(NcclComm& comm) : comm_(comm) {}
   void sum(float* x, int64_t count, cudaStream_t stream) override { comm_.all_reduce_sum(x, x, size_t(count), stream); }
   bool queues_only() const override { return true; }
+  void wait(cudaStream_t stream) override { comm_.wait(stream, "a tensor-split pass"); }
 
  private:
-  const NcclComm& comm_;
+  NcclComm& comm_;
 };
 
 // The ranks' meeting place: a barrier that counts generations, so that a
@@ -88,7 +89,9 @@ class SharedGpuReducer final : public ResidualReducer {
 
 }  // namespace
 
-std::unique_ptr<ResidualReducer> nccl_reducer(const NcclComm& comm) { return std::make_unique<NcclReducer>(comm); }
+void ResidualReducer::wait(cudaStream_t stream) { NT_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+std::unique_ptr<ResidualReducer> nccl_reducer(NcclComm& comm) { return std::make_unique<NcclReducer>(comm); }
 
 std::vector<std::unique_ptr<ResidualReducer>> shared_gpu_reducers(int ranks) {
   if (ranks < 1) fail("a tensor split needs at least one rank, got {}", ranks);

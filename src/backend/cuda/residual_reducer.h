@@ -36,10 +36,13 @@ class ResidualReducer {
   // Whether sum() only queues work on the stream, so that a CUDA graph can
   // capture it (NCCL's all-reduce); the shared-GPU sums wait on the host.
   virtual bool queues_only() const { return false; }
+  // Waits for the work queued on `stream` (a pass with its sums); NCCL's
+  // ends with nt::Error where NCCL reports a failed rank or link.
+  virtual void wait(cudaStream_t stream);
 };
 
 // One reducer per rank of `comm` (one communicator over the ranks' GPUs).
-std::unique_ptr<ResidualReducer> nccl_reducer(const NcclComm& comm);
+std::unique_ptr<ResidualReducer> nccl_reducer(NcclComm& comm);
 
 // Reducers for `ranks` ranks on one GPU, one per rank: each rank's call waits
 // for its stream and for the others, then rank 0 adds every rank's rows in
