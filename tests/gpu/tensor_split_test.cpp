@@ -169,6 +169,16 @@ std::vector<float> protocol_workout(ModelRunner& runner, const std::vector<std::
   return logits;
 }
 
+// SmolLM2's prompts for protocol_workout: a sentence and a short count.
+std::vector<std::vector<int32_t>> workout_prompts(const GgufFile& file) {
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file.header(), file.path());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : {"The robot painted the morning sky in soft colors, and the town woke", "1, 2, 3, 4, 5,"}) {
+    prompts.push_back(tokenizer.encode(p));
+  }
+  return prompts;
+}
+
 // The plan of a tensor split over `gpus` with each rank's layers [first, end) streamed from pinned RAM.
 MultiGpuPlan streaming_tensor_plan(const GgufFile& file, int64_t context, const CudaPipelineOptions& stages,
                                    const std::vector<std::pair<int, int>>& streamed) {
@@ -188,11 +198,7 @@ TEST(TensorSplit, FollowerRankComputesAsOneProcessOnOneGpu) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  std::vector<std::vector<int32_t>> prompts;
-  for (const char* p : {"The robot painted the morning sky in soft colors, and the town woke", "1, 2, 3, 4, 5,"}) {
-    prompts.push_back(tokenizer.encode(p));
-  }
+  const std::vector<std::vector<int32_t>> prompts = workout_prompts(*file);
   CudaRunnerOptions o;
   o.max_sequences = 4;
   const CudaPipelineOptions stages{{0, 0}, {}, o};
@@ -404,11 +410,7 @@ TEST(TensorSplit, StreamedShardsComputeAsResidentOnes) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  std::vector<std::vector<int32_t>> prompts;
-  for (const char* p : {"The robot painted the morning sky in soft colors, and the town woke", "1, 2, 3, 4, 5,"}) {
-    prompts.push_back(tokenizer.encode(p));
-  }
+  const std::vector<std::vector<int32_t>> prompts = workout_prompts(*file);
   CudaRunnerOptions o;
   o.max_sequences = 4;
   const CudaPipelineOptions stages{{0, 0}, {}, o};
