@@ -18,6 +18,11 @@ struct FieldError {
   std::string field, message;
 };
 
+// No request nests deeper; the bound also keeps dump() and the field checks,
+// which recurse, off the end of the stack on a line of a million brackets.
+constexpr int kMaxNesting = 32;
+struct TooDeep {};
+
 [[noreturn]] void bad(std::string field, std::string message) { throw FieldError{std::move(field), std::move(message)}; }
 
 // The value as the line wrote it, cut short when long.
@@ -35,11 +40,14 @@ int64_t integer(const json& value, const std::string& field, int64_t lo, int64_t
   return value.get<int64_t>();
 }
 
+// A float parameter's largest value: past it the float would be infinite.
+constexpr double kUnbounded = std::numeric_limits<float>::max();
+
 float number(const json& value, const std::string& field, double lo, double hi) {
   if (!value.is_number()) bad(field, fmt::format("expected a number, got {}", shown(value)));
   const double v = value.get<double>();
   if (!(v >= lo && v <= hi)) {
-    bad(field, hi == std::numeric_limits<double>::max() ? fmt::format("{} is out of range: at least {}", shown(value), lo)
+    bad(field, hi == kUnbounded ? fmt::format("{} is out of range: at least {}", shown(value), lo)
                                                         : fmt::format("{} is out of range: {} to {}", shown(value), lo, hi));
   }
   return float(v);
@@ -114,7 +122,6 @@ void read_fields(const json& j, BatchLine& line) {
   if (has_prompt) line.prompt = text(j["prompt"], "prompt");
   if (has_messages) line.messages = chat_messages(j["messages"]);
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  constexpr double kUnbounded = std::numeric_limits<double>::max();
   if (j.contains("max_tokens")) line.max_tokens = integer(j["max_tokens"], "max_tokens", 0, kInt32Max);
   if (j.contains("temperature")) line.sampling.temperature = number(j["temperature"], "temperature", 0.0, kUnbounded);
   if (j.contains("top_k")) line.sampling.top_k = int32_t(integer(j["top_k"], "top_k", 0, kInt32Max));
@@ -138,8 +145,14 @@ BatchLine parse_batch_line(std::string_view text, const BatchDefaults& defaults)
   line.stop = defaults.stop;
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
+    j = json::parse(text, [](int depth, json::parse_event_t, const json&) {
+      if (depth > kMaxNesting) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    line.error = fmt::format("malformed JSON: nested deeper than {} levels", kMaxNesting);
+    return line;
+  } catch (const json::exception& e) {  // a syntax error, or a number past a double (out_of_range)
     // Drop the library's "[json.exception.parse_error.101] " tag.
     const std::string what = e.what();
     const size_t tag_end = what.find("] ");

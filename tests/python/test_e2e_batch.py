@@ -42,6 +42,9 @@ BAD = [
     ('{"id": "guess", "prompt": "x", "prediction": 5}', "guess", "prediction", "expected a string"),
     ('{"id": "kind", "prompt": "x", "prediction": {"type": "text", "content": "y"}}', "kind", "prediction.type",
      'expected "content"'),
+    ('{"id": "huge", "prompt": "x", "temperature": 1e999}', None, None, "number overflow"),  # past a double
+    # Deeper than any request: refused before anything recurses over it (this line once crashed the whole batch).
+    ('{"id": "deep", "prompt": "x", "stop": ' + "[" * 200000 + "]" * 200000 + "}", None, None, "nested deeper than"),
 ]
 
 
