@@ -40,16 +40,10 @@ int64_t integer(const json& value, const std::string& field, int64_t lo, int64_t
   return value.get<int64_t>();
 }
 
-// A float parameter's largest value: past it the float would be infinite.
-constexpr double kUnbounded = std::numeric_limits<float>::max();
-
 float number(const json& value, const std::string& field, double lo, double hi) {
   if (!value.is_number()) bad(field, fmt::format("expected a number, got {}", shown(value)));
   const double v = value.get<double>();
-  if (!(v >= lo && v <= hi)) {
-    bad(field, hi == kUnbounded ? fmt::format("{} is out of range: at least {}", shown(value), lo)
-                                                        : fmt::format("{} is out of range: {} to {}", shown(value), lo, hi));
-  }
+  if (!(v >= lo && v <= hi)) bad(field, fmt::format("{} is out of range: {:g} to {:g}", shown(value), lo, hi));
   return float(v);
 }
 
@@ -122,8 +116,9 @@ void read_fields(const json& j, BatchLine& line) {
   if (has_prompt) line.prompt = text(j["prompt"], "prompt");
   if (has_messages) line.messages = chat_messages(j["messages"]);
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  constexpr double kLargestFloat = std::numeric_limits<float>::max();  // past it, a temperature would be inf
   if (j.contains("max_tokens")) line.max_tokens = integer(j["max_tokens"], "max_tokens", 0, kInt32Max);
-  if (j.contains("temperature")) line.sampling.temperature = number(j["temperature"], "temperature", 0.0, kUnbounded);
+  if (j.contains("temperature")) line.sampling.temperature = number(j["temperature"], "temperature", 0.0, kLargestFloat);
   if (j.contains("top_k")) line.sampling.top_k = int32_t(integer(j["top_k"], "top_k", 0, kInt32Max));
   if (j.contains("top_p")) line.sampling.top_p = number(j["top_p"], "top_p", 0.0, 1.0);
   if (j.contains("min_p")) line.sampling.min_p = number(j["min_p"], "min_p", 0.0, 1.0);
