@@ -188,9 +188,9 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   // int8 GEMM without folded norms, the tensor-core attention's f16 queries
   // where alone runs the f32 short-context kernel), so near-ties may flip:
   // wherever a sequence parts from its path alone, the two picks must be
-  // within a quarter of a logit. Measured on the H200: 6 of 8 identical,
-  // parting at gaps of 0.08 and 0.17 logits (the issue asks for 7 of 8;
-  // docs/PERFORMANCE.md).
+  // within a quarter of a logit. Measured: 6 of 8 identical on the H200
+  // (gaps 0.08 and 0.17) and on an H100 (0.08 and 0.17); the issue asks for
+  // 7 of 8 (docs/PERFORMANCE.md).
   const Agreement apart = compare_with_alone(*runner, prompts, 64, Prefill::Apart);
   EXPECT_GE(apart.identical, 6u);
   EXPECT_LT(apart.widest_gap, 0.25f);
@@ -206,19 +206,6 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   o.stepwise_steps_max = int64_t(prompts.size());
   auto exact = make_cuda_runner(*file, 256, o);
   EXPECT_EQ(compare_with_alone(*exact, prompts, 64, Prefill::Apart).identical, prompts.size());
-  exact.reset();
-  // Batched matmuls, with attention in the short-context launch
-  // (short_batch_attention: each sequence attends as its step alone does):
-  // the default path's rule, its count reported for the A/B in
-  // docs/PERFORMANCE.md.
-  o.stepwise_steps_max = 0;
-  o.short_batch_attention = true;
-  auto shorts = make_cuda_runner(*file, 256, o);
-  const Agreement short_apart = compare_with_alone(*shorts, prompts, 64, Prefill::Apart);
-  std::printf("  short-context batch attention: %zu of %zu identical, widest gap %.3f (default: %zu, %.3f)\n",
-              short_apart.identical, prompts.size(), short_apart.widest_gap, apart.identical, apart.widest_gap);
-  EXPECT_GE(short_apart.identical, 6u);
-  EXPECT_LT(short_apart.widest_gap, 0.25f);
 }
 
 // Batch-invariant scheduling (SchedulerOptions::batch_invariant) gives every

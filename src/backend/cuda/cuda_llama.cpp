@@ -326,7 +326,6 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (options_.int8_gemm_widest_tile != 32 && options_.int8_gemm_widest_tile != 64) {
     fail("int8_gemm_widest_tile (NT_CUDA_INT8_TILE) is 32 or 64 tokens, not {}", options_.int8_gemm_widest_tile);
   }
-  options_.short_batch_attention = env_setting("NT_CUDA_SHORT_BATCH_ATTENTION", options_.short_batch_attention, 0, 1) != 0;
   options_.stream_run_ahead = env_setting("NT_STREAM_RUN_AHEAD", options_.stream_run_ahead, 0, 1) != 0;
   options_.matvec_row_pairs = env_setting("NT_CUDA_MATVEC_PAIRS", options_.matvec_row_pairs, 0, 1) != 0;
   options_.stepwise_steps_max =
@@ -369,8 +368,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
   const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
   const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.int8_gemm_widest_tile,
-                                  options_.super_block_activations, options_.short_batch_attention,
-                                  options_.matvec_row_pairs};
+                                  options_.super_block_activations, options_.matvec_row_pairs};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
                 stream_);
 }
@@ -743,8 +741,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 // inputs at fixed places, the sequences attend in one multi-sequence
 // launch), so one graph per n serves every such step. So do steps whose
 // every row is stepwise (batch-invariant decoding) where each row's step
-// takes the short-context decode: their attention is one launch of it too,
-// as it is for the other steps of short contexts with short_batch_attention.
+// takes the short-context decode: their attention is one launch of it too.
 // Null for any other batch.
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
                                                     int64_t n, std::span<const int32_t> layers,
@@ -768,8 +765,7 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     all_short = all_short && attention_decodes_short(step);
   }
   // A graph per sequence count and attention launch: the multi-sequence
-  // kernel (0), the short-context one (1: short_batch_attention), stepwise
-  // rows (2).
+  // kernel (0), stepwise rows in the short-context one (1).
   if (n == 1) {
     // A lone sequence attends as its single-sequence step would: through its
     // own block-table row, sized by decode_max_keys. So graphs per sequence
@@ -779,10 +775,10 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     const int64_t launch = stepwise ? 2 : e.pos < kShortDecodeMaxKeys ? 1 : 0;
     return batch_graphs_.get(-1 - (3 * int64_t(e.seq) + launch), stream_, pass);
   }
-  const auto graph = [&](int64_t launch) { return batch_graphs_.get(3 * n + launch, stream_, pass); };
-  if (stepwise) return all_short ? graph(2) : nullptr;
+  const auto graph = [&](int64_t launch) { return batch_graphs_.get(2 * n + launch, stream_, pass); };
+  if (stepwise) return all_short ? graph(1) : nullptr;
   if (n >= options_.decode_gemm_min_tokens) return nullptr;
-  return graph(options_.short_batch_attention && all_short ? 1 : 0);
+  return graph(0);
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {

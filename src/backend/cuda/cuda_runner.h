@@ -69,12 +69,6 @@ struct CudaRunnerOptions {
   // 8B 3,735 / 6,821 -> 4,321 / 9,285 tok/s, 70B 470 / 752 -> 599 / 1,036.
   // NT_CUDA_SUPER_BLOCKS=0 turns it off for A/B runs.
   bool super_block_activations = true;
-  // Decode steps of several sequences whose every step alone would take the
-  // short-context attention (at most kShortDecodeMaxKeys keys) attend in one
-  // launch of it, each sequence computed as its step alone computes it,
-  // instead of the tensor-core kernel (f16 queries and probabilities). Off
-  // until measured; NT_CUDA_SHORT_BATCH_ATTENTION=1 turns it on for A/B runs.
-  bool short_batch_attention = false;
   // Ungated mat-vecs of 2 to 4 columns (decode batches of 2-3 sequences,
   // short prompt chunks, speculative passes) pair rows over two warps: on
   // the H200 at 4 columns 5-63% faster on every 8B and 70B shape (`cuda_bench

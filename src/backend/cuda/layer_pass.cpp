@@ -172,14 +172,6 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       att.table_width = pool_.table->width();
       att.max_keys = 0;
       att.n_splits = 1;
-      if (choices_.short_batch_attention) {  // the short-context launch when every step alone would take it
-        for (size_t j = i; j < i + run; ++j) att.max_keys = std::max(att.max_keys, rows.seqs[j].max_keys);
-        att.keys_just_stored = true;  // rope_and_store_kv above stored each row's key
-        if (!attention_decodes_short(att)) {
-          att.max_keys = 0;
-          att.keys_just_stored = false;
-        }
-      }
     } else if (!rows.token_pos) {
       // One sequence of the default path. One token: RoPE, the cache store
       // and wo's q8 input happen inside the attention launch, so Q/K/V,

@@ -102,7 +102,6 @@ struct PassKernelChoices {
   int64_t int8_gemm_min_tokens;
   int int8_gemm_widest_tile;     // QuantizedGemmParams::widest_tile
   bool super_block_activations;  // K-quant inputs of the int8 GEMM as super-block activations
-  bool short_batch_attention;    // decode batches of short contexts attend as their steps alone do
   bool matvec_row_pairs;         // mat-vecs of 2 to 4 columns pair rows over two warps
 };
 
