@@ -121,9 +121,9 @@ TEST_P(QuantizedGemmTest, MatchesQ8ProductsAtEveryTileWidth) {
 }
 
 // Super-block activations: the integer sums of a step and the f16 mma of the
-// Q4_K mins are exact, so only the float conversions per step round.
+// Q4_K/Q5_K mins are exact, so only the float conversions per step round.
 TEST(QuantizedGemm, SuperBlockActivationsMatchTheirProductsAtEveryTileWidth) {
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     for (const Case c : cases(type)) {
       SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " tokens=" << c.tokens
                                       << " scratch=" << c.scratch_bytes << " widest tile=" << c.widest_tile);
@@ -155,7 +155,8 @@ TEST(QuantizedGemm, SuperBlocksRoundAsTheCpusQ8K) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedGemmTest,
-                         testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K),
+                         testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
+                                         TensorType::Q6_K),
                          [](const auto& info) { return std::string(tensor_type_name(info.param)); });
 
 // The gated form (gate and up in one launch, silu(gate) * up as q8 in its
@@ -171,7 +172,7 @@ TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
   const int sms = require_cuda_device(0).multiprocessors;
   for (const auto& [type, super] : {std::pair{TensorType::Q4_K, false}, std::pair{TensorType::Q6_K, false},
                                    std::pair{TensorType::Q4_1, false}, std::pair{TensorType::Q4_K, true},
-                                   std::pair{TensorType::Q6_K, true}}) {
+                                   std::pair{TensorType::Q5_K, true}, std::pair{TensorType::Q6_K, true}}) {
     for (const GatedCase c : {GatedCase{512, 1024, 9, 1}, GatedCase{512, 2048, 64, sms}, GatedCase{96, 512, 37, sms}}) {
       SCOPED_TRACE(testing::Message() << tensor_type_name(type) << (super ? " super-blocks " : " ") << c.rows << "x" << c.cols
                                       << " tokens=" << c.tokens << " multiprocessors=" << c.multiprocessors);
@@ -236,10 +237,11 @@ TEST(QuantizedGemm, SupportsOnlyTheFormatsItHasKernelsFor) {
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q4_K, 4096));
   EXPECT_FALSE(quantized_gemm_supported(TensorType::Q4_K, 4096 + 32));  // K-quant rows are whole super-blocks
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q4_1, 576));
-  EXPECT_FALSE(quantized_gemm_supported(TensorType::Q5_K, 4096));
+  EXPECT_TRUE(quantized_gemm_supported(TensorType::Q5_K, 4096));
+  EXPECT_FALSE(quantized_gemm_supported(TensorType::Q3_K, 4096));
   EXPECT_FALSE(quantized_gemm_supported(TensorType::F16, 4096));
   QuantizedGemmParams p;
-  p.w.type = TensorType::Q5_K;
+  p.w.type = TensorType::Q3_K;
   p.w.cols = 4096;
   p.n_tokens = 4;
   p.multiprocessors = 132;  // past the SM check: the format is what it refuses

@@ -50,23 +50,33 @@ struct BlockScale {
 __device__ __forceinline__ uint32_t word(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ float half_at(const uint8_t* p) { return cuda::half_to_float(__ldg(reinterpret_cast<const uint16_t*>(p))); }
 
-// Q4_K: qs[128] | (d, dmin, scales[12]). Block j = 2c + n: qs bytes 32c + l, nibble n.
-struct TileQ4_K {
+// Q4_K: qs[128] | (d, dmin, scales[12]). Block j = 2c + n: qs bytes 32c + l,
+// nibble n. Q5_K: qs[128] | qh[32] | header, its fifth bits at qh byte l, bit j.
+template <bool kFifthBit>
+struct TileQ45_K {
   static constexpr bool kSplitHalves = false, kHasMin = true;
-  static constexpr int kPieces = 9, kRowStride = 144, kPiecesPerBlock = 0;
+  static constexpr int kPieces = kFifthBit ? 11 : 9, kRowStride = 16 * kPieces, kPiecesPerBlock = 0;
+  static constexpr int kHeader = 16 * (kPieces - 1);  // the staged row's (d, dmin, scales[12])
   struct Step {};
   static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
     const int64_t sb = row * (m.cols / 256) + step;
-    return k < 8 ? m.plane[0] + sb * 128 + 16 * k : m.plane[1] + sb * 16;
+    if (k < 8) return m.plane[0] + sb * 128 + 16 * k;
+    if (kFifthBit && k < 10) return m.plane[1] + sb * 32 + 16 * (k - 8);
+    return m.plane[kFifthBit ? 2 : 1] + sb * 16;
   }
   static __device__ Step load_step(const DeviceMatrix&, int64_t, int64_t, int) { return {}; }
   static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
     const uint8_t* q = s + 32 * (j / 2) + 4 * t;
     lo = (word(q) >> (4 * (j % 2))) & cuda::kLowNibbles;
     hi = (word(q + 16) >> (4 * (j % 2))) & cuda::kLowNibbles;
+    if constexpr (kFifthBit) {
+      const uint8_t* qh = s + 128 + 4 * t;
+      lo |= ((word(qh) >> j) & 0x01010101u) << 4;
+      hi |= ((word(qh + 16) >> j) & 0x01010101u) << 4;
+    }
   }
   static __device__ BlockScale scale(const uint8_t* s, const Step&, int j) {
-    const uint4 header = *reinterpret_cast<const uint4*>(s + 128);
+    const uint4 header = *reinterpret_cast<const uint4*>(s + kHeader);
     int sc, mn;
     cuda::k_scale_min(header, j, sc, mn);
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&header.x));
@@ -74,14 +84,16 @@ struct TileQ4_K {
   }
   // Super-block activations: (d, dmin) of the step, and sub-block j's min code.
   static __device__ float2 super_scale(const uint8_t* s, const Step&) {
-    return __half22float2(*reinterpret_cast<const __half2*>(s + 128));
+    return __half22float2(*reinterpret_cast<const __half2*>(s + kHeader));
   }
   static __device__ int min_code(const uint8_t* s, int j) {
     int sc, mn;
-    cuda::k_scale_min(*reinterpret_cast<const uint4*>(s + 128), j, sc, mn);
+    cuda::k_scale_min(*reinterpret_cast<const uint4*>(s + kHeader), j, sc, mn);
     return mn;
   }
 };
+using TileQ4_K = TileQ45_K<false>;
+using TileQ5_K = TileQ45_K<true>;
 
 // Q6_K: ql[128] | qh[64] | scales[16] | d. Block j = 4c + 2n + a: ql bytes
 // 64c + 32a + l, nibble n; qh bytes 32c + l, bits 2(2n + a); x = d sc (q - 32).
@@ -463,9 +475,9 @@ __device__ __forceinline__ void block_products(const BlockCodes& a, const uint8_
 }
 
 // One step with super-block activations: the eight blocks' products, each
-// times its integer sub-block weight, add up in int32 (|sum| < 2^31: Q4_K
-// 8 x 63 x 32 x 15 x 127, Q6_K 16 x 128 x 16 x 32 x 127); then one conversion
-// takes the super-block scales, and Q4_K's mins meet the tokens' 16-element
+// times its integer sub-block weight, add up in int32 (|sum| < 2^31: Q5_K
+// 8 x 63 x 32 x 31 x 127, Q6_K 16 x 128 x 16 x 32 x 127); then one conversion
+// takes the super-block scales, and Q4_K/Q5_K mins meet the tokens' 16-element
 // sums in one f16 mma (exact in f32: 16 x 63 x 2032 < 2^24).
 template <class Tile, int kCols>
 __device__ __forceinline__ void super_step(const uint8_t* w0, const uint8_t* w1, const uint8_t* codes,
@@ -719,11 +731,14 @@ void quantize_super_blocks(const float* x, int64_t tokens, int64_t cols, int8_t*
   NT_CUDA_CHECK_LAUNCH();
 }
 
-bool quantized_gemm_takes_super_blocks(TensorType type) { return type == TensorType::Q4_K || type == TensorType::Q6_K; }
+bool quantized_gemm_takes_super_blocks(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
 
 bool quantized_gemm_supported(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K:
+    case TensorType::Q5_K:
     case TensorType::Q6_K: return cols % 256 == 0;
     case TensorType::Q8_0:
     case TensorType::Q4_0:
@@ -751,12 +766,13 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
     }
   }
   if (p.xs.q8 && (!p.xs.scales || !p.xs.sums || !quantized_gemm_takes_super_blocks(p.w.type))) {
-    fail("the int8 GEMM takes super-block activations (with their scales and sums) for Q4_K and Q6_K, not {}",
+    fail("the int8 GEMM takes super-block activations (with their scales and sums) for Q4_K, Q5_K and Q6_K, not {}",
          tensor_type_name(p.w.type));
   }
   if (p.n_tokens == 0 || p.w.rows == 0) return;
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_k_quant<TileQ4_K>(p, stream);
+    case TensorType::Q5_K: return launch_k_quant<TileQ5_K>(p, stream);
     case TensorType::Q6_K: return launch_k_quant<TileQ6_K>(p, stream);
     case TensorType::Q8_0: return launch_for_tokens<TileLegacy<TensorType::Q8_0>>(p, stream);
     case TensorType::Q4_0: return launch_for_tokens<TileLegacy<TensorType::Q4_0>>(p, stream);

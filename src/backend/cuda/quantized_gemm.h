@@ -19,7 +19,7 @@ namespace nt {
 // Whether quantized_gemm takes matrices of `type` with rows of `cols` elements.
 bool quantized_gemm_supported(TensorType type, int64_t cols);
 
-// Super-block activations for K-quant weights (Q4_K, Q6_K), the CPU's Q8_K
+// Super-block activations for K-quant weights (Q4_K, Q5_K, Q6_K), the CPU's Q8_K
 // rounding: int8 codes as in q8, one scale per 256 elements, and the codes'
 // sums per 16 elements as f16 bits (exact: |sum| <= 16 * 127). One scale a
 // super-block lets a step of 256 elements add its eight blocks' integer
