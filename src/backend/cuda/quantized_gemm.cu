@@ -528,10 +528,11 @@ __device__ __forceinline__ void super_step(const uint8_t* w0, const uint8_t* w1,
 
 // quantized_gemm_kernel on super-block activations (K-quants only): the same
 // grid, pipeline and output, each step through super_step. It keeps a tile's
-// integer sums beside its float ones: Q4_K's is held to 128 registers (28
-// bytes spilled at 64 tokens), two blocks a multiprocessor as the 64-token
-// tiles' shared memory allows (uncapped it took 133 and one block); Q6_K's
-// would spill 564 bytes there, so it keeps its 189 (unmeasured either way).
+// integer sums beside its float ones: Q4_K's and Q5_K's are held to 128
+// registers (24 and 40 bytes of spill loads at 64 tokens, CUDA 13.0), two
+// blocks a multiprocessor as the 64-token tiles' shared memory allows
+// (uncapped Q4_K took 133 and one block); Q6_K's would spill 564 bytes
+// there, so it keeps its 189 (unmeasured either way).
 // Its own kernel, not a mode of the per-32 one: folding the two moved that
 // one's register counts (Q4_1 at 32 tokens 128 -> 131, past two blocks a
 // multiprocessor).
