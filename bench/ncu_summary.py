@@ -5,7 +5,8 @@ e.g. of one decode step from `cuda_bench trace` (docs/PERFORMANCE.md):
         --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv cuda_bench trace /tmp > ncu.csv
     python3 bench/ncu_summary.py ncu.csv
 """
-import csv, sys, collections
+import csv, sys, collections, signal
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
 rows = list(csv.reader(open(sys.argv[1])))
 hdr = None; k = collections.OrderedDict()
 for r in rows:
