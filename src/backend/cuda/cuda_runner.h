@@ -58,12 +58,12 @@ struct CudaRunnerOptions {
   // 4 sequences on the H200, with super-block activations: 8B Q4_K 1,145-1,180 tok/s here, 1,100 through the
   // 4-column mat-vec; 70B Q4_K_M 182-184 and 148. At 2 the mat-vec wins (742 / 557, 110 / 89).
   int64_t int8_gemm_min_tokens = 4;
-  // Its widest token tile (32 or 64; QuantizedGemmParams::widest_tile). 64
-  // until 32-token tiles at 33-64 sequences are measured against it (Q6_K's
-  // 64-token tile holds 189 registers, one block a multiprocessor);
-  // NT_CUDA_INT8_TILE=32 for A/B runs.
+  // Its widest token tile (32 or 64; QuantizedGemmParams::widest_tile). 64:
+  // 32-token tiles measured 8% slower on the 70B at 64 sequences (H100,
+  // docs/PERFORMANCE.md), though Q6_K's 64-token tile holds 189 registers,
+  // one block a multiprocessor; NT_CUDA_INT8_TILE=32 for A/B runs.
   int int8_gemm_widest_tile = 64;
-  // Q4_K and Q6_K matrices in those batches multiply super-block activations
+  // Q4_K, Q5_K and Q6_K matrices in those batches multiply super-block activations
   // (quantized_gemm.h: one scale per 256 elements, the CPU's Q8_K rounding)
   // instead of per-32 q8: fewer instructions a weight. On the H200, batch 16 / 64:
   // 8B 3,735 / 6,821 -> 4,321 / 9,285 tok/s, 70B 470 / 752 -> 599 / 1,036.
