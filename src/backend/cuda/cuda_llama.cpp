@@ -758,11 +758,12 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
   const bool stepwise = batch.entries[0].stepwise;
   AttentionParams step = pass_->attention_shape();
   step.n_tokens = 1;
-  bool all_short = true;
   for (const BatchEntry& e : batch.entries) {
     if (e.output != Output::Argmax || e.stepwise != stepwise) return nullptr;
-    step.max_keys = decode_max_keys(e.pos);
-    all_short = all_short && attention_decodes_short(step);
+    if (stepwise) {  // stepwise rows replay graphs only where each attends in the short-context launch
+      step.max_keys = decode_max_keys(e.pos);
+      if (!attention_decodes_short(step)) return nullptr;
+    }
   }
   // A graph per sequence count and attention launch: the multi-sequence
   // kernel (0), stepwise rows in the short-context one (1).
@@ -771,12 +772,11 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     // own block-table row, sized by decode_max_keys. So graphs per sequence
     // (negative keys): from kShortDecodeMaxKeys (0), below it (1), stepwise (2).
     const BatchEntry& e = batch.entries[0];
-    if (stepwise && !all_short) return nullptr;
     const int64_t launch = stepwise ? 2 : e.pos < kShortDecodeMaxKeys ? 1 : 0;
     return batch_graphs_.get(-1 - (3 * int64_t(e.seq) + launch), stream_, pass);
   }
   const auto graph = [&](int64_t launch) { return batch_graphs_.get(2 * n + launch, stream_, pass); };
-  if (stepwise) return all_short ? graph(1) : nullptr;
+  if (stepwise) return graph(1);
   if (n >= options_.decode_gemm_min_tokens) return nullptr;
   return graph(0);
 }
