@@ -4,6 +4,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/llama_ops.h"
+#include "backend/cuda/quantized_gemm.h"
 #include "engine/model_runner.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"
@@ -46,6 +47,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNorm,
                                          std::pair<int64_t, int64_t>{1, 4096}, std::pair<int64_t, int64_t>{3, 8192},
                                          std::pair<int64_t, int64_t>{600, 576}),
                          [](const auto& info) { return std::to_string(info.param.first) + "x" + std::to_string(info.param.second); });
+
+// The one-launch RMSNorm to super-block activations writes exactly what the
+// two launches it replaces do (rms_norm to f32, then quantize_super_blocks),
+// over slices of a decode row, rows of many sequences, and slices whose group
+// count rounds up to whole super-blocks (50 x 6144: 10 groups to 16).
+TEST(RmsNorm, SuperBlockFormIsTheTwoLaunchesBitForBit) {
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{1, 8192}, {3, 4096}, {64, 8192}, {50, 6144}, {600, 256}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << dim);
+    const size_t n = size_t(rows * dim);
+    const DeviceBuffer x = test::to_device(test::random_floats(n, -4.0f, 4.0f));
+    const DeviceBuffer w = test::to_device(test::random_floats(size_t(dim), 0.5f, 1.5f));
+    DeviceBuffer normed(n * 4, "normed");
+    DeviceBuffer want_q8 = test::poisoned(n), want_scales = test::poisoned(n / 256 * 4), want_sums = test::poisoned(n / 16 * 2);
+    rms_norm(x.as<float>(), w.as<float>(), rows, dim, 1e-5f, normed.as<float>(), nullptr, nullptr, nullptr);
+    quantize_super_blocks(normed.as<float>(), rows, dim, want_q8.as<int8_t>(), want_scales.as<float>(),
+                          want_sums.as<uint16_t>(), nullptr);
+    DeviceBuffer q8 = test::poisoned(n), scales = test::poisoned(n / 256 * 4), sums = test::poisoned(n / 16 * 2);
+    rms_norm_super_blocks(x.as<float>(), w.as<float>(), rows, dim, 1e-5f,
+                          {q8.as<int8_t>(), scales.as<float>(), sums.as<uint16_t>()}, nullptr);
+    EXPECT_EQ(test::to_host<int8_t>(q8, n), test::to_host<int8_t>(want_q8, n));
+    EXPECT_EQ(test::to_host<uint32_t>(scales, n / 256), test::to_host<uint32_t>(want_scales, n / 256));
+    EXPECT_EQ(test::to_host<uint16_t>(sums, n / 16), test::to_host<uint16_t>(want_sums, n / 16));
+  }
+}
 
 TEST(RopeAndStoreKv, RotatesAdjacentPairsAndFillsTheCache) {
   LlamaConfig c;

@@ -94,4 +94,33 @@ __device__ __forceinline__ void quantize_q8_warp(float v, int8_t* q_out, float2*
   if (lane == 0) *ds_out = make_float2(d, d * float(sum));
 }
 
+// Threads of a block that quantize one 256-element super-block together.
+constexpr int kSuperBlockElems = 256;
+
+// Quantizes a 256-element super-block held one element per thread by the
+// first 256 threads (threadIdx.x is the element's index in it) into the
+// super-block activations the int8 GEMM's K-quant tiles read, the CPU's Q8_K
+// rounding: d = max|x| / 127 in *scale_out, q = round-to-even(x * (1 / d))
+// in q_out[threadIdx.x], and the codes' sums per 16 elements as f16 bits in
+// sums_out. `warp_max_scratch` holds 8 floats no other thread writes until
+// every thread has returned (a caller looping alternates two of them).
+__device__ __forceinline__ void quantize_super_block(float v, int8_t* q_out, float* scale_out, uint16_t* sums_out,
+                                                     float* warp_max_scratch) {
+  const float m = warp_max(fabsf(v));
+  if (threadIdx.x % 32 == 0) warp_max_scratch[threadIdx.x / 32] = m;
+  __syncthreads();
+  float amax = warp_max_scratch[0];
+#pragma unroll
+  for (int w = 1; w < kSuperBlockElems / 32; ++w) amax = fmaxf(amax, warp_max_scratch[w]);
+  const float d = amax / 127.0f;
+  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+  const int q = __float2int_rn(v * inv);
+  q_out[threadIdx.x] = int8_t(q);
+  int sum = q;
+#pragma unroll
+  for (int offset = 8; offset >= 1; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);  // within 16 lanes
+  if (threadIdx.x % 16 == 0) sums_out[threadIdx.x / 16] = float_to_half(float(sum));
+  if (threadIdx.x == 0) *scale_out = d;
+}
+
 }  // namespace nt::cuda

@@ -32,13 +32,31 @@ Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use
   return Input{x, q8, scales, nullptr, cols};
 }
 
-Input LayerPass::super_input(const float* x, int64_t n, int64_t cols) {
+NormSuperBlocks LayerPass::super_block_buffers(int64_t n, int64_t cols) const {
   // The sums first (16-byte copies), then the scales: 9/64 of a byte an
   // element, within the per-32 scales' quarter.
   auto* sums = reinterpret_cast<uint16_t*>(act_.q8_scales);
-  auto* scales = reinterpret_cast<float*>(sums + n * cols / 16);
-  quantize_super_blocks(x, n, cols, act_.q8, scales, sums, stream_);
-  return Input{x, nullptr, nullptr, nullptr, cols, {act_.q8, scales, sums}};
+  return {act_.q8, reinterpret_cast<float*>(sums + n * cols / 16), sums};
+}
+
+Input LayerPass::super_input(const float* x, int64_t n, int64_t cols) {
+  const NormSuperBlocks b = super_block_buffers(n, cols);
+  quantize_super_blocks(x, n, cols, b.q8, b.scales, b.sums, stream_);
+  return Input{x, nullptr, nullptr, nullptr, cols, {b.q8, b.scales, b.sums}};
+}
+
+Input LayerPass::norm_input(const float* weight, int64_t n, bool use_gemm, bool super, bool normed_already) {
+  const LlamaConfig& c = config_;
+  if (super && !normed_already) {  // one launch: each row read once, no f32 copy
+    const NormSuperBlocks b = super_block_buffers(n, c.dim);
+    rms_norm_super_blocks(act_.x, weight, n, c.dim, c.rms_eps, b, stream_);
+    return Input{nullptr, nullptr, nullptr, nullptr, c.dim, {b.q8, b.scales, b.sums}};
+  }
+  if (!normed_already) {
+    rms_norm(act_.x, weight, n, c.dim, c.rms_eps, act_.xn, use_gemm ? nullptr : act_.q8, act_.q8_scales, stream_);
+  }
+  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
+  return super ? super_input(act_.xn, n, c.dim) : Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
 }
 
 bool LayerPass::super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const {
@@ -214,11 +232,7 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
 
   // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
   const bool qkv_super = std::all_of(L.qkv.begin(), L.qkv.end(), [&](const MatrixPart& part) { return super_blocks_take({&part.m}, n); });
-  if (!attn_folded) {
-    rms_norm(act_.x, L.attn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm || qkv_super ? nullptr : act_.q8, act_.q8_scales, stream_);
-  }
-  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
-  const Input normed = qkv_super ? super_input(act_.xn, n, c.dim) : Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
+  const Input normed = norm_input(L.attn_norm, n, use_gemm, qkv_super, attn_folded);
   if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
     MatvecPartsParams qkv;
     for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
@@ -241,11 +255,7 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
 
   // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
   const bool ffn_super = super_blocks_take({&L.gate, &L.up}, n), down_super = super_blocks_take({&L.down}, n);
-  if (!fold) {
-    rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, use_gemm || ffn_super ? nullptr : act_.q8, act_.q8_scales, stream_);
-  }
-  if (use_gemm) convert_f32_to_f16(act_.xn, n * c.dim, act_.f16, stream_);
-  const Input ffn_in = ffn_super ? super_input(act_.xn, n, c.dim) : Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim};
+  const Input ffn_in = norm_input(L.ffn_norm, n, use_gemm, ffn_super, fold);
   const bool gated_int8 = !use_gemm && L.gate.type == L.up.type && int8_gemm_takes(L.gate, n) && c.ffn_dim % 32 == 0 &&
                           gemm_.scratch().size() >= 8 * uint64_t(n) * uint64_t(c.ffn_dim);
   if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {

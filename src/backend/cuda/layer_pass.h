@@ -138,8 +138,14 @@ class LayerPass {
               const NormOut& norm_out = {});
   // The input form of x's n rows of cols; the q8 form from row first_row of act.q8 on.
   Input prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row = 0);
-  // x's n rows of cols as super-block activations, in act.q8 and the room of act.q8_scales.
+  // Where super-block activations of n rows of cols go: act.q8 and the room of act.q8_scales.
+  NormSuperBlocks super_block_buffers(int64_t n, int64_t cols) const;
+  // x's n rows of cols as super-block activations.
   Input super_input(const float* x, int64_t n, int64_t cols);
+  // The RMSNorm of act.x's n rows (weight `weight`) in the form the block's
+  // matrices take: super-block activations (`super`), the f16 GEMM's input,
+  // or f32 and q8; `normed_already`: a folded norm left it in act.xn.
+  Input norm_input(const float* weight, int64_t n, bool use_gemm, bool super, bool normed_already);
 
   // Layer L (index l) over the chunk's first n rows as one chunk: mat-vec
   // columns or GEMM, prefill attention; `fold`: one token folding its norms,

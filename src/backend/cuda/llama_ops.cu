@@ -20,12 +20,15 @@ constexpr int kNormGroups = kNormThreads / 32;  // 32-element groups a block's w
 // single decode row so spreads over many multiprocessors, each thread issuing
 // its loads at once, instead of one block walking the row with a weight load
 // per step. Bytes moved: the row once from memory and once per slice from L2,
-// the weights once, 4 (f32) + 1.25 (q8) per element written.
+// the weights once, 4 (f32) + 1.25 (q8) per element written, or 1.14 for
+// super-block activations (slices of whole super-blocks: the block's eight
+// warps then take one each pass).
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* out, int8_t* q8, float2* q8_scales,
-                    int64_t groups_per_slice) {
+                    NormSuperBlocks super_blocks, int64_t groups_per_slice) {
   NT_TRACE_BLOCK(kRmsNorm);
   __shared__ float scratch[32];
+  __shared__ float super_block_max[2][kNormGroups];  // alternate iterations' maxima
   cuda::allow_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
@@ -45,6 +48,11 @@ __global__ void __launch_bounds__(kNormThreads)
     const float v = xr[i] * inv * (group == first ? first_weight : weight[i]);
     if (out) out[row * dim + i] = v;
     if (q8) cuda::quantize_q8_warp(v, q8 + row * dim + group * 32, q8_scales + row * (dim / 32) + group);
+    if (super_blocks.q8) {  // the block's warps hold one super-block: groups group - warp ... + 7
+      const int64_t at = row * dim + (group - warp) * 32;
+      cuda::quantize_super_block(v, super_blocks.q8 + at, super_blocks.scales + at / cuda::kSuperBlockElems,
+                                 super_blocks.sums + at / 16, super_block_max[(group / kNormGroups) % 2]);
+    }
   }
 }
 
@@ -184,20 +192,36 @@ void launch_argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out, void
   NT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
-              float2* q8_scales, cudaStream_t stream) {
+void launch_rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
+                     float2* q8_scales, const NormSuperBlocks& super_blocks, cudaStream_t stream) {
   if (dim % 32 != 0) fail("rms_norm needs a multiple of 32 elements per row, got {}", dim);
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) fail("rms_norm reads its rows 16 bytes at a time: x must be 16-byte aligned");
   if (n_rows == 0) return;
   // Up to ~1024 blocks: one group per warp for a few rows, whole rows per block for many.
   const int64_t groups = dim / 32;
   const int64_t slices = std::clamp<int64_t>(1024 / n_rows, 1, (groups + kNormGroups - 1) / kNormGroups);
-  const int64_t groups_per_slice = (groups + slices - 1) / slices;
+  int64_t groups_per_slice = (groups + slices - 1) / slices;
+  if (super_blocks.q8) groups_per_slice = (groups_per_slice + kNormGroups - 1) / kNormGroups * kNormGroups;
   cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows), unsigned((groups + groups_per_slice - 1) / groups_per_slice)),
-                      dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8, q8_scales, groups_per_slice);
+                      dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8, q8_scales, super_blocks, groups_per_slice);
   NT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
+              float2* q8_scales, cudaStream_t stream) {
+  launch_rms_norm(x, weight, n_rows, dim, eps, out, q8, q8_scales, {}, stream);
+}
+
+void rms_norm_super_blocks(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
+                           const NormSuperBlocks& out, cudaStream_t stream) {
+  static_assert(kNormThreads == cuda::kSuperBlockElems, "a block's threads quantize one super-block a pass");
+  if (dim % cuda::kSuperBlockElems != 0) {
+    fail("super-block activations need a multiple of {} elements per row, got {}", cuda::kSuperBlockElems, dim);
+  }
+  if (!out.q8 || !out.scales || !out.sums) fail("rms_norm_super_blocks needs its codes, scales and sums");
+  launch_rms_norm(x, weight, n_rows, dim, eps, nullptr, nullptr, nullptr, out, stream);
 }
 
 void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {

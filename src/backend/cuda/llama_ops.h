@@ -17,6 +17,17 @@ namespace nt {
 void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* out, int8_t* q8,
               float2* q8_scales, cudaStream_t stream);
 
+// The int8 GEMM's super-block activations (quantize_super_blocks' format) of
+// rms_norm's output, in one launch that reads each row once: the same bits
+// as rms_norm to f32 and then quantize_super_blocks. dim % 256 == 0.
+struct NormSuperBlocks {
+  int8_t* q8 = nullptr;       // [rows][dim]
+  float* scales = nullptr;    // [rows][dim / 256]
+  uint16_t* sums = nullptr;   // [rows][dim / 16], f16 bits
+};
+void rms_norm_super_blocks(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps,
+                           const NormSuperBlocks& out, cudaStream_t stream);
+
 struct RopeKvParams {
   float* qkv = nullptr;          // token t: q[n_heads*head_dim], k[n_kv_heads*head_dim], v[...] at qkv + t*qkv_stride
   int64_t qkv_stride = 0;

@@ -18,7 +18,7 @@ namespace {
 // (cp.async) while it computes this one.
 constexpr int kWarps = 8;
 constexpr int kRowsPerBlock = 16 * kWarps;
-constexpr int kStepElems = 256;
+constexpr int kStepElems = cuda::kSuperBlockElems;
 constexpr int kBlocksPerStep = kStepElems / 32;
 // Bytes per staged token: 16 more than a step, so that the eight tokens of a
 // fragment load land in different banks.
@@ -700,25 +700,9 @@ void launch_k_quant(const QuantizedGemmParams& p, cudaStream_t stream) {
 __global__ void quantize_super_blocks_kernel(const float* x, int8_t* q8, float* scales, uint16_t* sums) {
   cuda::allow_dependents();
   cuda::wait_for_inputs();
-  const int64_t i = int64_t(blockIdx.x) * kStepElems + threadIdx.x;
-  const float v = x[i];
   __shared__ float warp_max[kStepElems / 32];
-  const float m = cuda::warp_max(fabsf(v));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  float amax = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < kStepElems / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  // The CPU's Q8_K rounding (quantize_q8_k): d = max / 127, q = round-to-even(x * (1 / d)).
-  const float d = amax / 127.0f;
-  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-  const int q = __float2int_rn(v * inv);
-  q8[i] = int8_t(q);
-  int sum = q;
-#pragma unroll
-  for (int offset = 8; offset >= 1; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);  // within 16 lanes
-  if (threadIdx.x % 16 == 0) sums[i / 16] = cuda::float_to_half(float(sum));
-  if (threadIdx.x == 0) scales[blockIdx.x] = d;
+  const int64_t first = int64_t(blockIdx.x) * kStepElems;
+  cuda::quantize_super_block(x[first + threadIdx.x], q8 + first, scales + blockIdx.x, sums + first / 16, warp_max);
 }
 
 }  // namespace
