@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/hybrid_split.h"
 
 namespace nt::cli {
 namespace {
@@ -63,6 +64,27 @@ void print_pass(const HybridReportInput& in, int64_t tokens) {
   }
 }
 
+// What a run does with passes of 1 to kHybridMaxTokens tokens
+// (plan_cpu_passes, as CudaRunnerOptions get them).
+void print_pass_widths(const HybridReportInput& in) {
+  const int64_t cpu = in.cpu_layers ? *in.cpu_layers : plan_hybrid(*in.model, *in.base, in.rates, 1).count(Path::Cpu);
+  if (cpu == 0) return;
+  const CpuPassPlan passes = plan_cpu_passes(*in.model, *in.base, in.rates, cpu, kHybridMaxTokens);
+  const int64_t all = passes.all_up_to;
+  fmt::print("\npasses by width, as a run takes them: the {} CPU layers up to {} token{}, then a share of them\n", cpu, all,
+             all == 1 ? "" : "s");
+  fmt::print("  tokens   cpu layers    pass ms      tok/s   vs streaming alone\n");
+  for (int64_t t = 1; t <= kHybridMaxTokens; t *= 2) {
+    int64_t share = t <= all ? cpu : 0;
+    for (const CpuPassShare& w : passes.wider) {
+      if (w.max_tokens == t) share = w.layers;
+    }
+    const double pass = predict_hybrid_step(*in.model, cpu_share_paths(*in.base, cpu, share), in.rates, t).seconds();
+    const double alone = spread_cpu_layers(*in.model, *in.base, in.rates, t, 0).step.seconds();
+    fmt::print("  {:>6} {:>12} {:>10.2f} {:>10.2f}   {:.2f}x\n", t, share, ms(pass), double(t) / pass, alone / pass);
+  }
+}
+
 }  // namespace
 
 std::optional<int64_t> parse_cpu_layers(const std::string& text) {
@@ -89,7 +111,10 @@ void print_hybrid_plan(const HybridReportInput& in) {
     return;
   }
   print_pass(in, 1);
-  if (in.batch_tokens > 1) print_pass(in, in.batch_tokens);
+  if (in.batch_tokens > 1) {
+    print_pass(in, in.batch_tokens);
+    print_pass_widths(in);  // wider passes need the CPU's rate at batch_tokens
+  }
 }
 
 void print_hybrid_projection(const ModelFootprint& model, const PlanRequest& request, uint64_t hidden_bytes_per_token) {

@@ -58,20 +58,17 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
   split.cpu_layers = forced ? *forced : decode.count(Path::Cpu);
   const double streaming = spread_cpu_layers(model, base, rates, 1, 0).step.seconds();
   const double hybrid = spread_cpu_layers(model, base, rates, 1, split.cpu_layers).step.seconds();
-  // The largest pass the CPU layers still make faster; at least one token when they are asked for.
-  for (int64_t t = 1; t <= kHybridMaxTokens; t *= 2) {
-    if (spread_cpu_layers(model, base, rates, t, split.cpu_layers).step.seconds() >=
-        spread_cpu_layers(model, base, rates, t, 0).step.seconds()) {
-      break;
-    }
-    split.max_tokens = t;
-  }
-  if (split.cpu_layers > 0) split.max_tokens = std::max<int64_t>(split.max_tokens, 1);
+  CpuPassPlan passes = plan_cpu_passes(model, base, rates, split.cpu_layers, kHybridMaxTokens);
+  split.max_tokens = passes.all_up_to;
+  split.wider = std::move(passes.wider);
+  std::string wider;
+  for (const CpuPassShare& w : split.wider) wider += fmt::format("{} of them up to {} tokens, ", w.layers, w.max_tokens);
   split.summary = fmt::format(
-      "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens; decode predicted {:.1f} ms "
-      "a token against {:.1f} ms streaming them (measured, the link and the CPU together: link {:.1f} GB/s, CPU {:.1f} GB/s "
-      "of weights at 1 token and {:.1f} at {}; the link alone {:.1f} GB/s; GPU layers {:.0f} GB/s{})",
-      forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, hybrid * 1e3,
+      "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens ({}none in wider ones); "
+      "decode predicted {:.1f} ms a token against {:.1f} ms streaming them (measured, the link and the CPU together: link "
+      "{:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token and {:.1f} at {}; the link alone {:.1f} GB/s; GPU layers {:.0f} "
+      "GB/s{})",
+      forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, wider, hybrid * 1e3,
       streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
       measured.link_alone_gbps, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());

@@ -1,6 +1,7 @@
 // The hybrid split a CUDA run takes: how many of the RAM-tier layers the CPU
-// computes in place, and up to how many tokens a pass may have for the CPU
-// to still pay (larger passes stream those layers like the rest). The count
+// computes in place, up to how many tokens a pass may have for the CPU to
+// still pay for all of them, and how many of them it takes in wider passes
+// (the rest stream like the other layers). The count
 // is given (--cpu-layers N) or chosen by the four-tier planner
 // (storage/hybrid_plan.h) from rates measured now: the link and the CPU on
 // this model's own layers, timed together as a split runs them, and storage
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "storage/hybrid_plan.h"
@@ -18,8 +20,9 @@ namespace nt {
 
 struct HybridSplit {
   int64_t cpu_layers = 0;
-  int64_t max_tokens = 0;  // passes of more tokens leave the CPU out
-  std::string summary;     // what was measured and predicted, for the log
+  int64_t max_tokens = 0;            // passes of more tokens give the CPU a share of them, or none
+  std::vector<CpuPassShare> wider;   // those shares (plan_wider_cpu_passes)
+  std::string summary;               // what was measured and predicted, for the log
 };
 
 // GPU slots of the streamed-layer ring when the CPU computes layers.

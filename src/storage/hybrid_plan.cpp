@@ -79,12 +79,53 @@ std::vector<Path> spread_cpu_paths(const PlacementPlan& base, int64_t cpu_layers
     fail("{} CPU layers asked for, but the CPU computes only layers held in host RAM: 0 to {} here", cpu_layers,
          ram.size());
   }
-  // The j-th CPU layer sits in the middle of the j-th of cpu_layers equal
-  // stretches of the RAM tier: with k <= M/2 no two are adjacent, so each
-  // has a streamed layer after it whose copy runs while it computes.
-  const size_t m = ram.size(), k = size_t(cpu_layers);
-  for (size_t j = 0; j < k; ++j) path[ram[(2 * j + 1) * m / (2 * k)]] = Path::Cpu;
+  // With k <= M/2 no two CPU layers are adjacent, so each has a streamed
+  // layer after it whose copy runs while it computes.
+  for (const int64_t r : spread_ranks(int64_t(ram.size()), cpu_layers)) path[ram[size_t(r)]] = Path::Cpu;
   return path;
+}
+
+std::vector<int64_t> spread_ranks(int64_t n, int64_t k) {
+  if (k < 0 || k > n) fail("{} of {} spread: 0 to {}", k, n, n);
+  std::vector<int64_t> ranks;
+  for (int64_t j = 0; j < k; ++j) ranks.push_back((2 * j + 1) * n / (2 * k));
+  return ranks;
+}
+
+std::vector<Path> cpu_share_paths(const PlacementPlan& base, int64_t cpu_layers, int64_t share) {
+  std::vector<Path> path = spread_cpu_paths(base, cpu_layers);
+  std::vector<size_t> cpu;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == Path::Cpu) cpu.push_back(i);
+  }
+  std::vector<bool> kept(cpu.size(), false);
+  for (const int64_t r : spread_ranks(cpu_layers, share)) kept[size_t(r)] = true;
+  for (size_t r = 0; r < cpu.size(); ++r) {
+    if (!kept[r]) path[cpu[r]] = Path::Ram;
+  }
+  return path;
+}
+
+CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
+                            int64_t cpu_layers, int64_t widest) {
+  CpuPassPlan plan;
+  if (cpu_layers <= 0) return plan;
+  plan.all_up_to = 1;
+  for (int64_t t = 2; t <= widest; t *= 2) {
+    CpuPassShare best{t, 0};
+    double best_seconds = predict_hybrid_step(model, cpu_share_paths(base, cpu_layers, 0), rates, t).seconds();
+    for (int64_t k = 1; k <= cpu_layers; ++k) {
+      const double seconds = predict_hybrid_step(model, cpu_share_paths(base, cpu_layers, k), rates, t).seconds();
+      if (seconds < best_seconds) best = {t, k}, best_seconds = seconds;
+    }
+    if (best.layers == 0) break;
+    if (best.layers == cpu_layers && plan.wider.empty()) {
+      plan.all_up_to = t;
+    } else {
+      plan.wider.push_back(best);
+    }
+  }
+  return plan;
 }
 
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,

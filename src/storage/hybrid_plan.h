@@ -94,6 +94,37 @@ HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Pa
 // Throws nt::Error when cpu_layers is negative or more than the RAM layers.
 std::vector<Path> spread_cpu_paths(const PlacementPlan& base, int64_t cpu_layers);
 
+// Which k of n ranked items (0 to n-1) are taken when they are spread
+// evenly: the j-th in the middle of the j-th of k equal stretches.
+std::vector<int64_t> spread_ranks(int64_t n, int64_t k);
+
+// spread_cpu_paths(base, cpu_layers) with only `share` of its CPU layers
+// (spread_ranks among them) left on the CPU, the others streamed: a pass too
+// wide for the CPU to take all of its layers.
+std::vector<Path> cpu_share_paths(const PlacementPlan& base, int64_t cpu_layers, int64_t share);
+
+// A pass of up to max_tokens tokens (and more than the previous share's)
+// gives the CPU `layers` of a split's CPU layers (cpu_share_paths).
+struct CpuPassShare {
+  int64_t max_tokens = 0;
+  int64_t layers = 0;
+};
+
+// How a split's cpu_layers serve passes of each width: all of them up to
+// all_up_to tokens, then the share in `wider` (ascending).
+struct CpuPassPlan {
+  int64_t all_up_to = 0;
+  std::vector<CpuPassShare> wider;
+};
+
+// For passes of 2, 4, ... up to `widest` tokens, the share of cpu_layers
+// (cpu_share_paths) that predicts the fastest pass, the fewest among equals:
+// all of them from one token (the decode step they were chosen for) while
+// all is best, then each wider pass's share, up to the first width where
+// streaming them all is fastest. Without CPU layers, all_up_to is 0.
+CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
+                            int64_t cpu_layers, int64_t widest);
+
 // spread_cpu_paths with its predicted pass of `tokens` tokens.
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
                              int64_t tokens, int64_t cpu_layers);

@@ -5,8 +5,9 @@
 // differently) with logits no further from the resident run's than the CPU
 // backend's are, and the same 32 greedy tokens on prompts whose margins stay
 // wide (real_models_test.cpp). Passes of more tokens than cpu_max_tokens
-// stream the host layers instead, so the caches of those layers move between
-// host and GPU: prompts continued after CPU decode steps check both ways.
+// stream the host layers instead, or all but a share of them
+// (cpu_wider_passes), so the caches of those layers move between host and
+// GPU: prompts continued after CPU decode steps check both ways.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -27,9 +28,12 @@ struct Split {
   int64_t vram, ram, cpu_layers, cpu_max_tokens;
   int ring_slots = 2;
   bool run_ahead = false;  // CudaRunnerOptions::stream_run_ahead
+  std::vector<CpuPassShare> wider = {};  // CudaRunnerOptions::cpu_wider_passes
   std::string name() const {
-    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens, {} ring slots{}", vram, ram, cpu_layers,
-                       cpu_max_tokens, ring_slots, run_ahead ? ", copies run ahead" : "");
+    std::string shares;
+    for (const CpuPassShare& w : wider) shares += fmt::format(", {} up to {} tokens", w.layers, w.max_tokens);
+    return fmt::format("{} vram + {} ram, {} on the CPU in passes of up to {} tokens{}, {} ring slots{}", vram, ram,
+                       cpu_layers, cpu_max_tokens, shares, ring_slots, run_ahead ? ", copies run ahead" : "");
   }
 };
 
@@ -39,6 +43,7 @@ CudaRunnerOptions hybrid_options(const GgufFile& file, int64_t context, const Sp
   CudaRunnerOptions o = test::budgets_for(file, context, s.vram, s.ram, ring);
   o.cpu_layers = s.cpu_layers;
   o.cpu_max_tokens = s.cpu_max_tokens;
+  o.cpu_wider_passes = s.wider;
   o.cpu_threads = 4;
   o.stream_run_ahead = s.run_ahead;
   return o;
@@ -74,8 +79,12 @@ TEST(HybridSplit, Stories260KDecodesAsResident) {
   resident.reset();
   // With copies running ahead, the decode steps keep them and the prompt
   // chunks that stream the CPU's layers too (more tokens than cpu_max_tokens) spend them.
+  // With wider passes' shares, the 5-token prompt computes one of the three
+  // CPU layers on the host and the 4-token chunk two, so each layer's rows
+  // are written on one side or the other from pass to pass.
   for (const Split& s : {Split{1, 4, 1, 1}, Split{1, 4, 2, 64}, Split{0, 5, 2, 4}, Split{1, 4, 2, 1, 2, true},
-                         Split{0, 5, 1, 1, 3, true}}) {
+                         Split{0, 5, 1, 1, 3, true}, Split{0, 5, 3, 1, 3, false, {{4, 2}, {8, 1}}},
+                         Split{1, 4, 3, 1, 3, true, {{4, 1}}}}) {
     SCOPED_TRACE(s.name());
     auto hybrid = make_cuda_runner(*file, 128, hybrid_options(*file, 128, s));
     EXPECT_NE(hybrid->description().find(fmt::format("{} computed on the CPU", s.cpu_layers)), std::string::npos)
@@ -108,7 +117,8 @@ TEST(HybridSplit, SmolLM2StaysWithTheResidentRun) {
     want.push_back(test::greedy_decode(*resident, prompts.back(), 32));
   }
   resident.reset();
-  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8, 3}, Split{20, 10, 4, 64, 3}}) {
+  for (const Split& s : {Split{10, 20, 5, 1}, Split{20, 10, 5, 64}, Split{4, 26, 13, 8, 3}, Split{20, 10, 4, 64, 3},
+                         Split{4, 26, 13, 1, 3, false, {{4, 6}, {64, 2}}}}) {
     SCOPED_TRACE(s.name());
     CudaRunnerOptions o = hybrid_options(*file, kContext, s);
     o.max_sequences = int(prompts.size()) + 1;  // and the default sequence

@@ -101,10 +101,13 @@ Placements stories_placements(const GgufFile& file, int64_t context) {
   hybrid.cpu_threads = 4;
   CudaRunnerOptions streamed_host = hybrid;
   streamed_host.cpu_max_tokens = 1;  // tree passes stream the host's layers: their rows cross
+  CudaRunnerOptions shared_host = streamed_host;
+  shared_host.cpu_wider_passes = {{64, 1}};  // tree passes: one host layer on each side
   return {{"resident", two},
           {"streamed", test::budgets_for(file, context, 1, 1, two)},
           {"CPU layers", hybrid},
-          {"CPU layers, streamed in trees", streamed_host}};
+          {"CPU layers, streamed in trees", streamed_host},
+          {"CPU layers, one of them streamed in trees", shared_host}};
 }
 
 TEST(TokenTreeGpu, EachNodeSeesItsAncestorsOnlyAsItsPathsChainWould) {

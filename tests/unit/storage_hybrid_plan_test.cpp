@@ -181,6 +181,55 @@ TEST(StorageHybridPlan, MoreTokensPerPassGiveTheCpuFewerLayers) {
   EXPECT_LT(plan_hybrid(m, base, r, 1).step.seconds(), spread_cpu_layers(m, base, r, 1, 0).step.seconds());
 }
 
+TEST(StorageHybridPlan, SpreadRanksTakeTheMiddleOfEqualStretches) {
+  EXPECT_EQ(spread_ranks(10, 3), (std::vector<int64_t>{1, 5, 8}));  // 10/6, 30/6, 50/6
+  EXPECT_EQ(spread_ranks(5, 5), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(spread_ranks(4, 0).empty());
+  EXPECT_THROW(spread_ranks(3, 4), Error);
+}
+
+TEST(StorageHybridPlan, AShareOfTheCpuLayersIsASpreadSubsetOfThem) {
+  const ModelFootprint m = equal_layers(14, 100 * MiB);
+  const PlacementPlan base = plan_placement(m, budgets(m, 2, 12));
+  const std::vector<Path> all = spread_cpu_paths(base, 8);
+  const auto letters = [](const std::vector<Path>& path) {
+    std::string s;
+    for (Path p : path) s += path_name(p)[0];
+    return s;
+  };
+  EXPECT_EQ(letters(all), "vvcrccrccrccrc");
+  // Ranks 1, 4 and 6 of the 8 (spread_ranks(8, 3)): layers 4, 8 and 11.
+  EXPECT_EQ(letters(cpu_share_paths(base, 8, 3)), "vvrrcrrrcrrcrr");
+  EXPECT_EQ(cpu_share_paths(base, 8, 8), all);
+  EXPECT_EQ(letters(cpu_share_paths(base, 8, 0)), "vvrrrrrrrrrrrr");
+}
+
+TEST(StorageHybridPlan, WiderPassesGiveTheCpuTheShareThatBalancesTheLink) {
+  // 12 RAM layers of 1 GB: streaming one takes 0.05 s on a 20 GB/s link. A
+  // CPU layer takes 0.02 s at one token and 0.1 s at 16 (linear between).
+  // Two tokens (0.025 s a layer) still take all 8 CPU layers (0.2 s against
+  // 0.2 s of streaming the other 4); four (0.036 s) balance at 7 against 5
+  // (0.25 s); 16 at 4 against 8 (0.4 s each side); 32 (0.185 s a CPU layer)
+  // at 2 against 10; 64 (0.356 s) gain with one: 0.55 s against 0.6.
+  const ModelFootprint m = equal_layers(14, 1'000'000'000);
+  const PlacementPlan base = plan_placement(m, budgets(m, 2, 12));
+  const HybridRates r = rates(20, 4, 50, 10, 2000);
+  const CpuPassPlan p = plan_cpu_passes(m, base, r, 8, 64);
+  EXPECT_EQ(p.all_up_to, 2);
+  ASSERT_EQ(p.wider.size(), 5u);
+  for (size_t i = 0; i < p.wider.size(); ++i) EXPECT_EQ(p.wider[i].max_tokens, int64_t(4) << i);
+  EXPECT_EQ(p.wider[0].layers, 7);
+  EXPECT_EQ(p.wider[2].layers, 4);
+  EXPECT_EQ(p.wider[3].layers, 2);
+  EXPECT_EQ(p.wider[4].layers, 1);
+  // A CPU whose 16-token passes take 10 s a layer gains nothing from two
+  // tokens on (0.02 + 0.66 s a layer): the decode keeps its layers, nothing wider.
+  const CpuPassPlan slow = plan_cpu_passes(m, base, rates(20, 4, 50, 0.1, 2000), 8, 64);
+  EXPECT_EQ(slow.all_up_to, 1);
+  EXPECT_TRUE(slow.wider.empty());
+  EXPECT_EQ(plan_cpu_passes(m, base, r, 0, 64).all_up_to, 0);
+}
+
 TEST(StorageHybridPlan, NoCpuLayersWhenTheCpuIsSlow) {
   const ModelFootprint m = equal_layers(10, 100 * MiB);
   const PlacementPlan base = plan_placement(m, budgets(m, 5, 5));

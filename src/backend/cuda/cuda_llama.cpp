@@ -204,8 +204,13 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // the head's rows' logits into act_.logits, then (stepwise rows) every
   // stepwise row's.
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
-  // Whether the host computes layer l in a pass of n tokens (the hybrid split).
-  bool on_host(int64_t l, int64_t n) const { return host_ && n <= options_.cpu_max_tokens && host_->computes(l); }
+  // How many of the host's layers it computes in a pass of n tokens: all up
+  // to cpu_max_tokens, a wider pass's share (cpu_wider_passes), or none.
+  int64_t host_share(int64_t n) const;
+  // Whether the host computes layer l in the running pass (run_chunk sets host_ranks_).
+  bool on_host(int64_t l) const {
+    return host_ && host_->computes(l) && std::binary_search(host_ranks_.begin(), host_ranks_.end(), host_->rank(l));
+  }
   // Whether the token trees among rows [at, at + n) run as stepwise rows:
   // each stepwise and whole in the chunk, no host layers, and every row's
   // one-token step at its path position taking the short-context decode,
@@ -278,6 +283,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::vector<SequenceRun> stepwise_runs_;
   cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
   std::vector<HostLayers::PageRows> host_rows_;
+  std::vector<int64_t> host_ranks_;  // the running pass's host layers, by rank (spread_ranks)
   double host_seconds_ = 0;      // the host's layer compute, over all passes
   int64_t host_passes_ = 0;      // passes in which the host computed layers
   int64_t host_layers_run_ = 0;  // layers it computed, over those passes
@@ -389,8 +395,10 @@ CudaLlamaRunner::~CudaLlamaRunner() {
 
 std::string CudaLlamaRunner::tier_counts() const {
   const auto n = [&](Tier t) { return std::count(weights_->tiers().begin(), weights_->tiers().end(), t); };
-  const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens, {} threads)",
-                                              host_->count(), options_.cpu_max_tokens, host_->threads())
+  std::string wider;
+  for (const CpuPassShare& w : options_.cpu_wider_passes) wider += fmt::format(", {} up to {}", w.layers, w.max_tokens);
+  const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens{}, {} threads)",
+                                              host_->count(), options_.cpu_max_tokens, wider, host_->threads())
                                 : std::string();
   const std::string range = tensor_ ? fmt::format("rank {}, KV heads {}-{}, FFN columns {}-{}: ", tensor_->rank,
                                                   tensor_->shard.first_kv_head,
@@ -423,8 +431,12 @@ void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerB
   page_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
   gemm_.emplace(buffers.gemm);
   resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;
+  int64_t widest_host_pass = options_.cpu_max_tokens;  // the host's scratch holds its widest pass
+  for (const CpuPassShare& w : options_.cpu_wider_passes) {
+    if (w.layers > 0) widest_host_pass = w.max_tokens;
+  }
   host_ = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
-                                     std::min(options_.max_batch, options_.cpu_max_tokens), options_.cpu_threads);
+                                     std::min(options_.max_batch, widest_host_pass), options_.cpu_threads);
 }
 
 void CudaLlamaRunner::allocate_activations() {
@@ -485,15 +497,18 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
   host_rows_.clear();
+  host_ranks_.clear();
+  const bool all_on_host = host_ && host_share(n) == host_->count();
   if (host_) {
+    host_ranks_ = spread_ranks(host_->count(), host_share(n));
     for (const ChunkSequence& s : chunk.seqs) HostLayers::append_page_rows(*chunk.pages, s.seq, s.first_pos, s.rows, host_rows_);
-    if (n > options_.cpu_max_tokens) host_->before_gpu_pass(host_rows_, stream_);
+    if (!all_on_host) host_->before_gpu_pass(host_rows_, stream_);
   }
   // Streamed layers start arriving before anything computes.
   if (streamer_) {
     gpu_layers_.clear();
     for (const int32_t l : layers) {
-      if (!on_host(l, n)) gpu_layers_.push_back(l);
+      if (!on_host(l)) gpu_layers_.push_back(l);
     }
     streamer_->begin_chunk(stream_, gpu_layers_);
   }
@@ -507,9 +522,9 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
     const size_t l = size_t(layers[i]);
-    if (on_host(int64_t(l), n)) {
+    if (on_host(int64_t(l))) {
       size_t end = i + 1;
-      while (end < layers.size() && on_host(layers[end], n)) ++end;
+      while (end < layers.size() && on_host(layers[end])) ++end;
       run_on_host(layers.subspan(i, end - i), n, chunk);
       host_computed = true;
       i = end - 1;
@@ -529,8 +544,8 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     if (m < n) pass_->stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
-  if (host_ && n > options_.cpu_max_tokens) host_->after_gpu_pass(host_rows_, stream_);
-  if (host_ && n <= options_.cpu_max_tokens) host_->after_host_pass(host_rows_);
+  if (host_ && !all_on_host) host_->after_gpu_pass(host_rows_, host_ranks_, stream_);
+  if (all_on_host) host_->after_host_pass(host_rows_);
   if (host_computed) ++host_passes_;
 
   // Final norm and classifier, for the head's rows, then every stepwise row.
@@ -557,6 +572,14 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits,
                   c.vocab_size, false);
   }
+}
+
+int64_t CudaLlamaRunner::host_share(int64_t n) const {
+  if (n <= options_.cpu_max_tokens) return host_->count();
+  for (const CpuPassShare& w : options_.cpu_wider_passes) {
+    if (n <= w.max_tokens) return w.layers;
+  }
+  return 0;
 }
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {

@@ -13,6 +13,7 @@
 #include "gguf/gguf_file.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/tensor_shard.h"
+#include "storage/hybrid_plan.h"
 #include "storage/io_reader.h"
 #include "storage/placement.h"
 
@@ -102,6 +103,9 @@ struct CudaRunnerOptions {
   // passes stream them like the rest.
   int64_t cpu_layers = 0;
   int64_t cpu_max_tokens = 1;
+  // Wider passes, ascending: up to max_tokens tokens, the CPU computes
+  // `layers` of the cpu_layers (cpu_share_paths), and streams the others.
+  std::vector<CpuPassShare> cpu_wider_passes;
   int cpu_threads = 0;  // 0: one a physical core
   // A --draft-model that will be resident beside this runner on its GPU,
   // holding max_sequences sequences of this context: its weights, KV cache

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 
 #include "backend/cuda/cuda_check.h"
@@ -37,6 +38,8 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
       ref->data = pinned[i] + at->second;
     }
     index_[size_t(l)] = int(weights_.size());
+    all_ranks_.push_back(int64_t(weights_.size()));
+    layer_ids_.push_back(int32_t(l));
     weights_.push_back(w);
   }
   const size_t cache = weights_.size() * size_t(pool_rows_) * size_t(config_.kv_dim());
@@ -57,9 +60,6 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
   device_.row_pos = device_.row_page + align_device(4 * uint64_t(kMirrorRows)) / 4;
   device_.k_staging = reinterpret_cast<uint16_t*>(dev + ints);
   device_.v_staging = device_.k_staging + align_device(rows) / 2;
-  std::vector<int32_t> host_layer_ids;
-  for (int64_t l : layers) host_layer_ids.push_back(int32_t(l));
-  NT_CUDA_CHECK(cudaMemcpy(dev, host_layer_ids.data(), 4 * host_layer_ids.size(), cudaMemcpyHostToDevice));
 }
 
 uint16_t* HostLayers::host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos) {
@@ -67,11 +67,15 @@ uint16_t* HostLayers::host_row(std::vector<uint16_t>& cache, size_t index, int64
   return cache.data() + (index * size_t(pool_rows_) + row) * size_t(config_.kv_dim());
 }
 
-void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bool up, cudaStream_t stream) {
-  const size_t kv_dim = size_t(config_.kv_dim()), layers = weights_.size();
+void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, std::span<const int64_t> ranks, bool up,
+                           cudaStream_t stream) {
+  if (rows.empty() || ranks.empty()) return;
+  const size_t kv_dim = size_t(config_.kv_dim()), layers = ranks.size();
   auto* dev = device_staging_.as<uint8_t>();
   auto* host = host_staging_.as<uint8_t>();
   const auto host_at = [&](const void* device_ptr) { return host + (static_cast<const uint8_t*>(device_ptr) - dev); };
+  auto* layer_ids = reinterpret_cast<int32_t*>(host_at(device_.layers));
+  for (size_t i = 0; i < layers; ++i) layer_ids[i] = layer_ids_[size_t(ranks[i])];
   auto* row_pages = reinterpret_cast<int32_t*>(host_at(device_.row_page));
   auto* positions = reinterpret_cast<int32_t*>(host_at(device_.row_pos));
   auto* k_rows = reinterpret_cast<uint16_t*>(host_at(device_.k_staging));
@@ -83,18 +87,19 @@ void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bo
       positions[r] = rows[at + r].second;
     }
     KvRowsParams p = device_;
+    p.n_layers = int(layers);
     p.n_rows = int64_t(n);
-    const uint64_t descriptors = uint64_t(reinterpret_cast<const uint8_t*>(device_.k_staging) -
-                                          reinterpret_cast<const uint8_t*>(device_.row_page));
-    NT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(device_.row_page), row_pages, descriptors, cudaMemcpyHostToDevice, stream));
-    // The kernel packs layer i's row r at i * n + r.
+    const uint64_t descriptors = uint64_t(reinterpret_cast<const uint8_t*>(device_.k_staging) - dev);
+    NT_CUDA_CHECK(cudaMemcpyAsync(dev, host, descriptors, cudaMemcpyHostToDevice, stream));
+    // The kernel packs the i-th moved layer's row r at i * n + r.
     const size_t used = layers * n * kv_dim * 2;
     const auto staged = [&](uint16_t* base, size_t i, size_t r) { return base + (i * n + r) * kv_dim; };
     if (up) {
       for (size_t i = 0; i < layers; ++i) {
+        const size_t rank = size_t(ranks[i]);
         for (size_t r = 0; r < n; ++r) {
-          std::memcpy(staged(k_rows, i, r), host_row(k_cache_, i, row_pages[r], positions[r]), kv_dim * 2);
-          std::memcpy(staged(v_rows, i, r), host_row(v_cache_, i, row_pages[r], positions[r]), kv_dim * 2);
+          std::memcpy(staged(k_rows, i, r), host_row(k_cache_, rank, row_pages[r], positions[r]), kv_dim * 2);
+          std::memcpy(staged(v_rows, i, r), host_row(v_cache_, rank, row_pages[r], positions[r]), kv_dim * 2);
         }
       }
       NT_CUDA_CHECK(cudaMemcpyAsync(device_.k_staging, k_rows, used, cudaMemcpyHostToDevice, stream));
@@ -107,9 +112,10 @@ void HostLayers::move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bo
       NT_CUDA_CHECK(cudaMemcpyAsync(v_rows, device_.v_staging, used, cudaMemcpyDeviceToHost, stream));
       NT_CUDA_CHECK(cudaStreamSynchronize(stream));
       for (size_t i = 0; i < layers; ++i) {
+        const size_t rank = size_t(ranks[i]);
         for (size_t r = 0; r < n; ++r) {
-          std::memcpy(host_row(k_cache_, i, row_pages[r], positions[r]), staged(k_rows, i, r), kv_dim * 2);
-          std::memcpy(host_row(v_cache_, i, row_pages[r], positions[r]), staged(v_rows, i, r), kv_dim * 2);
+          std::memcpy(host_row(k_cache_, rank, row_pages[r], positions[r]), staged(k_rows, i, r), kv_dim * 2);
+          std::memcpy(host_row(v_cache_, rank, row_pages[r], positions[r]), staged(v_rows, i, r), kv_dim * 2);
         }
       }
     }
@@ -132,16 +138,20 @@ void HostLayers::before_gpu_pass(std::span<const PageRows> runs, cudaStream_t st
     for (int64_t pos = valid; pos < r.first; ++pos) stale_.emplace_back(int32_t(r.page), int32_t(pos));
     valid = std::max(valid, r.first);
   }
-  move_rows(stale_, true, stream);
+  move_rows(stale_, all_ranks_, true, stream);
 }
 
-void HostLayers::after_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream) {
+void HostLayers::after_gpu_pass(std::span<const PageRows> runs, std::span<const int64_t> host_ranks, cudaStream_t stream) {
   stale_.clear();
   for (const PageRows& r : runs) {
     for (int64_t pos = r.first; pos < r.first + r.count; ++pos) stale_.emplace_back(int32_t(r.page), int32_t(pos));
     if (r.count > 0) device_valid_[size_t(r.page)] = r.first + r.count;
   }
-  move_rows(stale_, false, stream);
+  gpu_ranks_.clear();
+  std::set_difference(all_ranks_.begin(), all_ranks_.end(), host_ranks.begin(), host_ranks.end(),
+                      std::back_inserter(gpu_ranks_));
+  move_rows(stale_, gpu_ranks_, false, stream);
+  move_rows(stale_, host_ranks, true, stream);
 }
 
 void HostLayers::after_host_pass(std::span<const PageRows> runs) {

@@ -5,11 +5,13 @@
 // over at each switch (host_x, pinned), and the link streams the other
 // layers meanwhile.
 //
-// Passes too large for the CPU to pay (prefill chunks, wide batches) stream
-// these layers to the GPU like the rest, so their caches live on both sides:
-// after such a pass the rows it wrote come down to the host, and before one
-// the rows the host wrote since the GPU last held them go up (per KV page,
-// the GPU holds a valid prefix of its positions). Decode steps move no KV.
+// Passes too large for the CPU to pay for all of them (prefill chunks, wide
+// batches) stream these layers to the GPU like the rest, or all but a share
+// the host still computes, so their caches live on both sides: the host's
+// holds every row, and after such a pass the rows the GPU wrote come down and
+// those the host wrote go up; before one the rows the host wrote since the
+// GPU last held them go up (per KV page, the GPU holds a valid prefix of its
+// positions in every host layer). Decode steps move no KV.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,8 @@ class HostLayers {
              int64_t pages, const KvRowsParams& device, int64_t max_rows, int threads);
 
   bool computes(int64_t layer) const { return layer >= 0 && layer < int64_t(index_.size()) && index_[size_t(layer)] >= 0; }
+  // Its place among the host's layers (0 to count() - 1, in layer order).
+  int64_t rank(int64_t layer) const { return index_[size_t(layer)]; }
   int64_t count() const { return int64_t(weights_.size()); }
   int threads() const { return pool_.size(); }
 
@@ -65,21 +69,27 @@ class HostLayers {
   // The pages of a run of `count` positions from `first_pos` on: every page
   // of the sequence up to its last written one.
   static void append_page_rows(const KvPages& pages, SeqId seq, int64_t first_pos, int64_t count, std::vector<PageRows>& out);
-  // Before a pass in which the GPU computes these layers over `runs`.
+  // Before a pass in which the GPU computes some of these layers over `runs`.
   void before_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream);
-  // After it, once `stream` has synchronized: its rows come down.
-  void after_gpu_pass(std::span<const PageRows> runs, cudaStream_t stream);
-  // After a pass in which the host computed them.
+  // After it, once `stream` has synchronized: the rows of the layers the GPU
+  // computed come down, and those of the ones the host computed (`host_ranks`,
+  // ascending, a wider pass's share) go up, so both copies hold them.
+  void after_gpu_pass(std::span<const PageRows> runs, std::span<const int64_t> host_ranks, cudaStream_t stream);
+  // After a pass in which the host computed all of them.
   void after_host_pass(std::span<const PageRows> runs);
 
  private:
-  // Moves the rows (page, position) of every host layer's K and V between
-  // the host caches and the device's, kMirrorRows at a time.
-  void move_rows(std::span<const std::pair<int32_t, int32_t>> rows, bool up, cudaStream_t stream);
+  // Moves the rows (page, position) of the K and V of the host layers ranked
+  // `ranks` between the host caches and the device's, kMirrorRows at a time.
+  void move_rows(std::span<const std::pair<int32_t, int32_t>> rows, std::span<const int64_t> ranks, bool up,
+                 cudaStream_t stream);
   uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos);
 
   LlamaConfig config_;
   std::vector<int> index_;                   // layer -> host index, -1 for the GPU's
+  std::vector<int32_t> layer_ids_;           // host index -> layer
+  std::vector<int64_t> all_ranks_;           // 0 to count() - 1
+  std::vector<int64_t> gpu_ranks_;           // after_gpu_pass's complement of host_ranks
   std::vector<LlamaLayerWeights> weights_;   // per host index, pointing into the pinned copies
   int64_t pool_rows_;
   std::vector<uint16_t> k_cache_, v_cache_;  // [host index][pool row][kv_dim] F16
