@@ -19,6 +19,7 @@
 #include "engine/default_model.h"
 #include "engine/gpu_list.h"
 #include "engine/gpu_probe.h"
+#include "engine/hybrid_split.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
@@ -58,7 +59,7 @@ struct PlanOptions {
   uint64_t bench_mib = 256;
   std::string cpu_layers = "auto";
   int64_t batch_tokens = 16;
-  double cpu_gbps = 0, cpu_batch_gbps = 0, gpu_gbps = 0;
+  double cpu_gbps = 0, cpu_batch_gbps = 0, cpu_wide_gbps = 0, gpu_gbps = 0;
   int threads = 0;
   bool project = false;
   std::string gpus, split;
@@ -98,12 +99,17 @@ double disk_gbps(const PlanOptions& o, const std::string& path, const ReaderOpti
   return b.gbps;
 }
 
-// The CPU's rate at one token and at batch_tokens per pass: given, or timed
+// The CPU's rate at one token, at batch_tokens per pass and at the widest
+// pass a hybrid split weighs (kHybridMaxTokens): given, or timed
 // on this model's own layers with cpu::matmul. With link_beside, the probes
 // run while the link copies (as the runner's planner times them, the way a
 // hybrid split runs both), and it gets the link's rate meanwhile.
 CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file, double* link_beside) {
   CpuRate rate{o.cpu_gbps, o.cpu_batch_gbps, o.batch_tokens};
+  if (o.batch_tokens > 1 && o.batch_tokens < kHybridMaxTokens) {
+    rate.wide_gbps = o.cpu_wide_gbps;
+    rate.wide_tokens = kHybridMaxTokens;
+  }
   std::vector<std::string> lines;
   auto probe = [&](int64_t tokens, double& gbps) {
     if (gbps > 0) {
@@ -122,6 +128,7 @@ CpuRate cpu_rate(const PlanOptions& o, const GgufFile& file, double* link_beside
   auto probes = [&] {
     probe(1, rate.decode_gbps);
     if (o.batch_tokens > 1) probe(o.batch_tokens, rate.batch_gbps);
+    if (rate.wide_tokens > 0) probe(rate.wide_tokens, rate.wide_gbps);
   };
   if (link_beside) {
     *link_beside = measure_h2d_gbps_beside(probes);
@@ -405,10 +412,12 @@ void plan(const PlanOptions& o) {
   hybrid.batch_tokens = o.batch_tokens;
   hybrid.rates.link = speeds;
   hybrid.rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
+  hybrid.rates.ring_slots = kHybridRingSlots;  // as the runner streams beside CPU layers
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
     // Measured CPU and link: timed together, as the runner's planner does.
-    const bool together = gpu && o.h2d_gbps <= 0 && (o.cpu_gbps <= 0 || (o.batch_tokens > 1 && o.cpu_batch_gbps <= 0));
+    const bool together = gpu && o.h2d_gbps <= 0 &&
+                          (o.cpu_gbps <= 0 || (o.batch_tokens > 1 && (o.cpu_batch_gbps <= 0 || o.cpu_wide_gbps <= 0)));
     double link_beside = 0;
     hybrid.rates.cpu = cpu_rate(o, *file, together ? &link_beside : nullptr);
     if (together) {
@@ -468,6 +477,7 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--cpu-gbps", o.cpu_gbps, "CPU GB/s of weights at one token per pass (default: measured)")->check(CLI::PositiveNumber);
   cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-wide-gbps", o.cpu_wide_gbps, "CPU GB/s of weights at 64 tokens per pass, the widest a hybrid split weighs (default: measured)")->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: measured on the GPU, else an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpus", o.gpus, "Plan over several GPUs, e.g. 0,1 (without a GPU, give --vram-budget for each or one for all)");

@@ -42,6 +42,7 @@ void print_pass(const HybridReportInput& in, int64_t tokens) {
   fmt::print("  CPU layers                    {}\n", cpu_layer_list(chosen));
   fmt::print("  GPU: resident layers, head    {:>9.2f} ms  (not overlapped)\n", ms(s.gpu_resident));
   fmt::print("  link: streamed layers         {:>9.2f} ms  | the pass takes the longest of these three\n", ms(s.link));
+  fmt::print("    + idle behind CPU layers    {:>9.2f} ms  |   (its ring of slots full)\n", ms(s.link_idle));
   fmt::print("  storage: disk layers          {:>9.2f} ms  |\n", ms(s.disk));
   fmt::print("  CPU layers + GPU streamed     {:>9.2f} ms  | ({:.2f} + {:.2f})\n", ms(s.cpu + s.gpu_streamed), ms(s.cpu),
              ms(s.gpu_streamed));

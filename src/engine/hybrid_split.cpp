@@ -32,9 +32,12 @@ MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, con
   rates.link.h2d_gbps = measure_h2d_gbps_beside([&] {
     rates.cpu.decode_gbps = measure_cpu_rate(file, 1, kCpuProbeSeconds, threads).gbps;
     rates.cpu.batch_gbps = measure_cpu_rate(file, kCpuProbeBatch, kCpuProbeSeconds, threads).gbps;
+    rates.cpu.wide_gbps = measure_cpu_rate(file, kHybridMaxTokens, kCpuProbeSeconds, threads).gbps;
   });
   if (rates.link.h2d_gbps <= 0) rates.link.h2d_gbps = m.link_alone_gbps;  // no copy finished beside the probes
   rates.cpu.batch_tokens = kCpuProbeBatch;
+  rates.cpu.wide_tokens = kHybridMaxTokens;
+  rates.ring_slots = kHybridRingSlots;
   rates.gpu_gbps = measure_gpu_layer_gbps();
   rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
   return m;
@@ -66,10 +69,10 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
   split.summary = fmt::format(
       "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens ({}none in wider ones); "
       "decode predicted {:.1f} ms a token against {:.1f} ms streaming them (measured, the link and the CPU together: link "
-      "{:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token and {:.1f} at {}; the link alone {:.1f} GB/s; GPU layers {:.0f} "
-      "GB/s{})",
+      "{:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token, {:.1f} at {} and {:.1f} at {}; the link alone {:.1f} GB/s; GPU "
+      "layers {:.0f} GB/s{})",
       forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, wider, hybrid * 1e3,
-      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
+      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens, rates.cpu.wide_gbps, rates.cpu.wide_tokens,
       measured.link_alone_gbps, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());
   return split;

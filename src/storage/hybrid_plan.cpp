@@ -14,7 +14,14 @@ double CpuRate::seconds(uint64_t bytes, int64_t tokens) const {
     if (batch_gbps <= 0) fail("a CPU rate at {} tokens per pass is needed to predict CPU layers", batch_tokens);
     per_token = std::max(0.0, (1.0 / (batch_gbps * 1e9) - one) / double(batch_tokens - 1));
   }
-  return double(bytes) * (one + double(std::max<int64_t>(tokens, 1) - 1) * per_token);
+  const int64_t t = std::max<int64_t>(tokens, 1);
+  if (wide_tokens > batch_tokens && batch_tokens > 1 && t > batch_tokens) {
+    if (wide_gbps <= 0) fail("a CPU rate at {} tokens per pass is needed to predict CPU layers", wide_tokens);
+    const double at_batch = 1.0 / (batch_gbps * 1e9);
+    const double wide_per_token = std::max(0.0, (1.0 / (wide_gbps * 1e9) - at_batch) / double(wide_tokens - batch_tokens));
+    return double(bytes) * (at_batch + double(t - batch_tokens) * wide_per_token);
+  }
+  return double(bytes) * (one + double(t - 1) * per_token);
 }
 
 std::string_view path_name(Path path) {
@@ -27,7 +34,7 @@ std::string_view path_name(Path path) {
   return "?";
 }
 
-double HybridStep::overlapped() const { return std::max({link, disk, cpu + gpu_streamed}); }
+double HybridStep::overlapped() const { return std::max({link + link_idle, disk, cpu + gpu_streamed}); }
 
 int64_t HybridPlan::count(Path p) const { return std::count(path.begin(), path.end(), p); }
 
@@ -35,6 +42,8 @@ HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Pa
                                int64_t tokens) {
   if (path.size() != model.layers.size()) fail("{} layer paths for {} layers", path.size(), model.layers.size());
   uint64_t resident = model.output_head_bytes, streamed = 0, streamed_resident = 0, disk = 0, cpu_layers = 0;
+  int64_t streamed_layers = 0;
+  std::vector<double> cpu_layer_seconds;
   HybridStep s;
   for (size_t i = 0; i < path.size(); ++i) {
     const LayerFootprint& l = model.layers[i];
@@ -44,9 +53,11 @@ HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Pa
       case Path::Ram:
         streamed += l.streamed_bytes;
         streamed_resident += l.resident_bytes;
+        ++streamed_layers;
         break;
       case Path::Cpu:
-        s.cpu += rates.cpu.seconds(l.resident_bytes, tokens);
+        cpu_layer_seconds.push_back(rates.cpu.seconds(l.resident_bytes, tokens));
+        s.cpu += cpu_layer_seconds.back();
         ++cpu_layers;
         break;
     }
@@ -60,6 +71,10 @@ HybridStep predict_hybrid_step(const ModelFootprint& model, const std::vector<Pa
   s.gpu_streamed = double(streamed_resident) / (rates.gpu_gbps * 1e9);
   s.link = streamed > 0 ? double(streamed) / h2d : 0;
   s.disk = disk > 0 ? double(disk) / (rates.link.disk_gbps * 1e9) : 0;
+  if (rates.ring_slots > 0 && streamed_layers > 0) {
+    const double ahead = double(rates.ring_slots) * s.link / double(streamed_layers);  // copies a full ring holds
+    for (const double c : cpu_layer_seconds) s.link_idle += std::max(0.0, c - ahead);
+  }
   s.handoff = cpu_layers > 0 ? 2.0 * double(cpu_layers) *
                                    (rates.handoff_latency_s +
                                     double(std::max<int64_t>(tokens, 1)) * double(rates.hidden_bytes_per_token) / h2d)

@@ -11,12 +11,15 @@
 //   cpu          = sum over CPU layers of CpuRate::seconds(bytes, T)
 //   gpu_streamed = streamed layers' resident bytes / gpu_gbps
 //   handoff      = 2 x CPU layers x (handoff_latency + T x hidden bytes / h2d_gbps)
-//   pass         = gpu_resident + handoff + max(link, disk, cpu + gpu_streamed)
+//   link_idle    = sum over CPU layers of max(0, its time - ring_slots x a streamed copy)
+//   pass         = gpu_resident + handoff + max(link + link_idle, disk, cpu + gpu_streamed)
 // Assumptions:
 //  * The link copies the next streamed layer into a free ring slot while the
-//    CPU or the GPU computes the layers before it, so copies overlap all of
-//    the non-resident compute; the CPU layers are spread among the streamed
-//    ones (spread_cpu_layers) so that each has a copy to hide behind. CPU work
+//    CPU or the GPU computes the layers before it, so copies overlap the
+//    non-resident compute; the CPU layers are spread among the streamed
+//    ones (spread_cpu_layers) so that each has a copy to hide behind. With
+//    ring_slots set, a CPU layer outlasting that many copies (a wide pass)
+//    leaves the link idle for the rest: link_idle. CPU work
 //    and the GPU work of streamed layers do not overlap each other: the hidden
 //    state goes from one to the next.
 //  * Resident layers come first and their compute is not overlapped: the
@@ -48,11 +51,14 @@ struct CpuRate {
   double decode_gbps = 0;    // one token per pass
   double batch_gbps = 0;     // batch_tokens per pass: weight bytes over pass seconds
   int64_t batch_tokens = 1;  // 1: no batch measurement, the cost is taken as flat in T
+  double wide_gbps = 0;      // wide_tokens per pass, when measured (wide_tokens > batch_tokens)
+  int64_t wide_tokens = 0;
 
   // A pass over `bytes` of weights with `tokens` tokens: linear in T through
-  // the two measured points (the integer kernels re-read each weight block
-  // once per group of tokens, so the work per token is constant past the
-  // decode read), never cheaper than one token.
+  // the measured points (the integer kernels re-read each weight block once
+  // per group of tokens, so the work per token is about constant past the
+  // decode read; wide passes turn compute bound, with a steeper slope past
+  // batch_tokens when a wide point is measured), never cheaper than one token.
   double seconds(uint64_t bytes, int64_t tokens) const;
 };
 
@@ -67,6 +73,10 @@ struct HybridRates {
   double gpu_gbps = 0;                 // GPU compute of a layer: its resident bytes at this rate
   double handoff_latency_s = 10e-6;    // fixed cost of one hidden-state copy and its wait
   uint64_t hidden_bytes_per_token = 0;  // dim x 4 (F32 hidden state)
+  // GPU slots the link fills ahead while a CPU layer computes; a CPU layer
+  // longer than that many streamed copies leaves the link idle for the rest.
+  // 0: no limit.
+  int ring_slots = 0;
 };
 
 enum class Path : uint8_t { Vram, Ram, Disk, Cpu };  // Ram and Disk: streamed over the link
@@ -74,7 +84,8 @@ std::string_view path_name(Path path);                // "vram", "ram", "disk", 
 
 struct HybridStep {
   double gpu_resident = 0, link = 0, disk = 0, cpu = 0, gpu_streamed = 0, handoff = 0;
-  double overlapped() const;  // max(link, disk, cpu + gpu_streamed)
+  double link_idle = 0;       // the link waiting on CPU layers with its ring full (HybridRates::ring_slots)
+  double overlapped() const;  // max(link + link_idle, disk, cpu + gpu_streamed)
   double seconds() const { return gpu_resident + handoff + overlapped(); }
 };
 

@@ -66,6 +66,33 @@ TEST(StorageHybridPlan, StepFollowsTheFormulaWorkedByHand) {
   EXPECT_DOUBLE_EQ(predict_hybrid_step(m, path, r, 16).cpu, 2 * 1e9 / 10e9) << "the measured point at 16 tokens";
 }
 
+TEST(StorageHybridPlan, AWidePassPointSetsTheSlopePastTheBatchPoint) {
+  const CpuRate rate{50, 10, 16, 2, 64};
+  EXPECT_DOUBLE_EQ(rate.seconds(1'000'000'000, 8), 1 / 50.0 + 7 * (1 / 10.0 - 1 / 50.0) / 15) << "below: the two points";
+  EXPECT_DOUBLE_EQ(rate.seconds(1'000'000'000, 64), 1 / 2.0);
+  EXPECT_DOUBLE_EQ(rate.seconds(1'000'000'000, 32), 1 / 10.0 + 16 * (1 / 2.0 - 1 / 10.0) / 48);
+  EXPECT_THROW((CpuRate{50, 10, 16, 0, 64}.seconds(1, 32)), Error);
+}
+
+TEST(StorageHybridPlan, ACpuLayerLongerThanTheRingLeavesTheLinkIdle) {
+  // Ten streamed layers (0.05 s each at 20 GB/s) and two CPU layers of 0.2 s:
+  // a ring of one slot holds one copy ahead, so the link waits 0.15 s behind
+  // each CPU layer and the pass takes 0.5 + 0.3 s of link instead of 0.5.
+  const ModelFootprint m = equal_layers(12, 1'000'000'000);
+  std::vector<Path> path(12, Path::Ram);
+  path[5] = path[11] = Path::Cpu;
+  HybridRates r = rates(20, 4, 5, 5, 2000);
+  const HybridStep unlimited = predict_hybrid_step(m, path, r, 1);
+  EXPECT_DOUBLE_EQ(unlimited.link_idle, 0);
+  EXPECT_DOUBLE_EQ(unlimited.overlapped(), 0.5);
+  r.ring_slots = 1;
+  const HybridStep ring = predict_hybrid_step(m, path, r, 1);
+  EXPECT_NEAR(ring.link_idle, 0.3, 1e-12);
+  EXPECT_NEAR(ring.overlapped(), 0.8, 1e-12);
+  r.ring_slots = 4;  // four copies ahead outlast a CPU layer
+  EXPECT_DOUBLE_EQ(predict_hybrid_step(m, path, r, 1).link_idle, 0);
+}
+
 TEST(StorageHybridPlan, CpuLayersAreSpreadAmongTheStreamedOnes) {
   const ModelFootprint m = equal_layers(12, 100 * MiB);
   const PlacementPlan base = plan_placement(m, budgets(m, 2, 10));
