@@ -72,8 +72,8 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
       "{:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token, {:.1f} at {} and {:.1f} at {}; the link alone {:.1f} GB/s; GPU "
       "layers {:.0f} GB/s{})",
       forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, wider, hybrid * 1e3,
-      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens, rates.cpu.wide_gbps, rates.cpu.wide_tokens,
-      measured.link_alone_gbps, rates.gpu_gbps,
+      streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
+      rates.cpu.wide_gbps, rates.cpu.wide_tokens, measured.link_alone_gbps, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());
   return split;
 }
