@@ -54,6 +54,24 @@ def test_prints_a_hybrid_plan_without_a_gpu():
     assert "other splits" in out and "<- chosen" in out
 
 
+def widths(out):
+    """{tokens: CPU layers} from the 'passes by width' table."""
+    table = out.split("passes by width", 1)[1]
+    return {int(t): int(k) for t, k in re.findall(r"^ +(\d+) +(\d+) +[\d.]+ +[\d.]+ +[\d.]+x$", table, re.M)}
+
+
+def test_passes_by_width_give_wider_passes_a_smaller_share():
+    out = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20", "--cpu-wide-gbps", "4").stdout
+    w = widths(out)
+    assert list(w) == [1, 2, 4, 8, 16, 32, 64], out
+    assert w[1] == passes(out)[1][3], "one token takes the decode split's CPU layers"
+    assert all(w[a] >= w[b] for a, b in zip(list(w), list(w)[1:])), "a wider pass never gets more CPU layers"
+    assert w[64] < w[1], "a CPU 50 times slower a token at 64 tokens keeps fewer layers"
+    # A CPU slower than streaming at any width past one token keeps them for decode only.
+    slow = widths(plan("--cpu-gbps", "200", "--cpu-batch-gbps", "0.01", "--cpu-wide-gbps", "0.001").stdout)
+    assert slow[1] > 0 and all(k == 0 for t, k in slow.items() if t > 1), slow
+
+
 def test_memory_plan_is_the_runners_and_shows_the_kv_pool():
     one = plan("--cpu-gbps", "200", "--cpu-batch-gbps", "20").stdout
     assert "GPU      132 SMs (ASSUMED: the H200's 132, no GPU to ask; pass --gpu-sms)" in one, one
