@@ -412,7 +412,7 @@ void plan(const PlanOptions& o) {
   hybrid.batch_tokens = o.batch_tokens;
   hybrid.rates.link = speeds;
   hybrid.rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
-  hybrid.rates.ring_slots = kHybridRingSlots;  // as the runner streams beside CPU layers
+  hybrid.rates.ring_slots = hybrid_ring_slots();  // as the runner streams beside CPU layers
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
     // Measured CPU and link: timed together, as the runner's planner does.

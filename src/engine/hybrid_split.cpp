@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/env_setting.h"
 #include "core/error.h"
 #include "engine/cpu_probe.h"
 #include "engine/gpu_probe.h"
@@ -37,13 +38,15 @@ MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, con
   if (rates.link.h2d_gbps <= 0) rates.link.h2d_gbps = m.link_alone_gbps;  // no copy finished beside the probes
   rates.cpu.batch_tokens = kCpuProbeBatch;
   rates.cpu.wide_tokens = kHybridMaxTokens;
-  rates.ring_slots = kHybridRingSlots;
+  rates.ring_slots = hybrid_ring_slots();
   rates.gpu_gbps = measure_gpu_layer_gbps();
   rates.hidden_bytes_per_token = uint64_t(config.dim) * 4;
   return m;
 }
 
 }  // namespace
+
+int hybrid_ring_slots() { return int(env_setting("NT_HYBRID_RING_SLOTS", 3, 2, 8)); }
 
 HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& model, const PlacementPlan& base,
                                 std::optional<int64_t> forced, int threads) {

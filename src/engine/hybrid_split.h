@@ -21,12 +21,13 @@ namespace nt {
 struct HybridSplit {
   int64_t cpu_layers = 0;
   int64_t max_tokens = 0;            // passes of more tokens give the CPU a share of them, or none
-  std::vector<CpuPassShare> wider;   // those shares (plan_wider_cpu_passes)
+  std::vector<CpuPassShare> wider;   // those shares (plan_cpu_passes)
   std::string summary;               // what was measured and predicted, for the log
 };
 
-// GPU slots of the streamed-layer ring when the CPU computes layers.
-inline constexpr int kHybridRingSlots = 3;
+// GPU slots of the streamed-layer ring when the CPU computes layers: 3, or
+// NT_HYBRID_RING_SLOTS (2 to 8) for A/B runs.
+int hybrid_ring_slots();
 
 // Passes of 1 to this many tokens are weighed for max_tokens.
 inline constexpr int64_t kHybridMaxTokens = 64;

@@ -85,7 +85,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
       // While the CPU computes a layer, the link keeps copying only into free
       // GPU slots: with two, both hold the next streamed layers by then and the
       // link idles (70B at 24 GiB: 305 ms a token with 2 slots, the link busy 216).
-      if (split.cpu_layers > 0) cuda.ring_slots = std::max(cuda.ring_slots, kHybridRingSlots);
+      if (split.cpu_layers > 0) cuda.ring_slots = std::max(cuda.ring_slots, hybrid_ring_slots());
       m.hybrid_summary = split.summary;
     }
     m.runner = make_cuda_runner(*m.file, context, cuda);
