@@ -416,8 +416,9 @@ void plan(const PlanOptions& o) {
   if (p.count(Tier::Ram) > 0) {
     fmt::print("\nfour tiers: the CPU computes some RAM layers in place while the link streams the others\n");
     // Measured CPU and link: timed together, as the runner's planner does.
+    const bool wide = o.batch_tokens > 1 && o.batch_tokens < kHybridMaxTokens;  // cpu_rate's rule for the 64-token point
     const bool together = gpu && o.h2d_gbps <= 0 &&
-                          (o.cpu_gbps <= 0 || (o.batch_tokens > 1 && (o.cpu_batch_gbps <= 0 || o.cpu_wide_gbps <= 0)));
+                          (o.cpu_gbps <= 0 || (o.batch_tokens > 1 && o.cpu_batch_gbps <= 0) || (wide && o.cpu_wide_gbps <= 0));
     double link_beside = 0;
     hybrid.rates.cpu = cpu_rate(o, *file, together ? &link_beside : nullptr);
     if (together) {

@@ -64,17 +64,15 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
   split.cpu_layers = forced ? *forced : decode.count(Path::Cpu);
   const double streaming = spread_cpu_layers(model, base, rates, 1, 0).step.seconds();
   const double hybrid = spread_cpu_layers(model, base, rates, 1, split.cpu_layers).step.seconds();
-  CpuPassPlan passes = plan_cpu_passes(model, base, rates, split.cpu_layers, kHybridMaxTokens);
-  split.max_tokens = passes.all_up_to;
-  split.wider = std::move(passes.wider);
+  split.passes = plan_cpu_passes(model, base, rates, split.cpu_layers, kHybridMaxTokens);
   std::string wider;
-  for (const CpuPassShare& w : split.wider) wider += fmt::format("{} of them up to {} tokens, ", w.layers, w.max_tokens);
+  for (const CpuPassShare& w : split.passes.wider) wider += fmt::format("{} of them up to {} tokens, ", w.layers, w.max_tokens);
   split.summary = fmt::format(
       "hybrid split{}: the CPU computes {} of {} RAM-tier layers in passes of up to {} tokens ({}none in wider ones); "
       "decode predicted {:.1f} ms a token against {:.1f} ms streaming them (measured, the link and the CPU together: link "
       "{:.1f} GB/s, CPU {:.1f} GB/s of weights at 1 token, {:.1f} at {} and {:.1f} at {}; the link alone {:.1f} GB/s; GPU "
       "layers {:.0f} GB/s{})",
-      forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.max_tokens, wider, hybrid * 1e3,
+      forced ? " (--cpu-layers)" : " (auto)", split.cpu_layers, ram_layers, split.passes.all_up_to, wider, hybrid * 1e3,
       streaming * 1e3, rates.link.h2d_gbps, rates.cpu.decode_gbps, rates.cpu.batch_gbps, rates.cpu.batch_tokens,
       rates.cpu.wide_gbps, rates.cpu.wide_tokens, measured.link_alone_gbps, rates.gpu_gbps,
       rates.link.disk_gbps > 0 ? fmt::format(", storage {:.2f} GB/s", rates.link.disk_gbps) : std::string());

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "storage/hybrid_plan.h"
@@ -20,16 +19,15 @@ namespace nt {
 
 struct HybridSplit {
   int64_t cpu_layers = 0;
-  int64_t max_tokens = 0;            // passes of more tokens give the CPU a share of them, or none
-  std::vector<CpuPassShare> wider;   // those shares (plan_cpu_passes)
-  std::string summary;               // what was measured and predicted, for the log
+  CpuPassPlan passes;    // all of them up to passes.all_up_to tokens, then a share (plan_cpu_passes)
+  std::string summary;   // what was measured and predicted, for the log
 };
 
 // GPU slots of the streamed-layer ring when the CPU computes layers: 3, or
 // NT_HYBRID_RING_SLOTS (2 to 8) for A/B runs.
 int hybrid_ring_slots();
 
-// Passes of 1 to this many tokens are weighed for max_tokens.
+// Passes of 1 to this many tokens are weighed for the CPU's shares.
 inline constexpr int64_t kHybridMaxTokens = 64;
 
 // `forced`: --cpu-layers N (checked against the RAM tier); nullopt: auto,

@@ -80,8 +80,8 @@ OpenedModel open_model(const OpenModelOptions& o) {
     if (placement) {
       const HybridSplit split = choose_hybrid_split(*m.file, placement->footprint, placement->plan, o.cpu_layers, o.threads);
       cuda.cpu_layers = split.cpu_layers;
-      cuda.cpu_max_tokens = split.max_tokens;
-      cuda.cpu_wider_passes = split.wider;
+      cuda.cpu_max_tokens = split.passes.all_up_to;
+      cuda.cpu_wider_passes = split.passes.wider;
       // While the CPU computes a layer, the link keeps copying only into free
       // GPU slots: with two, both hold the next streamed layers by then and the
       // link idles (70B at 24 GiB: 305 ms a token with 2 slots, the link busy 216).

@@ -143,6 +143,14 @@ CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& ba
   return plan;
 }
 
+int64_t cpu_share_of_pass(int64_t tokens, int64_t cpu_layers, int64_t all_up_to, std::span<const CpuPassShare> wider) {
+  if (tokens <= all_up_to) return cpu_layers;
+  for (const CpuPassShare& w : wider) {
+    if (tokens <= w.max_tokens) return w.layers;
+  }
+  return 0;
+}
+
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
                              int64_t tokens, int64_t cpu_layers) {
   HybridPlan plan;

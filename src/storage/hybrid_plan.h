@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -135,6 +136,10 @@ struct CpuPassPlan {
 // streaming them all is fastest. Without CPU layers, all_up_to is 0.
 CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
                             int64_t cpu_layers, int64_t widest);
+
+// How many of cpu_layers the CPU computes in a pass of `tokens` tokens: all
+// up to all_up_to, then the first wider share that covers it, else none.
+int64_t cpu_share_of_pass(int64_t tokens, int64_t cpu_layers, int64_t all_up_to, std::span<const CpuPassShare> wider);
 
 // spread_cpu_paths with its predicted pass of `tokens` tokens.
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,

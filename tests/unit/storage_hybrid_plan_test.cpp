@@ -257,6 +257,18 @@ TEST(StorageHybridPlan, WiderPassesGiveTheCpuTheShareThatBalancesTheLink) {
   EXPECT_EQ(plan_cpu_passes(m, base, r, 0, 64).all_up_to, 0);
 }
 
+TEST(StorageHybridPlan, APassTakesTheShareOfTheNarrowestWidthThatCoversIt) {
+  const std::vector<CpuPassShare> wider{{8, 5}, {32, 2}};
+  EXPECT_EQ(cpu_share_of_pass(1, 9, 2, wider), 9);
+  EXPECT_EQ(cpu_share_of_pass(2, 9, 2, wider), 9);
+  EXPECT_EQ(cpu_share_of_pass(3, 9, 2, wider), 5);
+  EXPECT_EQ(cpu_share_of_pass(8, 9, 2, wider), 5);
+  EXPECT_EQ(cpu_share_of_pass(9, 9, 2, wider), 2);
+  EXPECT_EQ(cpu_share_of_pass(32, 9, 2, wider), 2);
+  EXPECT_EQ(cpu_share_of_pass(33, 9, 2, wider), 0);
+  EXPECT_EQ(cpu_share_of_pass(4, 9, 2, {}), 0);
+}
+
 TEST(StorageHybridPlan, NoCpuLayersWhenTheCpuIsSlow) {
   const ModelFootprint m = equal_layers(10, 100 * MiB);
   const PlacementPlan base = plan_placement(m, budgets(m, 5, 5));

@@ -498,9 +498,10 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
   host_rows_.clear();
   host_ranks_.clear();
-  const bool all_on_host = host_ && host_share(n) == host_->count();
+  const int64_t share = host_ ? host_share(n) : 0;
+  const bool all_on_host = host_ && share == host_->count();
   if (host_) {
-    host_ranks_ = spread_ranks(host_->count(), host_share(n));
+    host_ranks_ = spread_ranks(host_->count(), share);
     for (const ChunkSequence& s : chunk.seqs) HostLayers::append_page_rows(*chunk.pages, s.seq, s.first_pos, s.rows, host_rows_);
     if (!all_on_host) host_->before_gpu_pass(host_rows_, stream_);
   }
@@ -575,11 +576,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 }
 
 int64_t CudaLlamaRunner::host_share(int64_t n) const {
-  if (n <= options_.cpu_max_tokens) return host_->count();
-  for (const CpuPassShare& w : options_.cpu_wider_passes) {
-    if (n <= w.max_tokens) return w.layers;
-  }
-  return 0;
+  return cpu_share_of_pass(n, host_->count(), options_.cpu_max_tokens, options_.cpu_wider_passes);
 }
 
 void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
