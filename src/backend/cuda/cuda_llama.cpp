@@ -2,8 +2,8 @@
 // budget are resident; the rest stream per pass through a LayerStreamer
 // (layer_stream.h) from pinned RAM or storage; DeviceWeights (device_weights.h)
 // places and uploads them; LayerPass (layer_pass.h) computes each layer over
-// a chunk's rows, the runner drives the layer loop, the head and the
-// sequences' pages. Resident decode steps replay a
+// a chunk's rows, HybridPass (hybrid_pass.h) the layers a hybrid split gives
+// the host; the runner drives the layer loop, the head and the sequences' pages. Resident decode steps replay a
 // captured CUDA graph (one for positions below kShortDecodeMaxKeys, whose
 // attention needs no key splits, one for the rest); the position and token
 // live in device memory, so the graphs never need updating. Prefill runs in chunks of
@@ -18,9 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -38,7 +36,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/graph_cache.h"
-#include "backend/cuda/host_layers.h"
+#include "backend/cuda/hybrid_pass.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_pass.h"
 #include "backend/cuda/layer_stream.h"
@@ -70,7 +68,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   uint64_t weight_bytes_per_token() const override { return weights_->bytes_per_token(); }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
   std::vector<int32_t> resident_layers() const override {
-    if (!weights_->streamer() && !host_) return ModelRunner::resident_layers();
+    if (!weights_->streamer() && !hybrid_) return ModelRunner::resident_layers();
     std::vector<int32_t> layers;
     for (int64_t l = first_layer_; l < end_layer_; ++l) {
       if (weights_->tier(l) == Tier::Vram) layers.push_back(int32_t(l));
@@ -132,7 +130,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // the short-context decode, whose key loads follow a path.
   int64_t pass_chunk_entries() const override { return options_.max_batch; }
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {
-    return !host_ && tokens <= options_.max_batch && tree_paths_attend_stepwise(pos, pos + tokens - 1);
+    return !hybrid_ && tokens <= options_.max_batch && tree_paths_attend_stepwise(pos, pos + tokens - 1);
   }
 
  protected:
@@ -204,13 +202,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // the head's rows' logits into act_.logits, then (stepwise rows) every
   // stepwise row's.
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
-  // How many of the host's layers it computes in a pass of n tokens: all up
-  // to cpu_max_tokens, a wider pass's share (cpu_wider_passes), or none.
-  int64_t host_share(int64_t n) const;
-  // Whether the host computes layer l in the running pass (run_chunk sets host_ranks_).
-  bool on_host(int64_t l) const {
-    return host_ && host_->computes(l) && std::binary_search(host_ranks_.begin(), host_ranks_.end(), host_->rank(l));
-  }
+  // Whether the host computes layer l in the running pass.
+  bool on_host(int64_t l) const { return hybrid_ && hybrid_->computes(l); }
   // Whether the token trees among rows [at, at + n) run as stepwise rows:
   // each stepwise and whole in the chunk, no host layers, and every row's
   // one-token step at its path position taking the short-context decode,
@@ -225,9 +218,6 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     step.max_keys = decode_max_keys(deepest);
     return step.max_keys == decode_max_keys(pos) && attention_follows_tree_paths(step);
   }
-  // Consecutive layers the host computes: the hidden state crosses to the
-  // host and back once for all of them.
-  void run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows);
   // The captured graph of a batched decode step of n sequences, or null when
   // this batch cannot replay one; captured from `pass` on first use.
   cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
@@ -276,17 +266,10 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   Candidates top_candidates_;
   LayerStreamer* streamer_ = nullptr;  // weights_'s; null when every layer is resident
   std::vector<int32_t> gpu_layers_;   // a pass's layers that the GPU runs
-  std::unique_ptr<HostLayers> host_;  // the hybrid split's CPU layers; declared after weights_: uses the streamer's pinned copies
-  std::vector<SequenceRun> host_runs_;
+  std::optional<HybridPass> hybrid_;  // the hybrid split's CPU layers; declared after weights_: uses the streamer's pinned copies
   std::vector<int64_t> row_entries_;  // run_batch_chunk: each chunk row's batch entry
   Batch stepwise_batch_;              // forward_pages: a small decode step's entries, made stepwise
   std::vector<SequenceRun> stepwise_runs_;
-  cpu::TreeRows host_trees_;  // a chunk's token-tree rows for the host layers
-  std::vector<HostLayers::PageRows> host_rows_;
-  std::vector<int64_t> host_ranks_;  // the running pass's host layers, by rank (spread_ranks)
-  double host_seconds_ = 0;      // the host's layer compute, over all passes
-  int64_t host_passes_ = 0;      // passes in which the host computed layers
-  int64_t host_layers_run_ = 0;  // layers it computed, over those passes
 };
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
@@ -381,13 +364,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
 
 CudaLlamaRunner::~CudaLlamaRunner() {
   cudaSetDevice(device_.index);  // a pipeline's stages may sit on other GPUs than the current one
-  if (host_ && host_passes_ > 0) {
-    std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass and %.2f ms a layer computing them (%d threads)\n",
-                 static_cast<long long>(host_->count()), static_cast<long long>(host_passes_),
-                 host_seconds_ / double(host_passes_) * 1e3, host_seconds_ / double(host_layers_run_) * 1e3,
-                 host_->threads());
-  }
-  host_.reset();
+  hybrid_.reset();
   if (stream_) cudaStreamSynchronize(stream_);
   weights_.reset();  // before the stream goes: the streamer's last copies wait on it
   if (stream_) cudaStreamDestroy(stream_);
@@ -395,11 +372,7 @@ CudaLlamaRunner::~CudaLlamaRunner() {
 
 std::string CudaLlamaRunner::tier_counts() const {
   const auto n = [&](Tier t) { return std::count(weights_->tiers().begin(), weights_->tiers().end(), t); };
-  std::string wider;
-  for (const CpuPassShare& w : options_.cpu_wider_passes) wider += fmt::format(", {} up to {}", w.layers, w.max_tokens);
-  const std::string cpu = host_ ? fmt::format(" ({} computed on the CPU in passes of up to {} tokens{}, {} threads)",
-                                              host_->count(), options_.cpu_max_tokens, wider, host_->threads())
-                                : std::string();
+  const std::string cpu = hybrid_ ? fmt::format(" ({})", hybrid_->describe()) : std::string();
   const std::string range = tensor_ ? fmt::format("rank {}, KV heads {}-{}, FFN columns {}-{}: ", tensor_->rank,
                                                   tensor_->shard.first_kv_head,
                                                   tensor_->shard.first_kv_head + tensor_->shard.kv_heads - 1,
@@ -431,12 +404,11 @@ void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerB
   page_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
   gemm_.emplace(buffers.gemm);
   resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;
-  int64_t widest_host_pass = options_.cpu_max_tokens;  // the host's scratch holds its widest pass
-  for (const CpuPassShare& w : options_.cpu_wider_passes) {
-    if (w.layers > 0) widest_host_pass = w.max_tokens;
-  }
-  host_ = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
-                                     std::min(options_.max_batch, widest_host_pass), options_.cpu_threads);
+  // The host's scratch holds its widest pass.
+  const int64_t widest = HybridPass::widest_host_pass(options_.cpu_max_tokens, options_.cpu_wider_passes);
+  std::unique_ptr<HostLayers> host = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
+                                                                std::min(options_.max_batch, widest), options_.cpu_threads);
+  if (host) hybrid_.emplace(std::move(host), options_.cpu_max_tokens, options_.cpu_wider_passes, *streamer_);
 }
 
 void CudaLlamaRunner::allocate_activations() {
@@ -454,7 +426,7 @@ void CudaLlamaRunner::allocate_activations() {
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // A host layer's output is the next GPU layer's plain input; a
   // tensor-split rank has no whole sum to norm before the ranks add theirs.
-  if (host_ || tensor_) return false;
+  if (hybrid_ || tensor_) return false;
   if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(weights_->output().type))) {
     return false;
   }
@@ -495,16 +467,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
   chunked.seqs = {chunk.seqs.begin(), stepwise_seqs};
   chunked.stepwise_rows = 0;
 
-  // The host layers' caches: the GPU's copy must hold what this pass attends to when it computes them.
-  host_rows_.clear();
-  host_ranks_.clear();
-  const int64_t share = host_ ? host_share(n) : 0;
-  const bool all_on_host = host_ && share == host_->count();
-  if (host_) {
-    host_ranks_ = spread_ranks(host_->count(), share);
-    for (const ChunkSequence& s : chunk.seqs) HostLayers::append_page_rows(*chunk.pages, s.seq, s.first_pos, s.rows, host_rows_);
-    if (!all_on_host) host_->before_gpu_pass(host_rows_, stream_);
-  }
+  if (hybrid_) hybrid_->begin(n, chunk, stream_);
   // Streamed layers start arriving before anything computes.
   if (streamer_) {
     gpu_layers_.clear();
@@ -520,14 +483,12 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     tensor_->reducer->sum(act_.x, n * c.dim, stream_);
   }
   LayerOnDevice slotted;  // a streamed layer's matrices in the GPU slot its weights arrived in
-  bool host_computed = false;
   for (size_t i = 0; i < layers.size(); ++i) {
     const size_t l = size_t(layers[i]);
     if (on_host(int64_t(l))) {
       size_t end = i + 1;
       while (end < layers.size() && on_host(layers[end])) ++end;
-      run_on_host(layers.subspan(i, end - i), n, chunk);
-      host_computed = true;
+      hybrid_->run(layers.subspan(i, end - i), n, chunk, act_.x, stream_);
       i = end - 1;
       continue;
     }
@@ -545,9 +506,7 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     if (m < n) pass_->stepwise_layer(L, int64_t(l), m, n, step_fold, step_fold && i > 0, chunk, next_norm);
     if (streamed) streamer_->after_layer(int64_t(l), stream_);
   }
-  if (host_ && !all_on_host) host_->after_gpu_pass(host_rows_, host_ranks_, stream_);
-  if (all_on_host) host_->after_host_pass(host_rows_);
-  if (host_computed) ++host_passes_;
+  if (hybrid_) hybrid_->end(stream_);
 
   // Final norm and classifier, for the head's rows, then every stepwise row.
   const int64_t rows = head.count;
@@ -573,29 +532,6 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits,
                   c.vocab_size, false);
   }
-}
-
-int64_t CudaLlamaRunner::host_share(int64_t n) const {
-  return cpu_share_of_pass(n, host_->count(), options_.cpu_max_tokens, options_.cpu_wider_passes);
-}
-
-void CudaLlamaRunner::run_on_host(std::span<const int32_t> layers, int64_t n, const ChunkRows& rows) {
-  const int64_t floats = n * config_.dim;
-  copy_floats(act_.x, host_->host_x_on_device(), floats, stream_);
-  NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  host_runs_.clear();
-  for (const ChunkSequence& s : rows.seqs) {
-    host_runs_.push_back({s.seq, s.first_row, s.rows, s.first_pos, s.stepwise, s.tree_start >= 0});
-  }
-  for (const int32_t l : layers) {
-    const auto begin = std::chrono::steady_clock::now();
-    host_->run(l, host_runs_, n, *rows.pages, rows.host_trees);
-    const auto end = std::chrono::steady_clock::now();
-    host_seconds_ += std::chrono::duration<double>(end - begin).count();
-    streamer_->host_span(fmt::format("CPU layer {}", l), begin, end);
-  }
-  host_layers_run_ += int64_t(layers.size());
-  copy_floats(host_->host_x_on_device(), act_.x, floats, stream_);
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
@@ -811,7 +747,7 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
     }
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (host_) host_->copy_pages(copies);
+  if (hybrid_) hybrid_->layers().copy_pages(copies);
 }
 
 KvRowsParams CudaLlamaRunner::cache_layout() const {
@@ -845,11 +781,11 @@ void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
     move_kv_rows(moves, stream_);
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (host_) host_->copy_rows(copies);
+  if (hybrid_) hybrid_->layers().copy_rows(copies);
 }
 
 bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const {
-  if (host_) return false;  // the host layers take a tree's masks (cpu::TreeRows)
+  if (hybrid_) return false;  // the host layers take a tree's masks (cpu::TreeRows)
   bool any = false;
   for (const SequenceRun& r : runs) {
     if (!r.tree || r.first >= at + n || r.first + r.count <= at) continue;
@@ -964,9 +900,9 @@ void CudaLlamaRunner::run_batch_chunk(const Batch& batch, std::span<const Sequen
     chunk.token_rope_pos = device(rope_pos);
     chunk.tree_masks = reinterpret_cast<const uint32_t*>(device(rope_pos + n));
     chunk.tree_words = int(tree_words);
-    if (host_) {
-      host_trees_.assign(batch, runs, at, n);
-      chunk.host_trees = &host_trees_;
+    if (hybrid_) {
+      hybrid_->trees().assign(batch, runs, at, n);
+      chunk.host_trees = &hybrid_->trees();
     }
   } else if (stepwise_trees) {  // every row's RoPE position (its path's), then its parent's index in its run
     int32_t* rope_pos = inputs_end;

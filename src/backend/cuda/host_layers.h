@@ -45,6 +45,7 @@ class HostLayers {
   int64_t rank(int64_t layer) const { return index_[size_t(layer)]; }
   int64_t count() const { return int64_t(weights_.size()); }
   int threads() const { return pool_.size(); }
+  const LlamaConfig& config() const { return config_; }
 
   // Pinned [max_rows][dim]: the hidden state the runner copies in and back.
   float* host_x() { return x_.as<float>(); }
