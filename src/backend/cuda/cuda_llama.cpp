@@ -1,19 +1,20 @@
 // CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
 // budget are resident; the rest stream per pass through a LayerStreamer
 // (layer_stream.h) from pinned RAM or storage; DeviceWeights (device_weights.h)
-// places and uploads them; LayerPass (layer_pass.h) computes each layer over
-// a chunk's rows, HybridPass (hybrid_pass.h) the layers a hybrid split gives
-// the host; the runner drives the layer loop, the head and the sequences' pages. Resident decode steps replay a
-// captured CUDA graph (one for positions below kShortDecodeMaxKeys, whose
-// attention needs no key splits, one for the rest); the position and token
-// live in device memory, so the graphs never need updating. Prefill runs in chunks of
-// up to max_batch tokens: short chunks through the multi-column mat-vec, long
-// ones through dequantize + cuBLAS GEMM. Batches of many sequences run the
-// same layer loop over one paged KV pool, each sequence reading its pages
-// from the block table (page_table.h; runner_memory.h plans the device
-// memory; batched decode steps replay a graph per sequence count).
-// A batch's stepwise runs (speculative verification) compute each of their
-// rows as a one-token step does, in the same pass (LayerPass::stepwise_layer).
+// places and uploads them; LayerPass (layer_pass.h) computes each layer over a
+// chunk's rows, HybridPass (hybrid_pass.h) the layers a hybrid split gives the
+// host; the runner drives the layer loop, the head and the sequences' pages.
+// Resident decode steps replay a captured CUDA graph (one for positions below
+// kShortDecodeMaxKeys, whose attention needs no key splits, one for the rest);
+// the position and token live in device memory, so the graphs never need
+// updating. Prefill runs in chunks of up to max_batch tokens: short chunks
+// through the multi-column mat-vec, long ones through dequantize + cuBLAS GEMM.
+// Batches of many sequences run the same layer loop over one paged KV pool,
+// each sequence reading its pages from the block table (page_table.h;
+// runner_memory.h plans the device memory; batched decode steps replay a graph
+// per sequence count). A batch's stepwise runs (speculative verification)
+// compute each of their rows as a one-token step does, in the same pass
+// (LayerPass::stepwise_layer).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
