@@ -20,6 +20,7 @@
 #include "cli/batch_lines.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/number_checks.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -249,10 +250,10 @@ void add_batch_command(CLI::App& app) {
   cmd->add_option("-o,--output", o.output, "JSONL output, one object per input line in input order (default: stdout)");
   cmd->add_option("--parallel", o.parallel, "Sequences decoded at once (also -np)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most, for lines without max_tokens")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("-b,--batch-size", o.batch_size, "Prompt tokens per forward pass at most (decode steps ride along)")
       ->capture_default_str()
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "core/repetitions.h"
 
@@ -128,7 +129,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-d,--depth", o.depths, "Cached tokens before decode (repeatable)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o.repetitions, "Timed repetitions of each test, after one uncounted warm-up")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--npp", o.batched.prompt_tokens, "Batched mode: prompt tokens per sequence, a comma list (also -npp)")
       ->delimiter(',')
       ->capture_default_str();
@@ -144,7 +145,7 @@ void add_bench_command(CLI::App& app) {
                   "Also time one forward pass of each of these token counts (a comma list, e.g. 1,2,4,8,...,256): what "
                   "a speculative verification pass costs against a pass of one token")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   add_speculation_bench_options(*cmd, o.speculative);
   add_layer_skip_options(*cmd, o.layer_skip);
   cmd->callback([] { bench(o); });

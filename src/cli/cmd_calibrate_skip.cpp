@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/read_file.h"
@@ -71,7 +72,7 @@ void add_calibrate_skip_command(CLI::App& app) {
   cmd->add_option("-o,--output", o.out_path, "Skip list to write (default: MODEL's file name with .skip.json)");
   cmd->add_option("--chunks", o.chunks, "Windows of the text to run at most (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->callback([] { calibrate(o); });
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
 #include "core/error.h"
@@ -457,34 +458,34 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
   cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB; with --gpus one for each, e.g. 24GiB,20GiB, or one for all (default: free VRAM; required without a GPU)");
   cmd->add_option("--ram-budget", o.ram_budget, "Host RAM to pin, e.g. 48GiB (default: from MemAvailable)");
-  cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--parallel,--sequences", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
+  cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(non_negative());
+  cmd->add_option("--sequences,--parallel", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--kv-pool", o.kv_pool, "KV cache positions shared by the sequences (default: each one's whole context)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens (the CUDA runner's prefill chunk)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(non_negative());
+  cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens (the CUDA runner's prefill chunk)")->capture_default_str()->check(positive());
+  cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(positive());
   cmd->add_option("--gpu-sms", o.gpu_sms, "GPU multiprocessors the memory plan assumes (default: the GPU's; without one the H200's 132)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--io", o.io, "Storage reader: auto, uring, cufile or mmap")->capture_default_str()->check(CLI::IsMember({"auto", "uring", "cufile", "mmap"}));
-  cmd->add_option("--h2d-gbps", o.h2d_gbps, "Host-to-device GB/s (default: measured; without a GPU an assumed 25)")->check(CLI::PositiveNumber);
-  cmd->add_option("--disk-gbps", o.disk_gbps, "Storage read GB/s (default: measured on the model file)")->check(CLI::PositiveNumber);
-  cmd->add_option("--bench-mib", o.bench_mib, "MiB of the model file read to measure storage speed")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--h2d-gbps", o.h2d_gbps, "Host-to-device GB/s (default: measured; without a GPU an assumed 25)")->check(positive());
+  cmd->add_option("--disk-gbps", o.disk_gbps, "Storage read GB/s (default: measured on the model file)")->check(positive());
+  cmd->add_option("--bench-mib", o.bench_mib, "MiB of the model file read to measure storage speed")->capture_default_str()->check(positive());
   cmd->add_option("--cpu-layers", o.cpu_layers, "Layers the CPU computes from host RAM: a count, 0, or auto (the planner's choice when it predicts a gain)")
       ->capture_default_str();
   cmd->add_option("--batch-tokens", o.batch_tokens, "Tokens per pass of the second hybrid plan (a decode batch or prefill chunk)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-gbps", o.cpu_gbps, "CPU GB/s of weights at one token per pass (default: measured)")->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-wide-gbps", o.cpu_wide_gbps, "CPU GB/s of weights at 64 tokens per pass, the widest a hybrid split weighs (default: measured)")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: measured on the GPU, else an assumed 3330, the H200's)")->check(CLI::PositiveNumber);
-  cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(positive());
+  cmd->add_option("--cpu-gbps", o.cpu_gbps, "CPU GB/s of weights at one token per pass (default: measured)")->check(positive());
+  cmd->add_option("--cpu-batch-gbps", o.cpu_batch_gbps, "CPU GB/s of weights at --batch-tokens per pass (default: measured)")->check(positive());
+  cmd->add_option("--cpu-wide-gbps", o.cpu_wide_gbps, "CPU GB/s of weights at 64 tokens per pass, the widest a hybrid split weighs (default: measured)")->check(positive());
+  cmd->add_option("--gpu-gbps", o.gpu_gbps, "GPU GB/s of weights per layer computed (default: measured on the GPU, else an assumed 3330, the H200's)")->check(positive());
+  cmd->add_option("-t,--threads", o.threads, "CPU threads for the CPU rate measurement (0: one a core)")->capture_default_str()->check(non_negative());
   cmd->add_option("--gpus", o.gpus, "Plan over several GPUs, e.g. 0,1 (without a GPU, give --vram-budget for each or one for all)");
   cmd->add_option("--split", o.split, "With --gpus: layer (a range of layers per GPU), tensor (every layer's matrices cut across the GPUs) or auto (the faster predicted)")
       ->check(CLI::IsMember({"layer", "tensor", "auto"}));
-  cmd->add_option("--peer-gbps", o.peer_gbps, "With --gpus: GPU-to-GPU GB/s (default: measured between the GPUs; without them assumed, half the H2D rate)")->check(CLI::PositiveNumber);
+  cmd->add_option("--peer-gbps", o.peer_gbps, "With --gpus: GPU-to-GPU GB/s (default: measured between the GPUs; without them assumed, half the H2D rate)")->check(positive());
   cmd->add_option("--draft-model", o.draft_model,
                   "A speculative draft model resident beside the model (as run --draft-model loads it): its weights, KV "
                   "cache and buffers come out of the VRAM budget first");

@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "core/progress.h"
 #include "engine/gpu_list.h"
 #include "engine/tensor_rank.h"
@@ -50,7 +51,7 @@ void add_rank_command(CLI::App& app) {
   cmd->add_option("--rank", o.rank, "This process's rank, 1 to the number of GPUs less one")->required();
   cmd->add_option("--nccl-id", o.nccl_id, "The file rank 0 writes the NCCL id to")->required();
   cmd->add_option("--join-timeout", o.join_timeout_s, "Seconds to wait for rank 0's id")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->callback([] { serve(o); });
 }

@@ -18,6 +18,7 @@
 #include "cli/layer_skip_options.h"
 #include "cli/logits_file.h"
 #include "cli/model_options.h"
+#include "cli/number_checks.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
 #include "core/read_file.h"
@@ -204,7 +205,7 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes(prompt);
   cmd->add_option("-s,--system", o.system, "System prompt (chat models)");
-  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most")->capture_default_str()->check(non_negative());
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");

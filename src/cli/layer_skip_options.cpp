@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "engine/layer_skip.h"
 
@@ -30,7 +31,7 @@ void add_layer_skip_options(CLI::App& cmd, LayerSkipOptions& o) {
                     ->check(CLI::ExistingFile);
   auto* count = cmd.add_option("--layer-skip-count", o.count, "Layer skip: leave out the N most skippable layers")
                     ->needs(file)
-                    ->check(CLI::NonNegativeNumber);
+                    ->check(non_negative());
   cmd.add_option("--layer-skip-threshold", o.threshold,
                  "Layer skip: leave out the layers whose input and output have a cosine similarity of at least T")
       ->needs(file)

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include "cli/number_checks.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
 #include "core/error.h"
@@ -15,14 +16,14 @@ namespace nt::cli {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
-  cmd.add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(non_negative());
+  cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(non_negative());
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
   cmd.add_option("--kv-pool", o.kv_pool,
                  "KV cache positions shared by all sequences, taken 32 at a time as they grow (default: every sequence's "
                  "whole context; batch --parallel N holds N)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd.add_option("--vram-budget", o.vram_budget,
                  "CUDA: VRAM to use, e.g. 24GiB; layers beyond it stream (default: free VRAM); with --gpus one for each, "
                  "e.g. 24GiB,20GiB, or one for all");
@@ -46,7 +47,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "With --split tensor: run rank 0 here and the other ranks as processes of their own (`ntransformer rank "
                  "--rank R` with the same -m, --gpus and --nccl-id), joined through the NCCL id written to this file");
   cmd.add_option("--join-timeout", o.join_timeout_s, "With --nccl-id: seconds to wait for the other ranks to join")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
 }
 

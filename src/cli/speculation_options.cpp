@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "cli/number_checks.h"
 #include "core/error.h"
 #include "cli/id_list.h"
 #include "core/read_file.h"
@@ -34,7 +35,7 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
                                      "and head (N omitted: its VRAM-resident layers where the others stream, else the "
                                      "first half)")
                           ->expected(0, 1)
-                          ->check(CLI::PositiveNumber);
+                          ->check(positive());
   cmd.add_flag("--lookup", o.lookup,
                "Speculative decoding drafting from the context (prompt lookup: what followed the latest n-gram match)");
   cmd.add_option("--prediction", o.prediction,
@@ -48,7 +49,7 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
                                     "Speculation: tokens drafted per verification pass at most (along each path of a "
                                     "token tree)")
                          ->capture_default_str()
-                         ->check(CLI::PositiveNumber);
+                         ->check(positive());
   o.draft_tree_flag = cmd.add_option("--draft-tree", o.draft_tree,
                                      "Speculation: verify a token tree of up to N tokens per pass (the pending token and "
                                      "drafts that branch where the draft is unsure); N omitted: the largest whose pass "

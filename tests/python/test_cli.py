@@ -84,3 +84,24 @@ def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
     bad = subprocess.run([str(NTRANSFORMER), "bench", "-m", str(model), "-c", "16", "-p", "0", "-n", "0", "--pass-tokens", "4,32"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--pass-tokens 32" in bad.stderr and "raise -c" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("run", "-t", -1), "--threads: must be 0 or more, got -1"),
+        (("run", "-t", "many"), "--threads: expected a number, got 'many'"),
+        (("batch", "--parallel", 0), "--parallel: must be more than 0, got 0"),
+        (("plan", "--sequences", 0), "--sequences: must be more than 0, got 0"),
+        (("bench", "-r", 0), "--repetitions: must be more than 0, got 0"),
+    ],
+)
+def test_out_of_range_numbers_name_the_flag_and_what_it_takes(args, message):
+    """A bad count stops before any model loads, with the flag, what it takes
+    and what it got: not CLI11's "not in range 0.000000 to 1797..." (a range
+    up to DBL_MAX that the rejected 0 seems to meet)."""
+    require_built(NTRANSFORMER)
+    result = subprocess.run([str(NTRANSFORMER), *map(str, args)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "not in range" not in result.stderr, result.stderr
