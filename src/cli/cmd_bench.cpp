@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli/bench_batched.h"
-#include "cli/bench_host_weights.h"
+#include "cli/bench_ceiling.h"
 #include "cli/bench_pass_cost.h"
 #include "cli/bench_speculation.h"
 #include "cli/commands.h"
@@ -96,7 +96,7 @@ void bench(const BenchOptions& o) {
     fmt::print("| {} | {} | pp{} | {:.1f} ± {:.1f} | {:.3f} | - | - |\n", name, runner.description(), o.n_prompt, ts.mean,
                ts.stdev, 1e3 * spread(seconds).mean / double(o.n_prompt));
   }
-  double last_token_seconds = 0;
+  DecodeStep last_step;
   for (const int64_t depth : o.depths) {
     if (o.n_gen <= 0) break;
     if (depth > 0) runner.forward({prompt.data(), size_t(depth)}, 0, logits.data(), false);
@@ -110,9 +110,9 @@ void bench(const BenchOptions& o) {
     const double kv_bytes = double(runner.kv_bytes_per_position()) * (double(depth) + double(o.n_gen + 1) / 2.0);
     fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
                o.n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
-    last_token_seconds = t;
+    last_step = {t, bytes + kv_bytes};
   }
-  print_host_weight_rate(runner, *loaded.file, last_token_seconds, mo.threads);  // streamed or hybrid runs only
+  print_decode_ceiling(runner, *loaded.file, loaded.gpus, last_step, mo.threads);
   if (!o.pass_tokens.empty()) bench_pass_cost(runner, name, o.pass_tokens, o.repetitions);
   if (speculates && o.n_gen > 0) bench_speculation(o.speculative, mo, loaded, o.n_gen, o.repetitions);
 }

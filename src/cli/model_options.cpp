@@ -105,7 +105,7 @@ LoadedModel load_model(const ModelOptions& o) {
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
-  return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner)};
+  return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner), std::move(opened.gpus)};
 }
 
 }  // namespace nt::cli

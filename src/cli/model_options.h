@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
@@ -44,6 +45,7 @@ struct LoadedModel {
   std::shared_ptr<const GgufFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
+  std::vector<int> gpus;  // the GPUs the runner uses; none: the CPU
 };
 
 // Opens the model (engine/open_model.h) with a load progress line; logs where it went.

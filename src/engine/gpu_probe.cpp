@@ -44,13 +44,15 @@ double measure_h2d_gbps_beside(const std::function<void()>& work, int gpu) {
 #endif
 }
 
-double measure_gpu_layer_gbps(int gpu) {
+double measure_gpu_copy_gbps(int gpu) {
 #ifdef NT_HAVE_CUDA
-  return kGpuLayerShareOfCopy * measure_device_memory_gbps(gpu);
+  return measure_device_memory_gbps(gpu);
 #else
   fail("this build has no CUDA backend to measure GPU {} with", gpu);
 #endif
 }
+
+double measure_gpu_layer_gbps(int gpu) { return kGpuLayerShareOfCopy * measure_gpu_copy_gbps(gpu); }
 
 double measure_gpu_to_gpu_gbps(int from, int to) {
 #ifdef NT_HAVE_CUDA

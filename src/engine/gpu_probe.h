@@ -29,9 +29,13 @@ double measure_h2d_gbps(int gpu = 0);
 // link's GB/s while the host's memory serves both.
 double measure_h2d_gbps_beside(const std::function<void()>& work, int gpu = 0);
 
-// A layer's GPU compute rate, in GB/s of its weights: the memory rate of
-// `gpu` (device-to-device copies) at the share the H200's resident 70B Q4_K_M
-// decode reached of it (kGpuLayerShareOfCopy).
+// The memory rate of `gpu`: device-to-device copies, each byte read and
+// written (best of a few 256 MiB copies).
+double measure_gpu_copy_gbps(int gpu = 0);
+
+// A layer's GPU compute rate, in GB/s of its weights: measure_gpu_copy_gbps
+// at the share the H200's resident 70B Q4_K_M decode reached of it
+// (kGpuLayerShareOfCopy).
 double measure_gpu_layer_gbps(int gpu = 0);
 inline constexpr double kGpuLayerShareOfCopy = 0.79;
 

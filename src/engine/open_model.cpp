@@ -48,6 +48,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   }
   if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");
   if (device == Device::Cuda) {
+    m.gpus = o.gpus.empty() ? std::vector<int>{0} : o.gpus;
     CudaRunnerOptions cuda;
     cuda.device = o.gpus.empty() ? 0 : o.gpus[0];
     cuda.max_sequences = o.sequences;

@@ -58,6 +58,7 @@ struct OpenedModel {
   std::unique_ptr<ModelRunner> runner;
   std::string hybrid_summary;  // how the CUDA hybrid split was chosen; empty when nothing is in host RAM
   std::string split_summary;   // how --split auto chose among several GPUs; empty otherwise
+  std::vector<int> gpus;       // the GPUs the runner uses; none: it runs on the CPU
 };
 
 OpenedModel open_model(const OpenModelOptions& options);

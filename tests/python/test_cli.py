@@ -68,6 +68,26 @@ def test_bench_prints_mean_and_spread_of_the_repetitions(tmp_path):
             assert (float(m[2]) == 0) == (reps == 1), (test, cell)  # one sample has no spread
 
 
+def test_bench_holds_decode_against_the_memory_ceiling_measured_now(tmp_path):
+    """After its table, bench names the memory path that bounds a decode step
+    (on the CPU the host's read rate, measured right after the test) and the
+    share of it the step reached: the last decode row's own figures."""
+    model = convert_stories260k(tmp_path)
+    out = ntransformer("bench", "-m", model, "-p", 0, "-n", 8, "-r", 1, "-t", 1).stdout.decode()
+    row = next([c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if "| tg8 @ 0 |" in line)
+    ms, with_kv = float(row[4]), float(row[6])
+    m = re.search(r"^decode ceiling: weights \+ KV ([\d.]+) GB a token at ([\d.]+) ms a token = ([\d.]+) GB/s; "
+                  r"measured now: host memory read \((\d+) threads?\) ([\d.]+) GB/s \((\d+)%\)$", out, re.M)
+    assert m, out
+    gb, line_ms, reached, threads, ceiling, percent = (float(g) for g in m.groups())
+    assert line_ms == pytest.approx(ms, abs=1e-3) and threads == 1, (m[0], row)
+    assert reached == pytest.approx(with_kv, abs=0.11), (m[0], row)
+    # GB to 3 significant digits, ms to thousandths, GB/s to tenths.
+    low, high = gb * (1 - 5e-3) / (line_ms + 5e-4) * 1e3, gb * (1 + 5e-3) / max(line_ms - 5e-4, 1e-9) * 1e3
+    assert low - 0.05 <= reached <= high + 0.05, m[0]
+    assert ceiling > 0 and percent == pytest.approx(100 * reached / ceiling, abs=1), m[0]
+
+
 def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
     model = convert_stories260k(tmp_path)
     out = ntransformer("bench", "-m", model, "-p", 0, "-n", 0, "--pass-tokens", "1,3,8", "-r", 2, "-t", 1).stdout.decode()

@@ -1,0 +1,29 @@
+// After a decode test, the rate the step reached against the memory path that
+// bounds it, measured right after the test:
+// - layers not all in VRAM (streamed, or computed on the host): the
+//   host-side weights against the link's copies plus the host's own reads,
+//   the two paths that serve them;
+// - every layer resident on one GPU: weights and KV against that GPU's
+//   device-to-device copy (each byte read and written);
+// - on the CPU: weights and KV against the host's memory read rate.
+#pragma once
+
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+
+namespace nt::cli {
+
+struct DecodeStep {
+  double seconds = 0;  // a token's, the decode test's mean
+  double bytes = 0;    // read a step: the weights and the KV entries it attends to
+};
+
+// Prints one line; `gpus` the GPUs the runner uses (none: the CPU; several:
+// only the host-side line, when it applies). threads: the host read probe's
+// (0: one a core).
+void print_decode_ceiling(const ModelRunner& runner, const GgufFile& file, const std::vector<int>& gpus,
+                          const DecodeStep& step, int threads);
+
+}  // namespace nt::cli
