@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/cpu_probe.h"
 #include "engine/gpu_probe.h"
