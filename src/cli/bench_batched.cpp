@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "cli/bench_ceiling.h"
 #include "core/error.h"
 
 namespace nt::cli {
@@ -100,7 +105,8 @@ void check_batched_bench(const BatchedBenchOptions& o) {
   if (o.context() < 1) fail("-npp and -ntg: a row must run at least one token per sequence");
 }
 
-void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& o) {
+void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& o,
+                   const std::vector<int>& gpus, int threads) {
   // Warm-up: first-touch of weights and scratch stays out of the numbers.
   {
     Sequences seqs(runner, 1);
@@ -116,6 +122,8 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
              o.batch_invariant ? ", batch-invariant (prompts prefilled apart, one-token kernels per sequence)" : "");
   fmt::print("| PP | TG | B | N_KV | T_PP s | S_PP tok/s | T_TG s | S_TG tok/s | T s | S tok/s | weights/pass GB | weight GB/s | weight + KV GB/s |\n");
   fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const bool one_shape = o.prompt_tokens.size() == 1 && o.generated_tokens.size() == 1;
+  std::vector<std::pair<std::string, double>> decode_gbps;  // each row's weights + KV a step, for the ceiling line
   for (const int64_t pp : o.prompt_tokens) {
     for (const int64_t tg : o.generated_tokens) {
       if (pp + tg == 0) continue;
@@ -129,6 +137,8 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
           const double step = r.decode_seconds / double(tg);
           const double kv = kv_per_key * double(b) * (double(pp) + double(tg + 1) / 2.0);
           bandwidth = fmt::format("{:.3f} | {:.1f} | {:.1f}", weights / 1e9, weights / step / 1e9, (weights + kv) / step / 1e9);
+          decode_gbps.emplace_back(one_shape ? fmt::format("B = {}", b) : fmt::format("PP {} TG {} B {}", pp, tg, b),
+                                   (weights + kv) / step / 1e9);
         }
         fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", pp, tg, b, b * (pp + tg),
                    r.prefill_seconds, rate(double(b * pp), r.prefill_seconds), r.decode_seconds,
@@ -136,6 +146,16 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
       }
     }
   }
+  // Streamed layers: the link bounds the small batches (the single-sequence bench's host-side line says how close).
+  if (decode_gbps.empty()) return;
+  const std::optional<MemoryCeiling> ceiling = measure_memory_ceiling(runner, gpus, threads);
+  if (!ceiling) return;
+  std::string shares;
+  for (const auto& [row, gbps] : decode_gbps) {
+    shares += fmt::format("{}{:.0f}% at {}", shares.empty() ? "" : ", ", 100.0 * gbps / ceiling->gbps, row);
+  }
+  fmt::print("\ndecode ceiling: measured now: {} {:.1f} GB/s; a decode step's weights + KV reached {}\n", ceiling->what,
+             ceiling->gbps, shares);
 }
 
 }  // namespace nt::cli

@@ -31,7 +31,11 @@ struct BatchedBenchOptions {
 void check_batched_bench(const BatchedBenchOptions& options);
 
 // Prints the table in markdown: PP, TG, B, N_KV, prefill and decode times and
-// aggregate tok/s, and the bandwidth decode achieves (one weight pass per step).
-void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& options);
+// aggregate tok/s, and the bandwidth decode achieves (one weight pass per step);
+// then, when every layer is resident (on the CPU, or one GPU of `gpus`), each
+// row's share of the memory ceiling measured right after (bench_ceiling.h).
+// threads: the host read probe's (0: one a core).
+void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& options,
+                   const std::vector<int>& gpus, int threads);
 
 }  // namespace nt::cli

@@ -37,6 +37,13 @@ void print_host_weight_rate(const ModelRunner& runner, const GgufFile& file, con
 
 }  // namespace
 
+std::optional<MemoryCeiling> measure_memory_ceiling(const ModelRunner& runner, const std::vector<int>& gpus, int threads) {
+  if (gpus.size() > 1 || int64_t(runner.resident_layers().size()) < runner.config().n_layers) return std::nullopt;
+  if (!gpus.empty()) return MemoryCeiling{fmt::format("GPU {}'s device-to-device copy", gpus[0]), measure_gpu_copy_gbps(gpus[0])};
+  const CpuRateProbe read = measure_host_read(kHostReadBytes, kProbeSeconds, threads);
+  return MemoryCeiling{fmt::format("host memory read ({} threads)", read.threads), read.gbps};
+}
+
 void print_decode_ceiling(const ModelRunner& runner, const GgufFile& file, const std::vector<int>& gpus,
                           const DecodeStep& step, int threads) {
   if (step.seconds <= 0) return;
@@ -44,21 +51,12 @@ void print_decode_ceiling(const ModelRunner& runner, const GgufFile& file, const
   if (int64_t(resident.size()) < runner.config().n_layers) {
     return print_host_weight_rate(runner, file, resident, step.seconds, threads);
   }
-  if (gpus.size() > 1) return;  // several GPUs' memories at once: no one ceiling
+  const std::optional<MemoryCeiling> ceiling = measure_memory_ceiling(runner, gpus, threads);
+  if (!ceiling) return;
   const double reached = step.bytes / step.seconds / 1e9;
-  std::string ceiling;
-  double gbps = 0;
-  if (gpus.empty()) {
-    const CpuRateProbe read = measure_host_read(kHostReadBytes, kProbeSeconds, threads);
-    gbps = read.gbps;
-    ceiling = fmt::format("host memory read ({} threads)", read.threads);
-  } else {
-    gbps = measure_gpu_copy_gbps(gpus[0]);
-    ceiling = fmt::format("GPU {}'s device-to-device copy", gpus[0]);
-  }
   fmt::print("decode ceiling: weights + KV {:.3g} GB a token at {:.3f} ms a token = {:.1f} GB/s; measured now: {} "
              "{:.1f} GB/s ({:.0f}%)\n",
-             step.bytes / 1e9, step.seconds * 1e3, reached, ceiling, gbps, 100.0 * reached / gbps);
+             step.bytes / 1e9, step.seconds * 1e3, reached, ceiling->what, ceiling->gbps, 100.0 * reached / ceiling->gbps);
 }
 
 }  // namespace nt::cli

@@ -8,12 +8,23 @@
 // - on the CPU: weights and KV against the host's memory read rate.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 
 namespace nt::cli {
+
+// The memory path every layer's weights are read over when all are resident:
+// the GPU's device-to-device copy, or on the CPU the host's memory read;
+// nullopt for several GPUs (no one ceiling) or layers not all resident.
+struct MemoryCeiling {
+  std::string what;  // "GPU 0's device-to-device copy", "host memory read (16 threads)"
+  double gbps = 0;
+};
+std::optional<MemoryCeiling> measure_memory_ceiling(const ModelRunner& runner, const std::vector<int>& gpus, int threads);
 
 struct DecodeStep {
   double seconds = 0;  // a token's, the decode test's mean

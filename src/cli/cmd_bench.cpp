@@ -57,7 +57,8 @@ void bench_many_sequences(const BenchOptions& o) {
   mo.sequences = o.batched.sequences();
   auto loaded = load_model(mo);
   apply_layer_skip(o.layer_skip, loaded);
-  bench_batched(*loaded.runner, loaded.file->header().get_string("general.name", std::string("?")), o.batched);
+  bench_batched(*loaded.runner, loaded.file->header().get_string("general.name", std::string("?")), o.batched, loaded.gpus,
+                mo.threads);
 }
 
 void bench(const BenchOptions& o) {

@@ -88,6 +88,26 @@ def test_bench_holds_decode_against_the_memory_ceiling_measured_now(tmp_path):
     assert ceiling > 0 and percent == pytest.approx(100 * reached / ceiling, abs=1), m[0]
 
 
+def test_batched_bench_rows_and_their_share_of_the_ceiling(tmp_path):
+    """bench -npl, after llama-batched-bench: a row per batch size whose
+    counts follow from the flags and whose rates from its own times, then each
+    row's weights + KV a decode step against the memory ceiling measured now."""
+    model = convert_stories260k(tmp_path)
+    out = ntransformer("bench", "-m", model, "-npp", 8, "-ntg", 4, "-npl", "1,3", "-t", 1).stdout.decode()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.count("|") == 14]
+    rows = [r for r in rows if r[0].isdigit()]
+    assert [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows] == [(8, 4, 1, 12), (8, 4, 3, 36)], out
+    for r in rows:  # T_TG is printed to thousandths of a second, S_TG to tenths of a token
+        b, t_tg, s_tg = int(r[2]), float(r[6]), float(r[7])
+        assert b * 4 / (t_tg + 5e-4) - 0.05 <= s_tg <= (b * 4 / (t_tg - 5e-4) if t_tg > 5e-4 else float("inf")), r
+    m = re.search(r"^decode ceiling: measured now: host memory read \(1 threads?\) ([\d.]+) GB/s; "
+                  r"a decode step's weights \+ KV reached (\d+)% at B = 1, (\d+)% at B = 3$", out, re.M)
+    assert m, out
+    ceiling = float(m[1])
+    for r, percent in zip(rows, (m[2], m[3])):
+        assert int(percent) == pytest.approx(100 * float(r[12]) / ceiling, abs=1), (m[0], r)
+
+
 def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
     model = convert_stories260k(tmp_path)
     out = ntransformer("bench", "-m", model, "-p", 0, "-n", 0, "--pass-tokens", "1,3,8", "-r", 2, "-t", 1).stdout.decode()
