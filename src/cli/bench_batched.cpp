@@ -146,9 +146,9 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
       }
     }
   }
-  // Streamed layers: the link bounds the small batches (the single-sequence bench's host-side line says how close).
   if (decode_gbps.empty()) return;
   const std::optional<MemoryCeiling> ceiling = measure_memory_ceiling(runner, gpus, threads);
+  // None for streamed layers: the link bounds their small batches (the single-sequence bench's host-side line says how close).
   if (!ceiling) return;
   std::string shares;
   for (const auto& [row, gbps] : decode_gbps) {
