@@ -33,6 +33,10 @@ void calibrate(const CalibrateOptions& o) {
   const auto tokens = tokenizer.encode(text, true, false);
   const int64_t n_ctx = loaded.runner->context_size();
   const int32_t bos = tokenizer.vocab().add_bos() ? tokenizer.vocab().bos() : -1;
+  if (int64_t(tokens.size()) < n_ctx) {
+    fmt::print(stderr, "warning: -f {} is {} tokens, less than one window of {}: the ranking rests on little text "
+               "(a longer text, or a smaller -c)\n", o.text_path, tokens.size(), n_ctx);
+  }
   ProgressLine progress("calibrating layer skip", 0, 10);
   const LayerSimilarity measured =
       measure_layer_similarity(*loaded.runner, tokens, n_ctx, bos, o.chunks, [&](int64_t done, int64_t total) {

@@ -261,6 +261,16 @@ def test_calibration_errors_name_the_file(stories, tmp_path):
     assert str(out) in run("calibrate-skip", "-m", stories, "-f", story, "-o", out, code=1).stderr
 
 
+def test_a_text_shorter_than_one_window_is_calibrated_with_a_warning(stories, text_file, tmp_path):
+    story = tmp_path / "story.txt"
+    story.write_text("Once upon a time there was a cat.")
+    n = len(text_tokens(story))
+    short = run("calibrate-skip", "-m", stories, "-f", story, "-o", tmp_path / "short.json", "-c", CTX).stderr
+    assert f"warning: -f {story} is {n} tokens, less than one window of {CTX}" in short, short
+    whole = run("calibrate-skip", "-m", stories, "-f", text_file, "-o", tmp_path / "whole.json", "-c", CTX).stderr
+    assert "warning" not in whole, whole
+
+
 def test_help_says_layer_skip_is_lossy():
     for command in ("run", "perplexity", "bench"):
         help_text = run(command, "--help").stdout
