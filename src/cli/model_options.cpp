@@ -105,6 +105,11 @@ LoadedModel load_model(const ModelOptions& o) {
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
+  const int64_t trained = opened.runner->config().context_length;
+  if (opened.runner->context_size() > trained) {  // allowed, as llama.cpp allows it, but positions past it are untrained
+    fmt::print(stderr, "warning: a context of {} is past the {} tokens the model was trained on; output past them may degrade\n",
+               opened.runner->context_size(), trained);
+  }
   return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner), std::move(opened.gpus)};
 }
 

@@ -113,6 +113,18 @@ def test_prompt_longer_than_the_context(stories):
     assert "context" in message and "16" in message
 
 
+def test_a_context_past_the_trained_one_runs_with_a_warning(stories):
+    """As llama.cpp allows it: the run goes on, but says that the positions
+    past the trained context (the file's llama.context_length) are untrained."""
+    trained = int(GGUFReader(stories).fields["llama.context_length"].contents())
+    for context, warned in ((trained, False), (2 * trained, True)):
+        result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(stories), "-c", str(context), "-p", "Once", "-n", "2",
+                                 "--temp", "0"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        warning = f"warning: a context of {context} is past the {trained} tokens the model was trained on"
+        assert (warning in result.stderr) == warned, result.stderr
+
+
 def test_unknown_chat_template(stories):
     message = run_model(stories, "--chat-template", "nope")
     assert "chat template" in message and "'nope'" in message
