@@ -76,7 +76,7 @@ void print_pass_widths(const HybridReportInput& in) {
              all == 1 ? "" : "s");
   fmt::print("  tokens   cpu layers    pass ms      tok/s   vs streaming alone\n");
   for (int64_t t = 1; t <= kHybridMaxTokens; t *= 2) {
-    const int64_t share = cpu_share_of_pass(t, cpu, all, passes.wider);
+    const int64_t share = passes.share(t, cpu);
     const double pass = predict_hybrid_step(*in.model, cpu_share_paths(*in.base, cpu, share), in.rates, t).seconds();
     const double alone = spread_cpu_layers(*in.model, *in.base, in.rates, t, 0).step.seconds();
     fmt::print("  {:>6} {:>12} {:>10.2f} {:>10.2f}   {:.2f}x\n", t, share, ms(pass), double(t) / pass, alone / pass);

@@ -64,7 +64,10 @@ OpenedModel open_model(const OpenModelOptions& o) {
       // One budget given for all, or one per GPU.
       std::vector<uint64_t> budgets = o.vram_budgets;
       if (budgets.empty() && o.vram_budget) budgets.assign(o.gpus.size(), *o.vram_budget);
-      CudaPipelineOptions stages{o.gpus, budgets, cuda};
+      CudaPipelineOptions stages;
+      stages.gpus = o.gpus;
+      stages.vram_budgets = budgets;
+      stages.runner = cuda;
       stages.nccl_id_file = o.nccl_id_file;
       stages.join_timeout_s = o.join_timeout_s;
       OpenedPipeline pipeline = open_cuda_pipeline(*m.file, context, stages, o.split);
@@ -81,8 +84,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     if (placement) {
       const HybridSplit split = choose_hybrid_split(*m.file, placement->footprint, placement->plan, o.cpu_layers, o.threads);
       cuda.cpu_layers = split.cpu_layers;
-      cuda.cpu_max_tokens = split.passes.all_up_to;
-      cuda.cpu_wider_passes = split.passes.wider;
+      cuda.cpu_passes = split.passes;
       // While the CPU computes a layer, the link keeps copying only into free
       // GPU slots: with two, both hold the next streamed layers by then and the
       // link idles (70B at 24 GiB: 305 ms a token with 2 slots, the link busy 216).

@@ -35,7 +35,7 @@ struct BatchEntry {
   // into other tokens. Entries of one run agree on it. Both backends honour
   // it in one pass (each weight read once for the run); on CUDA a hybrid
   // split's CPU layers take one-token kernels in the passes the CPU computes
-  // them in (all up to cpu_max_tokens entries, a share in wider ones). A
+  // them in (all up to cpu_passes.all_up_to entries, a share in wider ones). A
   // stepwise token tree runs stepwise on CUDA where its rows' one-token steps
   // take the short-context decode attention (paths up to kShortDecodeMaxKeys
   // keys, head_dim 64 or 128, sm_90, the tree whole in one chunk, no CPU

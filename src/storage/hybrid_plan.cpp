@@ -143,12 +143,34 @@ CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& ba
   return plan;
 }
 
-int64_t cpu_share_of_pass(int64_t tokens, int64_t cpu_layers, int64_t all_up_to, std::span<const CpuPassShare> wider) {
+int64_t CpuPassPlan::share(int64_t tokens, int64_t cpu_layers) const {
   if (tokens <= all_up_to) return cpu_layers;
   for (const CpuPassShare& w : wider) {
     if (tokens <= w.max_tokens) return w.layers;
   }
   return 0;
+}
+
+int64_t CpuPassPlan::widest() const {
+  int64_t most = all_up_to;
+  for (const CpuPassShare& w : wider) {
+    if (w.layers > 0) most = w.max_tokens;
+  }
+  return most;
+}
+
+void CpuPassPlan::check(int64_t cpu_layers) const {
+  if (cpu_layers > 0 && all_up_to < 1) {
+    fail("{} CPU layers computed in passes of up to {} tokens: at least 1", cpu_layers, all_up_to);
+  }
+  int64_t narrower = all_up_to;
+  for (const CpuPassShare& w : wider) {
+    if (w.max_tokens <= narrower || w.layers < 0 || w.layers > cpu_layers) {
+      fail("the CPU's share of passes of up to {} tokens: {} of its {} layers, in passes wider than {} (0 to {} layers)",
+           w.max_tokens, w.layers, cpu_layers, narrower, cpu_layers);
+    }
+    narrower = w.max_tokens;
+  }
 }
 
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,

@@ -127,6 +127,15 @@ struct CpuPassShare {
 struct CpuPassPlan {
   int64_t all_up_to = 0;
   std::vector<CpuPassShare> wider;
+
+  // How many of cpu_layers the CPU computes in a pass of `tokens` tokens: all
+  // up to all_up_to, then the first wider share that covers it, else none.
+  int64_t share(int64_t tokens, int64_t cpu_layers) const;
+  // The most tokens of a pass in which the CPU computes any layer.
+  int64_t widest() const;
+  // Throws nt::Error unless passes of up to all_up_to (at least 1) take all
+  // of cpu_layers and the wider shares widen, each 0 to cpu_layers.
+  void check(int64_t cpu_layers) const;
 };
 
 // For passes of 2, 4, ... up to `widest` tokens, the share of cpu_layers
@@ -136,10 +145,6 @@ struct CpuPassPlan {
 // streaming them all is fastest. Without CPU layers, all_up_to is 0.
 CpuPassPlan plan_cpu_passes(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,
                             int64_t cpu_layers, int64_t widest);
-
-// How many of cpu_layers the CPU computes in a pass of `tokens` tokens: all
-// up to all_up_to, then the first wider share that covers it, else none.
-int64_t cpu_share_of_pass(int64_t tokens, int64_t cpu_layers, int64_t all_up_to, std::span<const CpuPassShare> wider);
 
 // spread_cpu_paths with its predicted pass of `tokens` tokens.
 HybridPlan spread_cpu_layers(const ModelFootprint& model, const PlacementPlan& base, const HybridRates& rates,

@@ -4,9 +4,9 @@
 // weights), and on SmolLM2 (q8 activations on both sides, rounded
 // differently) with logits no further from the resident run's than the CPU
 // backend's are, and the same 32 greedy tokens on prompts whose margins stay
-// wide (real_models_test.cpp). Passes of more tokens than cpu_max_tokens
+// wide (real_models_test.cpp). Passes of more tokens than cpu_passes.all_up_to
 // stream the host layers instead, or all but a share of them
-// (cpu_wider_passes), so the caches of those layers move between host and
+// (cpu_passes.wider), so the caches of those layers move between host and
 // GPU: prompts continued after CPU decode steps check both ways.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ struct Split {
   int64_t vram, ram, cpu_layers, cpu_max_tokens;
   int ring_slots = 2;
   bool run_ahead = false;  // CudaRunnerOptions::stream_run_ahead
-  std::vector<CpuPassShare> wider = {};  // CudaRunnerOptions::cpu_wider_passes
+  std::vector<CpuPassShare> wider = {};  // CudaRunnerOptions::cpu_passes.wider
   std::string name() const {
     std::string shares;
     for (const CpuPassShare& w : wider) shares += fmt::format(", {} up to {} tokens", w.layers, w.max_tokens);
@@ -42,8 +42,7 @@ CudaRunnerOptions hybrid_options(const GgufFile& file, int64_t context, const Sp
   ring.ring_slots = s.ring_slots;
   CudaRunnerOptions o = test::budgets_for(file, context, s.vram, s.ram, ring);
   o.cpu_layers = s.cpu_layers;
-  o.cpu_max_tokens = s.cpu_max_tokens;
-  o.cpu_wider_passes = s.wider;
+  o.cpu_passes = {.all_up_to = s.cpu_max_tokens, .wider = s.wider};
   o.cpu_threads = 4;
   o.stream_run_ahead = s.run_ahead;
   return o;
@@ -78,7 +77,7 @@ TEST(HybridSplit, Stories260KDecodesAsResident) {
   const std::vector<int32_t> want = continued(*resident, first, second);
   resident.reset();
   // With copies running ahead, the decode steps keep them and the prompt
-  // chunks that stream the CPU's layers too (more tokens than cpu_max_tokens) spend them.
+  // chunks that stream the CPU's layers too (more tokens than cpu_passes.all_up_to) spend them.
   // With wider passes' shares, the 5-token prompt computes one of the three
   // CPU layers on the host and the 4-token chunk two, so each layer's rows
   // are written on one side or the other from pass to pass.

@@ -97,12 +97,12 @@ Placements stories_placements(const GgufFile& file, int64_t context) {
   // stories260K's 5 layers: 1 in VRAM and 4 in pinned RAM, 2 of those computed by the host.
   CudaRunnerOptions hybrid = test::budgets_for(file, context, 1, 4, two);
   hybrid.cpu_layers = 2;
-  hybrid.cpu_max_tokens = 64;  // the host computes its layers in the tree passes
+  hybrid.cpu_passes.all_up_to = 64;  // the host computes its layers in the tree passes
   hybrid.cpu_threads = 4;
   CudaRunnerOptions streamed_host = hybrid;
-  streamed_host.cpu_max_tokens = 1;  // tree passes stream the host's layers: their rows cross
+  streamed_host.cpu_passes.all_up_to = 1;  // tree passes stream the host's layers: their rows cross
   CudaRunnerOptions shared_host = streamed_host;
-  shared_host.cpu_wider_passes = {{64, 1}};  // tree passes: one host layer on each side
+  shared_host.cpu_passes.wider = {{64, 1}};  // tree passes: one host layer on each side
   return {{"resident", two},
           {"streamed", test::budgets_for(file, context, 1, 1, two)},
           {"CPU layers", hybrid},

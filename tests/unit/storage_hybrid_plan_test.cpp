@@ -258,15 +258,37 @@ TEST(StorageHybridPlan, WiderPassesGiveTheCpuTheShareThatBalancesTheLink) {
 }
 
 TEST(StorageHybridPlan, APassTakesTheShareOfTheNarrowestWidthThatCoversIt) {
-  const std::vector<CpuPassShare> wider{{8, 5}, {32, 2}};
-  EXPECT_EQ(cpu_share_of_pass(1, 9, 2, wider), 9);
-  EXPECT_EQ(cpu_share_of_pass(2, 9, 2, wider), 9);
-  EXPECT_EQ(cpu_share_of_pass(3, 9, 2, wider), 5);
-  EXPECT_EQ(cpu_share_of_pass(8, 9, 2, wider), 5);
-  EXPECT_EQ(cpu_share_of_pass(9, 9, 2, wider), 2);
-  EXPECT_EQ(cpu_share_of_pass(32, 9, 2, wider), 2);
-  EXPECT_EQ(cpu_share_of_pass(33, 9, 2, wider), 0);
-  EXPECT_EQ(cpu_share_of_pass(4, 9, 2, {}), 0);
+  const CpuPassPlan p{.all_up_to = 2, .wider = {{8, 5}, {32, 2}}};
+  EXPECT_EQ(p.share(1, 9), 9);
+  EXPECT_EQ(p.share(2, 9), 9);
+  EXPECT_EQ(p.share(3, 9), 5);
+  EXPECT_EQ(p.share(8, 9), 5);
+  EXPECT_EQ(p.share(9, 9), 2);
+  EXPECT_EQ(p.share(32, 9), 2);
+  EXPECT_EQ(p.share(33, 9), 0);
+  EXPECT_EQ((CpuPassPlan{.all_up_to = 2, .wider = {}}.share(4, 9)), 0);
+  // The host's scratch is sized for the widest pass that gives it a layer.
+  EXPECT_EQ(p.widest(), 32);
+  EXPECT_EQ((CpuPassPlan{.all_up_to = 2, .wider = {{8, 5}, {32, 0}}}.widest()), 8);
+  EXPECT_EQ((CpuPassPlan{.all_up_to = 4, .wider = {}}.widest()), 4);
+}
+
+TEST(StorageHybridPlan, APassPlanThatDoesNotWidenIsRefused) {
+  EXPECT_NO_THROW((CpuPassPlan{.all_up_to = 2, .wider = {{8, 5}, {32, 2}}}.check(9)));
+  EXPECT_NO_THROW(CpuPassPlan{}.check(0));
+  const auto message = [](const CpuPassPlan& p, int64_t cpu_layers) {
+    try {
+      p.check(cpu_layers);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(CpuPassPlan{}, 3), "3 CPU layers computed in passes of up to 0 tokens: at least 1");
+  EXPECT_EQ(message(CpuPassPlan{.all_up_to = 8, .wider = {{8, 2}}}, 3),
+            "the CPU's share of passes of up to 8 tokens: 2 of its 3 layers, in passes wider than 8 (0 to 3 layers)");
+  EXPECT_EQ(message(CpuPassPlan{.all_up_to = 1, .wider = {{8, 4}}}, 3),
+            "the CPU's share of passes of up to 8 tokens: 4 of its 3 layers, in passes wider than 1 (0 to 3 layers)");
 }
 
 TEST(StorageHybridPlan, NoCpuLayersWhenTheCpuIsSlow) {

@@ -406,10 +406,10 @@ void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerB
   gemm_.emplace(buffers.gemm);
   resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;
   // The host's scratch holds its widest pass.
-  const int64_t widest = HybridPass::widest_host_pass(options_.cpu_max_tokens, options_.cpu_wider_passes);
-  std::unique_ptr<HostLayers> host = weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
-                                                                std::min(options_.max_batch, widest), options_.cpu_threads);
-  if (host) hybrid_.emplace(std::move(host), options_.cpu_max_tokens, options_.cpu_wider_passes, *streamer_);
+  std::unique_ptr<HostLayers> host =
+      weights_->make_host_layers(weights, kv_pages().page_count(), cache_layout(),
+                                 std::min(options_.max_batch, options_.cpu_passes.widest()), options_.cpu_threads);
+  if (host) hybrid_.emplace(std::move(host), options_.cpu_passes, *streamer_);
 }
 
 void CudaLlamaRunner::allocate_activations() {

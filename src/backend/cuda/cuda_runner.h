@@ -99,13 +99,11 @@ struct CudaRunnerOptions {
   bool stream_run_ahead = false;
   // The CPU as a fourth tier (engine/hybrid_split.h): this many of the RAM
   // tier's layers, spread among the streamed ones, are computed by the host
-  // from their pinned copy in passes of up to cpu_max_tokens tokens; larger
-  // passes stream them like the rest.
+  // from their pinned copy: all of them in passes of up to
+  // cpu_passes.all_up_to tokens, a share of them (cpu_share_paths) in the
+  // wider passes it lists; passes wider still stream them like the rest.
   int64_t cpu_layers = 0;
-  int64_t cpu_max_tokens = 1;
-  // Wider passes, ascending: up to max_tokens tokens, the CPU computes
-  // `layers` of the cpu_layers (cpu_share_paths), and streams the others.
-  std::vector<CpuPassShare> cpu_wider_passes;
+  CpuPassPlan cpu_passes = {.all_up_to = 1, .wider = {}};
   int cpu_threads = 0;  // 0: one a physical core
   // A --draft-model that will be resident beside this runner on its GPU,
   // holding max_sequences sequences of this context: its weights, KV cache

@@ -76,17 +76,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
          "storage (raise --ram-budget, or use --split layer)",
          gpu, tensor->rank, std::count(tiers_.begin(), tiers_.end(), Tier::Disk), tiers_.size());
   }
-  if (options.cpu_layers > 0 && options.cpu_max_tokens < 1) {
-    fail("{} CPU layers computed in passes of up to {} tokens: at least 1", options.cpu_layers, options.cpu_max_tokens);
-  }
-  int64_t narrower = options.cpu_max_tokens;
-  for (const CpuPassShare& w : options.cpu_wider_passes) {
-    if (w.max_tokens <= narrower || w.layers < 0 || w.layers > options.cpu_layers) {
-      fail("the CPU's share of passes of up to {} tokens: {} of its {} layers, in passes wider than {} (0 to {} layers)",
-           w.max_tokens, w.layers, options.cpu_layers, narrower, options.cpu_layers);
-    }
-    narrower = w.max_tokens;
-  }
+  options.cpu_passes.check(options.cpu_layers);
   for (const Path p : spread_cpu_paths(placement.plan, options.cpu_layers)) on_cpu_.push_back(p == Path::Cpu);
 
   ArenaPlan plan;  // resident weights

@@ -11,34 +11,25 @@
 
 namespace nt {
 
-HybridPass::HybridPass(std::unique_ptr<HostLayers> layers, int64_t all_up_to, std::vector<CpuPassShare> wider,
-                       LayerStreamer& streamer)
-    : layers_(std::move(layers)), all_up_to_(all_up_to), wider_(std::move(wider)), streamer_(streamer) {}
+HybridPass::HybridPass(std::unique_ptr<HostLayers> layers, CpuPassPlan passes, LayerStreamer& streamer)
+    : layers_(std::move(layers)), passes_(std::move(passes)), streamer_(streamer) {}
 
 HybridPass::~HybridPass() {
-  if (passes_ == 0) return;
+  if (passes_run_ == 0) return;
   std::fprintf(stderr, "hybrid: %lld CPU layers, %lld passes, %.2f ms a pass and %.2f ms a layer computing them (%d threads)\n",
-               static_cast<long long>(layers_->count()), static_cast<long long>(passes_),
-               seconds_ / double(passes_) * 1e3, seconds_ / double(layers_run_) * 1e3, layers_->threads());
-}
-
-int64_t HybridPass::widest_host_pass(int64_t all_up_to, std::span<const CpuPassShare> wider) {
-  int64_t widest = all_up_to;
-  for (const CpuPassShare& w : wider) {
-    if (w.layers > 0) widest = w.max_tokens;
-  }
-  return widest;
+               static_cast<long long>(layers_->count()), static_cast<long long>(passes_run_),
+               seconds_ / double(passes_run_) * 1e3, seconds_ / double(layers_run_) * 1e3, layers_->threads());
 }
 
 std::string HybridPass::describe() const {
   std::string wider;
-  for (const CpuPassShare& w : wider_) wider += fmt::format(", {} up to {}", w.layers, w.max_tokens);
-  return fmt::format("{} computed on the CPU in passes of up to {} tokens{}, {} threads", layers_->count(), all_up_to_,
+  for (const CpuPassShare& w : passes_.wider) wider += fmt::format(", {} up to {}", w.layers, w.max_tokens);
+  return fmt::format("{} computed on the CPU in passes of up to {} tokens{}, {} threads", layers_->count(), passes_.all_up_to,
                      wider, layers_->threads());
 }
 
 void HybridPass::begin(int64_t n, const ChunkRows& chunk, cudaStream_t stream) {
-  const int64_t share = cpu_share_of_pass(n, layers_->count(), all_up_to_, wider_);
+  const int64_t share = passes_.share(n, layers_->count());
   all_on_host_ = share == layers_->count();
   computed_ = false;
   ranks_ = spread_ranks(layers_->count(), share);
@@ -77,7 +68,7 @@ void HybridPass::end(cudaStream_t stream) {
   } else {
     layers_->after_gpu_pass(rows_, ranks_, stream);
   }
-  if (computed_) ++passes_;
+  if (computed_) ++passes_run_;
 }
 
 }  // namespace nt

@@ -1,6 +1,5 @@
 // A pass's part on the host in a hybrid split: which of the CPU layers the
-// pass of n tokens gives the host (all of them up to all_up_to tokens, then a
-// wider pass's share, cpu_share_of_pass), the KV mirror kept whole around it
+// pass of n tokens gives the host (CpuPassPlan::share), the KV mirror kept whole around it
 // (HostLayers), the hidden state's trips to the host and back, and the time
 // the host's layers take, logged when the runner goes.
 #pragma once
@@ -25,15 +24,12 @@ namespace nt {
 class HybridPass {
  public:
   // `streamer` carries the other layers and traces the host's spans.
-  HybridPass(std::unique_ptr<HostLayers> layers, int64_t all_up_to, std::vector<CpuPassShare> wider,
-             LayerStreamer& streamer);
+  HybridPass(std::unique_ptr<HostLayers> layers, CpuPassPlan passes, LayerStreamer& streamer);
   ~HybridPass();  // logs the host's time per pass and per layer
   HybridPass(const HybridPass&) = delete;
   HybridPass& operator=(const HybridPass&) = delete;
 
   HostLayers& layers() { return *layers_; }
-  // The most tokens of a pass in which the host computes any layer.
-  static int64_t widest_host_pass(int64_t all_up_to, std::span<const CpuPassShare> wider);
   // "N computed on the CPU in passes of up to ..." for the runner's description.
   std::string describe() const;
 
@@ -55,8 +51,7 @@ class HybridPass {
 
  private:
   std::unique_ptr<HostLayers> layers_;
-  int64_t all_up_to_;
-  std::vector<CpuPassShare> wider_;
+  CpuPassPlan passes_;
   LayerStreamer& streamer_;
   // The running pass.
   bool all_on_host_ = false;
@@ -67,7 +62,7 @@ class HybridPass {
   cpu::TreeRows trees_;
   // Over all passes.
   double seconds_ = 0;        // the host's layer compute
-  int64_t passes_ = 0;        // passes in which it computed layers
+  int64_t passes_run_ = 0;    // passes in which it computed layers
   int64_t layers_run_ = 0;    // layers it computed, over those passes
 };
 
