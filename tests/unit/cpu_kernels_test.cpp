@@ -262,6 +262,40 @@ TEST_P(CpuKernelTest, VecDotTokensEqualsOneTokenCallsBitForBit) {
   }
 }
 
+// The legacy formats' dots give the same bits on AVX2 and AVX-512 machines
+// (the 512-bit kernel holds the 256-bit one's two accumulator sets as its
+// halves), so a host's CPU layers compute what the development machine's do.
+TEST(CpuKernels, LegacyDotsAreTheSameBitsOnAvx2AndAvx512) {
+  if (!isa_supported(Isa::Avx2) || !isa_supported(Isa::Avx512)) GTEST_SKIP() << "needs AVX2 and AVX-512";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const Kernels& narrow = kernels_for(Isa::Avx2);
+  const Kernels& wide = kernels_for(Isa::Avx512);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const ActFormat f = act_format(type);
+    for (int64_t n : {int64_t(kQK), 5 * int64_t(kQK), 18 * int64_t(kQK), 19 * int64_t(kQK)}) {
+      const std::vector<uint8_t> w = random_rows(type, 1, n, rng);
+      const size_t stride = act_row_bytes(f, n);
+      std::vector<uint8_t> acts;
+      for (int t = 0; t < wide.vec_dot_tokens_max; ++t) {
+        const std::vector<uint8_t> a = quantize_activations(narrow, f, random_activations(n, rng));
+        acts.insert(acts.end(), a.begin(), a.end());
+      }
+      for (int tokens = 1; tokens <= wide.vec_dot_tokens_max; ++tokens) {
+        SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
+        std::vector<float> got(static_cast<size_t>(tokens));
+        wide.vec_dot_tokens[size_t(type)](w.data(), acts.data(), stride, tokens, n, got.data(), 1);
+        for (int t = 0; t < tokens; ++t) {
+          const float want = narrow.vec_dot[size_t(type)](w.data(), acts.data() + size_t(t) * stride, n);
+          ASSERT_EQ(std::memcmp(&got[size_t(t)], &want, 4), 0) << "token " << t << ": " << got[size_t(t)] << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
 // Every ISA's vectorised panel unpacking writes what the scalar reference
 // writes, bit for bit, including the zero rows of a partial panel.
 TEST_P(CpuKernelTest, GemmUnpackEqualsTheScalarPanelBitForBit) {
