@@ -2,8 +2,10 @@
 // [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N] [--draft-tree [N]] [--batch-invariant]`: many generations through
 // continuous batching (engine/batch_scheduler.h), each sequence drafting for
 // itself when a draft source is given. Input lines are described in
-// cli/batch_lines.h; each gets one output line, in input order, written as
-// soon as it and every line before it are done:
+// cli/batch_lines.h. Lines are taken as they arrive (a pipe still being
+// written starts at once), a few sequences' worth ahead of the slots; each
+// gets one output line, in input order, written as soon as it and every line
+// before it are done:
 //   {"id", "text", "prompt_tokens", "completion_tokens", "stop_reason", "seconds"}
 // plus "drafted" and "accepted" when speculating, or, for a line that could
 // not run, {"id", "line", "field", "error"}.
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,6 +22,7 @@
 
 #include "cli/batch_lines.h"
 #include "cli/commands.h"
+#include "cli/line_input.h"
 #include "cli/model_options.h"
 #include "cli/number_checks.h"
 #include "cli/speculation_options.h"
@@ -47,25 +51,16 @@ struct BatchOptions {
   bool batch_invariant = false;
 };
 
+// What a line's output object needs once its request is done.
 struct InputLine {
   int64_t number;  // 1-based, counting blank lines
-  BatchLine parsed;
+  ordered_json id;
+  bool predicted = false;  // it gave a prediction: its object counts drafts
 };
-
-std::vector<InputLine> read_lines(std::istream& in, const BatchDefaults& defaults) {
-  std::vector<InputLine> lines;
-  std::string text;
-  for (int64_t number = 1; std::getline(in, text); ++number) {
-    if (!text.empty() && text.back() == '\r') text.pop_back();
-    if (text.find_first_not_of(" \t") == std::string::npos) continue;
-    lines.push_back({number, parse_batch_line(text, defaults)});
-  }
-  return lines;
-}
 
 ordered_json error_object(const InputLine& line, const std::string& error, const std::string& field) {
   ordered_json j;
-  j["id"] = line.parsed.id;
+  j["id"] = line.id;
   j["line"] = line.number;
   if (!field.empty()) j["field"] = field;
   j["error"] = field.empty() ? fmt::format("line {}: {}", line.number, error)
@@ -80,7 +75,7 @@ ordered_json result_object(const InputLine& line, const GenerationResult& r, boo
     return j;
   }
   ordered_json j;
-  j["id"] = line.parsed.id;
+  j["id"] = line.id;
   j["text"] = r.text;
   j["prompt_tokens"] = r.prompt_tokens;
   j["completion_tokens"] = r.completion_tokens;
@@ -93,23 +88,35 @@ ordered_json result_object(const InputLine& line, const GenerationResult& r, boo
   return j;
 }
 
-// Writes each line's object once it and every line before it are known.
+// Writes each line's object once it and every line before it are known,
+// keeping only the lines not written yet.
 class OrderedWriter {
  public:
-  OrderedWriter(std::ostream& out, size_t lines) : out_(out), objects_(lines) {}
+  explicit OrderedWriter(std::ostream& out) : out_(out) {}
+  // A new line, numbered in order from 0; its object comes with set().
+  size_t add(InputLine line) {
+    pending_.push_back({std::move(line), std::nullopt});
+    return written_ + pending_.size() - 1;
+  }
+  const InputLine& line(size_t index) const { return pending_.at(index - written_).line; }
+  size_t lines() const { return written_ + pending_.size(); }
   void set(size_t index, ordered_json object) {
-    objects_[index] = std::move(object);
-    for (; next_ < objects_.size() && objects_[next_]; ++next_) {
-      out_ << objects_[next_]->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-      objects_[next_].reset();
+    pending_.at(index - written_).object = std::move(object);
+    for (; !pending_.empty() && pending_.front().object; ++written_) {
+      out_ << pending_.front().object->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+      pending_.pop_front();
     }
     out_.flush();
   }
 
  private:
+  struct Pending {
+    InputLine line;
+    std::optional<ordered_json> object;
+  };
   std::ostream& out_;
-  std::vector<std::optional<ordered_json>> objects_;
-  size_t next_ = 0;
+  std::deque<Pending> pending_;
+  size_t written_ = 0;
 };
 
 std::string progress_text(const SchedulerProgress& p) {
@@ -127,14 +134,7 @@ std::string progress_text(const SchedulerProgress& p) {
 void batch(const BatchOptions& o) {
   check_speculation_options(o.speculation);
   BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
-  std::vector<InputLine> lines;
-  if (o.input.empty()) {
-    lines = read_lines(std::cin, defaults);
-  } else {
-    std::ifstream in(o.input);
-    if (!in) fail("-i {}: cannot open the input file", o.input);
-    lines = read_lines(in, defaults);
-  }
+  LineInput input(o.input);
   std::ofstream file_out;
   if (!o.output.empty()) {
     file_out.open(o.output);
@@ -169,13 +169,14 @@ void batch(const BatchOptions& o) {
   };
   if (!o.chat_template.empty()) chat_template();
 
-  OrderedWriter writer(out, lines.size());
+  OrderedWriter writer(out);
   std::vector<size_t> line_of_request;
   ProgressLine progress("batch", 0.0, 10.0);
   SchedulerCallbacks callbacks;
   callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
     const size_t index = line_of_request[request];
-    writer.set(index, result_object(lines[index], r, o.speculation.enabled() || !lines[index].parsed.prediction.empty()));
+    const InputLine& line = writer.line(index);
+    writer.set(index, result_object(line, r, o.speculation.enabled() || line.predicted));
   };
   callbacks.on_progress = [&](const SchedulerProgress& p) { progress.update(progress_text(p)); };
   SchedulerOptions so;
@@ -199,18 +200,22 @@ void batch(const BatchOptions& o) {
     so.draft(0, check);  // a bad --draft-self count fails here, before any request runs
     so.draft_tree = resolve_draft_tree(o.speculation, *loaded.runner);
   }
-  const bool predicts = std::any_of(lines.begin(), lines.end(), [](const InputLine& l) { return !l.parsed.prediction.empty(); });
-  if (o.speculation.enabled() || predicts) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
+  // Lines are read as they come, so lines with a prediction of their own
+  // (lookup drafts) are not known here: only a draft source warms up.
+  if (o.speculation.enabled()) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
 
   size_t errors = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const BatchLine& line = lines[i].parsed;
-    if (!line.error.empty()) {
-      writer.set(i, error_object(lines[i], line.error, line.field));
+  // Submits the line (or writes its error object); whether it was submitted.
+  const auto take = [&](const std::string& text) {
+    const BatchLine line = parse_batch_line(text, defaults);
+    const size_t index = writer.add({input.line_number(), line.id, !line.prediction.empty()});
+    const auto refuse = [&](const std::string& error, const std::string& field) {
+      writer.set(index, error_object(writer.line(index), error, field));
       ++errors;
-      continue;
-    }
+      return false;
+    };
+    if (!line.error.empty()) return refuse(line.error, line.field);
     EncodedPrompt prompt;
     if (line.prompt) {
       prompt = encode_completion(tokenizer, *line.prompt);
@@ -218,9 +223,7 @@ void batch(const BatchOptions& o) {
       try {
         prompt = encode_conversation(tokenizer, chat_template(), line.messages);
       } catch (const Error& e) {  // a conversation the template cannot render
-        writer.set(i, error_object(lines[i], e.what(), "messages"));
-        ++errors;
-        continue;
+        return refuse(e.what(), "messages");
       }
     }
     GenerationRequest request;
@@ -230,13 +233,30 @@ void batch(const BatchOptions& o) {
     request.options.stop_tokens = std::move(prompt.stop_tokens);
     request.options.stop_strings = line.stop;
     request.prediction = line.prediction.empty() ? default_prediction : tokenizer.encode(line.prediction, false);
-    line_of_request.push_back(i);
+    line_of_request.push_back(index);
     scheduler.submit(std::move(request));
+    return true;
+  };
+  // Lines are read while fewer than this many requests wait for a slot: the
+  // slots never starve, and a large input is not held in memory whole.
+  const int64_t read_ahead = 2 * int64_t(o.parallel);
+  bool busy = false;  // the scheduler has requests
+  for (;;) {
+    for (;;) {
+      const SchedulerProgress& p = scheduler.progress();
+      if (p.requests - p.finished - p.running >= read_ahead) break;
+      // With nothing to run, wait for the next line; otherwise take only lines already there.
+      const std::optional<std::string> text = input.next(!busy);
+      if (!text) break;
+      if (text->find_first_not_of(" \t") == std::string::npos) continue;
+      busy = take(*text) || busy;
+    }
+    busy = scheduler.step();
+    if (!busy && input.ended()) break;
   }
-  scheduler.run();
   progress.finish();
   for (size_t r = 0; r < line_of_request.size(); ++r) errors += scheduler.result(r).error.empty() ? 0 : 1;
-  if (errors > 0) fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects)\n", errors, lines.size());
+  if (errors > 0) fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects)\n", errors, writer.lines());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ tokenizer (which has its own oracle tests) gives for the prompt.
 
 import json
 import subprocess
+import threading
 
 import pytest
 
@@ -168,6 +169,39 @@ def test_files_in_and_out_give_what_stdin_and_stdout_give(batch_output, tmp_path
     assert result.stdout == ""
     from_file = [json.loads(line) for line in dst.read_text().splitlines()]
     assert without_seconds(from_file) == without_seconds(out)
+
+
+def test_lines_are_taken_as_they_arrive(batch_output):
+    """A pipe still being written: the first line's object comes before the second line is sent."""
+    _, expected, out, _ = batch_output
+    want = {key: obj for (kind, key), obj in zip(expected, out) if kind == "good"}
+    proc = subprocess.Popen([str(NTRANSFORMER), "batch", "-m", str(MODEL), "--device", "cpu", "-np", "2"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
+        proc.stdin.write(json.dumps(GOOD["greedy"]) + "\n")
+        proc.stdin.flush()
+        reader.start()
+        reader.join(timeout=120)
+        assert lines, "no object for the first line while the input stayed open"
+        proc.stdin.write(json.dumps(GOOD["chat"]) + "\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()  # to its end: the input is closed, so the batch finishes
+        assert proc.wait(timeout=300) == 0
+    finally:
+        proc.kill()
+    got = [json.loads(line) for line in lines + rest.splitlines()]
+    assert without_seconds(got) == without_seconds([want["greedy"], want["chat"]])
+
+
+def test_many_lines_through_few_slots_come_back_whole_and_in_order(model):
+    """More lines than the read-ahead (twice the slots), the last without a newline."""
+    request = {"prompt": "One, two, three,", "max_tokens": 3, "temperature": 0}
+    lines = [json.dumps({"id": i, **request}) for i in range(23)]
+    out = [json.loads(line) for line in run_batch("-np", 2, stdin="\n".join(lines)).stdout.splitlines()]
+    assert [o["id"] for o in out] == list(range(23))
+    assert {o["text"] for o in out} == {run_alone(request)}
 
 
 def test_a_prompt_past_the_context_fails_alone(model):
