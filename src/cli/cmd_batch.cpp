@@ -171,12 +171,16 @@ void batch(const BatchOptions& o) {
 
   OrderedWriter writer(out);
   std::vector<size_t> line_of_request;
+  std::vector<size_t> written;  // requests whose objects went to the writer, for release()
+  size_t errors = 0;
   ProgressLine progress("batch", 0.0, 10.0);
   SchedulerCallbacks callbacks;
   callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
     const size_t index = line_of_request[request];
     const InputLine& line = writer.line(index);
     writer.set(index, result_object(line, r, o.speculation.enabled() || line.predicted));
+    written.push_back(request);
+    if (!r.error.empty()) ++errors;
   };
   callbacks.on_progress = [&](const SchedulerProgress& p) { progress.update(progress_text(p)); };
   SchedulerOptions so;
@@ -205,7 +209,6 @@ void batch(const BatchOptions& o) {
   if (o.speculation.enabled()) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
   BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
 
-  size_t errors = 0;
   // Submits the line (or writes its error object); whether it was submitted.
   const auto take = [&](const std::string& text) {
     const BatchLine line = parse_batch_line(text, defaults);
@@ -252,10 +255,11 @@ void batch(const BatchOptions& o) {
       busy = take(*text) || busy;
     }
     busy = scheduler.step();
+    for (const size_t request : written) scheduler.release(request);
+    written.clear();
     if (!busy && input.ended()) break;
   }
   progress.finish();
-  for (size_t r = 0; r < line_of_request.size(); ++r) errors += scheduler.result(r).error.empty() ? 0 : 1;
   if (errors > 0) fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects)\n", errors, writer.lines());
 }
 

@@ -410,6 +410,12 @@ void BatchScheduler::finish(size_t running_index) {
   if (callbacks_.on_finish) callbacks_.on_finish(request, results_[request]);
 }
 
+void BatchScheduler::release(size_t request) {
+  GenerationResult& r = results_.at(request);
+  r.text = {};
+  r.tokens = {};
+}
+
 void BatchScheduler::end_waiting(size_t request) {
   requests_[request].prompt = {};
   ++progress_.finished;

@@ -139,6 +139,9 @@ class BatchScheduler {
   }
 
   const GenerationResult& result(size_t request) const { return results_.at(request); }
+  // Drops a finished request's text and tokens (its caller has written them
+  // out), so that a long run holds only what is in flight.
+  void release(size_t request);
   const SchedulerProgress& progress() const { return progress_; }
 
  private:

@@ -529,6 +529,36 @@ TEST_F(BatchSchedulerTest, AdmitsOnlyWhatThePoolCanHold) {
   for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
 }
 
+// As `batch` feeds it: requests submitted while others run (and after the
+// scheduler has gone idle) get what they get alone; a released result keeps
+// its counts and drops its text and tokens.
+TEST_F(BatchSchedulerTest, RequestsSubmittedBetweenStepsGetWhatTheyWouldAlone) {
+  const int64_t context = 64;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  FakeRunner runner(context, 3 * context);
+  SchedulerOptions options;
+  options.parallel = 2;
+  BatchScheduler scheduler(runner, tokenizer, options);
+  std::vector<GenerationRequest> requests;
+  for (int32_t i = 0; i < 4; ++i) requests.push_back(request(prompt_of(6 + i, i), top_k_sampling(uint64_t(i)), 20));
+  scheduler.submit(requests[0]);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.step());
+  scheduler.submit(requests[1]);  // beside a request mid-decode
+  scheduler.submit(requests[2]);  // waits for a slot
+  scheduler.run();
+  EXPECT_FALSE(scheduler.step());
+  scheduler.submit(requests[3]);  // after the scheduler went idle
+  scheduler.run();
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
+  const GenerationResult before = scheduler.result(1);
+  ASSERT_FALSE(before.tokens.empty());
+  scheduler.release(1);
+  EXPECT_TRUE(scheduler.result(1).text.empty());
+  EXPECT_TRUE(scheduler.result(1).tokens.empty());
+  EXPECT_EQ(scheduler.result(1).completion_tokens, before.completion_tokens);
+  EXPECT_EQ(scheduler.result(1).stop, before.stop);
+}
+
 TEST_F(BatchSchedulerTest, RunsOnAPoolForThreeSequencesAndRefusesAFourth) {
   const int64_t context = 48;
   const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
