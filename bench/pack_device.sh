@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Packs this build's binaries for a device call (the device has no -dev
+# packages, and a call carries at most 64 MiB): the ones named (ntransformer,
+# nt_gpu_tests, cuda_bench; default the first two), stripped, as
+# .devdata/bin.txz laid out as build/ is, so the device's scripts take /tmp/nt
+# as their BUILD_DIR. Each is ~12 MB with xz (the CUDA kernels, linked into
+# each). With `smol`, also the default model in 42 MB pieces
+# (bench/device_stage.sh joins them on the device).
+#   bench/pack_device.sh [ntransformer] [nt_gpu_tests] [cuda_bench] [smol]   (.devdata/ stays out of git)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.devdata/' .git/info/exclude 2>/dev/null || echo '/.devdata/' >> .git/info/exclude
+declare -A path=([ntransformer]=src/ntransformer [nt_gpu_tests]=tests/nt_gpu_tests [cuda_bench]=bench/cuda_bench)
+bins=() smol=
+for arg in "$@"; do
+  if [[ $arg == smol ]]; then smol=1; elif [[ -n "${path[$arg]:-}" ]]; then bins+=("${path[$arg]}");
+  else echo "pack_device: unknown '$arg' (ntransformer, nt_gpu_tests, cuda_bench, smol)" >&2; exit 2; fi
+done
+((${#bins[@]})) || bins=(src/ntransformer tests/nt_gpu_tests)
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+for bin in "${bins[@]}"; do
+  mkdir -p "$stage/$(dirname "$bin")"
+  strip -o "$stage/$bin" "build/$bin"
+done
+mkdir -p .devdata
+tar cf - -C "$stage" . | xz -T2 -6 > .devdata/bin.txz
+ls -la .devdata/bin.txz
+if [[ -n "$smol" ]]; then
+  rm -f .devdata/smol.*
+  split -b 42000000 models/SmolLM2-135M-Instruct.Q4_1.gguf .devdata/smol.
+  ls -la .devdata/smol.*
+fi
