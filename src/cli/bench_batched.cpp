@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -143,6 +144,7 @@ void bench_batched(ModelRunner& runner, const std::string& model_name, const Bat
         fmt::print("| {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", pp, tg, b, b * (pp + tg),
                    r.prefill_seconds, rate(double(b * pp), r.prefill_seconds), r.decode_seconds,
                    rate(double(b * tg), r.decode_seconds), total, rate(double(b * (pp + tg)), total), bandwidth);
+        std::fflush(stdout);  // each row as it is measured, into a pipe too (a long run's rows take minutes)
       }
     }
   }

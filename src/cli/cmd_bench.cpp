@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "cli/bench_batched.h"
@@ -96,6 +97,7 @@ void bench(const BenchOptions& o) {
     // Prefill reads the weights once for the whole prompt: its GB/s is not a roofline figure.
     fmt::print("| {} | {} | pp{} | {:.1f} ± {:.1f} | {:.3f} | - | - |\n", name, runner.description(), o.n_prompt, ts.mean,
                ts.stdev, 1e3 * spread(seconds).mean / double(o.n_prompt));
+    std::fflush(stdout);  // each row as it is measured, into a pipe too
   }
   DecodeStep last_step;
   for (const int64_t depth : o.depths) {
@@ -112,6 +114,7 @@ void bench(const BenchOptions& o) {
     fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
                o.n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
     last_step = {t, bytes + kv_bytes};
+    std::fflush(stdout);
   }
   print_decode_ceiling(runner, *loaded.file, loaded.gpus, last_step, mo.threads);
   if (!o.pass_tokens.empty()) bench_pass_cost(runner, name, o.pass_tokens, o.repetitions);
