@@ -68,11 +68,16 @@ PlacementPlan plan_placement(const ModelFootprint& model, const PlanRequest& req
   }
   if (resident > n) {
     const VramReserve& r = request.reserve;
+    // When the cache is most of it, say what shrinks the cache.
+    const bool cache_bound = 2 * r.kv_cache > vram_needed(0);
     fail("VRAM budget {} is too small: streaming every layer still needs {} (KV cache {}, activations {}, logits {}, "
-         "GEMM scratch {}, staging {}, output head and norms {}, {} layer buffers of {})",
+         "GEMM scratch {}, staging {}, output head and norms {}, {} layer buffers of {}){}",
          format_size(request.vram_budget), format_size(vram_needed(0)), format_size(r.kv_cache), format_size(r.activations),
          format_size(r.logits), format_size(r.gemm_scratch), format_size(r.staging), format_size(model.output_head_bytes + model.small_bytes),
-         request.ring_slots, format_size(suffix_max_slot[0]));
+         request.ring_slots, format_size(suffix_max_slot[0]),
+         cache_bound ? "; the KV cache is most of it: a shorter context (-c), fewer sequences, or a pool they share "
+                       "(--kv-pool) makes it smaller"
+                     : "");
   }
   for (size_t i = 0; i < resident; ++i) plan.layer_tier[i] = Tier::Vram;
   plan.vram_fixed = fixed;

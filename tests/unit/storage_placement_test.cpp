@@ -134,6 +134,18 @@ TEST(StoragePlacement, VramTooSmallSaysHowMuchIsNeeded) {
     EXPECT_NE(message.find("needs " + format_size(needed)), std::string::npos) << message;
     EXPECT_NE(message.find("KV cache 600.00 MiB"), std::string::npos) << message;
     EXPECT_NE(message.find("2 layer buffers of 110.00 MiB"), std::string::npos) << message;
+    EXPECT_EQ(message.find("KV cache is most of it"), std::string::npos) << message;
+  }
+  // A cache larger than everything else together: the message says what shrinks it.
+  PlanRequest cached = request(needed, 100000 * MiB);
+  cached.reserve.kv_cache = 4000 * MiB;
+  try {
+    plan_placement(ten_layers(), cached);
+    ADD_FAILURE() << "a VRAM budget below the cache was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("the KV cache is most of it"), std::string::npos) << message;
+    EXPECT_NE(message.find("--kv-pool"), std::string::npos) << message;
   }
 }
 
