@@ -136,12 +136,15 @@ void add_bench_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--npp", o.batched.prompt_tokens, "Batched mode: prompt tokens per sequence, a comma list (also -npp)")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--ntg", o.batched.generated_tokens, "Batched mode: generated tokens per sequence, a comma list (also -ntg)")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--npl", o.batched.parallel, "Batched mode: parallel sequences, a comma list, e.g. 1,4,16,64 (also -npl)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(positive());
   cmd->add_flag("--batch-invariant", o.batched.batch_invariant,
                 "Batched mode: every sequence computed as alone (batch --batch-invariant): prompts prefilled apart, "
                 "one-token kernels for each sequence's steps");

@@ -134,6 +134,10 @@ def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
         (("batch", "--parallel", 0), "--parallel: must be more than 0, got 0"),
         (("plan", "--sequences", 0), "--sequences: must be more than 0, got 0"),
         (("bench", "-r", 0), "--repetitions: must be more than 0, got 0"),
+        # Each item of a comma list: not CLI11's "Could not convert: --npl = 2,x".
+        (("bench", "-npl", "2,x"), "--npl: expected a number, got 'x'"),
+        (("bench", "-npl", "1,0"), "--npl: must be more than 0, got 0"),
+        (("bench", "-npp", "128,-1"), "--npp: must be 0 or more, got -1"),
     ],
 )
 def test_out_of_range_numbers_name_the_flag_and_what_it_takes(args, message):
