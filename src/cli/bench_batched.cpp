@@ -106,6 +106,16 @@ void check_batched_bench(const BatchedBenchOptions& o) {
 
 void bench_batched(ModelRunner& runner, const std::string& model_name, const BatchedBenchOptions& o,
                    const std::vector<int>& gpus, int threads) {
+  // Every row's sequences must fit the pool at once: say so before the first row, not midway through a long run.
+  const KvPages& pool = runner.kv_pages();
+  for (const int64_t b : o.parallel) {
+    const int64_t pages = b * pool.pages_for(o.context());
+    if (pages > pool.page_count()) {
+      fail("-npl {}: {} sequences of {} positions (-npp + -ntg) need {} KV pages of {} positions, and the pool has {} "
+           "(raise --kv-pool, or lower -npl)",
+           b, b, o.context(), pages, pool.page_size(), pool.page_count());
+    }
+  }
   // Warm-up: first-touch of weights and scratch stays out of the numbers.
   {
     Sequences seqs(runner, 1);

@@ -126,6 +126,20 @@ def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):
     assert bad.returncode != 0 and "--pass-tokens 32" in bad.stderr and "raise -c" in bad.stderr, bad.stderr
 
 
+def test_batched_bench_rows_the_pool_cannot_hold_are_refused_before_the_first(tmp_path):
+    """A pool of 64 positions in 32-position pages holds two sequences of 12
+    (-npp 8 -ntg 4) but not three: refused before any row runs, naming the flags."""
+    model = convert_stories260k(tmp_path)
+    ok = ntransformer("bench", "-m", model, "-npp", 8, "-ntg", 4, "-npl", "2", "--kv-pool", 64, "-t", 1)
+    assert "| 8 | 4 | 2 | 24 |" in ok.stdout.decode()
+    bad = subprocess.run([str(NTRANSFORMER), "bench", "-m", str(model), "-npp", "8", "-ntg", "4", "-npl", "1,3",
+                          "--kv-pool", "64", "-t", "1"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "-npl 3: 3 sequences of 12 positions (-npp + -ntg) need 3 KV pages of 32 positions, and the pool has 2" \
+        in bad.stderr, bad.stderr
+    assert "| 8 | 4 | 1 |" not in bad.stdout, bad.stdout
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
