@@ -11,7 +11,6 @@
 // not run, {"id", "line", "field", "error"}.
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <deque>
