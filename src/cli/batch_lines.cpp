@@ -11,8 +11,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kFields[] = {"id",    "prompt", "messages", "max_tokens", "temperature", "top_k",
-                                        "top_p", "min_p",  "seed",     "stop",       "prediction"};
+constexpr std::string_view kFields[] = {"id",           "prompt",         "messages",          "max_tokens",
+                                        "temperature",  "top_k",          "top_p",             "min_p",
+                                        "seed",         "repeat_penalty", "repeat_last_n",     "frequency_penalty",
+                                        "presence_penalty", "stop",       "prediction"};
 
 struct FieldError {
   std::string field, message;
@@ -103,9 +105,9 @@ void read_fields(const json& j, BatchLine& line) {
   if (j.contains("id")) line.id = j["id"];  // first, so that every error object echoes it
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
-      bad(key,
-          "unknown field (known: id, prompt, messages, max_tokens, temperature, top_k, top_p, min_p, seed, stop, "
-          "prediction)");
+      std::string known;
+      for (const std::string_view f : kFields) known += fmt::format("{}{}", known.empty() ? "" : ", ", f);
+      bad(key, fmt::format("unknown field (known: {})", known));
     }
   }
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
@@ -126,6 +128,16 @@ void read_fields(const json& j, BatchLine& line) {
     const json& seed = j["seed"];
     if (!seed.is_number_unsigned()) bad("seed", fmt::format("expected an integer from 0 to 2^64 - 1, got {}", shown(seed)));
     line.sampling.seed = seed.get<uint64_t>();
+  }
+  // The penalties as the CLI's --repeat-penalty, --repeat-last-n, --frequency-penalty and --presence-penalty.
+  if (j.contains("repeat_penalty")) {
+    line.sampling.repeat_penalty = number(j["repeat_penalty"], "repeat_penalty", 0.0, kLargestFloat);
+    if (line.sampling.repeat_penalty == 0.0f) bad("repeat_penalty", "must be more than 0 (1: off)");
+  }
+  if (j.contains("repeat_last_n")) line.sampling.repeat_last_n = int32_t(integer(j["repeat_last_n"], "repeat_last_n", -1, kInt32Max));
+  for (const auto& [field, value] : {std::pair{"frequency_penalty", &line.sampling.frequency_penalty},
+                                     std::pair{"presence_penalty", &line.sampling.presence_penalty}}) {
+    if (j.contains(field)) *value = number(j[field], field, -kLargestFloat, kLargestFloat);
   }
   if (j.contains("stop")) line.stop = stop_strings(j["stop"]);
   if (j.contains("prediction")) line.prediction = prediction(j["prediction"]);

@@ -3,7 +3,8 @@
 // lines still run.
 //   {"id": ..., "prompt": "..."}                 raw completion
 //   {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}   chat template
-// plus optional max_tokens, temperature, top_k, top_p, min_p, seed and stop
+// plus optional max_tokens, temperature, top_k, top_p, min_p, seed,
+// repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty and stop
 // (a string or a list of them), which override the command line's, and
 // prediction (a string, or OpenAI's {"type": "content", "content": "..."}):
 // text the output is expected to resemble, which a lookup draft reads. Any

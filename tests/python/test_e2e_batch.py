@@ -28,6 +28,8 @@ GOOD = {
                 "top_p": 0.9, "min_p": 0.02, "seed": 1234},
     "stopped": {"id": "stopped", "prompt": "Here is a list of fruits:\n1.", "max_tokens": 40, "seed": 99,
                 "stop": ["\n3."]},
+    "penalized": {"id": "penalized", "prompt": "One, two, three,", "max_tokens": 20, "temperature": 0,
+                  "repeat_penalty": 1.5, "repeat_last_n": 16, "frequency_penalty": 0.5, "presence_penalty": 0.25},
 }
 
 # (input line, id echoed back, field the error must name, words it must
@@ -38,6 +40,9 @@ BAD = [
     ('{"id": "wide", "prompt": "x", "top_p": 1.5}', "wide", "top_p", "out of range"),
     ('{"id": "empty"}', "empty", "prompt", "missing"),
     ('{"id": "typo", "prompt": "x", "max_token": 3}', "typo", "max_token", "unknown field"),
+    ('{"id": "flat", "prompt": "x", "repeat_penalty": 0}', "flat", "repeat_penalty", "must be more than 0"),
+    ('{"id": "window", "prompt": "x", "repeat_last_n": -2}', "window", "repeat_last_n", "out of range"),
+    ('{"id": "odd", "prompt": "x", "presence_penalty": "a"}', "odd", "presence_penalty", "expected a number"),
     ('{"id": 12, "messages": [{"role": "user"}]}', 12, "messages[0].content", "missing"),
     ('["not", "an", "object"]', None, None, "expected a JSON object"),
     ('{"id": "guess", "prompt": "x", "prediction": 5}', "guess", "prediction", "expected a string"),
@@ -99,7 +104,8 @@ def run_alone(request):
     else:
         args += ["-p", request["messages"][-1]["content"]]
     for field, flag in [("temperature", "--temp"), ("top_k", "--top-k"), ("top_p", "--top-p"), ("min_p", "--min-p"),
-                        ("seed", "--seed")]:
+                        ("seed", "--seed"), ("repeat_penalty", "--repeat-penalty"), ("repeat_last_n", "--repeat-last-n"),
+                        ("frequency_penalty", "--frequency-penalty"), ("presence_penalty", "--presence-penalty")]:
         if field in request:
             args += [flag, str(request[field])]
     for stop in request.get("stop", []):
