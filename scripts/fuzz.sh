@@ -23,7 +23,7 @@ printf 'NTRM\x01\0\0\0\x02\0\0\0''\0\0\0\0\0\0\0\0''\x01\0\0\0\0\0\0\0''\x01\0\0
   > "$build/rank_corpus/pass"
 "$build/tests/fuzz/rank_messages_fuzz" -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 "$build/rank_corpus" 2>&1 | tail -n 5
 mkdir -p "$build/batch_line_corpus"
-printf '%s' '{"id": 1, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "seed": 3, "stop": ["\\n"], "prediction": {"type": "content", "content": "x"}}' \
+printf '%s' '{"id": 1, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "seed": 3, "repeat_penalty": 1.1, "repeat_last_n": 64, "frequency_penalty": 0.5, "presence_penalty": -0.5, "stop": ["\\n"], "prediction": {"type": "content", "content": "x"}}' \
   > "$build/batch_line_corpus/chat"
 "$build/tests/fuzz/batch_line_fuzz" -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 "$build/batch_line_corpus" 2>&1 | tail -n 5
 mkdir -p "$build/tokenizer_corpus"

@@ -17,7 +17,8 @@ bool accepted_line_is_sound(const nt::cli::BatchLine& line) {
   const nt::SamplingParams& s = line.sampling;
   return line.prompt.has_value() != !line.messages.empty() && line.max_tokens >= 0 && std::isfinite(s.temperature) &&
          s.temperature >= 0.0f && s.top_k >= 0 && s.top_p >= 0.0f && s.top_p <= 1.0f && s.min_p >= 0.0f &&
-         s.min_p <= 1.0f;
+         s.min_p <= 1.0f && s.repeat_penalty > 0.0f && std::isfinite(s.repeat_penalty) && s.repeat_last_n >= -1 &&
+         std::isfinite(s.frequency_penalty) && std::isfinite(s.presence_penalty);
 }
 
 }  // namespace
