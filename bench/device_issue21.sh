@@ -6,6 +6,8 @@
 # against the reference's -ngl 40 -t 16. On another card it runs nothing and
 # exits 3 within seconds, so a call that lands on the wrong machine costs
 # little (NT_GPU_NEEDED= runs anywhere).
+#   bench/device_issue21.sh [resident] [streamed]   (default both; one call holds at most 10 minutes, so
+#   the parts can run as two calls on the same warm machine, which keeps the model files in /tmp/nt-bench)
 # Carry: .devdata/bin.txz (bench/pack_device.sh ntransformer), .devdata/ref-cuda.txz
 # (bench/reference_cuda.sh), this script and bench/batched.sh. Logs in $OUT.
 set -uo pipefail
@@ -17,15 +19,22 @@ if [[ -n "$need" && "$gpu" != *"$need"* ]]; then
   exit 3
 fi
 out=${OUT:-out}; mkdir -p "$out" /tmp/nt /tmp/ref
-tar xJf .devdata/bin.txz -C /tmp/nt && tar xJf .devdata/ref-cuda.txz -C /tmp/ref || exit 1
+# A second call on the same warm machine finds them unpacked.
+[[ -x /tmp/nt/src/ntransformer ]] || tar xJf .devdata/bin.txz -C /tmp/nt || exit 1
+[[ -x /tmp/ref/bin/llama-bench ]] || tar xJf .devdata/ref-cuda.txz -C /tmp/ref || exit 1
 # The reference links cuBLAS and NCCL dynamically.
 for lib in 'libcublas.so.13*' 'libnccl.so.2'; do
   found=$(find /usr/local /usr/lib -name "$lib" 2>/dev/null | head -1)
   [[ -n "$found" ]] && LD_LIBRARY_PATH="$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 export LD_LIBRARY_PATH="/tmp/ref/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-NT_RUN="ours ref" bash bench/batched.sh /tmp/nt /tmp/ref/bin - llama3-8b:q4_k llama3-70b:q4_k_m
-NT_NPP=64 NT_NTG=16 NT_RUN=ours bash bench/batched.sh /tmp/nt - - llama3-70b:q4_k_m:24GiB
-echo "== llama3-70b:q4_k_m: reference -ngl 40 -t 16"
-/tmp/ref/bin/llama-batched-bench -m /tmp/nt-bench/llama3-70b-q4_k_m.gguf -ngl 40 -t 16 -c 5120 -b 2048 -ub 512 \
-  -npp 64 -ntg 16 -npl 1,4,16,64 -fa on 2>&1 | grep -E '^\|' | tee -a "$out/reference.md"
+parts=" ${*:-resident streamed} "
+if [[ "$parts" == *" resident "* ]]; then
+  NT_RUN="ours ref" bash bench/batched.sh /tmp/nt /tmp/ref/bin - llama3-8b:q4_k llama3-70b:q4_k_m
+fi
+if [[ "$parts" == *" streamed "* ]]; then
+  NT_NPP=64 NT_NTG=16 NT_RUN=ours bash bench/batched.sh /tmp/nt - - llama3-70b:q4_k_m:24GiB
+  echo "== llama3-70b:q4_k_m: reference -ngl 40 -t 16"
+  /tmp/ref/bin/llama-batched-bench -m /tmp/nt-bench/llama3-70b-q4_k_m.gguf -ngl 40 -t 16 -c 5120 -b 2048 -ub 512 \
+    -npp 64 -ntg 16 -npl 1,4,16,64 -fa on 2>&1 | grep -E '^\|' | tee -a "$out/reference.md"
+fi
