@@ -124,6 +124,15 @@ std::vector<uint8_t> quantize_activations(const Kernels& k, ActFormat f, const s
   return out;
 }
 
+// An activation row as the several-token dots of `type` take it: split for
+// the legacy formats (split_row), act_format's blocks otherwise.
+std::vector<uint8_t> tokens_row(TensorType type, const std::vector<uint8_t>& blocks, int64_t n) {
+  if (!takes_split_rows(type)) return blocks;
+  std::vector<uint8_t> out(split_row_bytes(act_format(type), n));
+  split_row(act_format(type), blocks.data(), n, out.data());
+  return out;
+}
+
 // Q4_1/Q5_1 dots take sum(a) per block from the fp16 field s of BlockQ8_1, so
 // their min term m * s carries up to half an fp16 ulp of s: this bounds it.
 double min_term_rounding(TensorType type, const uint8_t* row, const float* a, int64_t n) {
@@ -239,18 +248,22 @@ TEST_P(CpuKernelTest, VecDotTokensEqualsOneTokenCallsBitForBit) {
     for (int64_t n : {block, 5 * block, 19 * block}) {
       const std::vector<uint8_t> w = random_rows(type, 1, n, rng_);
       const int max = k().vec_dot_tokens_max;
-      const size_t bytes = act_row_bytes(f, n), stride = bytes + 64;  // rows apart, not packed
-      std::vector<uint8_t> acts(stride * size_t(max));
+      const size_t bytes = act_row_bytes(f, n);
+      // The dots' rows lie apart, not packed; the one-token calls take the blocks.
+      const size_t stride = tokens_row(type, std::vector<uint8_t>(bytes), n).size() + 64;
+      std::vector<uint8_t> acts(bytes * size_t(max)), token_acts(stride * size_t(max));
       for (int t = 0; t < max; ++t) {
         const std::vector<uint8_t> a = quantize_activations(k(), f, random_activations(n, rng_));
-        std::copy(a.begin(), a.end(), acts.begin() + ptrdiff_t(t * stride));
+        std::copy(a.begin(), a.end(), acts.begin() + ptrdiff_t(t * bytes));
+        const std::vector<uint8_t> row = tokens_row(type, a, n);
+        std::copy(row.begin(), row.end(), token_acts.begin() + ptrdiff_t(t * stride));
       }
       for (int tokens = 1; tokens <= max; ++tokens) {
         SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
         std::vector<float> got(size_t(2 * tokens), NAN);
-        dots(w.data(), acts.data(), stride, tokens, n, got.data(), 2);
+        dots(w.data(), token_acts.data(), stride, tokens, n, got.data(), 2);
         for (int t = 0; t < tokens; ++t) {
-          const float want = k().vec_dot[size_t(type)](w.data(), acts.data() + t * stride, n);
+          const float want = k().vec_dot[size_t(type)](w.data(), acts.data() + t * bytes, n);
           ASSERT_EQ(std::memcmp(&got[size_t(2 * t)], &want, 4), 0) << "token " << t << ": " << got[size_t(2 * t)] << " vs " << want;
           ASSERT_TRUE(std::isnan(got[size_t(2 * t + 1)])) << "wrote past its stride";
         }
@@ -277,18 +290,25 @@ TEST(CpuKernels, LegacyDotsAreTheSameBitsOnAvx2AndAvx512) {
     const ActFormat f = act_format(type);
     for (int64_t n : {int64_t(kQK), 5 * int64_t(kQK), 18 * int64_t(kQK), 19 * int64_t(kQK)}) {
       const std::vector<uint8_t> w = random_rows(type, 1, n, rng);
-      const size_t stride = act_row_bytes(f, n);
-      std::vector<uint8_t> acts;
+      const size_t stride = act_row_bytes(f, n), split_stride = split_row_bytes(f, n);
+      std::vector<uint8_t> acts, split_acts;
       for (int t = 0; t < wide.vec_dot_tokens_max; ++t) {
         const std::vector<uint8_t> a = quantize_activations(narrow, f, random_activations(n, rng));
         acts.insert(acts.end(), a.begin(), a.end());
+        const std::vector<uint8_t> split = tokens_row(type, a, n);
+        split_acts.insert(split_acts.end(), split.begin(), split.end());
       }
       for (int tokens = 1; tokens <= wide.vec_dot_tokens_max; ++tokens) {
         SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(tokens));
-        std::vector<float> got(static_cast<size_t>(tokens));
-        wide.vec_dot_tokens[size_t(type)](w.data(), acts.data(), stride, tokens, n, got.data(), 1);
+        std::vector<float> got(static_cast<size_t>(tokens)), narrow_got(static_cast<size_t>(tokens));
+        wide.vec_dot_tokens[size_t(type)](w.data(), split_acts.data(), split_stride, tokens, n, got.data(), 1);
+        for (int t = 0; t < tokens; t += narrow.vec_dot_tokens_max) {
+          narrow.vec_dot_tokens[size_t(type)](w.data(), split_acts.data() + size_t(t) * split_stride, split_stride,
+                                              std::min(narrow.vec_dot_tokens_max, tokens - t), n, &narrow_got[size_t(t)], 1);
+        }
         for (int t = 0; t < tokens; ++t) {
           const float want = narrow.vec_dot[size_t(type)](w.data(), acts.data() + size_t(t) * stride, n);
+          ASSERT_EQ(std::memcmp(&narrow_got[size_t(t)], &want, 4), 0) << "AVX2 token " << t;
           ASSERT_EQ(std::memcmp(&got[size_t(t)], &want, 4), 0) << "token " << t << ": " << got[size_t(t)] << " vs " << want;
         }
       }

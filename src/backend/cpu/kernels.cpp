@@ -1,7 +1,10 @@
 #include "backend/cpu/kernels.h"
 
+#include <cstring>
+
 #include "core/env_setting.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace nt::cpu {
 
@@ -32,6 +35,31 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
     case ActFormat::Q8_K: return size_t(n / kQK_K) * sizeof(BlockQ8_K);
   }
   return 0;
+}
+
+bool takes_split_rows(TensorType weight_type) {
+  const ActFormat format = act_format(weight_type);
+  return format == ActFormat::Q8_0 || format == ActFormat::Q8_1;
+}
+
+size_t split_row_bytes(ActFormat format, int64_t n) {
+  return size_t(n) + size_t(n / kQK) * sizeof(float) * (format == ActFormat::Q8_1 ? 2 : 1);
+}
+
+void split_row(ActFormat format, const void* blocks, int64_t n, uint8_t* out) {
+  auto* scales = reinterpret_cast<float*>(out + n);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    if (format == ActFormat::Q8_1) {
+      const BlockQ8_1& block = static_cast<const BlockQ8_1*>(blocks)[b];
+      std::memcpy(out + b * kQK, block.qs, kQK);
+      scales[2 * b] = fp16_to_fp32(block.d);
+      scales[2 * b + 1] = fp16_to_fp32(block.s);
+    } else {
+      const BlockQ8_0& block = static_cast<const BlockQ8_0*>(blocks)[b];
+      std::memcpy(out + b * kQK, block.qs, kQK);
+      scales[b] = fp16_to_fp32(block.d);
+    }
+  }
 }
 
 Prefetch prefetch_setting() {

@@ -26,11 +26,21 @@ ActFormat act_format(TensorType weight_type);
 // Bytes of one activation row of n elements in `format`.
 size_t act_row_bytes(ActFormat format, int64_t n);
 
+// The legacy formats' several-token dots (Q4_0 to Q8_0) take each activation
+// row split: its n codes back to back, then every block's scales as f32 (d,
+// and s for Q8_1), so that two blocks' codes are one load and their scales
+// another. The values are the blocks' own (fp16 to f32 is exact).
+bool takes_split_rows(TensorType weight_type);
+size_t split_row_bytes(ActFormat format, int64_t n);
+// Splits a row of n elements of Q8_0 or Q8_1 blocks into out.
+void split_row(ActFormat format, const void* blocks, int64_t n, uint8_t* out);
+
 // dot(weight row, activation row) over n elements; `act` is in act_format(weight type).
 using VecDotFn = float (*)(const void* weight_row, const void* act, int64_t n);
 // The same for n_tokens activation rows (token t's at act + t * act_stride
-// bytes) into out[t * out_stride], decoding the weight row once: each result
-// bit for bit VecDotFn's. n_tokens <= Kernels::vec_dot_tokens_max.
+// bytes; split rows where takes_split_rows) into out[t * out_stride],
+// decoding the weight row once: each result bit for bit VecDotFn's.
+// n_tokens <= Kernels::vec_dot_tokens_max.
 using VecDotTokensFn = void (*)(const void* weight_row, const void* act, size_t act_stride, int n_tokens, int64_t n,
                                 float* out, size_t out_stride);
 

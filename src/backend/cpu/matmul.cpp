@@ -66,15 +66,23 @@ void matmul_dots(const WeightView& w, const float* x, float* y, int n_tokens, Th
   const ActFormat format = act_format(w.type);
   const VecDotFn dot = k.vec_dot[size_t(w.type)];
   const VecDotTokensFn dots = k.vec_dot_tokens[size_t(w.type)];
+  const bool split = dots && takes_split_rows(w.type);
+  const size_t act_bytes = split ? split_row_bytes(format, w.cols) : act_row_bytes(format, w.cols);
   const void* act = x;
   if (format != ActFormat::F32) {
-    static thread_local std::vector<uint8_t> buffer;
-    const size_t bytes = act_row_bytes(format, w.cols);
-    uint8_t* q = scratch(buffer, bytes * n_tokens);
-    for (int t = 0; t < n_tokens; ++t) quantize_act(k, format, x + t * w.cols, q + t * bytes, w.cols);
+    static thread_local std::vector<uint8_t> buffer, blocks;
+    uint8_t* q = scratch(buffer, act_bytes * n_tokens);
+    uint8_t* row = split ? scratch(blocks, act_row_bytes(format, w.cols)) : nullptr;
+    for (int t = 0; t < n_tokens; ++t) {
+      if (split) {
+        quantize_act(k, format, x + t * w.cols, row, w.cols);
+        split_row(format, row, w.cols, q + t * act_bytes);
+      } else {
+        quantize_act(k, format, x + t * w.cols, q + t * act_bytes, w.cols);
+      }
+    }
     act = q;
   }
-  const size_t act_bytes = act_row_bytes(format, w.cols);
   pool.parallel_for(
       w.rows,
       [&](int64_t r0, int64_t r1) {
