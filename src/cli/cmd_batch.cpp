@@ -18,6 +18,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_map>
 
 #include "cli/batch_lines.h"
 #include "cli/commands.h"
@@ -169,13 +170,15 @@ void batch(const BatchOptions& o) {
   if (!o.chat_template.empty()) chat_template();
 
   OrderedWriter writer(out);
-  std::vector<size_t> line_of_request;
+  std::unordered_map<size_t, size_t> line_of_request;  // of the requests not finished
   std::vector<size_t> written;  // requests whose objects went to the writer, for release()
   size_t errors = 0;
   ProgressLine progress("batch", 0.0, 10.0);
   SchedulerCallbacks callbacks;
   callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
-    const size_t index = line_of_request[request];
+    const auto found = line_of_request.find(request);
+    const size_t index = found->second;
+    line_of_request.erase(found);
     const InputLine& line = writer.line(index);
     writer.set(index, result_object(line, r, o.speculation.enabled() || line.predicted));
     written.push_back(request);
@@ -235,8 +238,7 @@ void batch(const BatchOptions& o) {
     request.options.stop_tokens = std::move(prompt.stop_tokens);
     request.options.stop_strings = line.stop;
     request.prediction = line.prediction.empty() ? default_prediction : tokenizer.encode(line.prediction, false);
-    line_of_request.push_back(index);
-    scheduler.submit(std::move(request));
+    line_of_request.emplace(scheduler.submit(std::move(request)), index);
     return true;
   };
   // Lines are read while fewer than this many requests wait for a slot: the

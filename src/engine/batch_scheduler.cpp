@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
 
 #include "core/error.h"
 
@@ -74,13 +75,25 @@ BatchScheduler::~BatchScheduler() {
 }
 
 size_t BatchScheduler::submit(GenerationRequest request) {
-  requests_.push_back(std::move(request));
-  results_.emplace_back();
-  results_.back().prompt_tokens = int64_t(requests_.back().prompt.size());
-  results_.back().error = check(requests_.back());
-  waiting_.push_back(requests_.size() - 1);
+  Record& r = records_.emplace_back();
+  r.request = std::move(request);
+  r.result.prompt_tokens = int64_t(r.request.prompt.size());
+  r.result.error = check(r.request);
+  const size_t id = first_held_ + records_.size() - 1;
+  waiting_.push_back(id);
   ++progress_.requests;
-  return requests_.size() - 1;
+  return id;
+}
+
+BatchScheduler::Record& BatchScheduler::record(size_t request) {
+  return const_cast<Record&>(std::as_const(*this).record(request));
+}
+
+const BatchScheduler::Record& BatchScheduler::record(size_t request) const {
+  if (request < first_held_ || request - first_held_ >= records_.size() || records_[request - first_held_].released) {
+    fail("batch request {}: {}", request, request < first_held_ + records_.size() ? "released" : "never submitted");
+  }
+  return records_[request - first_held_];
 }
 
 std::string BatchScheduler::check(const GenerationRequest& request) const {
@@ -109,9 +122,9 @@ void BatchScheduler::admit() {
   const KvPages& pages = runner_.kv_pages();
   while (!waiting_.empty()) {
     const size_t id = waiting_.front();
-    const GenerationRequest& request = requests_[id];
+    const GenerationRequest& request = record(id).request;
     // Done before it starts: it cannot run, or has nothing to generate.
-    if (!results_[id].error.empty() || request.options.max_tokens == 0) {
+    if (!record(id).result.error.empty() || request.options.max_tokens == 0) {
       waiting_.pop_front();
       end_waiting(id);
       continue;
@@ -125,7 +138,7 @@ void BatchScheduler::admit() {
     const int64_t claim = std::max<int64_t>(0, pages.pages_for(positions) - slot->empty_pages);
     if (claim > capacity_) {
       waiting_.pop_front();
-      results_[id].error =
+      record(id).result.error =
           fmt::format("the KV pool holds {} positions for these sequences; the prompt ({} tokens) and max_tokens ({}) "
                       "need {} (raise -c or lower --parallel or max_tokens)",
                       capacity_ * pages.page_size(), request.prompt.size(), request.options.max_tokens, positions);
@@ -174,12 +187,12 @@ bool BatchScheduler::make_room(int64_t needed, size_t except) {
 }
 
 void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
-  const GenerationRequest& r = requests_[request];
+  const GenerationRequest& r = record(request).request;
   Sampler sampler(r.sampling, runner_.config().vocab_size);
   // The penalty window holds the prompt before its last token is evaluated, as in the Generator.
   for (const int32_t t : r.prompt) sampler.accept(t);
   TextSink sink = [this, request](std::string_view piece) {
-    results_[request].text += piece;
+    record(request).result.text += piece;
     if (callbacks_.on_text) callbacks_.on_text(request, piece);
   };
   std::optional<Drafting> drafting;
@@ -191,7 +204,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   const int64_t kept = options_.batch_invariant ? 0 : reusable_prefix(r.prompt, s.kept);
   runner_.seq_truncate(s.seq, kept);
   s.kept.clear();
-  results_[request].shared_prompt_tokens = kept;
+  record(request).result.shared_prompt_tokens = kept;
   progress_.shared_prompt_tokens += kept;
   running_.push_back({request, slot, claim, std::move(sampler),
                       Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
@@ -243,7 +256,7 @@ void BatchScheduler::add_prompt_chunks() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Running& r = running_[i];
     if (r.next || (r.cached == 0 && !share_prefix(i))) continue;
-    const std::vector<int32_t>& prompt = requests_[r.request].prompt;
+    const std::vector<int32_t>& prompt = record(r.request).request.prompt;
     const int64_t remaining = int64_t(prompt.size()) - r.cached;
     const int64_t n = options_.batch_invariant ? std::min(remaining, alone_chunk)
                                                : prompt_chunk(remaining, budget);
@@ -292,7 +305,7 @@ void BatchScheduler::run_batch() {
         done.push_back(owner_[e]);
       }
     } catch (const Error& ex) {
-      results_[r.request].error = ex.what();
+      record(r.request).result.error = ex.what();
       done.push_back(owner_[e]);
     }
   }
@@ -302,10 +315,10 @@ void BatchScheduler::run_batch() {
 }
 
 std::optional<BatchScheduler::PrefixSource> BatchScheduler::prefix_source(size_t index) const {
-  const std::vector<int32_t>& prompt = requests_[running_[index].request].prompt;
+  const std::vector<int32_t>& prompt = record(running_[index].request).request.prompt;
   std::optional<PrefixSource> best;
   for (size_t i = 0; i < index; ++i) {
-    const int64_t length = reusable_prefix(prompt, requests_[running_[i].request].prompt);
+    const int64_t length = reusable_prefix(prompt, record(running_[i].request).request.prompt);
     if (length > 0 && (!best || length > best->length)) best = PrefixSource{i, length};
   }
   return best;
@@ -320,7 +333,7 @@ bool BatchScheduler::share_prefix(size_t index) {
   Running& r = running_[index];
   runner_.seq_copy_prefix(slots_[from.slot].seq, slots_[r.slot].seq, source->length);
   r.cached = source->length;
-  results_[r.request].shared_prompt_tokens = source->length;
+  record(r.request).result.shared_prompt_tokens = source->length;
   progress_.shared_prompt_tokens += source->length;
   return true;
 }
@@ -328,7 +341,7 @@ bool BatchScheduler::share_prefix(size_t index) {
 void BatchScheduler::add_verification_run(size_t running_index) {
   Running& r = running_[running_index];
   Drafting& d = *r.drafting;
-  const GenerationOptions& options = requests_[r.request].options;
+  const GenerationOptions& options = record(r.request).request.options;
   // The proposal follows the context and its pending token, as SpeculativeGenerator drafts.
   d.context.push_back(*r.next);
   const int64_t depth = draft_room(options_.draft_max, options.max_tokens, int64_t(r.completion.generated().size()),
@@ -352,7 +365,7 @@ bool BatchScheduler::verify(Running& r) {
                                             if (drafted && more) d.context.push_back(token);
                                             return more;
                                           });
-  SpeculationStats& stats = results_[r.request].speculation;
+  SpeculationStats& stats = record(r.request).result.speculation;
   for (SpeculationStats* s : {&stats, &progress_.speculation}) {
     ++s->passes;
     s->drafted += int64_t(d.draft.size());
@@ -388,7 +401,7 @@ int32_t BatchScheduler::sample(Running& r, size_t entry) {
 
 void BatchScheduler::finish(size_t running_index) {
   Running& r = running_[running_index];
-  GenerationResult& result = results_[r.request];
+  GenerationResult& result = record(r.request).result;
   if (result.error.empty()) r.completion.finish(r.sink);
   result.tokens = r.completion.generated();
   result.completion_tokens = int64_t(result.tokens.size());
@@ -396,7 +409,7 @@ void BatchScheduler::finish(size_t running_index) {
   result.seconds = seconds_since(r.start);
   // The slot keeps its prompt's cache (rows its prefill computed, as alone) for a later prompt that begins alike.
   Slot& slot = slots_[r.slot];
-  std::vector<int32_t>& prompt = requests_[r.request].prompt;
+  std::vector<int32_t>& prompt = record(r.request).request.prompt;
   const int64_t kept = result.error.empty() ? std::min({r.cached, int64_t(prompt.size()), runner_.seq_length(slot.seq)}) : 0;
   runner_.seq_truncate(slot.seq, kept);
   slot.kept.assign(prompt.begin(), prompt.begin() + ptrdiff_t(kept));
@@ -404,22 +417,29 @@ void BatchScheduler::finish(size_t running_index) {
   slot.busy = false;
   claimed_ -= r.claim;
   const size_t request = r.request;
+  record(request).finished = true;
   running_.erase(running_.begin() + ptrdiff_t(running_index));
   --progress_.running;
   ++progress_.finished;
-  if (callbacks_.on_finish) callbacks_.on_finish(request, results_[request]);
+  if (callbacks_.on_finish) callbacks_.on_finish(request, result);
 }
 
 void BatchScheduler::release(size_t request) {
-  GenerationResult& r = results_.at(request);
-  r.text = {};
-  r.tokens = {};
+  Record& r = record(request);
+  if (!r.finished) fail("batch request {}: released before it finished", request);
+  r.released = true;
+  while (!records_.empty() && records_.front().released) {
+    records_.pop_front();
+    ++first_held_;
+  }
 }
 
 void BatchScheduler::end_waiting(size_t request) {
-  requests_[request].prompt = {};
+  Record& r = record(request);
+  r.request.prompt = {};
+  r.finished = true;
   ++progress_.finished;
-  if (callbacks_.on_finish) callbacks_.on_finish(request, results_[request]);
+  if (callbacks_.on_finish) callbacks_.on_finish(request, r.result);
 }
 
 }  // namespace nt

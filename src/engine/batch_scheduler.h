@@ -138,10 +138,14 @@ class BatchScheduler {
     }
   }
 
-  const GenerationResult& result(size_t request) const { return results_.at(request); }
-  // Drops a finished request's text and tokens (its caller has written them
-  // out), so that a long run holds only what is in flight.
+  // A submitted request's result; throws nt::Error once it is released.
+  const GenerationResult& result(size_t request) const { return record(request).result; }
+  // Drops a finished request (its caller has written it out). Requests are
+  // held until every earlier one is released too, so that a long run whose
+  // caller releases in order holds only about what is in flight.
   void release(size_t request);
+  // Requests held: from the first not released to the last submitted.
+  size_t held() const { return records_.size(); }
   const SchedulerProgress& progress() const { return progress_; }
 
  private:
@@ -221,8 +225,16 @@ class BatchScheduler {
   int64_t capacity_ = 0;  // pool pages the slots may claim between them
   int64_t claimed_ = 0;   // claimed by the running requests
 
-  std::vector<GenerationRequest> requests_;  // a request's prompt is dropped once it finishes
-  std::vector<GenerationResult> results_;
+  struct Record {
+    GenerationRequest request;  // its prompt is dropped once it finishes
+    GenerationResult result;
+    bool finished = false;
+    bool released = false;
+  };
+  Record& record(size_t request);
+  const Record& record(size_t request) const;
+  std::deque<Record> records_;  // requests first_held_ on
+  size_t first_held_ = 0;
   std::deque<size_t> waiting_;
   std::vector<Running> running_;  // in admission order
 

@@ -550,13 +550,24 @@ TEST_F(BatchSchedulerTest, RequestsSubmittedBetweenStepsGetWhatTheyWouldAlone) {
   scheduler.submit(requests[3]);  // after the scheduler went idle
   scheduler.run();
   for (size_t i = 0; i < requests.size(); ++i) expect_same(scheduler.result(i), alone(make_runner, tokenizer, requests[i]), i);
-  const GenerationResult before = scheduler.result(1);
-  ASSERT_FALSE(before.tokens.empty());
+  // Released requests are dropped once every earlier one is released too.
+  EXPECT_EQ(scheduler.held(), 4u);
   scheduler.release(1);
-  EXPECT_TRUE(scheduler.result(1).text.empty());
-  EXPECT_TRUE(scheduler.result(1).tokens.empty());
-  EXPECT_EQ(scheduler.result(1).completion_tokens, before.completion_tokens);
-  EXPECT_EQ(scheduler.result(1).stop, before.stop);
+  EXPECT_THROW(scheduler.result(1), Error);
+  EXPECT_EQ(scheduler.held(), 4u);
+  scheduler.release(0);
+  EXPECT_EQ(scheduler.held(), 2u);
+  expect_same(scheduler.result(2), alone(make_runner, tokenizer, requests[2]), 2);
+  scheduler.release(2);
+  scheduler.release(3);
+  EXPECT_EQ(scheduler.held(), 0u);
+  EXPECT_THROW(scheduler.release(3), Error);
+  EXPECT_THROW(scheduler.result(4), Error);
+  // A request is released only once it finished.
+  scheduler.submit(requests[0]);
+  EXPECT_THROW(scheduler.release(4), Error);
+  scheduler.run();
+  expect_same(scheduler.result(4), alone(make_runner, tokenizer, requests[0]), 4);
 }
 
 TEST_F(BatchSchedulerTest, RunsOnAPoolForThreeSequencesAndRefusesAFourth) {
