@@ -3,8 +3,8 @@
 # packages, and a call carries at most 64 MiB): the ones named (ntransformer,
 # nt_gpu_tests, cuda_bench; default the first two), stripped, as
 # .devdata/bin.txz laid out as build/ is, so the device's scripts take /tmp/nt
-# as their BUILD_DIR. Each is ~12 MB with xz (the CUDA kernels, linked into
-# each). With `smol`, also the default model in 42 MB pieces
+# as their BUILD_DIR. ~12 MB with xz for one or all (the CUDA kernels, linked
+# into each). With `smol`, also the default model in 42 MB pieces
 # (bench/device_stage.sh joins them on the device).
 #   bench/pack_device.sh [ntransformer] [nt_gpu_tests] [cuda_bench] [smol]   (.devdata/ stays out of git)
 set -euo pipefail
@@ -24,7 +24,9 @@ for bin in "${bins[@]}"; do
   strip -o "$stage/$bin" "build/$bin"
 done
 mkdir -p .devdata
-tar cf - -C "$stage" . | xz -T2 -6 > .devdata/bin.txz
+# One dictionary over all of them: the binaries share most of their bytes
+# (the CUDA kernels), so two take about what one does (~13 MB).
+tar cf - -C "$stage" . | xz -T1 --lzma2=preset=6,dict=128MiB > .devdata/bin.txz
 ls -la .devdata/bin.txz
 if [[ -n "$smol" ]]; then
   rm -f .devdata/smol.*
