@@ -30,7 +30,8 @@ done
 export LD_LIBRARY_PATH="/tmp/ref/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 parts=" ${*:-resident streamed} "
 if [[ "$parts" == *" resident "* ]]; then
-  NT_RUN="ours ref" bash bench/batched.sh /tmp/nt /tmp/ref/bin - llama3-8b:q4_k llama3-70b:q4_k_m
+  # NT_RESIDENT_MODELS picks the rows when little device time is left.
+  NT_RUN="ours ref" bash bench/batched.sh /tmp/nt /tmp/ref/bin - ${NT_RESIDENT_MODELS:-llama3-8b:q4_k llama3-70b:q4_k_m}
 fi
 if [[ "$parts" == *" streamed "* ]]; then
   NT_NPP=64 NT_NTG=16 NT_RUN=ours bash bench/batched.sh /tmp/nt - - llama3-70b:q4_k_m:24GiB
