@@ -182,9 +182,10 @@ TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {
   }
 }
 
-// The head-group kernels give every vector the numbers it gets alone (one
-// head, one row a call), bit for bit, for group sizes across the kernels'
-// blocks of 4 and rows with a scalar tail.
+// The head-group kernels give every number what it gets alone (one head,
+// one row a call), bit for bit, for group sizes across the kernels' blocks
+// of 4 heads, row counts across the dot's blocks of 8 rows, and rows with a
+// scalar tail; and each dot is the float64 dot within float rounding.
 TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (int64_t n : {int64_t(64), int64_t(72), int64_t(9)}) {
@@ -193,12 +194,28 @@ TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
     for (int heads : {1, 3, 4, 8, 9}) {
       SCOPED_TRACE("n " + std::to_string(n) + " heads " + std::to_string(heads));
       const std::vector<float> q = normal(heads * n);
-      std::vector<float> got(static_cast<size_t>(heads), 0.0f);
-      k().dot_f16_heads(row.data(), q.data(), n, heads, n, got.data());
-      for (int h = 0; h < heads; ++h) {
-        float want;
-        k().dot_f16_heads(row.data(), q.data() + h * n, n, 1, n, &want);
-        EXPECT_EQ(std::memcmp(&got[size_t(h)], &want, 4), 0) << "head " << h << ": " << got[size_t(h)] << " vs " << want;
+      constexpr int kRows = 19;
+      std::vector<std::vector<uint16_t>> dot_rows(kRows);
+      std::vector<const uint16_t*> dot_ptrs;
+      for (auto& r : dot_rows) {
+        for (float x : normal(n)) r.push_back(fp32_to_fp16(x));
+        dot_ptrs.push_back(r.data());
+      }
+      for (int first : {0, 3}) {
+        const int keys = kRows - first;
+        std::vector<float> got(size_t(heads * keys), 0.0f);
+        k().dot_f16_heads(dot_ptrs.data() + first, keys, q.data(), n, heads, n, got.data(), keys);
+        for (int j = 0; j < keys; ++j) {
+          for (int h = 0; h < heads; ++h) {
+            float want;
+            k().dot_f16_heads(dot_ptrs.data() + first + j, 1, q.data() + h * n, n, 1, n, &want, 1);
+            const float g = got[size_t(h * keys + j)];
+            EXPECT_EQ(std::memcmp(&g, &want, 4), 0) << "row " << first + j << " head " << h << ": " << g << " vs " << want;
+            double exact = 0;
+            for (int64_t i = 0; i < n; ++i) exact += double(fp16_to_fp32(dot_rows[size_t(first + j)][size_t(i)])) * q[size_t(h * n + i)];
+            EXPECT_NEAR(want, exact, 1e-5 * double(n)) << "row " << first + j << " head " << h;
+          }
+        }
       }
       // Three rows (the same row's values rotated) into every head's output, in order.
       std::vector<std::vector<uint16_t>> rows(3, row);
@@ -206,9 +223,9 @@ TEST_P(CpuOpsTest, HeadGroupKernelsEqualOneCallAHeadBitForBit) {
       const uint16_t* keys[3] = {rows[0].data(), rows[1].data(), rows[2].data()};
       const std::vector<float> alpha = normal(3 * heads), start = normal(heads * n);
       std::vector<float> together = start, apart = start;
-      k().axpy_f16_heads(alpha.data(), keys, 3, together.data(), n, heads, n);
+      k().axpy_f16_heads(alpha.data(), 3, keys, 3, together.data(), n, heads, n);
       for (int j = 0; j < 3; ++j) {
-        for (int h = 0; h < heads; ++h) k().axpy_f16_heads(&alpha[size_t(j * heads + h)], &keys[j], 1, apart.data() + h * n, n, 1, n);
+        for (int h = 0; h < heads; ++h) k().axpy_f16_heads(&alpha[size_t(h * 3 + j)], 1, &keys[j], 1, apart.data() + h * n, n, 1, n);
       }
       EXPECT_EQ(std::memcmp(together.data(), apart.data(), together.size() * 4), 0);
     }

@@ -1,6 +1,7 @@
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -20,32 +21,38 @@ void check(const KvView& k, const KvView& v, const AttentionShape& s) {
   }
 }
 
-// Keys whose V rows one weighted-sum call takes (the outputs stay in
-// registers across them).
-constexpr int kKeyBlock = 16;
+// Keys one dot-product or weighted-sum call takes (the weighted sums' outputs
+// stay in registers across them).
+constexpr int kKeyBlock = 32;
 
-// out[h] = q[h] . row for `heads` query heads hd apart.
-void dot_rows(const Kernels& kn, const KvView& c, int64_t offset, const float* q, int hd, int heads, float* out) {
-  if (c.type == TensorType::F16) {
-    kn.dot_f16_heads(static_cast<const uint16_t*>(c.data) + offset, q, hd, heads, hd, out);
-    return;
-  }
-  for (int h = 0; h < heads; ++h) out[h] = kn.dot_f32(static_cast<const float*>(c.data) + offset, q + h * hd, hd);
-}
-
-// out[h] += a[j * heads + h] * row j, for the rows at offsets[0..keys) in
-// order and `heads` outputs hd apart.
-void axpy_rows(const Kernels& kn, const float* a, const KvView& c, const int64_t* offsets, int keys, float* out, int hd,
-               int heads) {
+// out[h * out_stride + j] = q[h] . row j, for the rows at offsets[0..keys)
+// and `heads` query heads hd apart.
+void dot_rows(const Kernels& kn, const KvView& c, const int64_t* offsets, int keys, const float* q, int hd, int heads,
+              float* out, int64_t out_stride) {
   if (c.type == TensorType::F16) {
     const uint16_t* rows[kKeyBlock];
     for (int j = 0; j < keys; ++j) rows[j] = static_cast<const uint16_t*>(c.data) + offsets[j];
-    kn.axpy_f16_heads(a, rows, keys, out, hd, heads, hd);
+    kn.dot_f16_heads(rows, keys, q, hd, heads, hd, out, out_stride);
+    return;
+  }
+  for (int h = 0; h < heads; ++h) {
+    for (int j = 0; j < keys; ++j) out[h * out_stride + j] = kn.dot_f32(static_cast<const float*>(c.data) + offsets[j], q + h * hd, hd);
+  }
+}
+
+// out[h] += a[h * a_stride + j] * row j, for the rows at offsets[0..keys) in
+// order and `heads` outputs hd apart.
+void axpy_rows(const Kernels& kn, const float* a, int64_t a_stride, const KvView& c, const int64_t* offsets, int keys,
+               float* out, int hd, int heads) {
+  if (c.type == TensorType::F16) {
+    const uint16_t* rows[kKeyBlock];
+    for (int j = 0; j < keys; ++j) rows[j] = static_cast<const uint16_t*>(c.data) + offsets[j];
+    kn.axpy_f16_heads(a, a_stride, rows, keys, out, hd, heads, hd);
     return;
   }
   for (int j = 0; j < keys; ++j) {
     for (int h = 0; h < heads; ++h) {
-      kn.axpy_f32(a[j * heads + h], static_cast<const float*>(c.data) + offsets[j], out + h * hd, hd);
+      kn.axpy_f32(a[h * a_stride + j], static_cast<const float*>(c.data) + offsets[j], out + h * hd, hd);
     }
   }
 }
@@ -55,6 +62,31 @@ int64_t cache_row(const AttentionRun& run, int64_t pos) {
   return int64_t(run.pages[pos / run.page_size]) * run.page_size + pos % run.page_size;
 }
 
+// x[0..n) *= scale; returns their max (-inf for n = 0). Eight running maxima
+// (the max is exact in any order) keep the loop off one compare's latency.
+float scale_and_max(float* x, int64_t n, float scale) {
+  float lanes[8];
+  std::fill(lanes, lanes + 8, -INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] = std::max(lanes[l], x[j + l] *= scale);
+  }
+  for (; j < n; ++j) lanes[0] = std::max(lanes[0], x[j] *= scale);
+  return *std::max_element(lanes, lanes + 8);
+}
+
+// rows[p] = the cache row of positions [0, n) of the run, a page at a time.
+void cache_rows(const AttentionRun& run, int64_t n, int64_t* rows) {
+  if (!run.pages) {
+    for (int64_t p = 0; p < n; ++p) rows[p] = p;
+    return;
+  }
+  for (int64_t first = 0, page = 0; first < n; first += run.page_size, ++page) {
+    const int64_t base = int64_t(run.pages[page]) * run.page_size;
+    for (int64_t p = first; p < std::min(n, first + run.page_size); ++p) rows[p] = base + (p - first);
+  }
+}
+
 // `heads` consecutive query heads of one query row, all of KV head kv_head,
 // over the run's positions [0, n_ctx), then `extra`. Each head's scores,
 // softmax and weighted sum are the one-head arithmetic in its order (so a
@@ -62,37 +94,30 @@ int64_t cache_row(const AttentionRun& run, int64_t pos) {
 // row is read and converted once for all of them.
 void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx,
                   std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out, const Kernels& kn) {
-  static thread_local std::vector<float> scores, per_head;  // scores: [heads][n]
+  static thread_local std::vector<float> scores;  // [heads][n]: the scores, then the weights
   static thread_local std::vector<int64_t> rows;
   const int64_t n = n_ctx + int64_t(extra.size());
   if (scores.size() < size_t(heads * n)) scores.resize(size_t(heads * n));
   if (rows.size() < size_t(n)) rows.resize(size_t(n));
-  per_head.resize(size_t((2 + kKeyBlock) * heads));
-  float* dots = per_head.data();
-  float* max = dots + heads;
-  float* weights = max + heads;  // [kKeyBlock][heads]
-  for (int64_t j = 0; j < n_ctx; ++j) rows[j] = cache_row(run, j);
+  cache_rows(run, n_ctx, rows.data());
   for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
   const int hd = s.head_dim;
-  std::fill(max, max + heads, -INFINITY);
-  for (int64_t j = 0; j < n; ++j) {
-    dot_rows(kn, k, rows[j] * k.pos_stride + kv_head * k.head_stride, q, hd, heads, dots);
-    for (int h = 0; h < heads; ++h) {
-      scores[h * n + j] = s.scale * dots[h];
-      max[h] = std::max(max[h], scores[h * n + j]);
-    }
-  }
-  float* inv_sum = max;  // each head's max is spent once its sum is taken
-  for (int h = 0; h < heads; ++h) inv_sum[h] = 1.0f / kn.exp_sum(scores.data() + h * n, n, max[h]);
-  std::fill(out, out + int64_t(heads) * hd, 0.0f);
   int64_t offsets[kKeyBlock];
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
-    for (int j = 0; j < keys; ++j) {
-      offsets[j] = rows[j0 + j] * v.pos_stride + kv_head * v.head_stride;
-      for (int h = 0; h < heads; ++h) weights[j * heads + h] = scores[h * n + j0 + j] * inv_sum[h];
-    }
-    axpy_rows(kn, weights, v, offsets, keys, out, hd, heads);
+    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * k.pos_stride + kv_head * k.head_stride;
+    dot_rows(kn, k, offsets, keys, q, hd, heads, scores.data() + j0, n);
+  }
+  for (int h = 0; h < heads; ++h) {
+    float* weights = scores.data() + h * n;
+    const float inv_sum = 1.0f / kn.exp_sum(weights, n, scale_and_max(weights, n, s.scale));
+    for (int64_t j = 0; j < n; ++j) weights[j] *= inv_sum;
+  }
+  std::fill(out, out + int64_t(heads) * hd, 0.0f);
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
+    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * v.pos_stride + kv_head * v.head_stride;
+    axpy_rows(kn, scores.data() + j0, n, v, offsets, keys, out, hd, heads);
   }
 }
 

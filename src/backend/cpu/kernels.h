@@ -105,13 +105,15 @@ struct Kernels {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);   // y += alpha * x
   // F16 rows against several vectors at once (the query heads sharing a KV
-  // head): out[h] = a . (b + h * b_stride); and for the rows x[0..keys) in
-  // order, y + h * y_stride += alpha[j * heads + h] * x[j]. A vector's
-  // numbers do not depend on how many share the call (nor, for the sums,
-  // on how the rows are split into calls).
-  void (*dot_f16_heads)(const uint16_t* a, const float* b, int64_t b_stride, int heads, int64_t n, float* out);
-  void (*axpy_f16_heads)(const float* alpha, const uint16_t* const* x, int keys, float* y, int64_t y_stride, int heads,
-                         int64_t n);
+  // head): out[h * out_stride + j] = a[j] . (b + h * b_stride) for the rows
+  // a[0..keys); and for the rows x[0..keys) in order, y + h * y_stride +=
+  // alpha[h * alpha_stride + j] * x[j]. A number does not depend on how many rows
+  // or vectors share the call (nor, for the sums, on how the rows are split
+  // into calls).
+  void (*dot_f16_heads)(const uint16_t* const* a, int keys, const float* b, int64_t b_stride, int heads, int64_t n,
+                        float* out, int64_t out_stride);
+  void (*axpy_f16_heads)(const float* alpha, int64_t alpha_stride, const uint16_t* const* x, int keys, float* y,
+                         int64_t y_stride, int heads, int64_t n);
   float (*exp_sum)(float* x, int64_t n, float shift);  // x = exp(x - shift); returns the sum
   void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 };

@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C kernels; built without -mavx2, so the targets are set here.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>

@@ -3,6 +3,7 @@
 // and 512-bit dot products for the K-quant formats that gain from them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>

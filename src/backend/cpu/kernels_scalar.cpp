@@ -132,14 +132,17 @@ void axpy_f16(float alpha, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
 }
 
-void dot_f16_heads(const uint16_t* a, const float* b, int64_t b_stride, int heads, int64_t n, float* out) {
-  for (int h = 0; h < heads; ++h) out[h] = dot_f16(a, b + h * b_stride, n);
+void dot_f16_heads(const uint16_t* const* a, int keys, const float* b, int64_t b_stride, int heads, int64_t n, float* out,
+                   int64_t out_stride) {
+  for (int h = 0; h < heads; ++h) {
+    for (int j = 0; j < keys; ++j) out[h * out_stride + j] = dot_f16(a[j], b + h * b_stride, n);
+  }
 }
 
-void axpy_f16_heads(const float* alpha, const uint16_t* const* x, int keys, float* y, int64_t y_stride, int heads,
-                    int64_t n) {
+void axpy_f16_heads(const float* alpha, int64_t alpha_stride, const uint16_t* const* x, int keys, float* y,
+                    int64_t y_stride, int heads, int64_t n) {
   for (int j = 0; j < keys; ++j) {
-    for (int h = 0; h < heads; ++h) axpy_f16(alpha[j * heads + h], x[j], y + h * y_stride, n);
+    for (int h = 0; h < heads; ++h) axpy_f16(alpha[h * alpha_stride + j], x[j], y + h * y_stride, n);
   }
 }
 
