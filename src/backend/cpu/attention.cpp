@@ -35,8 +35,9 @@ void dot_rows(const Kernels& kn, const KvView& c, const int64_t* offsets, int ke
     kn.dot_f16_heads(rows, keys, q, hd, heads, hd, out, out_stride);
     return;
   }
+  const auto* data = static_cast<const float*>(c.data);
   for (int h = 0; h < heads; ++h) {
-    for (int j = 0; j < keys; ++j) out[h * out_stride + j] = kn.dot_f32(static_cast<const float*>(c.data) + offsets[j], q + h * hd, hd);
+    for (int j = 0; j < keys; ++j) out[h * out_stride + j] = kn.dot_f32(data + offsets[j], q + h * hd, hd);
   }
 }
 
