@@ -306,5 +306,57 @@ TEST_P(CpuOpsTest, PagedAttentionOverSequencesMatchesNaiveFloat64) {
   }
 }
 
+// A decode step of one or two sequences with many keys spreads each row's
+// attention over the threads in phases (keys, heads, elements); in a batch
+// of more rows the same rows attend in one task per KV head. A row's output
+// must have the same bits either way, whatever the thread count, over
+// non-contiguous pages, for both cache types and a head size with a scalar tail.
+TEST_P(CpuOpsTest, FewLongRowsSpreadOverThreadsAttendAsInTasks) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  constexpr int64_t kPage = 16;
+  KvPages pages(96, kPage, 1024);
+  const SeqId a = pages.allocate(), b = pages.allocate();
+  for (int64_t pos = 0; pos < 700; pos += kPage) {  // interleaved, so each sequence's pages are scattered
+    if (pos < 600) pages.write(a, pos, std::min<int64_t>(pos + kPage, 600));
+    pages.write(b, pos, pos + kPage);
+  }
+  const int64_t rows = pages.page_count() * kPage;
+  for (int hd : {64, 68}) {
+    const AttentionShape shape{9, 3, hd, 1.0f / std::sqrt(float(hd))};
+    const int64_t width = shape.n_heads * hd;
+    for (TensorType type : {TensorType::F16, TensorType::F32}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + " head_dim " + std::to_string(hd));
+      const Cache kc = make_cache(type, rows, shape.n_kv_heads, hd, false, rng_);
+      const Cache vc = make_cache(type, rows, shape.n_kv_heads, hd, false, rng_);
+      const auto q = normal(width * 3, 1.5f);
+      // a's step at 599, then b's chunk of two at 698 and 699.
+      const auto run_a = [&](std::vector<float>& out) {
+        return AttentionRun{&q[0], &out[0], 599, 1, pages.pages(a).data(), kPage};
+      };
+      const auto run_b = [&](std::vector<float>& out) {
+        return AttentionRun{&q[width], &out[width], 698, 2, pages.pages(b).data(), kPage};
+      };
+      std::vector<float> together(width * 3);
+      ThreadPool two(2);
+      const AttentionRun both[2] = {run_a(together), run_b(together)};  // 3 rows x 3 KV heads: a task each
+      attention_runs(both, kc.view, vc.view, shape, two, k());
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> apart(width * 3);
+        const AttentionRun alone_a = run_a(apart), alone_b = run_b(apart);
+        attention_runs({&alone_a, 1}, kc.view, vc.view, shape, pool, k());
+        attention_runs({&alone_b, 1}, kc.view, vc.view, shape, pool, k());
+        EXPECT_EQ(std::memcmp(apart.data(), together.data(), apart.size() * 4), 0) << threads << " threads";
+      }
+      const std::pair<SeqId, int64_t> row_pos[3] = {{a, 599}, {b, 698}, {b, 699}};
+      for (int r = 0; r < 3; ++r) {
+        const auto [seq, pos] = row_pos[r];
+        const auto ref = naive_attention(&q[r * width], kc, vc, pos, shape, [&](int64_t j) { return pages.slot(seq, j); });
+        for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(together[r * width + i], ref[i], 2e-5) << "row " << r << " i " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nt::cpu

@@ -41,19 +41,19 @@ void dot_rows(const Kernels& kn, const KvView& c, const int64_t* offsets, int ke
   }
 }
 
-// out[h] += a[h * a_stride + j] * row j, for the rows at offsets[0..keys) in
-// order and `heads` outputs hd apart.
+// out[h] += a[h * a_stride + j] * row j, elements [0, elems), for the rows
+// at offsets[0..keys) in order and `heads` outputs hd apart.
 void axpy_rows(const Kernels& kn, const float* a, int64_t a_stride, const KvView& c, const int64_t* offsets, int keys,
-               float* out, int hd, int heads) {
+               float* out, int hd, int heads, int64_t elems) {
   if (c.type == TensorType::F16) {
     const uint16_t* rows[kKeyBlock];
     for (int j = 0; j < keys; ++j) rows[j] = static_cast<const uint16_t*>(c.data) + offsets[j];
-    kn.axpy_f16_heads(a, a_stride, rows, keys, out, hd, heads, hd);
+    kn.axpy_f16_heads(a, a_stride, rows, keys, out, hd, heads, elems);
     return;
   }
   for (int j = 0; j < keys; ++j) {
     for (int h = 0; h < heads; ++h) {
-      kn.axpy_f32(a[h * a_stride + j], static_cast<const float*>(c.data) + offsets[j], out + h * hd, hd);
+      kn.axpy_f32(a[h * a_stride + j], static_cast<const float*>(c.data) + offsets[j], out + h * hd, elems);
     }
   }
 }
@@ -88,6 +88,41 @@ void cache_rows(const AttentionRun& run, int64_t n, int64_t* rows) {
   }
 }
 
+// Scores of `heads` query heads (q, hd apart) against the K rows of cache
+// rows rows[j0..j1) of KV head kv_head, into scores[h * n + j].
+void score_keys(const float* q, int heads, const KvView& k, const int64_t* rows, int64_t j0, int64_t j1, int kv_head,
+                const AttentionShape& s, float* scores, int64_t n, const Kernels& kn) {
+  int64_t offsets[kKeyBlock];
+  for (; j0 < j1; j0 += kKeyBlock) {
+    const int keys = int(std::min<int64_t>(kKeyBlock, j1 - j0));
+    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * k.pos_stride + kv_head * k.head_stride;
+    dot_rows(kn, k, offsets, keys, q, s.head_dim, heads, scores + j0, n);
+  }
+}
+
+// One head's n scores into its softmax weights, in place.
+void softmax_weights(float* scores, int64_t n, const AttentionShape& s, const Kernels& kn) {
+  const float inv_sum = 1.0f / kn.exp_sum(scores, n, scale_and_max(scores, n, s.scale));
+  for (int64_t j = 0; j < n; ++j) scores[j] *= inv_sum;
+}
+
+// Elements [d0, d1) of `heads` outputs (hd apart) = the weighted sums of the
+// V rows of cache rows rows[0..n) of KV head kv_head, in key order (the
+// weights at weights[h * n + j]). d0 a multiple of 8, and d1 too unless it is
+// the head's end: an element then takes the same instructions however the
+// elements are split (axpy_f16_heads' chunks of 8, its scalar tail).
+void weigh_values(const float* weights, int heads, const KvView& v, const int64_t* rows, int64_t n, int kv_head,
+                  const AttentionShape& s, float* out, int64_t d0, int64_t d1, const Kernels& kn) {
+  const int hd = s.head_dim;
+  for (int h = 0; h < heads; ++h) std::fill(out + h * hd + d0, out + h * hd + d1, 0.0f);
+  int64_t offsets[kKeyBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
+    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * v.pos_stride + kv_head * v.head_stride + d0;
+    axpy_rows(kn, weights + j0, n, v, offsets, keys, out + d0, hd, heads, d1 - d0);
+  }
+}
+
 // `heads` consecutive query heads of one query row, all of KV head kv_head,
 // over the run's positions [0, n_ctx), then `extra`. Each head's scores,
 // softmax and weighted sum are the one-head arithmetic in its order (so a
@@ -102,24 +137,88 @@ void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, c
   if (rows.size() < size_t(n)) rows.resize(size_t(n));
   cache_rows(run, n_ctx, rows.data());
   for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
-  const int hd = s.head_dim;
-  int64_t offsets[kKeyBlock];
-  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
-    const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
-    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * k.pos_stride + kv_head * k.head_stride;
-    dot_rows(kn, k, offsets, keys, q, hd, heads, scores.data() + j0, n);
+  score_keys(q, heads, k, rows.data(), 0, n, kv_head, s, scores.data(), n, kn);
+  for (int h = 0; h < heads; ++h) softmax_weights(scores.data() + h * n, n, s, kn);
+  weigh_values(scores.data(), heads, v, rows.data(), n, kv_head, s, out, 0, s.head_dim, kn);
+}
+
+// Keys of one scoring task and elements of one weighted-sum task when a few
+// rows spread their attention over the threads (attend_spread).
+constexpr int64_t kSpreadKeys = 256;
+constexpr int64_t kSpreadElems = 32;
+// Below this many keys the three dispatches cost more than the spread saves.
+constexpr int64_t kSpreadMinKeys = 512;
+
+// A few causal rows with many keys (a decode step of one or two sequences):
+// their heads are too few tasks for the threads, so each row attends in
+// three parallel phases: the scores of a KV head's query heads for a range
+// of keys, each head's softmax, and a range of elements of a KV head's
+// weighted sums. Every number takes attend_heads' operations (the K and V
+// rows converted once per KV head instead of once per head, and the
+// threads evenly loaded), so a row's output has the same bits either way.
+void attend_spread(std::span<const AttentionRun> runs, int64_t n_rows, const KvView& k, const KvView& v,
+                   const AttentionShape& s, ThreadPool& pool, const Kernels& kn) {
+  struct Row {
+    const float* q;
+    float* out;
+    const int64_t* cache_rows;
+    int64_t keys;
+    float* scores;  // [n_heads][keys]
+  };
+  static thread_local std::vector<Row> rows;
+  static thread_local std::vector<int64_t> cache;
+  static thread_local std::vector<float> scores;
+  int64_t cache_size = 0, score_size = 0;
+  for (const AttentionRun& run : runs) {
+    cache_size += run.first_pos + run.n_tokens;
+    for (int t = 0; t < run.n_tokens; ++t) score_size += s.n_heads * (run.first_pos + t + 1);
   }
-  for (int h = 0; h < heads; ++h) {
-    float* weights = scores.data() + h * n;
-    const float inv_sum = 1.0f / kn.exp_sum(weights, n, scale_and_max(weights, n, s.scale));
-    for (int64_t j = 0; j < n; ++j) weights[j] *= inv_sum;
+  cache.resize(size_t(cache_size));
+  scores.resize(size_t(score_size));
+  rows.clear();
+  int64_t* cache_at = cache.data();
+  float* scores_at = scores.data();
+  const int64_t width = int64_t(s.n_heads) * s.head_dim;
+  for (const AttentionRun& run : runs) {
+    cache_rows(run, run.first_pos + run.n_tokens, cache_at);
+    for (int t = 0; t < run.n_tokens; ++t) {
+      const int64_t keys = run.first_pos + t + 1;
+      rows.push_back({run.q + t * width, run.out + t * width, cache_at, keys, scores_at});
+      scores_at += s.n_heads * keys;
+    }
+    cache_at += run.first_pos + run.n_tokens;
   }
-  std::fill(out, out + int64_t(heads) * hd, 0.0f);
-  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
-    const int keys = int(std::min<int64_t>(kKeyBlock, n - j0));
-    for (int j = 0; j < keys; ++j) offsets[j] = rows[j0 + j] * v.pos_stride + kv_head * v.head_stride;
-    axpy_rows(kn, scores.data() + j0, n, v, offsets, keys, out, hd, heads);
-  }
+  const Row* row = rows.data();
+  const int group = s.n_heads / s.n_kv_heads;
+  int64_t most_keys = 0;
+  for (int64_t i = 0; i < n_rows; ++i) most_keys = std::max(most_keys, row[i].keys);
+  const int64_t key_blocks = (most_keys + kSpreadKeys - 1) / kSpreadKeys;
+  pool.parallel_for(n_rows * s.n_kv_heads * key_blocks, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Row& r = row[i / (s.n_kv_heads * key_blocks)];
+      const int kv = int(i / key_blocks % s.n_kv_heads);
+      const int64_t j0 = i % key_blocks * kSpreadKeys, j1 = std::min(r.keys, j0 + kSpreadKeys);
+      if (j0 >= j1) continue;
+      score_keys(r.q + kv * group * s.head_dim, group, k, r.cache_rows, j0, j1, kv, s, r.scores + kv * group * r.keys,
+                 r.keys, kn);
+    }
+  });
+  pool.parallel_for(n_rows * s.n_heads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Row& r = row[i / s.n_heads];
+      softmax_weights(r.scores + i % s.n_heads * r.keys, r.keys, s, kn);
+    }
+  });
+  const int64_t elem_blocks = (s.head_dim + kSpreadElems - 1) / kSpreadElems;
+  pool.parallel_for(n_rows * s.n_kv_heads * elem_blocks, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Row& r = row[i / (s.n_kv_heads * elem_blocks)];
+      const int kv = int(i / elem_blocks % s.n_kv_heads);
+      const int64_t d0 = i % elem_blocks * kSpreadElems, d1 = std::min<int64_t>(s.head_dim, d0 + kSpreadElems);
+      weigh_values(r.scores + kv * group * r.keys, group, v, r.cache_rows, r.keys, kv, s, r.out + kv * group * s.head_dim,
+                   d0, d1, kn);
+    }
+  });
 }
 
 }  // namespace
@@ -144,7 +243,14 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   for (const AttentionRun& run : runs) rows += run.n_tokens;
   // A task is the query heads of one KV head for one row when that leaves
   // every thread several (prefill, big batches), else one head (decode).
-  const int heads_per_task = rows * s.n_kv_heads >= 4 * int64_t(pool.size()) ? group : 1;
+  int64_t most_keys = 0;
+  for (const AttentionRun& run : runs) most_keys = std::max(most_keys, run.first_pos + run.n_tokens);
+  const bool few_tasks = rows * s.n_kv_heads < 4 * int64_t(pool.size());
+  const bool causal = std::none_of(runs.begin(), runs.end(), [](const AttentionRun& r) { return r.path_start; });
+  if (few_tasks && causal && most_keys >= kSpreadMinKeys) {
+    return attend_spread(runs, rows, k, v, s, pool, kn);
+  }
+  const int heads_per_task = few_tasks ? 1 : group;
   const int per_row = s.n_heads / heads_per_task;
   // Tasks are (run, token, head group) in order; task_start[r] is run r's
   // first. Kept across calls (decode calls this once per layer); the
