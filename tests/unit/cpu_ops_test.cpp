@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <complex>
@@ -150,6 +151,34 @@ std::vector<double> naive_attention(const float* q, const Cache& k, const Cache&
     }
   }
   return out;
+}
+
+// The KV cache's f16 stores are fp32_to_fp16's bits (numpy's rounding):
+// values at every scale, halfway cases of normals and subnormals, overflow,
+// infinities and NaNs, over vector blocks and a scalar tail.
+TEST_P(CpuOpsTest, HalfStoresAreFp32ToFp16Bits) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  std::vector<float> x;
+  for (float sigma : {1e-7f, 1e-5f, 1e-2f, 1.0f, 1e3f, 7e4f}) {
+    for (float v : normal(64, sigma)) x.push_back(v);
+  }
+  for (uint16_t h : {uint16_t(0x0001), uint16_t(0x03ff), uint16_t(0x0400), uint16_t(0x3c00), uint16_t(0x7bff)}) {
+    const uint32_t bits = std::bit_cast<uint32_t>(fp16_to_fp32(h));
+    for (uint32_t delta : {0u, 0x1000u, 0x1001u, 0xfffu}) {  // exactly, at and about halfway to the next half
+      x.push_back(std::bit_cast<float>(bits + delta));
+      x.push_back(-std::bit_cast<float>(bits + delta));
+    }
+  }
+  for (float v : {0.0f, -0.0f, 1e-9f, 3e-8f, 65504.0f, 65520.0f, 1e6f, INFINITY, -INFINITY, NAN,
+                  std::bit_cast<float>(0x7fa00001u), std::bit_cast<float>(0xffc12345u)}) {
+    x.push_back(v);
+  }
+  x.resize(x.size() / 8 * 8 + 5);  // a scalar tail
+  std::vector<uint16_t> got(x.size());
+  k().f32_to_f16(x.data(), got.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(got[i], fp32_to_fp16(x[i])) << "x[" << i << "] = " << x[i] << " (bits " << std::bit_cast<uint32_t>(x[i]) << ")";
+  }
 }
 
 TEST_P(CpuOpsTest, AttentionMatchesNaiveFloat64) {

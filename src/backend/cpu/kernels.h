@@ -115,6 +115,7 @@ struct Kernels {
   void (*axpy_f16_heads)(const float* alpha, int64_t alpha_stride, const uint16_t* const* x, int keys, float* y,
                          int64_t y_stride, int heads, int64_t n);
   float (*exp_sum)(float* x, int64_t n, float shift);  // x = exp(x - shift); returns the sum
+  void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);  // fp32_to_fp16's bits (the KV cache's stores)
   void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 };
 

@@ -152,6 +152,10 @@ float exp_sum(float* x, int64_t n, float shift) {
   return sum;
 }
 
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
 void silu_mul(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
@@ -219,6 +223,7 @@ Kernels make_scalar_kernels() {
   k.dot_f16_heads = dot_f16_heads;
   k.axpy_f16_heads = axpy_f16_heads;
   k.exp_sum = exp_sum;
+  k.f32_to_f16 = f32_to_f16;
   k.silu_mul = silu_mul;
   return k;
 }

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
-#include "core/half.h"
 
 namespace nt::cpu {
 namespace {
@@ -89,7 +89,7 @@ void LlamaLayer::store_kv(const LayerCache& k, const LayerCache& v, const LayerR
         const float* from = src->data() + size_t(t * kv_dim);
         if (cache->type == TensorType::F16) {
           uint16_t* to = static_cast<uint16_t*>(cache->data) + row * kv_dim;
-          for (int64_t i = 0; i < kv_dim; ++i) to[i] = fp32_to_fp16(from[i]);
+          kernels().f32_to_f16(from, to, kv_dim);
         } else {
           std::copy(from, from + kv_dim, static_cast<float*>(cache->data) + row * kv_dim);
         }
