@@ -48,7 +48,10 @@ struct AttentionRun {
   const int64_t* paths = nullptr;
 };
 
-// Every run's queries in one parallel pass (decode of many sequences at once).
+// Every run's queries in one parallel pass (decode of many sequences at
+// once); a few rows with many keys (a decode step of one or two sequences)
+// spread over the threads in three passes (keys, softmax, elements). A
+// row's output has the same bits however it is computed.
 void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const KvView& v, const AttentionShape& shape,
                     ThreadPool& pool, const Kernels& kernels = cpu::kernels());
 
