@@ -156,9 +156,9 @@ constexpr int64_t kSpreadMinKeys = 512;
 // weighted sums. Every number takes attend_heads' operations (the K and V
 // rows converted once per KV head instead of once per head, and the
 // threads evenly loaded), so a row's output has the same bits either way.
-// `most_keys`: the most any of the n_rows rows sees.
-void attend_spread(std::span<const AttentionRun> runs, int64_t n_rows, int64_t most_keys, const KvView& k,
-                   const KvView& v, const AttentionShape& s, ThreadPool& pool, const Kernels& kn) {
+// `most_keys`: the most any row sees.
+void attend_spread(std::span<const AttentionRun> runs, int64_t most_keys, const KvView& k, const KvView& v,
+                   const AttentionShape& s, ThreadPool& pool, const Kernels& kn) {
   struct Row {
     const float* q;
     float* out;
@@ -190,6 +190,7 @@ void attend_spread(std::span<const AttentionRun> runs, int64_t n_rows, int64_t m
     cache_at += run.first_pos + run.n_tokens;
   }
   const Row* row = rows.data();
+  const int64_t n_rows = int64_t(rows.size());
   const int group = s.n_heads / s.n_kv_heads;
   const int64_t key_blocks = (most_keys + kSpreadKeys - 1) / kSpreadKeys;
   pool.parallel_for(n_rows * s.n_kv_heads * key_blocks, [&](int64_t begin, int64_t end) {
@@ -247,7 +248,7 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   const bool few_tasks = rows * s.n_kv_heads < 4 * int64_t(pool.size());
   const bool causal = std::none_of(runs.begin(), runs.end(), [](const AttentionRun& r) { return r.path_start; });
   if (few_tasks && causal && most_keys >= kSpreadMinKeys) {
-    return attend_spread(runs, rows, most_keys, k, v, s, pool, kn);
+    return attend_spread(runs, most_keys, k, v, s, pool, kn);
   }
   const int heads_per_task = few_tasks ? 1 : group;
   const int per_row = s.n_heads / heads_per_task;
