@@ -13,9 +13,16 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   const uint64_t b = uint64_t(batch);
   const uint64_t max_input = uint64_t(std::max({c.dim, c.q_dim(), c.ffn_dim}));
   ActivationLayout a{};
-  for (int64_t n = 1; n <= batch; ++n) {  // the partials of the widest key split any chunk length uses
+  // The partials of the widest key split any chunk length, or decode step of n sequences, uses.
+  for (int64_t n = 1; n <= batch; ++n) {
     const int splits = attention_splits(n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), context, multiprocessors);
     a.partial_floats = std::max<uint64_t>(a.partial_floats, attention_partials_floats(n, int(c.n_heads), int(c.head_dim), splits));
+    const int seq_splits =
+        attention_sequence_splits(n, int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), context, multiprocessors);
+    if (seq_splits > 1) {
+      const int64_t stride = attention_sequence_partials_stride(int(c.n_heads), int(c.head_dim), seq_splits);
+      a.partial_floats = std::max<uint64_t>(a.partial_floats, uint64_t(n * stride));
+    }
   }
   ArenaPlan plan;
   a.inputs = plan.reserve(4 * uint64_t(batch_input_words(batch)));

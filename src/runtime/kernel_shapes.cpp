@@ -46,6 +46,17 @@ int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim
   return int(std::clamp<int64_t>(std::min(wanted, useful), 1, kAttentionMaxSplits));
 }
 
+int attention_sequence_splits(int64_t n_seqs, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
+                              int multiprocessors) {
+  const int64_t blocks = n_seqs * n_kv_heads;
+  if (n_seqs < 2 || !mma_prefill_shape_supported(n_heads, n_kv_heads, head_dim) || blocks > kAttentionMaxCountedKvHeads) {
+    return 1;
+  }
+  const int64_t wave = 2 * int64_t(multiprocessors) / blocks;
+  const int64_t useful = (max_keys + kSequenceSplitMinKeys - 1) / kSequenceSplitMinKeys;
+  return int(std::clamp<int64_t>(std::min(wave, useful), 1, kAttentionMaxSplits));
+}
+
 size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, int n_splits) {
   return n_splits > 1 ? size_t(n_splits) * size_t(n_tokens) * size_t(n_heads) * size_t(head_dim + 2) : 0;
 }

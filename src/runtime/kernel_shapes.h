@@ -19,6 +19,7 @@ constexpr int kKvTile = 32;
 constexpr int64_t kv_cache_context(int64_t context) { return (context + kKvTile - 1) / kKvTile * kKvTile; }
 
 constexpr int kAttentionMaxSplits = 256;       // key-range splits of one launch
+constexpr int kAttentionMaxCountedKvHeads = 1024;  // split merge counters: KV heads (times sequences) of one launch
 constexpr int kAttentionMaxRowElems = 4096;    // query rows * head_dim of a generic-kernel block
 constexpr int kAttentionMmaRows = 64;          // query rows (tokens x group heads) of a tensor-core block
 
@@ -38,6 +39,25 @@ int64_t mma_prefill_query_tiles(int64_t n_tokens, int n_heads, int n_kv_heads);
 // on a GPU of `multiprocessors` SMs, and the partial-result floats they need.
 int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors);
 size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, int n_splits);
+
+// A decode launch of many sequences (one token each) splits each sequence's
+// keys into chunks of at least this many, so short sequences keep one block
+// per KV head and write their outputs directly.
+constexpr int64_t kSequenceSplitMinKeys = 256;
+
+// Key-range splits of a decode launch of n_seqs sequences over up to max_keys
+// keys each: enough that the blocks fill one wave of the GPU (two a
+// multiprocessor), on the tensor-core kernel only; 1 when the sequences'
+// blocks alone fill it.
+int attention_sequence_splits(int64_t n_seqs, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
+                              int multiprocessors);
+
+// Floats between two sequences' partials in a split launch of many sequences
+// (each sequence's laid out as a one-token launch's), a multiple of 4 so that
+// every sequence's rows stay 16-byte aligned.
+constexpr int64_t attention_sequence_partials_stride(int n_heads, int head_dim, int n_splits) {
+  return (int64_t(n_splits) * n_heads * (head_dim + 2) + 3) / 4 * 4;
+}
 
 // Argmax: a first-pass block scans kArgmaxChunk elements of a row into one
 // 8-byte candidate (value, index).

@@ -24,34 +24,31 @@ struct Heads {
   int n_heads, n_kv_heads, head_dim;
 };
 
-constexpr int64_t kContext = 128, kPages = 24, kWidth = kContext / kKvTile;
 constexpr int64_t kLayers = 2, kLayer = 1;  // the pool holds two layers; the launches read the second
 
 int64_t page_stride(const Heads& h) { return kLayers * h.n_kv_heads * kKvTile * h.head_dim; }
 int64_t layer_offset(const Heads& h) { return kLayer * h.n_kv_heads * kKvTile * h.head_dim; }
 
-// The sequences' books: one that is freed once it has written 100
-// positions, whose pages the later ones reuse; one prefix copied.
+// The sequences' books, in a pool of n_pages pages for sequences of up to
+// `context` positions.
 struct Books {
-  KvPages pages{kPages, kKvTile, kContext, 8};
+  int64_t context, n_pages, width;
+  KvPages pages;
   std::vector<SeqId> seqs;      // in launch order
   std::vector<int32_t> lengths;  // positions each holds
-  std::vector<int32_t> table = std::vector<int32_t>(size_t(8 * kWidth), 0);
+  std::vector<int32_t> table;
   SeqId copy = -1;                   // holds 40 positions of pages that another holds 45 of
   static constexpr int64_t kSharedLength = 45;
 
-  Books() {
+  // Short sequences: one that is freed once it has written 100 positions,
+  // whose pages the later ones reuse; one prefix copied.
+  Books() : Books(128, 24) {
     const SeqId gone = pages.allocate();
     pages.write(gone, 0, 100);
     const SeqId shared = pages.allocate();
     pages.write(shared, 0, kSharedLength);
     pages.free(gone);
-    for (const int32_t length : {1, 32, 33, 128, 70}) {
-      const SeqId s = pages.allocate();
-      pages.write(s, 0, length);
-      seqs.push_back(s);
-      lengths.push_back(length);
-    }
+    for (const int32_t length : {1, 32, 33, 128, 70}) add(length);
     copy = pages.allocate();
     pages.copy_prefix(shared, copy, 40);  // shares both of shared's pages, the second past its length
     seqs.push_back(copy);
@@ -60,23 +57,53 @@ struct Books {
     lengths.push_back(int32_t(kSharedLength));
     std::swap(seqs[0], seqs[4]);  // table rows out of order
     std::swap(lengths[0], lengths[4]);
+    fill_table();
+  }
+
+  // Sequences of these lengths, in pages a freed sequence of 600 positions held first.
+  Books(int64_t context, std::initializer_list<int32_t> of_lengths) : Books(context, 200) {
+    const SeqId gone = pages.allocate();
+    pages.write(gone, 0, 600);
+    pages.free(gone);
+    for (const int32_t length : of_lengths) add(length);
+    fill_table();
+  }
+
+  KvPaging paging(size_t i, const Heads& h) const { return {table.data() + seqs[i] * width, page_stride(h)}; }
+
+ private:
+  Books(int64_t context_, int64_t n_pages_)
+      : context(context_),
+        n_pages(n_pages_),
+        width(context_ / kKvTile),
+        pages(n_pages_, kKvTile, context_, 8),
+        table(size_t(8 * width), 0) {}
+  void add(int32_t length) {
+    const SeqId s = pages.allocate();
+    pages.write(s, 0, length);
+    seqs.push_back(s);
+    lengths.push_back(length);
+  }
+  void fill_table() {
     for (const SeqId s : seqs) {
       const auto held = pages.pages(s);
-      std::copy(held.begin(), held.end(), table.begin() + s * kWidth);
+      std::copy(held.begin(), held.end(), table.begin() + s * width);
     }
   }
-  KvPaging paging(size_t i, const Heads& h) const { return {table.data() + seqs[i] * kWidth, page_stride(h)}; }
 };
 
 // max_keys > 0: the launch says every sequence sees at most that many keys,
 // so the short-context decode may take it; where it does, each sequence's
 // output must also be, bit for bit, that of a launch for it alone.
-void check_sequences(const Heads& h, const Books& books, int64_t max_keys = 0) {
+// n_splits > 1: each sequence's keys split in the launch; a sequence of one
+// chunk (kSequenceSplitMinKeys keys or fewer) must then be, bit for bit, as
+// in the unsplit launch, and a second launch (a graph's replay) as the first.
+void check_sequences(const Heads& h, const Books& books, int64_t max_keys = 0, int n_splits = 1) {
   SCOPED_TRACE(testing::Message() << h.n_heads << "/" << h.n_kv_heads << " heads of " << h.head_dim << ", max_keys "
-                                  << max_keys);
+                                  << max_keys << ", " << n_splits << " splits");
   const int64_t n = int64_t(books.seqs.size()), width = int64_t(h.n_heads) * h.head_dim, stride = width + 8;
   const auto q = test::random_floats(size_t(n * stride), -2.0f, 2.0f);
-  const size_t pool = size_t(kPages * page_stride(h));
+  const size_t pool = size_t(books.n_pages * page_stride(h));
   // Every element of the pool random; the keys a sequence must not see (past
   // its length in its last page) large, so that a leak dominates its softmax.
   const auto kv = test::random_floats(2 * pool, -2.0f, 2.0f);
@@ -118,12 +145,45 @@ void check_sequences(const Heads& h, const Books& books, int64_t max_keys = 0) {
   p.head_dim = h.head_dim;
   p.n_seqs = n;
   p.seq_rows = drows.as<int32_t>();
-  p.table_width = kWidth;
+  p.table_width = books.width;
   p.max_keys = max_keys;
   p.keys_just_stored = max_keys > 0;
   ASSERT_TRUE(attention_multi_sequence_supported(h.n_heads, h.n_kv_heads, h.head_dim));
   attention(p, nullptr);
   const auto got_all = test::to_host<float>(out, size_t(n * stride));
+  if (n_splits > 1) {
+    AttentionParams split = p;
+    split.n_splits = n_splits;
+    DeviceBuffer partials =
+        test::poisoned(size_t(n * attention_sequence_partials_stride(h.n_heads, h.head_dim, n_splits)) * 4);
+    split.partials = partials.as<float>();
+    ASSERT_TRUE(attention_splits_sequences(split));
+    for (int launch = 0; launch < 2; ++launch) {
+      DeviceBuffer split_out = test::poisoned(size_t(n * stride) * 4);
+      split.out = split_out.as<float>();
+      attention(split, nullptr);
+      const auto got = test::to_host<float>(split_out, size_t(n * stride));
+      for (int64_t i = 0; i < n; ++i) {
+        const bool one_chunk = books.lengths[size_t(i)] <= kSequenceSplitMinKeys;
+        for (int64_t j = 0; j < int64_t(h.n_heads) * h.head_dim; ++j) {
+          const size_t at = size_t(i * stride + j);
+          if (one_chunk) {
+            ASSERT_EQ(std::memcmp(&got[at], &got_all[at], 4), 0)
+                << "sequence of " << books.lengths[size_t(i)] << " keys, element " << j << ": " << got[at] << " unsplit "
+                << got_all[at];
+          } else {
+            EXPECT_NEAR(got[at], got_all[at], 2e-3f) << "sequence of " << books.lengths[size_t(i)] << " keys, element " << j;
+          }
+        }
+      }
+      if (launch == 1) continue;
+      DeviceBuffer again = test::poisoned(size_t(n * stride) * 4);
+      split.out = again.as<float>();
+      attention(split, nullptr);
+      const auto replay = test::to_host<float>(again, size_t(n * stride));  // the rows' poisoned padding too
+      ASSERT_EQ(std::memcmp(replay.data(), got.data(), got.size() * 4), 0) << "a second launch merges as the first";
+    }
+  }
   if (attention_decodes_short(p)) {
     DeviceBuffer alone = test::poisoned(size_t(n * stride) * 4);
     for (int64_t i = 0; i < n; ++i) {
@@ -132,7 +192,7 @@ void check_sequences(const Heads& h, const Books& books, int64_t max_keys = 0) {
       one.q = p.q + i * stride;
       one.out = alone.as<float>() + i * stride;
       one.pos = p.pos + i;
-      one.paging.pages = p.paging.pages + rows[size_t(i)] * kWidth;
+      one.paging.pages = p.paging.pages + rows[size_t(i)] * books.width;
       attention(one, nullptr);
     }
     const auto want = test::to_host<float>(alone, size_t(n * stride));
@@ -182,6 +242,20 @@ TEST(AttentionSequences, EachSequenceReadsItsOwnPagesUpToItsPosition) {
   for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}, Heads{8, 2, 256}}) check_sequences(h, books);
 }
 
+// Long sequences split their keys in the launch (a decode step of a few
+// sequences at long contexts): ragged lengths below, at and past one chunk,
+// a whole context, split counts beyond the useful ones.
+TEST(AttentionSequences, SplitSequencesMergeTheirOwnKeyRanges) {
+  const Books books(2048, {1, 256, 257, 2048, 700, 64, 1500, 1024});
+  for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}}) {
+    for (const int splits : {2, 5, 16}) check_sequences(h, books, 0, splits);
+  }
+  EXPECT_EQ(attention_sequence_splits(64, 32, 8, 128, 8192, 132), 1);    // the sequences fill the GPU
+  EXPECT_EQ(attention_sequence_splits(4, 32, 8, 128, 8192, 132), 8);     // one wave: 264 blocks
+  EXPECT_EQ(attention_sequence_splits(4, 32, 8, 128, 300, 132), 2);      // no more than the keys fill
+  EXPECT_EQ(attention_sequence_splits(4, 32, 8, 256, 8192, 132), 1);     // head_dim 256: not the tensor-core kernel
+}
+
 // The stepwise rows' launch (LayerPass::stepwise_layer): every sequence short
 // enough for the short-context decode, which then computes each as alone.
 TEST(AttentionSequences, ShortContextLaunchComputesEachSequenceAsAlone) {
@@ -191,10 +265,10 @@ TEST(AttentionSequences, ShortContextLaunchComputesEachSequenceAsAlone) {
   probe.n_heads = 32;
   probe.n_kv_heads = 8;
   probe.head_dim = 128;
-  probe.max_keys = kContext;
+  probe.max_keys = books.context;
   if (!attention_decodes_short(probe)) GTEST_SKIP() << "the short-context decode needs sm_90 or newer";
   for (const Heads h : {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{64, 8, 128}}) {
-    check_sequences(h, books, kContext);
+    check_sequences(h, books, books.context);
   }
 }
 
@@ -206,9 +280,15 @@ TEST(AttentionSequences, UnsupportedShapesAreRefused) {
   p.n_heads = 8;
   p.n_kv_heads = 4;
   p.head_dim = 64;
-  p.context = kContext;
+  p.context = 128;
   p.n_seqs = 2;  // and no block table
-  p.n_splits = 2;  // splits are not merged across sequences
+  EXPECT_THROW(attention(p, nullptr), Error);
+  const int32_t row = 0;  // never read: refused before any launch
+  p.paging = {&row, 1};
+  p.seq_rows = &row;
+  p.table_width = 1;
+  p.head_dim = 256;  // the decode kernel's shape, which merges no splits of several sequences
+  p.n_splits = 2;
   EXPECT_THROW(attention(p, nullptr), Error);
 }
 
@@ -229,7 +309,7 @@ TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsPages) {
   DeviceBuffer dqkv = test::to_device(qkv);
   const DeviceBuffer dpos = test::to_device(positions), drows = test::to_device(rows), dfreq = test::to_device(inv_freq);
   const DeviceBuffer dtable = test::to_device(books.table);
-  const size_t cache = size_t(kPages * page_stride(h));
+  const size_t cache = size_t(books.n_pages * page_stride(h));
   DeviceBuffer dk = test::poisoned(cache * 2), dv = test::poisoned(cache * 2);
   RopeKvParams r;
   r.qkv = dqkv.as<float>();
@@ -245,7 +325,7 @@ TEST(AttentionSequences, PerTokenRopeStoresEachTokenInItsPages) {
   r.paging = {dtable.as<int32_t>(), page_stride(h)};
   r.token_pos = dpos.as<int32_t>();
   r.token_row = drows.as<int32_t>();
-  r.table_width = kWidth;
+  r.table_width = books.width;
   rope_and_store_kv(r, nullptr);
   const auto k = test::to_host<uint16_t>(dk, cache), v = test::to_host<uint16_t>(dv, cache);
   for (int64_t t = 0; t < n; ++t) {

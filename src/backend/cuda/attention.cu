@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     }
   }
   // The probabilities and the warps' accumulators are dead: their space is the merge's scratch.
-  if (p.n_splits > 1) merge_splits_if_last(p, kv_head, group, n_keys, p_s);
+  if (p.n_splits > 1) merge_splits_if_last(p, attention_detail::one_sequence_merge(p, kv_head, n_keys), kv_head, group, p_s);
 }
 
 // merge_splits_if_last's (n_splits + 1) * group floats of scratch fit in the
@@ -389,6 +389,11 @@ bool attention_multi_sequence_supported(int n_heads, int n_kv_heads, int head_di
          (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
+bool attention_splits_sequences(const AttentionParams& p) {
+  return p.n_seqs > 1 && !attention_detail::short_decode_supported(p) && attention_detail::mma_prefill_supported(p) &&
+         attention_detail::mma_merges_in_launch(p);
+}
+
 bool attention_decodes_short(const AttentionParams& p) {
   return p.n_tokens == 1 && attention_detail::short_decode_supported(p);
 }
@@ -422,11 +427,16 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.n_seqs > 1 && (!p.paging.pages || !p.seq_rows || p.table_width <= 0)) {
     fail("attention: {} sequences in one launch read a block table (pages, seq_rows, table_width {})", p.n_seqs, p.table_width);
   }
-  if (p.n_seqs > 1 && (p.n_tokens != 1 || p.n_splits != 1 || p.rope.inv_freq || p.out_q8 ||
+  if (p.n_seqs > 1 && (p.n_tokens != 1 || p.rope.inv_freq || p.out_q8 ||
                        !attention_multi_sequence_supported(p.n_heads, p.n_kv_heads, p.head_dim))) {
-    fail("attention: {} sequences in one launch take one token each, no splits, RoPE or q8 output, and head_dim 64, 128 "
+    fail("attention: {} sequences in one launch take one token each, no RoPE or q8 output, and head_dim 64, 128 "
          "or 256 with at most {} query heads per KV head (head_dim {}, {} heads, {} KV heads)",
          p.n_seqs, kMaxGroup, p.head_dim, p.n_heads, p.n_kv_heads);
+  }
+  if (p.n_seqs > 1 && p.n_splits > 1 && !attention_splits_sequences(p)) {
+    fail("attention: {} sequences split {} ways need the tensor-core kernel (head_dim 64 or 128, no max_keys) and at most {} "
+         "sequences times KV heads ({} KV heads)",
+         p.n_seqs, p.n_splits, kMaxCountedKvHeads, p.n_kv_heads);
   }
   if (p.tree_mask && (p.n_seqs != 1 || p.rope.inv_freq || p.out_q8 || p.tree_words < 1 || p.tree_start < 0)) {
     fail("attention: a token tree's rows take one sequence, no RoPE or q8 output, and their mask words ({} a row, "

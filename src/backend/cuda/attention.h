@@ -62,7 +62,9 @@ struct AttentionParams {
   // Decode of n_seqs > 1 sequences in one launch, one query each: sequence s's
   // query at q + s*q_stride, its output at out + s*out_stride, its position
   // pos[s], its pages at paging.pages + seq_rows[s] * table_width (rows of a
-  // block table). No splits, RoPE or q8 output; head_dim 64, 128 or 256.
+  // block table). No RoPE or q8 output; head_dim 64, 128 or 256. Splits
+  // where attention_splits_sequences says (each sequence's partials
+  // attention_sequence_partials_stride floats after the previous one's).
   // With max_keys > 0 (every sequence's) the short-context decode may take it.
   int64_t n_seqs = 1;
   const int32_t* seq_rows = nullptr;  // device
@@ -105,6 +107,11 @@ bool attention_decode_fusion_supported(const AttentionParams& p);
 // kernel, whose launch of n_seqs sequences computes each exactly as a launch
 // of it alone does.
 bool attention_decodes_short(const AttentionParams& p);
+
+// Whether attention() takes this launch of n_seqs > 1 sequences with its
+// n_splits > 1: the tensor-core kernel, each sequence's split blocks merged
+// in the launch.
+bool attention_splits_sequences(const AttentionParams& p);
 
 // Whether attention() runs this one-token shape with AttentionParams::path_parents.
 bool attention_follows_tree_paths(const AttentionParams& p);

@@ -19,13 +19,25 @@ __host__ __device__ __forceinline__ int64_t split_chunk(int64_t n_keys, int n_sp
   return ((n_keys + n_splits - 1) / n_splits + kSplitKeys - 1) / kSplitKeys * kSplitKeys;
 }
 
+// Start and end of the key range of `split` when n_keys keys are cut into chunks of `chunk`.
+__device__ __forceinline__ void chunk_range(int64_t n_keys, int64_t chunk, int split, int64_t& begin, int64_t& end) {
+  begin = std::min<int64_t>(n_keys, int64_t(split) * chunk);
+  end = std::min<int64_t>(n_keys, begin + chunk);
+}
+
 // Start and end of the key range of `split` when n_keys keys are visible:
 // equal shares rounded up to whole tiles, so every range starts on one; the
 // splits past the keys get empty ranges.
 __device__ __forceinline__ void split_range(int64_t n_keys, int n_splits, int split, int64_t& begin, int64_t& end) {
+  chunk_range(n_keys, split_chunk(n_keys, n_splits), split, begin, end);
+}
+
+// A multi-sequence split launch's chunk for a sequence of n_keys keys: equal
+// shares of whole tiles, at least kSequenceSplitMinKeys.
+static_assert(kSequenceSplitMinKeys % kSplitKeys == 0, "sequence chunks are whole tiles");
+__device__ __forceinline__ int64_t sequence_split_chunk(int64_t n_keys, int n_splits) {
   const int64_t chunk = split_chunk(n_keys, n_splits);
-  begin = std::min<int64_t>(n_keys, int64_t(split) * chunk);
-  end = std::min<int64_t>(n_keys, begin + chunk);
+  return chunk < kSequenceSplitMinKeys ? kSequenceSplitMinKeys : chunk;
 }
 
 // How many leading splits hold keys.
@@ -47,22 +59,36 @@ __device__ __forceinline__ float2* partial_ml(const AttentionParams& p, int spli
 }
 
 // Points a multi-sequence launch's block (AttentionParams::n_seqs > 1) at
-// sequence s: its query, output, position and row of the block table.
+// sequence s: its query, output, position, row of the block table and, split,
+// its partials (laid out as a one-token launch's).
 __device__ __forceinline__ void select_sequence(AttentionParams& p, int64_t s) {
   p.q += s * p.q_stride;
   p.out += s * p.out_stride;
   p.pos += s;
   p.paging.pages += int64_t(p.seq_rows[s]) * p.table_width;
+  if (p.n_splits > 1) p.partials += s * attention_sequence_partials_stride(p.n_heads, p.head_dim, p.n_splits);
 }
 
 constexpr int kMaxSplits = kAttentionMaxSplits;
+
+// How the split blocks of one KV head (of one sequence) meet: `counter`
+// indexes g_splits_done, `blocks` of them count in, and the first `merged`
+// splits hold keys.
+struct SplitMerge {
+  int counter, blocks, merged;
+};
+
+// A one-sequence launch: every split block of the KV head counts, empty or not.
+__device__ __forceinline__ SplitMerge one_sequence_merge(const AttentionParams& p, int kv_head, int64_t n_keys) {
+  return {kv_head, p.n_splits, splits_with_keys(n_keys, p.n_splits)};
+}
 
 // Per KV head: how many of a one-token launch's split blocks have finished.
 // The last one merges the splits and puts the count back to 0, so every
 // launch (and every replay of a captured graph) starts from 0. Shared by all
 // launches of a kernel file (static: each translation unit has its own), so
 // split decodes must not run concurrently on several streams.
-constexpr int kMaxCountedKvHeads = 1024;
+constexpr int kMaxCountedKvHeads = kAttentionMaxCountedKvHeads;
 static __device__ unsigned int g_splits_done[kMaxCountedKvHeads];
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -112,9 +138,10 @@ __device__ __forceinline__ void store_output_quad(const AttentionParams& p, int 
   if (p.out_q8) quantize_q8_quad(v, active, at, p.out_q8, p.out_q8_scales);
 }
 
-// Called by every thread of each split block of a one-token launch after it
-// wrote its partials: the last block of the KV head to finish merges the
-// splits into the outputs of the head's `group` query heads. One thread
+// Called by every thread of each counted split block (SplitMerge) of a
+// one-token launch after it wrote its partials: the last block of the KV head
+// (of the sequence, in a multi-sequence launch) to finish merges the splits
+// into the outputs of the head's `group` query heads. One thread
 // counts the block after a barrier and a device-scope fence (the pattern of a
 // grid-wide barrier). The merge issues all of a lane's loads at once: the
 // (m, l) pairs of up to kMaxSplits splits in one round trip, then the
@@ -122,18 +149,18 @@ __device__ __forceinline__ void store_output_quad(const AttentionParams& p, int 
 // PRECOND: n_splits <= kMaxSplits; scratch holds (n_splits + 1) * group floats;
 // blockDim.x a multiple of 32.
 // Bytes moved (last block only): the partials of the splits with keys once.
-static __device__ void merge_splits_if_last(const AttentionParams& p, int kv_head, int group, int64_t n_keys, float* scratch) {
+static __device__ void merge_splits_if_last(const AttentionParams& p, SplitMerge merge, int kv_head, int group, float* scratch) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();  // the block's partials (ordered before by the barrier) are visible device-wide before it is counted
-    last = atomicAdd(&g_splits_done[kv_head], 1u) == unsigned(p.n_splits - 1);
+    last = atomicAdd(&g_splits_done[merge.counter], 1u) == unsigned(merge.blocks - 1);
     if (last) __threadfence();
   }
   __syncthreads();
   if (!last) return;
   const int hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  const int n_merged = splits_with_keys(n_keys, p.n_splits);
+  const int n_merged = merge.merged;
   float* weight = scratch;                        // [split][group]
   float* inv_den = scratch + p.n_splits * group;  // [group]
   // Partials of other blocks are read through L2 (__ldcg): L1 is not coherent.
@@ -191,7 +218,7 @@ static __device__ void merge_splits_if_last(const AttentionParams& p, int kv_hea
     const float inv = inv_den[g];
     store_output_quad(p, head, d, make_float4(num.x * inv, num.y * inv, num.z * inv, num.w * inv), active);
   }
-  if (threadIdx.x == 0) g_splits_done[kv_head] = 0;  // the launch's last access: the next launch starts from 0
+  if (threadIdx.x == 0) g_splits_done[merge.counter] = 0;  // the launch's last access: the next launch starts from 0
 }
 
 // Short-context decode (attention_decode_short.cu): one token whose max_keys

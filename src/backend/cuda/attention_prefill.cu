@@ -74,8 +74,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache
 // (p.rope: keys 0..pos-1, and n_tokens == 1);
 // q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
-// n_kv_heads <= kMaxCountedKvHeads, (n_splits + 1) * group floats fit in the shared memory.
-// Grid (KV head, query tile or sequence of a multi-sequence launch, split).
+// n_seqs * n_kv_heads <= kMaxCountedKvHeads, (n_splits + 1) * group floats fit in the shared memory.
+// Grid (KV head, query tile or sequence of a multi-sequence launch, split);
+// a multi-sequence launch's splits cut each sequence's own keys (sequence_split_chunk).
 // Bytes moved: the split's K/V rows once per query tile (f16, mostly L2 hits:
 // the tiles of one KV head share them), queries once, outputs (or partials) once.
 template <int kHeadDim, bool kTree>
@@ -105,7 +106,20 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int tokens = int(std::min<int64_t>(tile_tokens, p.n_tokens - t0));
   const int rows = tokens * group;
   int64_t k_begin, k_end;  // of the keys visible to the tile's last token
-  split_range(pos0 + t0 + tokens, p.n_splits, split, k_begin, k_end);
+  SplitMerge merge{};
+  if (p.n_seqs > 1 && p.n_splits > 1) {
+    // The sequence's own chunks: the blocks past its keys have nothing to do,
+    // and a sequence of one chunk writes its outputs as an unsplit launch.
+    const int64_t chunk = sequence_split_chunk(pos0 + 1, p.n_splits);
+    const int chunks = int((pos0 + chunk) / chunk);
+    if (split >= chunks) return;
+    chunk_range(pos0 + 1, chunk, split, k_begin, k_end);
+    merge = {int(blockIdx.y) * p.n_kv_heads + kv_head, chunks, chunks};
+    if (chunks == 1) p.n_splits = 1;
+  } else {
+    split_range(pos0 + t0 + tokens, p.n_splits, split, k_begin, k_end);
+    merge = one_sequence_merge(p, kv_head, pos0 + 1);
+  }
   const int n_iter = int((k_end - k_begin + kKeys - 1) / kKeys);
 
   // Keys past k_end are zero-filled (unwritten cache may hold NaN) and masked.
@@ -336,8 +350,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   NT_TRACE_MID();
-  if (merge_last) {
-    merge_splits_if_last(p, kv_head, group, pos0 + 1, reinterpret_cast<float*>(smem));  // tiles are dead
+  if (merge_last && p.n_splits > 1) {
+    merge_splits_if_last(p, merge, kv_head, group, reinterpret_cast<float*>(smem));  // tiles are dead
   } else if (p.out_q8) {  // one split: quantize the outputs this block wrote
     __syncthreads();
     const int quads = group * kHeadDim / 4;
@@ -374,7 +388,7 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
 
 bool mma_merges_in_launch(const AttentionParams& p) {
   const size_t smem = p.head_dim == 64 ? PrefillSmem<64>::kBytes : PrefillSmem<128>::kBytes;
-  return p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits && p.n_kv_heads <= kMaxCountedKvHeads &&
+  return p.n_tokens == 1 && p.n_splits > 1 && p.n_splits <= kMaxSplits && p.n_seqs * p.n_kv_heads <= kMaxCountedKvHeads &&
          size_t(p.n_splits + 1) * size_t(p.n_heads / p.n_kv_heads) * 4 <= smem;
 }
 

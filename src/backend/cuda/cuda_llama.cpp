@@ -318,6 +318,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   }
   options_.stream_run_ahead = env_setting("NT_STREAM_RUN_AHEAD", options_.stream_run_ahead, 0, 1) != 0;
   options_.matvec_row_pairs = env_setting("NT_CUDA_MATVEC_PAIRS", options_.matvec_row_pairs, 0, 1) != 0;
+  options_.sequence_splits = env_setting("NT_CUDA_SEQUENCE_SPLITS", options_.sequence_splits, 0, 1) != 0;
   options_.stepwise_steps_max =
       env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, 0, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
@@ -358,7 +359,8 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
   const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
   const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.int8_gemm_widest_tile,
-                                  options_.super_block_activations, options_.matvec_row_pairs};
+                                  options_.super_block_activations, options_.matvec_row_pairs,
+                                  options_.sequence_splits};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
                 stream_);
 }

@@ -76,6 +76,10 @@ struct CudaRunnerOptions {
   // columns`, docs/PERFORMANCE.md). Off until measured in the runner;
   // NT_CUDA_MATVEC_PAIRS=1 turns it on for A/B runs.
   bool matvec_row_pairs = false;
+  // Decode steps of several sequences split each long sequence's keys over
+  // more blocks, so that a few sequences at long contexts fill the GPU
+  // (attention_sequence_splits). NT_CUDA_SEQUENCE_SPLITS=0 turns it off for A/B runs.
+  bool sequence_splits = true;
   // Decode steps of up to this many sequences (every run one token, no tree)
   // run their rows stepwise (BatchEntry::stepwise): each sequence computed as
   // its one-token step alone, so batched greedy output is plain decoding's.

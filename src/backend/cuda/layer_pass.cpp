@@ -189,7 +189,10 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       att.seq_rows = rows.token_seq + s.first_row;
       att.table_width = pool_.table->width();
       att.max_keys = 0;
-      att.n_splits = 1;
+      att.n_splits = choices_.sequence_splits ? attention_sequence_splits(att.n_seqs, att.n_heads, att.n_kv_heads,
+                                                                          att.head_dim, context_, multiprocessors_)
+                                              : 1;
+      if (!attention_splits_sequences(att)) att.n_splits = 1;
     } else if (!rows.token_pos) {
       // One sequence of the default path. One token: RoPE, the cache store
       // and wo's q8 input happen inside the attention launch, so Q/K/V,

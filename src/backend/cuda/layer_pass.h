@@ -103,6 +103,7 @@ struct PassKernelChoices {
   int int8_gemm_widest_tile;     // QuantizedGemmParams::widest_tile
   bool super_block_activations;  // K-quant inputs of the int8 GEMM as super-block activations
   bool matvec_row_pairs;         // mat-vecs of 2 to 4 columns pair rows over two warps
+  bool sequence_splits;          // decode attention of many sequences splits their keys (attention_sequence_splits)
 };
 
 class LayerPass {
