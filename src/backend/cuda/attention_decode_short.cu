@@ -40,7 +40,8 @@ struct ShortSmem {
   static constexpr size_t kNewKey = kQuery + kHeadDim * 4;              // float [kHeadDim]
   static constexpr size_t kScratch = kNewKey + kHeadDim * 4;           // float [32]
   static constexpr size_t kMaxSum = kScratch + 32 * 4;                  // float2 (max, sum) of the block's keys
-  static constexpr size_t kBytes = kMaxSum + 8;
+  static constexpr size_t kTilePages = kMaxSum + 8;                     // int64 [kWarps]: where each tile's page starts
+  static constexpr size_t kBytes = kTilePages + kWarps * 8;
 };
 
 [[maybe_unused]] __device__ __forceinline__ float block_max(float v, float* scratch) {
@@ -77,6 +78,7 @@ __device__ __forceinline__ void short_decode(const AttentionParams& p) {
   float* new_k = reinterpret_cast<float*>(smem + Smem::kNewKey);
   float* scratch = reinterpret_cast<float*>(smem + Smem::kScratch);
   float2* max_sum = reinterpret_cast<float2*>(smem + Smem::kMaxSum);
+  int64_t* tile_pages = reinterpret_cast<int64_t*>(smem + Smem::kTilePages);
 
   NT_TRACE_BLOCK(kAttention);
   cuda::allow_dependents();
@@ -98,18 +100,34 @@ __device__ __forceinline__ void short_decode(const AttentionParams& p) {
     return int(p.tree_start) + index;
   };
 
+  // The pages of the block's tiles, read from the page table once instead of
+  // for every 16 bytes fetched. A tree row's keys from tree_start on may lie
+  // in other tiles: those are looked up key by key.
+  const bool by_tile = p.paging.pages && !p.path_parents;
+  if (by_tile && tid < kWarps) {
+    const int tile = tid * kRanks + rank;
+    tile_pages[tid] = tile * kKvTile < pos0 ? int64_t(p.paging.pages[tile]) * p.paging.page_stride : 0;
+  }
+  if (by_tile) __syncthreads();
+  const auto v_at = [&](int slot, int key, int d) {
+    return by_tile ? tile_pages[slot / kKvTile] + v_cache_index(kv_head, key % kKvTile, d, kKvTile, kHeadDim)
+                   : paged_v_index(p.paging, kv_head, cached_at(key), d, p.context, kHeadDim);
+  };
+  const auto k_at = [&](int slot, int key) {
+    return by_tile ? tile_pages[slot / kKvTile] + k_cache_index(kv_head, key % kKvTile, 0, kKvTile, kHeadDim)
+                   : paged_k_index(p.paging, kv_head, cached_at(key), 0, p.context, kHeadDim);
+  };
+
   // Before the wait: V rows and this warp's K tile of every key but the new one.
   for (int i = tid; i < kSlots * kChunks; i += kThreads) {
     const int slot = i / kChunks, key = slot_key(slot, rank);
-    if (key < pos0) {
-      cp_async16(v_s + i * 8, p.v_cache + paged_v_index(p.paging, kv_head, cached_at(key), (i % kChunks) * 8, p.context, kHeadDim), true);
-    }
+    if (key < pos0) cp_async16(v_s + i * 8, p.v_cache + v_at(slot, key, (i % kChunks) * 8), true);
   }
   cp_async_commit();
   const int slot = warp * kKvTile + lane, key = slot_key(slot, rank);
   uint4 k_regs[kChunks];
   if (key < pos0) {  // lane's key in its tile's layout: 8 dims a chunk, a chunk every kKvTile * 8 elements
-    const uint16_t* k_row = p.k_cache + paged_k_index(p.paging, kv_head, cached_at(key), 0, p.context, kHeadDim);
+    const uint16_t* k_row = p.k_cache + k_at(slot, key);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) k_regs[c] = *reinterpret_cast<const uint4*>(k_row + c * kKvTile * 8);
   }
