@@ -123,18 +123,29 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int n_iter = int((k_end - k_begin + kKeys - 1) / kKeys);
 
   // Keys past k_end are zero-filled (unwritten cache may hold NaN) and masked.
+  // A tile's two cache tiles are looked up in the page table once each, not
+  // for every 16 bytes (key0 is a multiple of kKeys).
+  static_assert(kKeys == 2 * kKvTile, "a tile is two cache tiles");
   auto load_tile = [&](int stage, int64_t key0) {
     uint16_t* ks = k_stage(stage);
     uint16_t* vs = v_stage(stage);
+    int64_t k_base[2] = {0, 0}, v_base[2] = {0, 0};
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      if (key0 + t * kKvTile < k_end) {
+        k_base[t] = paged_k_index(p.paging, kv_head, key0 + t * kKvTile, 0, p.context, kHeadDim);
+        v_base[t] = paged_v_index(p.paging, kv_head, key0 + t * kKvTile, 0, p.context, kHeadDim);
+      }
+    }
     constexpr int kPiecesPerCacheTile = kKvTile * kHeadDim / 8;
     static_assert(kPieces % kThreads == 0);
 #pragma unroll
     for (int j = 0; j < kPieces / kThreads; ++j) {
       const int i = tid + j * kThreads;
-      const int64_t tile_key0 = key0 + (i / kPiecesPerCacheTile) * kKvTile;
+      const bool second = i >= kPiecesPerCacheTile;
       const int within = i % kPiecesPerCacheTile;  // (chunk, key) of the cache tile
-      const bool valid = tile_key0 + within % kKvTile < k_end;
-      const uint16_t* src = valid ? p.k_cache + paged_k_index(p.paging, kv_head, tile_key0, 0, p.context, kHeadDim) + within * 8 : p.k_cache;
+      const bool valid = key0 + (second ? kKvTile : 0) + within % kKvTile < k_end;
+      const uint16_t* src = valid ? p.k_cache + (second ? k_base[1] : k_base[0]) + within * 8 : p.k_cache;
       cp_async16(ks + i * 8, src, valid);
     }
 #pragma unroll
@@ -142,7 +153,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int i = tid + j * kThreads;
       const int k = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
       const bool valid = key0 + k < k_end;
-      const uint16_t* src = valid ? p.v_cache + paged_v_index(p.paging, kv_head, key0 + k, c * 8, p.context, kHeadDim) : p.v_cache;
+      const int64_t row = (k >= kKvTile ? v_base[1] : v_base[0]) + (k % kKvTile) * kHeadDim + c * 8;
+      const uint16_t* src = valid ? p.v_cache + row : p.v_cache;
       cp_async16(vs + k * kStride + c * 8, src, valid);
     }
   };
