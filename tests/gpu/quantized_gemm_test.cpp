@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_device.h"
@@ -98,7 +99,9 @@ std::vector<double> run_case(TensorType type, const Case& c, bool super = false)
 
 class QuantizedGemmTest : public testing::TestWithParam<TensorType> {};
 
-// Shapes across the tile widths, split-K and not, short steps, row blocks and token tiles.
+// Shapes across the tile widths, split-K and not, short steps, row blocks and
+// token tiles; K-quants of up to 4 tokens on super-block activations take
+// the narrow form (1 and 4 tokens, a short row tile).
 std::vector<Case> cases(TensorType type) {
   const bool k_quant = tensor_type_info(type).block_elems == 256;
   // Legacy rows of 17 or 9 blocks end in a short step; 133 and 70 rows end in a short row block.
@@ -108,7 +111,7 @@ std::vector<Case> cases(TensorType type) {
           Case{64, long_row, 16, split}, Case{200, short_row * 2, 31, split},  Case{96, long_row, 64, split},
           Case{37, long_row, 77, split}, Case{150, long_row, 40, 150 * 40 * 4 * 2},
           // Several 32-token tiles where 64-token ones would run.
-          Case{96, long_row, 64, split, 32}, Case{133, long_row, 45, 0, 32}};
+          Case{96, long_row, 64, split, 32}, Case{133, long_row, 45, 0, 32}, Case{133, long_row, 4, 0}};
 }
 
 TEST_P(QuantizedGemmTest, MatchesQ8ProductsAtEveryTileWidth) {
@@ -163,7 +166,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantizedGemmTest,
 // epilogue) against the two GEMMs, swiglu and quantize_activations it
 // replaces: the same splits, so the same sums in the same order and the same
 // bits. Unsplit (a GPU of one multiprocessor for the split rule), split, and
-// a short last row block and token tile.
+// a short last row block and token tile; more than 4 tokens, where Q4_K's
+// separate launches would take the narrow form.
 TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
   struct GatedCase {
     int64_t rows, cols, tokens;
@@ -215,6 +219,44 @@ TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
       EXPECT_EQ(scales, want_scales);
       EXPECT_GT(*std::max_element(want_scales.begin(), want_scales.end()), 0.0f) << "h is not all zeros";
     }
+  }
+}
+
+// The narrow form (Q4_K on super-block activations, up to 4 tokens): its
+// gated launch writes h as its two separate launches and swiglu do, bit for
+// bit (each row's sums in the same warp order); 1 to 4 tokens, rows of one
+// and of several steps a warp.
+TEST(QuantizedGemm, NarrowGatedFormWritesWhatTheSeparateLaunchesDo) {
+  const int sms = require_cuda_device(0).multiprocessors;
+  for (const auto& [rows, cols, tokens] : {std::tuple{96, 2048, 1}, std::tuple{512, 1024, 4}, std::tuple{160, 4608, 3},
+                                           std::tuple{96, 512, 2}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols << " tokens=" << tokens);
+    const auto type = TensorType::Q4_K;
+    const test::DeviceWeights gate = test::upload_weights(type, test::random_weights(type, rows, cols), rows, cols);
+    const test::DeviceWeights up = test::upload_weights(type, test::random_weights(type, rows, cols), rows, cols);
+    const DeviceBuffer dx = test::to_device(test::random_floats(size_t(tokens * cols)));
+    const SuperBlocks xs = super_blocks(dx, tokens, cols);
+    const size_t outputs = size_t(tokens * rows);
+    DeviceBuffer g(outputs * 4, "gate"), u(outputs * 4, "up"), h(outputs * 4, "h"), h_gated(outputs * 4, "gated h");
+    QuantizedGemmParams p;
+    p.xs = xs.view();
+    p.n_tokens = tokens;
+    p.y_stride = rows;
+    p.multiprocessors = sms;
+    for (const auto& [m, y] : {std::pair{gate.m, g.as<float>()}, std::pair{up.m, u.as<float>()}}) {
+      p.w = m;
+      p.y = y;
+      quantized_gemm(p, nullptr);
+    }
+    swiglu(g.as<float>(), u.as<float>(), int64_t(outputs), h.as<float>(), nullptr);
+    p.w = gate.m;
+    p.w_up = up.m;
+    p.y = h_gated.as<float>();
+    quantized_gemm(p, nullptr);
+    NT_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want = test::to_host<float>(h, outputs);
+    EXPECT_EQ(test::to_host<float>(h_gated, outputs), want);
+    EXPECT_GT(*std::max_element(want.begin(), want.end()), 0.0f) << "h is not all zeros";
   }
 }
 

@@ -18,6 +18,12 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 
+__device__ __forceinline__ uint2 load_stream8(const void* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // Through L1, for a lane that reads 32 contiguous bytes as two 16-byte loads:
 // the second half of each sector then comes from L1 instead of L2.
 __device__ __forceinline__ uint4 load_l1_16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }

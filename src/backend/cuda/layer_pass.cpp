@@ -274,13 +274,15 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
     p.y_stride = c.ffn_dim;
     matvec(p, int(n), stream_);
   } else if (gated_int8) {
-    // Gate and up in one int8 GEMM launch, whose epilogue writes down's q8
-    // input (and h in f32 only for a down that reads it).
+    // Gate and up in one int8 GEMM launch, whose epilogue writes down's
+    // input: h in f32 for a down that reads it, else q8.
     const bool h_read = !matvec_wants_q8(L.down.type) || down_super;
     QuantizedGemmParams p = int8_gemm_params(L.gate, ffn_in, n, h_read ? act_.h : nullptr, c.ffn_dim, false);
     p.w_up = L.up;
-    p.y_q8 = act_.q8;
-    p.y_q8_scales = act_.q8_scales;
+    if (!h_read) {
+      p.y_q8 = act_.q8;
+      p.y_q8_scales = act_.q8_scales;
+    }
     quantized_gemm(p, stream_);
   } else {
     matmul(L.gate, ffn_in, n, act_.gate, c.ffn_dim, false);

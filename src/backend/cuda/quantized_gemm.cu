@@ -600,8 +600,8 @@ __global__ void sum_splits_kernel(const float* partials, int splits, int64_t n_t
 }
 
 // The gated form: h = silu(gate) * up of the splits' partial sums (each in
-// split order, as sum_splits_kernel adds them), as q8 activations (and f32
-// when h is set). One warp per 32 rows of a token: one q8 block.
+// split order, as sum_splits_kernel adds them), as q8 activations when q8 is
+// set and f32 when h is. One warp per 32 rows of a token: one q8 block.
 // PRECOND: rows % 32 == 0. Bytes moved: the partial sums once, h once.
 __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_tokens, int64_t rows, float* h,
                                  int64_t h_stride, int8_t* q8, float2* q8_scales) {
@@ -615,7 +615,151 @@ __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_to
   for (int s = 0; s < splits; ++s) up += partials[(splits + s) * outputs + i];
   const float v = cuda::silu(gate) * up;
   if (h) h[token * h_stride + row] = v;
-  cuda::quantize_q8_warp(v, q8 + i - threadIdx.x % 32, q8_scales + i / 32);
+  if (q8) cuda::quantize_q8_warp(v, q8 + i - threadIdx.x % 32, q8_scales + i / 32);
+}
+
+// The narrow form: Q4_K weights times super-block activations of up to 4
+// tokens, where the staged kernel is latency-bound (a 4-token step's gate and
+// up at 1.7 TB/s on an H100, 25% occupancy, 525 instructions a warp per
+// 256-element step) and its split-K sums take a second launch. A block is one
+// mma tile of 16 rows by 8 tokens; its 8 warps take
+// steps w, w + 8, ... of those rows, loading the weights straight into
+// registers, and add their sums in warp order through shared memory: no
+// staging, no split-K partial sums, no second launch.
+// Each thread loads bytes 32c + 8t .. 32c + 8t + 7 of its two rows' codes
+// (c = 0..3): elements 8t..8t+7 of sub-blocks 2c (low nibbles) and 2c + 1
+// (high). The mma's k order is permuted alike for weights and tokens (its k
+// slots 4t..4t+3 take elements 8t..8t+3, slots 16+4t.. elements 8t+4..), so a
+// token's fragment is one 8-byte load. A step's integer sums and the mins'
+// f16 mma are exact, and the float conversions are super_step's.
+// Up to 4 tokens: on an H100 (8B Q4_K decode) the narrow form gave +6% at 4
+// sequences but -8% at 8 and -29% at 16 (two token tiles), where each warp's
+// token loads from L1 outweigh what it saves (docs/PERFORMANCE.md).
+constexpr int kNarrowWarps = 8;
+constexpr int kNarrowMaxTokens = 4;
+
+struct NarrowParams {
+  DeviceMatrix w, w_up;  // w_up: the gated form, y = silu(X W^T) * (X W_up^T)
+  SuperBlockActivations xs;
+  int64_t n_tokens;
+  float* y;
+  int64_t y_stride;
+  bool accumulate;
+};
+
+// Sub-blocks t and t + 4 of a Q4_K header: (scale t, scale t + 4, min t, min t + 4) as bytes.
+__device__ __forceinline__ uint32_t q4_k_sub_block_codes(const uint4& header, int t) {
+  const int shift = 8 * t;
+  const uint32_t s0 = header.y >> shift, s4 = header.z >> shift, s8 = header.w >> shift;  // s(t), s(t + 4), s(t + 8)
+  const uint32_t scale_low = s0 & 63, min_low = s4 & 63;
+  const uint32_t scale_high = (s8 & 0x0f) | ((s0 >> 2) & 0x30), min_high = ((s8 >> 4) & 0x0f) | ((s4 >> 2) & 0x30);
+  return scale_low | scale_high << 8 | min_low << 16 | min_high << 24;
+}
+
+// One step (256 elements) of matrix m for the thread's rows (row0, row1) and
+// tokens: acc as super_step adds it.
+__device__ __forceinline__ void narrow_step(const NarrowParams& p, const DeviceMatrix& m, int64_t row0, int64_t row1, int64_t step,
+                                            int g, int t, float (&acc)[4]) {
+  const int64_t steps = m.cols / kStepElems;
+  const int64_t sb0 = row0 * steps + step, sb1 = row1 * steps + step;
+  uint2 w0[4], w1[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    w0[c] = cuda::load_stream8(m.plane[0] + sb0 * 128 + 32 * c + 8 * t);
+    w1[c] = cuda::load_stream8(m.plane[0] + sb1 * 128 + 32 * c + 8 * t);
+  }
+  const uint4 h0 = cuda::load_stream16(m.plane[1] + sb0 * 16), h1 = cuda::load_stream16(m.plane[1] + sb1 * 16);
+  const int64_t token = std::min<int64_t>(g, p.n_tokens - 1);  // the B fragment's (column g); past the last, the last again
+  int sums[4] = {};
+#pragma unroll
+  for (int j = 0; j < kBlocksPerStep; ++j) {
+    const int c = j / 2, shift = 4 * (j % 2);
+    const uint32_t a0 = (w0[c].x >> shift) & cuda::kLowNibbles, a2 = (w0[c].y >> shift) & cuda::kLowNibbles;
+    const uint32_t a1 = (w1[c].x >> shift) & cuda::kLowNibbles, a3 = (w1[c].y >> shift) & cuda::kLowNibbles;
+    int sc0, sc1, mn;
+    cuda::k_scale_min(h0, j, sc0, mn);
+    cuda::k_scale_min(h1, j, sc1, mn);
+    const uint2 b = __ldg(reinterpret_cast<const uint2*>(p.xs.q8 + token * m.cols + step * kStepElems + 32 * j + 8 * t));
+    int d[4] = {};
+    mma_k32(d, a0, a1, a2, a3, b.x, b.y);
+    sums[0] += sc0 * d[0];
+    sums[1] += sc0 * d[1];
+    sums[2] += sc1 * d[2];
+    sums[3] += sc1 * d[3];
+  }
+  const uint32_t codes0 = q4_k_sub_block_codes(h0, t), codes1 = q4_k_sub_block_codes(h1, t);
+  const uint32_t mins[4] = {half2_of(int((codes0 >> 16) & 0xff)), half2_of(int((codes1 >> 16) & 0xff)), half2_of(int(codes0 >> 24)),
+                            half2_of(int(codes1 >> 24))};
+  const float2 dm0 = __half22float2(*reinterpret_cast<const __half2*>(&h0.x)), dm1 = __half22float2(*reinterpret_cast<const __half2*>(&h1.x));
+  const int64_t scales_per_token = m.cols / kStepElems, sums_per_token = m.cols / 16;
+  const auto* groups = reinterpret_cast<const uint8_t*>(p.xs.sums + token * sums_per_token + step * 16);
+  float mn[4] = {};
+  mma_f16_k16(mn, mins, __ldg(reinterpret_cast<const uint32_t*>(groups + 4 * t)), __ldg(reinterpret_cast<const uint32_t*>(groups + 16 + 4 * t)));
+  // The C fragment's tokens 2t and 2t + 1.
+  const int64_t tok0 = std::min<int64_t>(2 * t, p.n_tokens - 1), tok1 = std::min<int64_t>(2 * t + 1, p.n_tokens - 1);
+  const float2 d = {__ldg(p.xs.scales + tok0 * scales_per_token + step), __ldg(p.xs.scales + tok1 * scales_per_token + step)};
+  acc[0] = fmaf(d.x, dm0.x * float(sums[0]) - dm0.y * mn[0], acc[0]);
+  acc[1] = fmaf(d.y, dm0.x * float(sums[1]) - dm0.y * mn[1], acc[1]);
+  acc[2] = fmaf(d.x, dm1.x * float(sums[2]) - dm1.y * mn[2], acc[2]);
+  acc[3] = fmaf(d.y, dm1.x * float(sums[3]) - dm1.y * mn[3], acc[3]);
+}
+
+// PRECOND: Q4_K, cols % 256 == 0, 1 <= n_tokens <= 8; grid: one block per 16
+// rows. Bytes moved: the weights once, the tokens' codes once per block (from
+// L1/L2), n_tokens x rows outputs.
+template <bool kGated>
+__global__ void __launch_bounds__(32 * kNarrowWarps, 2) quantized_gemm_narrow_kernel(NarrowParams p) {
+  constexpr int kMatrices = kGated ? 2 : 1;
+  __shared__ float sums[kNarrowWarps][kMatrices][4][32];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int64_t rows = p.w.rows, first = int64_t(blockIdx.x) * 16;
+  const int64_t row0 = std::min(first + g, rows - 1), row1 = std::min(first + g + 8, rows - 1);
+  const int64_t steps = p.w.cols / kStepElems;
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  float acc[kMatrices][4] = {};
+  for (int64_t step = warp; step < steps; step += kNarrowWarps) {
+    narrow_step(p, p.w, row0, row1, step, g, t, acc[0]);
+    if constexpr (kGated) narrow_step(p, p.w_up, row0, row1, step, g, t, acc[kMatrices - 1]);
+  }
+#pragma unroll
+  for (int m = 0; m < kMatrices; ++m) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[warp][m][i][lane] = acc[m][i];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // rows g, g, g + 8, g + 8; tokens 2t, 2t + 1, 2t, 2t + 1
+    float total[kMatrices] = {};
+    for (int w = 0; w < kNarrowWarps; ++w) {
+#pragma unroll
+      for (int m = 0; m < kMatrices; ++m) total[m] += sums[w][m][i][lane];
+    }
+    const int64_t row = first + g + (i < 2 ? 0 : 8), token = 2 * t + (i % 2);
+    if (row >= rows || token >= p.n_tokens) continue;
+    float* y = p.y + token * p.y_stride + row;
+    if constexpr (kGated) {
+      *y = cuda::silu(total[0]) * total[1];
+    } else {
+      *y = p.accumulate ? *y + total[0] : total[0];
+    }
+  }
+}
+
+bool narrow_form_takes(const QuantizedGemmParams& p) {
+  return p.w.type == TensorType::Q4_K && p.xs.q8 && p.n_tokens <= kNarrowMaxTokens && !p.y_q8;
+}
+
+void launch_narrow(const QuantizedGemmParams& p, cudaStream_t stream) {
+  const NarrowParams k{p.w, p.w_up, p.xs, p.n_tokens, p.y, p.y_stride, p.accumulate};
+  const dim3 grid(unsigned((p.w.rows + 15) / 16)), block(32 * kNarrowWarps);
+  if (p.w_up.rows > 0) {
+    cuda::launch_kernel(quantized_gemm_narrow_kernel<true>, grid, block, 0, stream, k);
+  } else {
+    cuda::launch_kernel(quantized_gemm_narrow_kernel<false>, grid, block, 0, stream, k);
+  }
+  NT_CUDA_CHECK_LAUNCH();
 }
 
 template <class Tile, int kCols, bool kSuper>
@@ -739,13 +883,13 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
   if (p.multiprocessors < 1) fail("the int8 GEMM needs the GPU's multiprocessor count, got {}", p.multiprocessors);
   if (p.widest_tile != 32 && p.widest_tile != 64) fail("the int8 GEMM's widest tile is 32 or 64 tokens, not {}", p.widest_tile);
   if (p.w_up.rows > 0) {
-    if (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols || p.w.rows % 32 != 0 || !p.y_q8 ||
-        !p.y_q8_scales || p.accumulate) {
+    if (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols || p.w.rows % 32 != 0 ||
+        (!p.y && !p.y_q8) || (p.y_q8 && !p.y_q8_scales) || p.accumulate) {
       fail("the int8 GEMM's gated form takes two {} x {} {} matrices alike ({} x {} {}), rows a multiple of 32, and "
-           "writes q8 activations without accumulating",
+           "writes q8 activations (with their scales) or f32 ones without accumulating",
            p.w.rows, p.w.cols, tensor_type_name(p.w.type), p.w_up.rows, p.w_up.cols, tensor_type_name(p.w_up.type));
     }
-    if (p.scratch_bytes < 8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows)) {
+    if (!narrow_form_takes(p) && p.scratch_bytes < 8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows)) {
       fail("the int8 GEMM's gated form needs {} bytes of scratch for its partial sums, got {}",
            8 * uint64_t(p.n_tokens) * uint64_t(p.w.rows), p.scratch_bytes);
     }
@@ -755,6 +899,7 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
          tensor_type_name(p.w.type));
   }
   if (p.n_tokens == 0 || p.w.rows == 0) return;
+  if (narrow_form_takes(p)) return launch_narrow(p, stream);
   switch (p.w.type) {
     case TensorType::Q4_K: return launch_k_quant<TileQ4_K>(p, stream);
     case TensorType::Q5_K: return launch_k_quant<TileQ5_K>(p, stream);

@@ -61,13 +61,16 @@ struct QuantizedGemmParams {
   int widest_tile = 64;
   // The gated form (w_up set, as the FFN's gate and up): h = silu(X W^T) *
   // (X W_up^T) as q8 activations (quantize_activations' format) in y_q8 and
-  // y_q8_scales, and in y when y is set; one launch for both matrices.
-  // Needs 2 x n_tokens x rows floats of scratch.
+  // y_q8_scales when they are set, and in y when y is; one launch for both
+  // matrices. Needs 2 x n_tokens x rows floats of scratch.
   DeviceMatrix w_up;
   int8_t* y_q8 = nullptr;
   float2* y_q8_scales = nullptr;
 };
 
+// Q4_K weights times super-block activations of up to 4 tokens (decode
+// batches of a few sequences), when no q8 output is asked for, take a narrow
+// form: one launch whose blocks each sum whole rows (no split-K scratch).
 void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream);
 
 }  // namespace nt
