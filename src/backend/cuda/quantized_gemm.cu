@@ -622,10 +622,10 @@ __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_to
 // tokens, where the staged kernel is latency-bound (a 4-token step's gate and
 // up at 1.7 TB/s on an H100, 25% occupancy, 525 instructions a warp per
 // 256-element step) and its split-K sums take a second launch. A block is one
-// mma tile of 16 rows by 8 tokens; its 8 warps take
-// steps w, w + 8, ... of those rows, loading the weights straight into
-// registers, and add their sums in warp order through shared memory: no
-// staging, no split-K partial sums, no second launch.
+// mma tile of 16 rows by 8 tokens; its 8 warps take steps w, w + 8, ... of
+// those rows, loading the weights straight into registers, and add their sums
+// in warp order through shared memory: no staging, no split-K partial sums,
+// no second launch.
 // Each thread loads bytes 32c + 8t .. 32c + 8t + 7 of its two rows' codes
 // (c = 0..3): elements 8t..8t+7 of sub-blocks 2c (low nibbles) and 2c + 1
 // (high). The mma's k order is permuted alike for weights and tokens (its k
@@ -646,15 +646,6 @@ struct NarrowParams {
   int64_t y_stride;
   bool accumulate;
 };
-
-// Sub-blocks t and t + 4 of a Q4_K header: (scale t, scale t + 4, min t, min t + 4) as bytes.
-__device__ __forceinline__ uint32_t q4_k_sub_block_codes(const uint4& header, int t) {
-  const int shift = 8 * t;
-  const uint32_t s0 = header.y >> shift, s4 = header.z >> shift, s8 = header.w >> shift;  // s(t), s(t + 4), s(t + 8)
-  const uint32_t scale_low = s0 & 63, min_low = s4 & 63;
-  const uint32_t scale_high = (s8 & 0x0f) | ((s0 >> 2) & 0x30), min_high = ((s8 >> 4) & 0x0f) | ((s4 >> 2) & 0x30);
-  return scale_low | scale_high << 8 | min_low << 16 | min_high << 24;
-}
 
 // One step (256 elements) of matrix m for the thread's rows (row0, row1) and
 // tokens: acc as super_step adds it.
@@ -687,9 +678,13 @@ __device__ __forceinline__ void narrow_step(const NarrowParams& p, const DeviceM
     sums[2] += sc1 * d[2];
     sums[3] += sc1 * d[3];
   }
-  const uint32_t codes0 = q4_k_sub_block_codes(h0, t), codes1 = q4_k_sub_block_codes(h1, t);
-  const uint32_t mins[4] = {half2_of(int((codes0 >> 16) & 0xff)), half2_of(int((codes1 >> 16) & 0xff)), half2_of(int(codes0 >> 24)),
-                            half2_of(int(codes1 >> 24))};
+  // The mins as super_step's f16 mma takes them: rows (g, g + 8), sub-blocks t and t + 4.
+  const auto min_of = [&](const uint4& header, int j) {
+    int sc, mn;
+    cuda::k_scale_min(header, j, sc, mn);
+    return half2_of(mn);
+  };
+  const uint32_t mins[4] = {min_of(h0, t), min_of(h1, t), min_of(h0, t + 4), min_of(h1, t + 4)};
   const float2 dm0 = __half22float2(*reinterpret_cast<const __half2*>(&h0.x)), dm1 = __half22float2(*reinterpret_cast<const __half2*>(&h1.x));
   const int64_t scales_per_token = m.cols / kStepElems, sums_per_token = m.cols / 16;
   const auto* groups = reinterpret_cast<const uint8_t*>(p.xs.sums + token * sums_per_token + step * 16);
