@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <tuple>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_device.h"
@@ -222,41 +221,44 @@ TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
   }
 }
 
-// The narrow form (Q4_K on super-block activations, up to 4 tokens): its
+// The narrow form (Q4_K and Q5_K on super-block activations, up to 4 tokens): its
 // gated launch writes h as its two separate launches and swiglu do, bit for
 // bit (each row's sums in the same warp order); 1 to 4 tokens, rows of one
 // and of several steps a warp.
 TEST(QuantizedGemm, NarrowGatedFormWritesWhatTheSeparateLaunchesDo) {
+  struct NarrowCase {
+    int64_t rows, cols, tokens;
+  };
   const int sms = require_cuda_device(0).multiprocessors;
-  for (const auto& [rows, cols, tokens] : {std::tuple{96, 2048, 1}, std::tuple{512, 1024, 4}, std::tuple{160, 4608, 3},
-                                           std::tuple{96, 512, 2}}) {
-    SCOPED_TRACE(testing::Message() << rows << "x" << cols << " tokens=" << tokens);
-    const auto type = TensorType::Q4_K;
-    const test::DeviceWeights gate = test::upload_weights(type, test::random_weights(type, rows, cols), rows, cols);
-    const test::DeviceWeights up = test::upload_weights(type, test::random_weights(type, rows, cols), rows, cols);
-    const DeviceBuffer dx = test::to_device(test::random_floats(size_t(tokens * cols)));
-    const SuperBlocks xs = super_blocks(dx, tokens, cols);
-    const size_t outputs = size_t(tokens * rows);
-    DeviceBuffer g(outputs * 4, "gate"), u(outputs * 4, "up"), h(outputs * 4, "h"), h_gated(outputs * 4, "gated h");
-    QuantizedGemmParams p;
-    p.xs = xs.view();
-    p.n_tokens = tokens;
-    p.y_stride = rows;
-    p.multiprocessors = sms;
-    for (const auto& [m, y] : {std::pair{gate.m, g.as<float>()}, std::pair{up.m, u.as<float>()}}) {
-      p.w = m;
-      p.y = y;
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K}) {
+    for (const NarrowCase c : {NarrowCase{96, 2048, 1}, NarrowCase{512, 1024, 4}, NarrowCase{160, 4608, 3}, NarrowCase{96, 512, 2}}) {
+      SCOPED_TRACE(testing::Message() << tensor_type_name(type) << " " << c.rows << "x" << c.cols << " tokens=" << c.tokens);
+      const test::DeviceWeights gate = test::upload_weights(type, test::random_weights(type, c.rows, c.cols), c.rows, c.cols);
+      const test::DeviceWeights up = test::upload_weights(type, test::random_weights(type, c.rows, c.cols), c.rows, c.cols);
+      const DeviceBuffer dx = test::to_device(test::random_floats(size_t(c.tokens * c.cols)));
+      const SuperBlocks xs = super_blocks(dx, c.tokens, c.cols);
+      const size_t outputs = size_t(c.tokens * c.rows);
+      DeviceBuffer g(outputs * 4, "gate"), u(outputs * 4, "up"), h(outputs * 4, "h"), h_gated(outputs * 4, "gated h");
+      QuantizedGemmParams p;
+      p.xs = xs.view();
+      p.n_tokens = c.tokens;
+      p.y_stride = c.rows;
+      p.multiprocessors = sms;
+      for (const auto& [m, y] : {std::pair{gate.m, g.as<float>()}, std::pair{up.m, u.as<float>()}}) {
+        p.w = m;
+        p.y = y;
+        quantized_gemm(p, nullptr);
+      }
+      swiglu(g.as<float>(), u.as<float>(), int64_t(outputs), h.as<float>(), nullptr);
+      p.w = gate.m;
+      p.w_up = up.m;
+      p.y = h_gated.as<float>();
       quantized_gemm(p, nullptr);
+      NT_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = test::to_host<float>(h, outputs);
+      EXPECT_EQ(test::to_host<float>(h_gated, outputs), want);
+      EXPECT_GT(*std::max_element(want.begin(), want.end()), 0.0f) << "h is not all zeros";
     }
-    swiglu(g.as<float>(), u.as<float>(), int64_t(outputs), h.as<float>(), nullptr);
-    p.w = gate.m;
-    p.w_up = up.m;
-    p.y = h_gated.as<float>();
-    quantized_gemm(p, nullptr);
-    NT_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto want = test::to_host<float>(h, outputs);
-    EXPECT_EQ(test::to_host<float>(h_gated, outputs), want);
-    EXPECT_GT(*std::max_element(want.begin(), want.end()), 0.0f) << "h is not all zeros";
   }
 }
 

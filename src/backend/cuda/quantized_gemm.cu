@@ -618,8 +618,8 @@ __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_to
   if (q8) cuda::quantize_q8_warp(v, q8 + i - threadIdx.x % 32, q8_scales + i / 32);
 }
 
-// The narrow form: Q4_K weights times super-block activations of up to 4
-// tokens, where the staged kernel is latency-bound (a 4-token step's gate and
+// The narrow form: Q4_K and Q5_K weights times super-block activations of up
+// to 4 tokens, where the staged kernel is latency-bound (a 4-token step's gate and
 // up at 1.7 TB/s on an H100, 25% occupancy, 525 instructions a warp per
 // 256-element step) and its split-K sums take a second launch. A block is one
 // mma tile of 16 rows by 8 tokens; its 8 warps take steps w, w + 8, ... of
@@ -628,7 +628,7 @@ __global__ void gated_sum_kernel(const float* partials, int splits, int64_t n_to
 // no second launch.
 // Each thread loads bytes 32c + 8t .. 32c + 8t + 7 of its two rows' codes
 // (c = 0..3): elements 8t..8t+7 of sub-blocks 2c (low nibbles) and 2c + 1
-// (high). The mma's k order is permuted alike for weights and tokens (its k
+// (high); Q5_K's fifth bits are bits j of qh bytes 8t..8t+7. The mma's k order is permuted alike for weights and tokens (its k
 // slots 4t..4t+3 take elements 8t..8t+3, slots 16+4t.. elements 8t+4..), so a
 // token's fragment is one 8-byte load. A step's integer sums and the mins'
 // f16 mma are exact, and the float conversions are super_step's.
@@ -648,7 +648,8 @@ struct NarrowParams {
 };
 
 // One step (256 elements) of matrix m for the thread's rows (row0, row1) and
-// tokens: acc as super_step adds it.
+// tokens: acc as super_step adds it. Planes as TileQ45_K reads them.
+template <bool kFifthBit>
 __device__ __forceinline__ void narrow_step(const NarrowParams& p, const DeviceMatrix& m, int64_t row0, int64_t row1, int64_t step,
                                             int g, int t, float (&acc)[4]) {
   const int64_t steps = m.cols / kStepElems;
@@ -659,14 +660,26 @@ __device__ __forceinline__ void narrow_step(const NarrowParams& p, const DeviceM
     w0[c] = cuda::load_stream8(m.plane[0] + sb0 * 128 + 32 * c + 8 * t);
     w1[c] = cuda::load_stream8(m.plane[0] + sb1 * 128 + 32 * c + 8 * t);
   }
-  const uint4 h0 = cuda::load_stream16(m.plane[1] + sb0 * 16), h1 = cuda::load_stream16(m.plane[1] + sb1 * 16);
+  [[maybe_unused]] uint2 qh0, qh1;
+  if constexpr (kFifthBit) {
+    qh0 = cuda::load_stream8(m.plane[1] + sb0 * 32 + 8 * t);
+    qh1 = cuda::load_stream8(m.plane[1] + sb1 * 32 + 8 * t);
+  }
+  const uint8_t* headers = m.plane[kFifthBit ? 2 : 1];
+  const uint4 h0 = cuda::load_stream16(headers + sb0 * 16), h1 = cuda::load_stream16(headers + sb1 * 16);
   const int64_t token = std::min<int64_t>(g, p.n_tokens - 1);  // the B fragment's (column g); past the last, the last again
   int sums[4] = {};
 #pragma unroll
   for (int j = 0; j < kBlocksPerStep; ++j) {
     const int c = j / 2, shift = 4 * (j % 2);
-    const uint32_t a0 = (w0[c].x >> shift) & cuda::kLowNibbles, a2 = (w0[c].y >> shift) & cuda::kLowNibbles;
-    const uint32_t a1 = (w1[c].x >> shift) & cuda::kLowNibbles, a3 = (w1[c].y >> shift) & cuda::kLowNibbles;
+    uint32_t a0 = (w0[c].x >> shift) & cuda::kLowNibbles, a2 = (w0[c].y >> shift) & cuda::kLowNibbles;
+    uint32_t a1 = (w1[c].x >> shift) & cuda::kLowNibbles, a3 = (w1[c].y >> shift) & cuda::kLowNibbles;
+    if constexpr (kFifthBit) {
+      a0 |= ((qh0.x >> j) & 0x01010101u) << 4;
+      a2 |= ((qh0.y >> j) & 0x01010101u) << 4;
+      a1 |= ((qh1.x >> j) & 0x01010101u) << 4;
+      a3 |= ((qh1.y >> j) & 0x01010101u) << 4;
+    }
     int sc0, sc1, mn;
     cuda::k_scale_min(h0, j, sc0, mn);
     cuda::k_scale_min(h1, j, sc1, mn);
@@ -699,10 +712,10 @@ __device__ __forceinline__ void narrow_step(const NarrowParams& p, const DeviceM
   acc[3] = fmaf(d.y, dm1.x * float(sums[3]) - dm1.y * mn[3], acc[3]);
 }
 
-// PRECOND: Q4_K, cols % 256 == 0, 1 <= n_tokens <= 8; grid: one block per 16
-// rows. Bytes moved: the weights once, the tokens' codes once per block (from
+// PRECOND: Q4_K (Q5_K: kFifthBit), cols % 256 == 0, 1 <= n_tokens <= 8;
+// grid: one block per 16 rows. Bytes moved: the weights once, the tokens' codes once per block (from
 // L1/L2), n_tokens x rows outputs.
-template <bool kGated>
+template <bool kFifthBit, bool kGated>
 __global__ void __launch_bounds__(32 * kNarrowWarps, 2) quantized_gemm_narrow_kernel(NarrowParams p) {
   constexpr int kMatrices = kGated ? 2 : 1;
   __shared__ float sums[kNarrowWarps][kMatrices][4][32];
@@ -714,8 +727,8 @@ __global__ void __launch_bounds__(32 * kNarrowWarps, 2) quantized_gemm_narrow_ke
   cuda::wait_for_inputs();
   float acc[kMatrices][4] = {};
   for (int64_t step = warp; step < steps; step += kNarrowWarps) {
-    narrow_step(p, p.w, row0, row1, step, g, t, acc[0]);
-    if constexpr (kGated) narrow_step(p, p.w_up, row0, row1, step, g, t, acc[kMatrices - 1]);
+    narrow_step<kFifthBit>(p, p.w, row0, row1, step, g, t, acc[0]);
+    if constexpr (kGated) narrow_step<kFifthBit>(p, p.w_up, row0, row1, step, g, t, acc[kMatrices - 1]);
   }
 #pragma unroll
   for (int m = 0; m < kMatrices; ++m) {
@@ -743,18 +756,23 @@ __global__ void __launch_bounds__(32 * kNarrowWarps, 2) quantized_gemm_narrow_ke
 }
 
 bool narrow_form_takes(const QuantizedGemmParams& p) {
-  return p.w.type == TensorType::Q4_K && p.xs.q8 && p.n_tokens <= kNarrowMaxTokens && !p.y_q8;
+  return (p.w.type == TensorType::Q4_K || p.w.type == TensorType::Q5_K) && p.xs.q8 && p.n_tokens <= kNarrowMaxTokens && !p.y_q8;
+}
+
+template <bool kFifthBit>
+void launch_narrow_as(const NarrowParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned((p.w.rows + 15) / 16)), block(32 * kNarrowWarps);
+  if (p.w_up.rows > 0) {
+    cuda::launch_kernel(quantized_gemm_narrow_kernel<kFifthBit, true>, grid, block, 0, stream, p);
+  } else {
+    cuda::launch_kernel(quantized_gemm_narrow_kernel<kFifthBit, false>, grid, block, 0, stream, p);
+  }
+  NT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_narrow(const QuantizedGemmParams& p, cudaStream_t stream) {
   const NarrowParams k{p.w, p.w_up, p.xs, p.n_tokens, p.y, p.y_stride, p.accumulate};
-  const dim3 grid(unsigned((p.w.rows + 15) / 16)), block(32 * kNarrowWarps);
-  if (p.w_up.rows > 0) {
-    cuda::launch_kernel(quantized_gemm_narrow_kernel<true>, grid, block, 0, stream, k);
-  } else {
-    cuda::launch_kernel(quantized_gemm_narrow_kernel<false>, grid, block, 0, stream, k);
-  }
-  NT_CUDA_CHECK_LAUNCH();
+  p.w.type == TensorType::Q5_K ? launch_narrow_as<true>(k, stream) : launch_narrow_as<false>(k, stream);
 }
 
 template <class Tile, int kCols, bool kSuper>

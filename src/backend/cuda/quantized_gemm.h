@@ -68,7 +68,7 @@ struct QuantizedGemmParams {
   float2* y_q8_scales = nullptr;
 };
 
-// Q4_K weights times super-block activations of up to 4 tokens (decode
+// Q4_K and Q5_K weights times super-block activations of up to 4 tokens (decode
 // batches of a few sequences), when no q8 output is asked for, take a narrow
 // form: one launch whose blocks each sum whole rows (no split-K scratch).
 void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream);
