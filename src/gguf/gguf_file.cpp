@@ -1,5 +1,6 @@
 #include "gguf/gguf_file.h"
 
+#include "core/align.h"
 #include "core/error.h"
 
 #include <fcntl.h>
@@ -122,8 +123,6 @@ GgufValue read_value(Cursor& c, GgufValueType type, const std::string& what, int
   }
   return v;
 }
-
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 void read_metadata(Cursor& c, GgufHeader& h, uint64_t n_kv, std::string_view source) {
   std::unordered_set<std::string> seen;

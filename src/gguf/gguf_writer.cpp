@@ -1,5 +1,6 @@
 #include "gguf/gguf_writer.h"
 
+#include "core/align.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 
 namespace nt {
 namespace {
-
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 class Encoder {
  public:

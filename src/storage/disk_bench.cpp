@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 
+#include "core/align.h"
 #include "core/error.h"
 
 namespace nt {
@@ -23,9 +24,9 @@ DiskBench measure_disk_read(const std::string& path, uint64_t bytes, const Reade
   OpenedReader opened = open_file_reader(path, options);
   FileReader& reader = *opened.reader;
   const uint64_t a = std::max<uint64_t>(reader.alignment(), 4096);
-  bytes = std::min(bytes, reader.file_size()) / a * a;
+  bytes = align_down(std::min(bytes, reader.file_size()), a);
   if (bytes == 0) fail("{}: too small to measure read speed ({} bytes)", path, reader.file_size());
-  const uint64_t start = (reader.file_size() - bytes) / 2 / a * a;
+  const uint64_t start = align_down((reader.file_size() - bytes) / 2, a);
 
   std::unique_ptr<void, AlignedFree> memory(std::aligned_alloc(a, kInFlight * (kRequestBytes + a)));
   if (!memory) fail("{}: cannot allocate {} MiB for the read benchmark", path, kInFlight * kRequestBytes >> 20);

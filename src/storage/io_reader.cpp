@@ -1,5 +1,6 @@
 #include "storage/io_reader.h"
 
+#include "core/align.h"
 #include "core/error.h"
 #include "storage/readers.h"
 
@@ -25,9 +26,7 @@ IoBackend parse_io_backend(std::string_view text, std::string_view what) {
 uint64_t FileReader::staging_bytes(FileRange range) const {
   if (range.bytes == 0) return 0;
   const uint64_t a = alignment();
-  const uint64_t begin = range.offset / a * a;
-  const uint64_t end = (range.offset + range.bytes + a - 1) / a * a;
-  return end - begin;
+  return align_up(range.offset + range.bytes, a) - align_down(range.offset, a);
 }
 
 void FileReader::check_request(const ReadRequest& r) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/align.h"
 #include "core/error.h"
 #include "model/tensor_names.h"
 
@@ -36,9 +37,7 @@ std::vector<LayerRead> plan_layer_reads(const GgufHeader& header, uint64_t align
     }
     for (auto& run : r.runs) {
       run.staging_offset = r.staging_bytes;
-      const uint64_t begin = run.file.offset / alignment * alignment;
-      const uint64_t end = (run.file.offset + run.file.bytes + alignment - 1) / alignment * alignment;
-      r.staging_bytes += end - begin;
+      r.staging_bytes += align_up(run.file.offset + run.file.bytes, alignment) - align_down(run.file.offset, alignment);
       r.file_bytes += run.file.bytes;
     }
     for (size_t i = 0; i < tensors.size(); ++i) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/align.h"
+
 namespace nt {
 
 PooledReader::PooledReader(std::string path, uint64_t file_size, uint64_t chunk_bytes)
@@ -10,9 +12,9 @@ PooledReader::PooledReader(std::string path, uint64_t file_size, uint64_t chunk_
 ReadTicket PooledReader::read_async(ReadRequest request) {
   check_request(request);
   const uint64_t a = alignment();
-  const uint64_t begin = request.range.offset / a * a;
+  const uint64_t begin = align_down(request.range.offset, a);
   // Unlike O_DIRECT in io_uring, these readers need not round the tail up past the end of the file.
-  const uint64_t end = std::min(file_size(), (request.range.offset + request.range.bytes + a - 1) / a * a);
+  const uint64_t end = std::min(file_size(), align_up(request.range.offset + request.range.bytes, a));
   const uint64_t bytes = request.range.bytes == 0 ? 0 : end - begin;
   on_request({begin, bytes});
   const uint64_t id = queue_.push(begin, bytes, static_cast<uint8_t*>(request.dst), chunk_bytes_,

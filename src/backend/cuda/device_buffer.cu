@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/align.h"
 
 namespace nt {
 
@@ -42,7 +43,7 @@ PinnedBuffer::PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
     fail("cannot allocate {:.1f} MiB of pinned host memory for {} ({})", double(bytes) / (1 << 20), what, why);
   };
   const size_t granule = bytes < kHugePage ? kPage : kHugePage;
-  mapped_ = (bytes + granule - 1) / granule * granule;
+  mapped_ = align_up(bytes, granule);
   void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) cannot(std::strerror(errno));
   if (granule == kHugePage) madvise(p, mapped_, MADV_HUGEPAGE);  // best effort: without huge pages it pins at the 4 KiB rate
