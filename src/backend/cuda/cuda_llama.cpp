@@ -275,7 +275,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
 
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
     : context_(context),
-      cache_context_((context + kKvTile - 1) / kKvTile * kKvTile),
+      cache_context_(kv_cache_context(context)),
       options_(options),
       device_(require_cuda_device(options.device)) {
   const LlamaConfig full = read_llama_config(file.header(), file.path());
