@@ -295,7 +295,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     fail("gemm_min_tokens and decode_gemm_min_tokens must be at least 2, got {} and {}", options_.gemm_min_tokens,
          options_.decode_gemm_min_tokens);
   }
-  if (options_.int8_gemm_min_tokens < 2) fail("int8_gemm_min_tokens must be at least 2, got {}", options_.int8_gemm_min_tokens);
+  if (options_.int8_gemm_min_tokens != 0 && options_.int8_gemm_min_tokens < 2) {
+    fail("int8_gemm_min_tokens must be 0 (each format's own) or at least 2, got {}", options_.int8_gemm_min_tokens);
+  }
   if (config_.head_dim % 8 != 0) {
     fail("{}: head dimension {} is not a multiple of 8, which the CUDA KV cache layout needs", file.path(), config_.head_dim);
   }

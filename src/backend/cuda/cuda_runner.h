@@ -56,9 +56,9 @@ struct CudaRunnerOptions {
   // a kernel (quantized_gemm.h).
   int64_t gemm_min_tokens = 16;
   int64_t decode_gemm_min_tokens = 65;
-  // 4 sequences on the H200, with super-block activations: 8B Q4_K 1,145-1,180 tok/s here, 1,100 through the
-  // 4-column mat-vec; 70B Q4_K_M 182-184 and 148. At 2 the mat-vec wins (742 / 557, 110 / 89).
-  int64_t int8_gemm_min_tokens = 4;
+  // 0: from each format's crossover (quantized_gemm_min_tokens); N >= 2: from N
+  // tokens for every format (A/B runs: NT_CUDA_INT8_GEMM=N).
+  int64_t int8_gemm_min_tokens = 0;
   // Its widest token tile (32 or 64; QuantizedGemmParams::widest_tile). 64:
   // 32-token tiles measured 8% slower on the 70B at 64 sequences (H100,
   // docs/PERFORMANCE.md), though Q6_K's 64-token tile holds 189 registers,

@@ -99,7 +99,7 @@ struct ResidualSum {
 
 // The runner's kernel choices a pass follows (CudaRunnerOptions of the same names).
 struct PassKernelChoices {
-  int64_t int8_gemm_min_tokens;
+  int64_t int8_gemm_min_tokens;  // 0: quantized_gemm_min_tokens of each matrix's format
   int int8_gemm_widest_tile;     // QuantizedGemmParams::widest_tile
   bool super_block_activations;  // K-quant inputs of the int8 GEMM as super-block activations
   bool matvec_row_pairs;         // mat-vecs of 2 to 4 columns pair rows over two warps
@@ -127,7 +127,8 @@ class LayerPass {
   void set_paths(MatmulPaths paths) { paths_ = paths; }
   const MatmulPaths& paths() const { return paths_; }
   bool int8_gemm_takes(const DeviceMatrix& m, int64_t n) const {
-    return paths_.int8 && n >= choices_.int8_gemm_min_tokens && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
+    const int64_t from = choices_.int8_gemm_min_tokens ? choices_.int8_gemm_min_tokens : quantized_gemm_min_tokens(m.type);
+    return paths_.int8 && n >= from && n < paths_.gemm_from && quantized_gemm_supported(m.type, m.cols);
   }
   // Whether every one of `matrices` multiplies n rows through the int8 GEMM on super-block activations.
   bool super_blocks_take(std::initializer_list<const DeviceMatrix*> matrices, int64_t n) const;

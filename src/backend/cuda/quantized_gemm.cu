@@ -889,6 +889,15 @@ bool quantized_gemm_supported(TensorType type, int64_t cols) {
   }
 }
 
+int64_t quantized_gemm_min_tokens(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q4_1: return 6;
+    case TensorType::Q8_0: return 8;
+    default: return 4;
+  }
+}
+
 void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
   if (!quantized_gemm_supported(p.w.type, p.w.cols)) {
     fail("the int8 GEMM has no kernel for {} rows of {} elements", tensor_type_name(p.w.type), p.w.cols);
