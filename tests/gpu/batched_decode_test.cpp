@@ -245,6 +245,13 @@ TEST(BatchedDecode, SmolLM2BatchInvariantSchedulingIsExactlyAlone) {
   }
 }
 
+// The largest difference between two runs' logits.
+double widest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
 // One decode step of 8 sequences against each sequence's same step alone
 // (the single-sequence path), before any drift: through the int8 GEMM (the
 // default at 8 sequences) and through the 8-column mat-vec it replaced.
@@ -292,14 +299,10 @@ TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
     runner->forward(batch, out);
     return out.logits;
   };
-  const auto widest = [](const std::vector<float>& a, const std::vector<float>& b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-    return d;
-  };
   constexpr int64_t kOff = std::numeric_limits<int64_t>::max();
   const std::vector<float> alone = step_logits(kOff, true), int8 = step_logits(6, false), matvec = step_logits(kOff, false);
-  const double int8_error = widest(int8, alone), matvec_error = widest(matvec, alone), apart = widest(int8, matvec);
+  const double int8_error = widest_difference(int8, alone), matvec_error = widest_difference(matvec, alone),
+               apart = widest_difference(int8, matvec);
   std::printf("  one step of %zu sequences, largest logit error against alone: int8 GEMM %.4f, mat-vec %.4f; "
               "int8 GEMM against mat-vec %.6f\n",
               prompts.size(), int8_error, matvec_error, apart);
@@ -307,29 +310,23 @@ TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
   EXPECT_LE(int8_error, 2.0 * matvec_error);
 }
 
-// A decode step of 8 sequences through the int8 GEMM, with per-32 q8 and
-// with super-block activations for the K-quant matrices (Q4_K and Q6_K
-// here; the Q5_K wo keeps the per-32 mat-vec), against the float64
-// reference: both within the tolerance the runner's other logits keep, and
-// the super-block step rounding unlike the per-32 one (the option is on).
-TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
-  ModelSpec spec;
-  spec.layers = 3;
-  const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
-  const test::ReferenceLlama ref(*file);
-  std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
-  std::vector<std::vector<int32_t>> prompts(8);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    prompts[i].resize(3 + i);
-    for (auto& t : prompts[i]) t = dist(test::rng());
+// Eight random prompts of 3 to 10 tokens, each prefilled apart, then one
+// decode step of all eight: each sequence's logits, and their error against
+// the float64 reference.
+struct EightSequenceStep {
+  std::vector<std::vector<int32_t>> prompts = std::vector<std::vector<int32_t>>(8);
+  std::vector<int32_t> next = std::vector<int32_t>(8);
+  explicit EightSequenceStep(int64_t vocab) {
+    std::uniform_int_distribution<int32_t> dist(0, int32_t(vocab - 1));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      prompts[i].resize(3 + i);
+      for (auto& t : prompts[i]) t = dist(test::rng());
+    }
+    for (auto& t : next) t = dist(test::rng());
   }
-  std::vector<int32_t> next(prompts.size());
-  for (auto& t : next) t = dist(test::rng());
-  const auto step_logits = [&](bool super) {
-    CudaRunnerOptions o;
+  std::vector<float> logits(const GgufFile& file, CudaRunnerOptions o) const {
     o.max_sequences = int(prompts.size()) + 1;
-    o.super_block_activations = super;
-    auto runner = make_cuda_runner(*file, 64, o);
+    auto runner = make_cuda_runner(file, 64, o);
     Batch batch;
     BatchOutputs out;
     std::vector<SeqId> seqs;
@@ -343,21 +340,63 @@ TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
     for (size_t i = 0; i < prompts.size(); ++i) batch.add(next[i], int64_t(prompts[i].size()), seqs[i], Output::Logits);
     runner->forward(batch, out);
     return out.logits;
-  };
-  const std::vector<float> per32 = step_logits(false), super = step_logits(true);
-  const size_t vocab = size_t(spec.vocab);
-  ASSERT_EQ(super.size(), prompts.size() * vocab);
-  double differ = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
+  }
+  double error(const test::ReferenceLlama& ref, const std::vector<float>& all, size_t i) const {
     std::vector<int32_t> tokens = prompts[i];
     tokens.push_back(next[i]);
     const std::vector<double> want = ref.logits(tokens).back();
-    const auto row = [&](const std::vector<float>& all) { return std::vector<float>(all.begin() + i * vocab, all.begin() + (i + 1) * vocab); };
-    EXPECT_LT(test::relative_error(row(per32), want), 3e-2) << "per-32 q8, sequence " << i;
-    EXPECT_LT(test::relative_error(row(super), want), 3e-2) << "super-block activations, sequence " << i;
-    for (size_t v = 0; v < vocab; ++v) differ = std::max(differ, std::fabs(double(per32[i * vocab + v]) - super[i * vocab + v]));
+    const auto row = all.begin() + ptrdiff_t(i * want.size());
+    return test::relative_error(std::vector<float>(row, row + ptrdiff_t(want.size())), want);
   }
-  EXPECT_GT(differ, 0.0) << "the option changed nothing: the super-block path did not run";
+};
+
+// A decode step of 8 sequences through the int8 GEMM, with per-32 q8 and
+// with super-block activations for the K-quant matrices (Q4_K and Q6_K
+// here; the Q5_K wo keeps the per-32 mat-vec), against the float64
+// reference: both within the tolerance the runner's other logits keep, and
+// the super-block step rounding unlike the per-32 one (the option is on).
+TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
+  ModelSpec spec;
+  spec.layers = 3;
+  const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
+  const test::ReferenceLlama ref(*file);
+  const EightSequenceStep step(spec.vocab);
+  CudaRunnerOptions o;
+  o.super_block_activations = false;
+  const std::vector<float> per32 = step.logits(*file, o);
+  o.super_block_activations = true;
+  const std::vector<float> super = step.logits(*file, o);
+  ASSERT_EQ(super.size(), step.prompts.size() * size_t(spec.vocab));
+  for (size_t i = 0; i < step.prompts.size(); ++i) {
+    EXPECT_LT(step.error(ref, per32, i), 3e-2) << "per-32 q8, sequence " << i;
+    EXPECT_LT(step.error(ref, super, i), 3e-2) << "super-block activations, sequence " << i;
+  }
+  EXPECT_GT(widest_difference(per32, super), 0.0) << "the option changed nothing: the super-block path did not run";
+}
+
+// Q3_K matrices (beside Q4_K and Q5_K ones, as in a Q3_K_M file) through the
+// int8 GEMM's Q3_K tile, and through the mat-vec: a decode step of 8
+// sequences within the reference's tolerance either way, and the two paths
+// rounding apart (the GEMM ran).
+TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
+  ModelSpec spec;
+  spec.layers = 3;
+  spec.wq = spec.wk = spec.wo = spec.gate = spec.up = TensorType::Q3_K;
+  spec.wv = TensorType::Q4_K;
+  spec.down = TensorType::Q5_K;
+  const auto file = GgufFile::open(write_model(spec, "nt_batched_q3k.gguf"));
+  const test::ReferenceLlama ref(*file);
+  const EightSequenceStep step(spec.vocab);
+  CudaRunnerOptions o;
+  o.int8_gemm_min_tokens = 2;
+  const std::vector<float> gemm = step.logits(*file, o);
+  o.int8_gemm_min_tokens = std::numeric_limits<int64_t>::max();
+  const std::vector<float> matvec = step.logits(*file, o);
+  for (size_t i = 0; i < step.prompts.size(); ++i) {
+    EXPECT_LT(step.error(ref, gemm, i), 3e-2) << "int8 GEMM, sequence " << i;
+    EXPECT_LT(step.error(ref, matvec, i), 3e-2) << "mat-vec, sequence " << i;
+  }
+  EXPECT_GT(widest_difference(gemm, matvec), 0.0) << "the int8 GEMM did not run";
 }
 
 TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {

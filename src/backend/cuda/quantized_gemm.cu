@@ -129,6 +129,36 @@ struct TileQ6_K {
   static __device__ float2 super_scale(const uint8_t*, const Step& step) { return {step.d, 0.0f}; }
 };
 
+// Q3_K: qs[64] | hmask[32] | (scales[12], d). Block j = 4c + n: qs bytes
+// 32c + l, bits 2n; hmask byte l, bit j (clear: the code is 4 below its low
+// bits); x = d (sc - 32) q with a 6-bit scale per 16 elements.
+struct TileQ3_K {
+  static constexpr bool kSplitHalves = true, kHasMin = false;
+  static constexpr int kPieces = 7, kRowStride = 16 * kPieces, kPiecesPerBlock = 0;
+  static constexpr int kHmask = 64, kMeta = 96;  // where the staged row's planes start
+  struct Step {};
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
+    const int64_t sb = row * (m.cols / 256) + step;
+    return k < 4 ? m.plane[0] + sb * 64 + 16 * k : k < 6 ? m.plane[1] + sb * 32 + 16 * (k - 4) : m.plane[2] + sb * 16;
+  }
+  static __device__ Step load_step(const DeviceMatrix&, int64_t, int64_t, int) { return {}; }
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
+    const int c = j / 4, n = j % 4;
+    auto code = [&](int l) {
+      const uint32_t low = (word(s + 32 * c + l) >> (2 * n)) & 0x03030303u;
+      const uint32_t missing_high = ((word(s + kHmask + l) >> j) & 0x01010101u) ^ 0x01010101u;
+      return __vsub4(low, missing_high << 2);
+    };
+    lo = code(4 * t);
+    hi = code(16 + 4 * t);
+  }
+  static __device__ BlockScale scale(const uint8_t* s, const Step&, int j) {
+    const uint4 meta = *reinterpret_cast<const uint4*>(s + kMeta);
+    return {cuda::FormatQ3_K::scale(meta, 2 * j), cuda::FormatQ3_K::scale(meta, 2 * j + 1),
+            cuda::half_to_float(uint16_t(meta.w & 0xffff)), 0.0f};
+  }
+};
+
 // The legacy 32-element blocks, eight to a step. Q8_0: qs[32] | d, x = q d.
 // Q4_0: qs[16] | d, x = (q - 8) d. Q4_1: qs[16] | (d, m), x = q d + m. Byte i
 // of a 4-bit block holds element i (low nibble) and 16 + i (high).
@@ -881,7 +911,8 @@ bool quantized_gemm_supported(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K:
     case TensorType::Q5_K:
-    case TensorType::Q6_K: return cols % 256 == 0;
+    case TensorType::Q6_K:
+    case TensorType::Q3_K: return cols % 256 == 0;
     case TensorType::Q8_0:
     case TensorType::Q4_0:
     case TensorType::Q4_1: return cols % 32 == 0;
@@ -926,6 +957,7 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
     case TensorType::Q4_K: return launch_k_quant<TileQ4_K>(p, stream);
     case TensorType::Q5_K: return launch_k_quant<TileQ5_K>(p, stream);
     case TensorType::Q6_K: return launch_k_quant<TileQ6_K>(p, stream);
+    case TensorType::Q3_K: return launch_for_tokens<TileQ3_K>(p, stream);
     case TensorType::Q8_0: return launch_for_tokens<TileLegacy<TensorType::Q8_0>>(p, stream);
     case TensorType::Q4_0: return launch_for_tokens<TileLegacy<TensorType::Q4_0>>(p, stream);
     case TensorType::Q4_1: return launch_for_tokens<TileLegacy<TensorType::Q4_1>>(p, stream);
