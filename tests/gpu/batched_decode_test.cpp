@@ -310,13 +310,13 @@ TEST(BatchedDecode, Int8GemmStepRoundsAsTheMatvecDoes) {
   EXPECT_LE(int8_error, 2.0 * matvec_error);
 }
 
-// Eight random prompts of 3 to 10 tokens, each prefilled apart, then one
-// decode step of all eight: each sequence's logits, and their error against
-// the float64 reference.
-struct EightSequenceStep {
-  std::vector<std::vector<int32_t>> prompts = std::vector<std::vector<int32_t>>(8);
-  std::vector<int32_t> next = std::vector<int32_t>(8);
-  explicit EightSequenceStep(int64_t vocab) {
+// Random prompts of 3, 4, ... tokens, each prefilled apart, then one decode
+// step of them all: each sequence's logits, and their error against the
+// float64 reference.
+struct BatchedStep {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> next;
+  BatchedStep(int64_t vocab, size_t sequences) : prompts(sequences), next(sequences) {
     std::uniform_int_distribution<int32_t> dist(0, int32_t(vocab - 1));
     for (size_t i = 0; i < prompts.size(); ++i) {
       prompts[i].resize(3 + i);
@@ -360,7 +360,7 @@ TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
   spec.layers = 3;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
   const test::ReferenceLlama ref(*file);
-  const EightSequenceStep step(spec.vocab);
+  const BatchedStep step(spec.vocab, 8);
   CudaRunnerOptions o;
   o.super_block_activations = false;
   const std::vector<float> per32 = step.logits(*file, o);
@@ -386,7 +386,7 @@ TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
   spec.down = TensorType::Q5_K;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_q3k.gguf"));
   const test::ReferenceLlama ref(*file);
-  const EightSequenceStep step(spec.vocab);
+  const BatchedStep step(spec.vocab, 8);
   CudaRunnerOptions o;
   o.int8_gemm_min_tokens = 2;
   const std::vector<float> gemm = step.logits(*file, o);
@@ -397,6 +397,30 @@ TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
     EXPECT_LT(step.error(ref, matvec, i), 3e-2) << "mat-vec, sequence " << i;
   }
   EXPECT_GT(widest_difference(gemm, matvec), 0.0) << "the int8 GEMM did not run";
+}
+
+// F16 and BF16 matrices have no int8 kernel: a decode step of 12 sequences
+// takes cuBLAS (from 9, past the mat-vec's 8 columns), within the
+// reference's tolerance, and rounds otherwise than the mat-vec (it ran).
+TEST(BatchedDecode, FloatMatricesDecodeBatchesThroughCublas) {
+  for (const TensorType type : {TensorType::F16, TensorType::BF16}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    ModelSpec spec;
+    spec.layers = 2;
+    spec.embd = spec.output = spec.wq = spec.wk = spec.wv = spec.wo = spec.gate = spec.up = spec.down = type;
+    const auto file = GgufFile::open(write_model(spec, "nt_batched_float.gguf"));
+    const test::ReferenceLlama ref(*file);
+    const BatchedStep step(spec.vocab, 12);
+    CudaRunnerOptions o;
+    const std::vector<float> cublas = step.logits(*file, o);
+    o.decode_gemm_min_tokens = std::numeric_limits<int64_t>::max();
+    const std::vector<float> matvec = step.logits(*file, o);
+    for (size_t i = 0; i < step.prompts.size(); ++i) {
+      EXPECT_LT(step.error(ref, cublas, i), 3e-2) << "cuBLAS, sequence " << i;
+      EXPECT_LT(step.error(ref, matvec, i), 3e-2) << "mat-vec, sequence " << i;
+    }
+    EXPECT_GT(widest_difference(cublas, matvec), 0.0) << "cuBLAS did not run";
+  }
 }
 
 TEST(BatchedDecode, CopiedPrefixContinuesAsTheFullPrompt) {

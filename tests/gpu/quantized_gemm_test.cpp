@@ -157,8 +157,8 @@ TEST(QuantizedGemm, SuperBlocksRoundAsTheCpusQ8K) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedGemmTest,
-                         testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q3_K, TensorType::Q4_K,
-                                         TensorType::Q5_K, TensorType::Q6_K),
+                         testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto& info) { return std::string(tensor_type_name(info.param)); });
 
 // The gated form (gate and up in one launch, silu(gate) * up as q8 in its
@@ -175,6 +175,7 @@ TEST(QuantizedGemm, GatedFormWritesWhatTheSeparateLaunchesDo) {
   const int sms = require_cuda_device(0).multiprocessors;
   for (const auto& [type, super] : {std::pair{TensorType::Q4_K, false}, std::pair{TensorType::Q6_K, false},
                                    std::pair{TensorType::Q4_1, false}, std::pair{TensorType::Q3_K, false},
+                                   std::pair{TensorType::Q2_K, false},
                                    std::pair{TensorType::Q4_K, true},
                                    std::pair{TensorType::Q5_K, true}, std::pair{TensorType::Q6_K, true}}) {
     for (const GatedCase c : {GatedCase{512, 1024, 9, 1}, GatedCase{512, 2048, 64, sms}, GatedCase{96, 512, 37, sms}}) {
@@ -284,10 +285,11 @@ TEST(QuantizedGemm, SupportsOnlyTheFormatsItHasKernelsFor) {
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q4_1, 576));
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q5_K, 4096));
   EXPECT_TRUE(quantized_gemm_supported(TensorType::Q3_K, 4096));
-  EXPECT_FALSE(quantized_gemm_supported(TensorType::Q2_K, 4096));
+  EXPECT_TRUE(quantized_gemm_supported(TensorType::Q2_K, 4096));
+  EXPECT_FALSE(quantized_gemm_supported(TensorType::Q5_0, 4096));
   EXPECT_FALSE(quantized_gemm_supported(TensorType::F16, 4096));
   QuantizedGemmParams p;
-  p.w.type = TensorType::Q2_K;
+  p.w.type = TensorType::Q5_0;
   p.w.cols = 4096;
   p.n_tokens = 4;
   p.multiprocessors = 132;  // past the SM check: the format is what it refuses

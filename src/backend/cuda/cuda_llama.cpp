@@ -229,6 +229,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
   bool folds_norms(int64_t n, bool use_gemm) const;
+  // Whether every layer matrix is F16 or BF16 (decode batches take cuBLAS sooner).
+  bool float_layers() const;
   int64_t decode_max_keys(int64_t pos) const { return pass_->decode_max_keys(pos); }
   // Decode batches (one token a run) may take the int8 GEMM; prompt chunks keep f16 GEMMs.
   MatmulPaths matmul_paths(bool one_token_runs) const {
@@ -291,9 +293,12 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
   // One-token steps run the decode mat-vec, which stepwise runs reproduce column by column.
-  if (options_.gemm_min_tokens < 2 || options_.decode_gemm_min_tokens < 2) {
-    fail("gemm_min_tokens and decode_gemm_min_tokens must be at least 2, got {} and {}", options_.gemm_min_tokens,
-         options_.decode_gemm_min_tokens);
+  // For A/B runs: NT_CUDA_DECODE_GEMM=N sends decode batches of N and more tokens to cuBLAS.
+  options_.decode_gemm_min_tokens =
+      env_setting("NT_CUDA_DECODE_GEMM", options_.decode_gemm_min_tokens, 0, std::numeric_limits<int64_t>::max());
+  if (options_.gemm_min_tokens < 2 || (options_.decode_gemm_min_tokens != 0 && options_.decode_gemm_min_tokens < 2)) {
+    fail("gemm_min_tokens must be at least 2 and decode_gemm_min_tokens 0 (by the formats) or at least 2, got {} and {}",
+         options_.gemm_min_tokens, options_.decode_gemm_min_tokens);
   }
   if (options_.int8_gemm_min_tokens != 0 && options_.int8_gemm_min_tokens < 2) {
     fail("int8_gemm_min_tokens must be 0 (each format's own) or at least 2, got {}", options_.int8_gemm_min_tokens);
@@ -356,6 +361,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   weights_ = std::make_unique<DeviceWeights>(file, config_, weights, context_, buffers, LayerRange{first_layer_, end_layer_},
                                              device_, options_);
   streamer_ = weights_->streamer();
+  if (options_.decode_gemm_min_tokens == 0) options_.decode_gemm_min_tokens = float_layers() ? 9 : 65;
   allocate_caches(weights, buffers);
   allocate_activations();
   const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
@@ -422,6 +428,22 @@ void CudaLlamaRunner::allocate_activations() {
                                        4 * uint64_t(options_.max_batch)});  // a row, the top, or a batch's picks
   host_io_ = PinnedBuffer(4 * uint64_t(batch_input_words(options_.max_batch)) + out_bytes, "token and logit transfers");
   ahead_.emplace();
+}
+
+// Whether every layer matrix is F16 or BF16: formats without an int8 GEMM,
+// whose decode batches of more than the mat-vec's 8 columns take cuBLAS (8B
+// F16 on an H100: 444 tok/s at 64 sequences through the mat-vec, 7,868
+// through cuBLAS; docs/PERFORMANCE.md "Decode batches of float weights").
+bool CudaLlamaRunner::float_layers() const {
+  const auto is_float = [](const DeviceMatrix& m) { return m.type == TensorType::F16 || m.type == TensorType::BF16; };
+  for (int64_t l = first_layer_; l < end_layer_; ++l) {
+    const LayerOnDevice& L = weights_->layer(l);
+    for (const MatrixPart& part : L.qkv) {
+      if (!is_float(part.m)) return false;
+    }
+    if (!is_float(L.wo) || !is_float(L.gate) || !is_float(L.up) || !is_float(L.down)) return false;
+  }
+  return true;
 }
 
 // One-token steps fold the RMSNorms into the mat-vecs on each side (NormIn

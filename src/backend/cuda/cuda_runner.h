@@ -53,9 +53,11 @@ struct CudaRunnerOptions {
   // decode batch (every run one token) takes cuBLAS from
   // decode_gemm_min_tokens and, from int8_gemm_min_tokens up to there,
   // multiplies q8 activations on the int8 tensor cores where the format has
-  // a kernel (quantized_gemm.h).
+  // a kernel (quantized_gemm.h). decode_gemm_min_tokens 0: by the layers'
+  // formats: from 9 tokens (past the mat-vec's 8 columns) when every matrix
+  // is F16 or BF16, which have no int8 kernel, else from 65.
   int64_t gemm_min_tokens = 16;
-  int64_t decode_gemm_min_tokens = 65;
+  int64_t decode_gemm_min_tokens = 0;
   // 0: from each format's crossover (quantized_gemm_min_tokens); N >= 2: from N
   // tokens for every format (A/B runs: NT_CUDA_INT8_GEMM=N).
   int64_t int8_gemm_min_tokens = 0;

@@ -31,10 +31,14 @@ constexpr int kBlocksPerMultiprocessor = 4;
 // integer weights (w_lo for elements 0-15, w_hi for 16-31) multiply the
 // block's integer dot products, then x = f * d_token * sum - min * s_token,
 // where (d, s) are the token block's q8 scale and scaled sum. Formats
-// without a min term (kHasMin false) skip its multiply-add.
+// without a min term (kHasMin false) skip its multiply-add. Formats whose
+// 16-element groups have their own integer mins (kGroupMins) subtract
+// min * d_token * (m_lo * sum of the first 16 codes + m_hi * the last 16's),
+// an mma of the token's codes with m_lo and m_hi (each in four bytes).
 struct BlockScale {
   int w_lo, w_hi;
   float f, min;
+  uint32_t m_lo = 0, m_hi = 0;
 };
 
 // A tile format stages one row's step as kPieces 16-byte pieces of its
@@ -54,7 +58,7 @@ __device__ __forceinline__ float half_at(const uint8_t* p) { return cuda::half_t
 // nibble n. Q5_K: qs[128] | qh[32] | header, its fifth bits at qh byte l, bit j.
 template <bool kFifthBit>
 struct TileQ45_K {
-  static constexpr bool kSplitHalves = false, kHasMin = true;
+  static constexpr bool kSplitHalves = false, kHasMin = true, kGroupMins = false;
   static constexpr int kPieces = kFifthBit ? 11 : 9, kRowStride = 16 * kPieces, kPiecesPerBlock = 0;
   static constexpr int kHeader = 16 * (kPieces - 1);  // the staged row's (d, dmin, scales[12])
   struct Step {};
@@ -98,7 +102,7 @@ using TileQ5_K = TileQ45_K<true>;
 // Q6_K: ql[128] | qh[64] | scales[16] | d. Block j = 4c + 2n + a: ql bytes
 // 64c + 32a + l, nibble n; qh bytes 32c + l, bits 2(2n + a); x = d sc (q - 32).
 struct TileQ6_K {
-  static constexpr bool kSplitHalves = true, kHasMin = false;
+  static constexpr bool kSplitHalves = true, kHasMin = false, kGroupMins = false;
   static constexpr int kPieces = 13, kRowStride = 208, kPiecesPerBlock = 0;
   struct Step {
     float d;
@@ -133,7 +137,7 @@ struct TileQ6_K {
 // 32c + l, bits 2n; hmask byte l, bit j (clear: the code is 4 below its low
 // bits); x = d (sc - 32) q with a 6-bit scale per 16 elements.
 struct TileQ3_K {
-  static constexpr bool kSplitHalves = true, kHasMin = false;
+  static constexpr bool kSplitHalves = true, kHasMin = false, kGroupMins = false;
   static constexpr int kPieces = 7, kRowStride = 16 * kPieces, kPiecesPerBlock = 0;
   static constexpr int kHmask = 64, kMeta = 96;  // where the staged row's planes start
   struct Step {};
@@ -159,13 +163,43 @@ struct TileQ3_K {
   }
 };
 
+// Q2_K: qs[64] | scales[16] | (d, dmin). Block j = 4c + n: qs bytes 32c + l,
+// bits 2n; scale byte g (16 elements) = sc | m << 4; x = d sc q - dmin m.
+// (d, dmin) sit in a 4-byte plane, which 16-byte copies cannot address: a
+// register record, loaded a step ahead.
+struct TileQ2_K {
+  static constexpr bool kSplitHalves = true, kHasMin = false, kGroupMins = true;
+  static constexpr int kPieces = 5, kRowStride = 16 * kPieces, kPiecesPerBlock = 0;
+  static constexpr int kScales = 64;  // where the staged row's scales start
+  struct Step {
+    float2 dm;
+  };
+  static __device__ const uint8_t* piece(const DeviceMatrix& m, int64_t row, int64_t step, int k) {
+    const int64_t sb = row * (m.cols / 256) + step;
+    return k < 4 ? m.plane[0] + sb * 64 + 16 * k : m.plane[1] + sb * 16;
+  }
+  static __device__ Step load_step(const DeviceMatrix& m, int64_t row, int64_t step, int) {
+    const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(m.plane[2] + (row * (m.cols / 256) + step) * 4));
+    return {__half22float2(*reinterpret_cast<const __half2*>(&dm))};
+  }
+  static __device__ void codes(const uint8_t* s, int j, int t, uint32_t& lo, uint32_t& hi) {
+    const int c = j / 4, n = j % 4;
+    lo = (word(s + 32 * c + 4 * t) >> (2 * n)) & 0x03030303u;
+    hi = (word(s + 32 * c + 16 + 4 * t) >> (2 * n)) & 0x03030303u;
+  }
+  static __device__ BlockScale scale(const uint8_t* s, const Step& step, int j) {
+    const int lo = s[kScales + 2 * j], hi = s[kScales + 2 * j + 1];
+    return {lo & 15, hi & 15, step.dm.x, step.dm.y, uint32_t(lo >> 4) * 0x01010101u, uint32_t(hi >> 4) * 0x01010101u};
+  }
+};
+
 // The legacy 32-element blocks, eight to a step. Q8_0: qs[32] | d, x = q d.
 // Q4_0: qs[16] | d, x = (q - 8) d. Q4_1: qs[16] | (d, m), x = q d + m. Byte i
 // of a 4-bit block holds element i (low nibble) and 16 + i (high).
 template <TensorType kType>
 struct TileLegacy {
   static constexpr bool kNibbles = kType != TensorType::Q8_0;
-  static constexpr bool kSplitHalves = false, kHasMin = kType == TensorType::Q4_1;
+  static constexpr bool kSplitHalves = false, kHasMin = kType == TensorType::Q4_1, kGroupMins = false;
   static constexpr int kCodeBytes = kNibbles ? 16 : 32;
   static constexpr int kPieces = kBlocksPerStep * kCodeBytes / 16, kRowStride = 16 * kPieces + 16;
   static constexpr int kPiecesPerBlock = kCodeBytes / 16;
@@ -406,6 +440,14 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
           acc[nt][1] = fmaf(-s0.min, ds.w, acc[nt][1]);
           acc[nt][2] = fmaf(-s1.min, ds.y, acc[nt][2]);
           acc[nt][3] = fmaf(-s1.min, ds.w, acc[nt][3]);
+        }
+        if constexpr (Tile::kGroupMins) {
+          int m[4] = {};
+          mma_k32(m, s0.m_lo, s1.m_lo, s0.m_hi, s1.m_hi, b_lo, b_hi);
+          acc[nt][0] = fmaf(-s0.min * ds.x, float(m[0]), acc[nt][0]);
+          acc[nt][1] = fmaf(-s0.min * ds.z, float(m[1]), acc[nt][1]);
+          acc[nt][2] = fmaf(-s1.min * ds.x, float(m[2]), acc[nt][2]);
+          acc[nt][3] = fmaf(-s1.min * ds.z, float(m[3]), acc[nt][3]);
         }
       }
     }
@@ -912,7 +954,8 @@ bool quantized_gemm_supported(TensorType type, int64_t cols) {
     case TensorType::Q4_K:
     case TensorType::Q5_K:
     case TensorType::Q6_K:
-    case TensorType::Q3_K: return cols % 256 == 0;
+    case TensorType::Q3_K:
+    case TensorType::Q2_K: return cols % 256 == 0;
     case TensorType::Q8_0:
     case TensorType::Q4_0:
     case TensorType::Q4_1: return cols % 32 == 0;
@@ -958,6 +1001,7 @@ void quantized_gemm(const QuantizedGemmParams& p, cudaStream_t stream) {
     case TensorType::Q5_K: return launch_k_quant<TileQ5_K>(p, stream);
     case TensorType::Q6_K: return launch_k_quant<TileQ6_K>(p, stream);
     case TensorType::Q3_K: return launch_for_tokens<TileQ3_K>(p, stream);
+    case TensorType::Q2_K: return launch_for_tokens<TileQ2_K>(p, stream);
     case TensorType::Q8_0: return launch_for_tokens<TileLegacy<TensorType::Q8_0>>(p, stream);
     case TensorType::Q4_0: return launch_for_tokens<TileLegacy<TensorType::Q4_0>>(p, stream);
     case TensorType::Q4_1: return launch_for_tokens<TileLegacy<TensorType::Q4_1>>(p, stream);
