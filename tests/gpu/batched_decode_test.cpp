@@ -345,10 +345,29 @@ struct BatchedStep {
     std::vector<int32_t> tokens = prompts[i];
     tokens.push_back(next[i]);
     const std::vector<double> want = ref.logits(tokens).back();
+    if (all.size() != prompts.size() * want.size()) {
+      ADD_FAILURE() << all.size() << " logits for " << prompts.size() << " sequences of " << want.size();
+      return std::numeric_limits<double>::infinity();
+    }
     const auto row = all.begin() + ptrdiff_t(i * want.size());
     return test::relative_error(std::vector<float>(row, row + ptrdiff_t(want.size())), want);
   }
 };
+
+// A step through two paths (named runner options): each within the
+// tolerance the runner's other logits keep against the float64 reference,
+// and the two rounding apart, so that both ran.
+void expect_both_paths_keep_the_reference(const GgufFile& file, const BatchedStep& step,
+                                          const std::pair<const char*, CudaRunnerOptions>& a,
+                                          const std::pair<const char*, CudaRunnerOptions>& b) {
+  const test::ReferenceLlama ref(file);
+  const std::vector<float> logits_a = step.logits(file, a.second), logits_b = step.logits(file, b.second);
+  for (size_t i = 0; i < step.prompts.size(); ++i) {
+    EXPECT_LT(step.error(ref, logits_a, i), 3e-2) << a.first << ", sequence " << i;
+    EXPECT_LT(step.error(ref, logits_b, i), 3e-2) << b.first << ", sequence " << i;
+  }
+  EXPECT_GT(widest_difference(logits_a, logits_b), 0.0) << a.first << " and " << b.first << " computed the same: one did not run";
+}
 
 // A decode step of 8 sequences through the int8 GEMM, with per-32 q8 and
 // with super-block activations for the K-quant matrices (Q4_K and Q6_K
@@ -359,19 +378,11 @@ TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
   ModelSpec spec;
   spec.layers = 3;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
-  const test::ReferenceLlama ref(*file);
-  const BatchedStep step(spec.vocab, 8);
-  CudaRunnerOptions o;
-  o.super_block_activations = false;
-  const std::vector<float> per32 = step.logits(*file, o);
-  o.super_block_activations = true;
-  const std::vector<float> super = step.logits(*file, o);
-  ASSERT_EQ(super.size(), step.prompts.size() * size_t(spec.vocab));
-  for (size_t i = 0; i < step.prompts.size(); ++i) {
-    EXPECT_LT(step.error(ref, per32, i), 3e-2) << "per-32 q8, sequence " << i;
-    EXPECT_LT(step.error(ref, super, i), 3e-2) << "super-block activations, sequence " << i;
-  }
-  EXPECT_GT(widest_difference(per32, super), 0.0) << "the option changed nothing: the super-block path did not run";
+  CudaRunnerOptions per32, super;
+  per32.super_block_activations = false;
+  super.super_block_activations = true;
+  expect_both_paths_keep_the_reference(*file, BatchedStep(spec.vocab, 8), {"per-32 q8", per32},
+                                       {"super-block activations", super});
 }
 
 // Q3_K matrices (beside Q4_K and Q5_K ones, as in a Q3_K_M file) through the
@@ -385,18 +396,10 @@ TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
   spec.wv = TensorType::Q4_K;
   spec.down = TensorType::Q5_K;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_q3k.gguf"));
-  const test::ReferenceLlama ref(*file);
-  const BatchedStep step(spec.vocab, 8);
-  CudaRunnerOptions o;
-  o.int8_gemm_min_tokens = 2;
-  const std::vector<float> gemm = step.logits(*file, o);
-  o.int8_gemm_min_tokens = std::numeric_limits<int64_t>::max();
-  const std::vector<float> matvec = step.logits(*file, o);
-  for (size_t i = 0; i < step.prompts.size(); ++i) {
-    EXPECT_LT(step.error(ref, gemm, i), 3e-2) << "int8 GEMM, sequence " << i;
-    EXPECT_LT(step.error(ref, matvec, i), 3e-2) << "mat-vec, sequence " << i;
-  }
-  EXPECT_GT(widest_difference(gemm, matvec), 0.0) << "the int8 GEMM did not run";
+  CudaRunnerOptions gemm, matvec;
+  gemm.int8_gemm_min_tokens = 2;
+  matvec.int8_gemm_min_tokens = std::numeric_limits<int64_t>::max();
+  expect_both_paths_keep_the_reference(*file, BatchedStep(spec.vocab, 8), {"int8 GEMM", gemm}, {"mat-vec", matvec});
 }
 
 // F16 and BF16 matrices have no int8 kernel: a decode step of 12 sequences
@@ -409,17 +412,9 @@ TEST(BatchedDecode, FloatMatricesDecodeBatchesThroughCublas) {
     spec.layers = 2;
     spec.embd = spec.output = spec.wq = spec.wk = spec.wv = spec.wo = spec.gate = spec.up = spec.down = type;
     const auto file = GgufFile::open(write_model(spec, "nt_batched_float.gguf"));
-    const test::ReferenceLlama ref(*file);
-    const BatchedStep step(spec.vocab, 12);
-    CudaRunnerOptions o;
-    const std::vector<float> cublas = step.logits(*file, o);
-    o.decode_gemm_min_tokens = std::numeric_limits<int64_t>::max();
-    const std::vector<float> matvec = step.logits(*file, o);
-    for (size_t i = 0; i < step.prompts.size(); ++i) {
-      EXPECT_LT(step.error(ref, cublas, i), 3e-2) << "cuBLAS, sequence " << i;
-      EXPECT_LT(step.error(ref, matvec, i), 3e-2) << "mat-vec, sequence " << i;
-    }
-    EXPECT_GT(widest_difference(cublas, matvec), 0.0) << "cuBLAS did not run";
+    CudaRunnerOptions matvec;
+    matvec.decode_gemm_min_tokens = std::numeric_limits<int64_t>::max();
+    expect_both_paths_keep_the_reference(*file, BatchedStep(spec.vocab, 12), {"cuBLAS (the default)", {}}, {"mat-vec", matvec});
   }
 }
 

@@ -433,7 +433,8 @@ void CudaLlamaRunner::allocate_activations() {
 // Whether every layer matrix is F16 or BF16: formats without an int8 GEMM,
 // whose decode batches of more than the mat-vec's 8 columns take cuBLAS (8B
 // F16 on an H100: 444 tok/s at 64 sequences through the mat-vec, 7,868
-// through cuBLAS; docs/PERFORMANCE.md "Decode batches of float weights").
+// through cuBLAS; docs/PERFORMANCE.md "A Q2_K tile, and decode batches of
+// float weights").
 bool CudaLlamaRunner::float_layers() const {
   const auto is_float = [](const DeviceMatrix& m) { return m.type == TensorType::F16 || m.type == TensorType::BF16; };
   for (int64_t l = first_layer_; l < end_layer_; ++l) {

@@ -2,9 +2,10 @@
 // tensor cores: Y = X W^T, reading the weights' codes in place (no f16 copy)
 // and the activations as q8 (quantize_activations). Each 32-element block of
 // a row times a token's q8 block is one integer mma; the block scales apply
-// in the epilogue of that mma. Decode batches of 4-64 sequences read every
-// weight once instead of once per 8 tokens (the mat-vec) or twice plus an f16
-// write (the dequantize + cuBLAS GEMM).
+// in the epilogue of that mma. Decode batches of a few
+// (quantized_gemm_min_tokens) to 64 sequences read every weight once instead
+// of once per 8 tokens (the mat-vec) or twice plus an f16 write (the
+// dequantize + cuBLAS GEMM).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,9 +23,9 @@ bool quantized_gemm_supported(TensorType type, int64_t cols);
 // The fewest tokens of a decode batch for which quantized_gemm beats the
 // 8-column mat-vec on matrices of `type` (measured on an H100, llama3-8b and
 // -1b shapes, docs/PERFORMANCE.md "Where the int8 GEMM starts"): 4 for the
-// K-quants, whose batches of up to 4 take the narrow form; 6 for Q4_0 and
-// Q4_1 and 8 for Q8_0, whose per-32 scales cost the staged form a float
-// multiply-add per block and token.
+// K-quants (Q4_K and Q5_K batches of up to 4 take the narrow form); 6 for
+// Q4_0 and Q4_1 and 8 for Q8_0, whose per-32 scales cost the staged form a
+// float multiply-add per block and token.
 int64_t quantized_gemm_min_tokens(TensorType type);
 
 // Super-block activations for K-quant weights (Q4_K, Q5_K, Q6_K), the CPU's Q8_K
