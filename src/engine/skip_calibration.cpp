@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/align.h"
 #include "core/error.h"
 
 namespace nt {
@@ -45,7 +46,7 @@ LayerSimilarity measure_layer_similarity(ModelRunner& runner, std::span<const in
   }
   if (max_windows < 0) fail("layer-skip calibration: {} windows asked for; 0 means all", max_windows);
   const int64_t n = int64_t(tokens.size());
-  int64_t windows = (n + n_ctx - 1) / n_ctx;
+  int64_t windows = ceil_div(n, n_ctx);
   if (max_windows > 0) windows = std::min(windows, max_windows);
 
   const LlamaConfig& c = runner.config();

@@ -10,7 +10,7 @@ AttentionGeometry attention_geometry(int64_t n_tokens, int n_heads, int n_kv_hea
   const int max_rows = std::min(64, kAttentionMaxRowElems / head_dim);
   g.tile_tokens = int(std::clamp<int64_t>(max_rows / g.group, 1, std::max<int64_t>(n_tokens, 1)));
   g.rows = g.tile_tokens * g.group;
-  g.n_tiles = int((n_tokens + g.tile_tokens - 1) / g.tile_tokens);
+  g.n_tiles = int(ceil_div(n_tokens, g.tile_tokens));
   return g;
 }
 
@@ -20,7 +20,7 @@ bool mma_prefill_shape_supported(int n_heads, int n_kv_heads, int head_dim) {
 
 int64_t mma_prefill_query_tiles(int64_t n_tokens, int n_heads, int n_kv_heads) {
   const int64_t tile_tokens = kAttentionMmaRows / (n_heads / n_kv_heads);
-  return (n_tokens + tile_tokens - 1) / tile_tokens;
+  return ceil_div(n_tokens, tile_tokens);
 }
 
 int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys, int multiprocessors) {
@@ -30,7 +30,7 @@ int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim
     // least one 64-key tile: on an H200 at context 512, 8 splits beat 4 and
     // 16; up to 128K keys no split count beat one wave.
     const int64_t wave = std::max<int64_t>(1, 2 * int64_t(multiprocessors) / n_kv_heads);
-    const int64_t useful = (max_keys + 2 * kKeyTile - 1) / (2 * kKeyTile);
+    const int64_t useful = ceil_div(max_keys, 2 * kKeyTile);
     return int(std::clamp<int64_t>(std::min(wave, useful), 1, kAttentionMaxSplits));
   }
   const bool mma = mma_prefill_shape_supported(n_heads, n_kv_heads, head_dim);
@@ -40,9 +40,9 @@ int attention_splits(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim
   // Tensor-core blocks: one per multiprocessor is enough (splits cost a
   // combine kernel); the generic kernel's blocks are lighter.
   const int64_t target = (mma ? 1 : 2) * int64_t(multiprocessors);
-  const int64_t wanted = (target + blocks - 1) / blocks;
+  const int64_t wanted = ceil_div(target, blocks);
   const int64_t keys_per_split = (mma ? 8 : 4) * kKeyTile;  // at least 4 tiles of the kernel's width
-  const int64_t useful = (max_keys + keys_per_split - 1) / keys_per_split;
+  const int64_t useful = ceil_div(max_keys, keys_per_split);
   return int(std::clamp<int64_t>(std::min(wanted, useful), 1, kAttentionMaxSplits));
 }
 
@@ -53,7 +53,7 @@ int attention_sequence_splits(int64_t n_seqs, int n_heads, int n_kv_heads, int h
     return 1;
   }
   const int64_t wave = 2 * int64_t(multiprocessors) / blocks;
-  const int64_t useful = (max_keys + kSequenceSplitMinKeys - 1) / kSequenceSplitMinKeys;
+  const int64_t useful = ceil_div(max_keys, kSequenceSplitMinKeys);
   return int(std::clamp<int64_t>(std::min(wave, useful), 1, kAttentionMaxSplits));
 }
 
@@ -62,11 +62,11 @@ size_t attention_partials_floats(int64_t n_tokens, int n_heads, int head_dim, in
 }
 
 uint64_t argmax_scratch_bytes(int64_t n_rows, int64_t n) {
-  return uint64_t(n_rows) * uint64_t((n + kArgmaxChunk - 1) / kArgmaxChunk) * kArgmaxCandidateBytes;
+  return uint64_t(n_rows) * uint64_t(ceil_div(n, kArgmaxChunk)) * kArgmaxCandidateBytes;
 }
 
 uint64_t top_logits_scratch_bytes(int64_t n) {
-  return uint64_t((n + kTopLogitsChunk - 1) / kTopLogitsChunk) * (2 * kMaxTopLogits + 1) * 4;
+  return uint64_t(ceil_div(n, kTopLogitsChunk)) * (2 * kMaxTopLogits + 1) * 4;
 }
 
 }  // namespace nt

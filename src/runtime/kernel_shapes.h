@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/align.h"
+
 namespace nt {
 
 // The K cache is laid out for decode, where lane j of a warp scores key j of
@@ -16,7 +18,7 @@ namespace nt {
 constexpr int kKvTile = 32;
 
 // Positions the KV cache holds for `context` tokens: whole tiles.
-constexpr int64_t kv_cache_context(int64_t context) { return (context + kKvTile - 1) / kKvTile * kKvTile; }
+constexpr int64_t kv_cache_context(int64_t context) { return align_up(context, kKvTile); }
 
 constexpr int kAttentionMaxSplits = 256;       // key-range splits of one launch
 constexpr int kAttentionMaxCountedKvHeads = 1024;  // split merge counters: KV heads (times sequences) of one launch

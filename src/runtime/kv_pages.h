@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "core/align.h"
 #include "runtime/batch.h"
 
 namespace nt {
@@ -64,13 +65,13 @@ class KvPages {
   int64_t max_length() const { return max_length_; }
   int64_t free_pages() const { return int64_t(free_.size()); }
   // Pages a sequence of `length` positions needs, counting none it shares.
-  int64_t pages_for(int64_t length) const { return (length + page_size_ - 1) / page_size_; }
+  int64_t pages_for(int64_t length) const { return ceil_div(length, page_size_); }
   int64_t sequences() const;
 
   // Pages of a pool of `pool_positions` positions shared by all sequences,
   // or when that is 0 of `sequences` whole contexts of `context` positions.
   static int64_t pool_pages(int64_t pool_positions, int64_t sequences, int64_t context, int64_t page_size) {
-    const auto pages = [&](int64_t positions) { return (positions + page_size - 1) / page_size; };
+    const auto pages = [&](int64_t positions) { return ceil_div(positions, page_size); };
     return pool_positions > 0 ? pages(pool_positions) : sequences * pages(context);
   }
   // nt::Error naming --kv-pool unless a pool of `pool_positions` (0: whole

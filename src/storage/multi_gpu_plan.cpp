@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 
+#include "core/align.h"
 #include "core/error.h"
 #include "model/tensor_names.h"
 #include "quant/tensor_type.h"
@@ -254,7 +255,7 @@ void plan_tensor_split(const ModelFootprint& model, const MultiGpuRequest& reque
   const int64_t group_columns = s.n_heads / s.n_kv_heads * s.head_dim;
   int64_t unit = 1;
   while ((unit * group_columns) % s.attn_output_block != 0) ++unit;
-  const int64_t attention_pieces = (s.n_kv_heads + unit - 1) / unit;
+  const int64_t attention_pieces = ceil_div(s.n_kv_heads, unit);
   if (attention_pieces < int64_t(G)) {
     fail("tensor split over {} GPUs: attn_output ({} columns a KV-head group, blocks of {}) can be cut only into {} "
          "piece{} of {} KV-head group{}",

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/align.h"
+
 namespace nt {
 
 double page_cache_fraction(const std::string& path) {
@@ -20,7 +22,7 @@ double page_cache_fraction(const std::string& path) {
   close(fd);
   if (map == MAP_FAILED) return 0;
   const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
-  const uint64_t bytes = uint64_t(st.st_size), pages = (bytes + page - 1) / page;
+  const uint64_t bytes = uint64_t(st.st_size), pages = ceil_div(bytes, page);
   // One byte per page; the file is looked at in 1 GiB windows to bound the vector.
   const uint64_t window = (1ull << 30) / page;
   std::vector<unsigned char> resident(size_t(std::min(pages, window)));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/align.h"
 #include "core/error.h"
 
 namespace nt::cpu {
@@ -192,7 +193,7 @@ void attend_spread(std::span<const AttentionRun> runs, int64_t most_keys, const 
   const Row* row = rows.data();
   const int64_t n_rows = int64_t(rows.size());
   const int group = s.n_heads / s.n_kv_heads;
-  const int64_t key_blocks = (most_keys + kSpreadKeys - 1) / kSpreadKeys;
+  const int64_t key_blocks = ceil_div(most_keys, kSpreadKeys);
   pool.parallel_for(n_rows * s.n_kv_heads * key_blocks, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Row& r = row[i / (s.n_kv_heads * key_blocks)];
@@ -209,7 +210,7 @@ void attend_spread(std::span<const AttentionRun> runs, int64_t most_keys, const 
       softmax_weights(r.scores + i % s.n_heads * r.keys, r.keys, s, kn);
     }
   });
-  const int64_t elem_blocks = (s.head_dim + kSpreadElems - 1) / kSpreadElems;
+  const int64_t elem_blocks = ceil_div(s.head_dim, kSpreadElems);
   pool.parallel_for(n_rows * s.n_kv_heads * elem_blocks, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Row& r = row[i / (s.n_kv_heads * elem_blocks)];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/align.h"
 #include "core/env_setting.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -141,7 +142,7 @@ void quantize_token_group(const Kernels& k, const float* x, int64_t n, int t0, i
 void matmul_gemm(const WeightView& w, const float* x, float* y, int n_tokens, ThreadPool& pool, const Kernels& k) {
   constexpr int G = kGemmTokenGroup;
   const int64_t n = w.cols, chunks = n / 32, groups = n / 16;
-  const int n_groups = (n_tokens + G - 1) / G;
+  const int n_groups = ceil_div(n_tokens, G);
   static thread_local std::vector<int8_t> act_q;
   static thread_local std::vector<float> act_scale, act_gsum;
   static thread_local std::vector<GemmActs> act_groups;
@@ -157,7 +158,7 @@ void matmul_gemm(const WeightView& w, const float* x, float* y, int n_tokens, Th
     }
   });
 
-  const int64_t panels = (w.rows + kGemmRows - 1) / kGemmRows;
+  const int64_t panels = ceil_div(w.rows, kGemmRows);
   pool.parallel_for(panels, [&](int64_t p0, int64_t p1) {
     static thread_local std::vector<uint8_t> panel_q;
     static thread_local std::vector<float> panel_scale, panel_offset;

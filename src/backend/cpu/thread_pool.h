@@ -13,6 +13,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/align.h"
+
 namespace nt::cpu {
 
 // Physical cores this process may run on (SMT siblings counted once);
@@ -45,7 +47,7 @@ class ThreadPool {
   template <typename Fn>
   void parallel_for(int64_t n, Fn&& fn, int64_t grain = 1) {
     if (n <= 0) return;
-    const int64_t chunks = (n + grain - 1) / grain;
+    const int64_t chunks = ceil_div(n, grain);
     const int64_t pieces = std::min<int64_t>(chunks, int64_t(n_threads_) * pieces_per_thread_);
     std::atomic<int64_t> next{0};
     run([&](int, int) {

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/runner_memory.h"
 #include "backend/cuda/weight_upload.h"
+#include "core/align.h"
 #include "core/error.h"
 #include "model/rope.h"
 #include "quant/matrix_shard.h"
@@ -239,7 +240,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       for (const Source& part : p.parts) {
         if (tensor) {
           uint64_t& end = packed_bytes[size_t(p.streamed)];
-          end = (end + kCutAlignment - 1) / kCutAlignment * kCutAlignment;
+          end = align_up(end, kCutAlignment);
           packed[size_t(p.streamed)].push_back({part, end});
           m.parts.push_back({end, row, part.rows()});
           end += uint64_t(part.rows()) * row_bytes(part.ref->type, part.cols());
