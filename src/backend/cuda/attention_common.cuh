@@ -9,6 +9,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_util.cuh"
+#include "core/align.h"
 
 namespace nt::attention_detail {
 
@@ -16,7 +17,7 @@ namespace nt::attention_detail {
 constexpr int kSplitKeys = 2 * kKvTile;
 
 __host__ __device__ __forceinline__ int64_t split_chunk(int64_t n_keys, int n_splits) {
-  return ((n_keys + n_splits - 1) / n_splits + kSplitKeys - 1) / kSplitKeys * kSplitKeys;
+  return align_up(ceil_div(n_keys, n_splits), kSplitKeys);
 }
 
 // Start and end of the key range of `split` when n_keys keys are cut into chunks of `chunk`.
@@ -43,7 +44,7 @@ __device__ __forceinline__ int64_t sequence_split_chunk(int64_t n_keys, int n_sp
 // How many leading splits hold keys.
 __device__ __forceinline__ int splits_with_keys(int64_t n_keys, int n_splits) {
   const int64_t chunk = split_chunk(n_keys, n_splits);
-  return int(std::min<int64_t>(n_splits, (n_keys + chunk - 1) / chunk));
+  return int(std::min<int64_t>(n_splits, ceil_div(n_keys, chunk)));
 }
 
 // Partials of split s for (token t, head h): head_dim unnormalized outputs,

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     split_range(pos0 + t0 + tokens, p.n_splits, split, k_begin, k_end);
     merge = one_sequence_merge(p, kv_head, pos0 + 1);
   }
-  const int n_iter = int((k_end - k_begin + kKeys - 1) / kKeys);
+  const int n_iter = int(ceil_div(k_end - k_begin, kKeys));
 
   // Keys past k_end are zero-filled (unwritten cache may hold NaN) and masked.
   // A tile's two cache tiles are looked up in the page table once each, not

@@ -244,14 +244,13 @@ __global__ void gather_f32_kernel(DeviceMatrix m, const int32_t* ids, int64_t n_
   for (int k = 0; k < 8; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
 }
 
-unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 }  // namespace
 
 void dequantize_rows_f16(const DeviceMatrix& m, int64_t first_row, int64_t n_rows, uint16_t* out, cudaStream_t stream) {
   if (n_rows == 0 || m.cols == 0) return;
-  const unsigned col_tiles = grid_for(m.cols / 8, kDequantThreads);
-  const int64_t blocks = (n_rows + kDequantRows - 1) / kDequantRows * col_tiles;
+  const unsigned col_tiles = cuda::blocks_for(m.cols / 8, kDequantThreads);
+  const int64_t blocks = ceil_div(n_rows, kDequantRows) * col_tiles;
   if (blocks > 0x7fffffff) fail("dequantize of {} rows x {} columns needs more thread blocks than a grid holds", n_rows, m.cols);
   cuda::dispatch_format(m.type, [&](auto format) {
     using F = decltype(format);
@@ -266,7 +265,7 @@ void gather_rows_f32(const DeviceMatrix& m, const int32_t* ids, int64_t n_ids, f
   if (n_chunks == 0) return;
   cuda::dispatch_format(m.type, [&](auto format) {
     using F = decltype(format);
-    cuda::launch_kernel(gather_f32_kernel<F>, dim3(grid_for(n_chunks, 128)), dim3(128), 0, stream, m, ids, n_chunks, out);
+    cuda::launch_kernel(gather_f32_kernel<F>, dim3(cuda::blocks_for(n_chunks, 128)), dim3(128), 0, stream, m, ids, n_chunks, out);
   });
   NT_CUDA_CHECK_LAUNCH();
 }

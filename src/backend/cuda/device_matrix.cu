@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/launch.cuh"
 
 namespace nt {
 namespace {
@@ -139,7 +140,7 @@ void upload_matrix_rows(const DeviceMatrix& m, int64_t first_row, int64_t n_rows
     for (int p = 0; p < 4; ++p) a.plane[p] = m.plane[p] ? m.plane[p] + first_block * l.plane_bytes[p] : nullptr;
     a.n_blocks = chunk_rows * blocks_per_row;
     const int threads = 256;
-    repack_blocks_kernel<<<unsigned((a.n_blocks + threads - 1) / threads), threads>>>(a);
+    repack_blocks_kernel<<<cuda::blocks_for(a.n_blocks, threads), threads>>>(a);
     NT_CUDA_CHECK_LAUNCH();
   }
   NT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -168,7 +169,7 @@ void relay_matrix_rows_async(const DeviceMatrix& m, int64_t first_row, int64_t n
   int64_t widest = 0;  // threads of the plane that needs the most
   for (int p = 0; p < l.n_planes; ++p) widest = std::max(widest, a.n_blocks * l.plane_bytes[p] / relay_unit(l.plane_bytes[p]));
   const int threads = 256;
-  const dim3 grid(unsigned((widest + threads - 1) / threads), unsigned(l.n_planes));
+  const dim3 grid(cuda::blocks_for(widest, threads), unsigned(l.n_planes));
   relay_planes_kernel<<<grid, threads, 0, stream>>>(a, plane_source_map(l));
   NT_CUDA_CHECK_LAUNCH();
 }

@@ -72,7 +72,7 @@ void Gemm::run(const DeviceMatrix& w, const uint16_t* x_f16, int64_t n_tokens, f
 
 void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
   if (n == 0) return;
-  cuda::launch_kernel(convert_f16_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, x, n, out);
+  cuda::launch_kernel(convert_f16_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, x, n, out);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_layout.h"
 #include "backend/cuda/kv_rows.h"
+#include "backend/cuda/launch.cuh"
 
 namespace nt {
 namespace {
@@ -61,7 +62,7 @@ void move_kv_rows(const KvRowMoves& p, cudaStream_t stream) {
   if (p.n_moves < 0 || p.n_moves > kMaxKvRowMoves) fail("{} KV row moves in one launch: 0 to {}", p.n_moves, kMaxKvRowMoves);
   if (p.n_moves == 0 || p.n_layers == 0) return;
   const int64_t kv_dim = int64_t(p.caches.n_kv_heads) * p.caches.head_dim;
-  kv_row_moves_kernel<<<dim3(unsigned((kv_dim + 127) / 128), unsigned(p.n_layers)), 128, 0, stream>>>(p);
+  kv_row_moves_kernel<<<dim3(cuda::blocks_for(kv_dim, 128), unsigned(p.n_layers)), 128, 0, stream>>>(p);
   NT_CUDA_CHECK(cudaGetLastError());
 }
 

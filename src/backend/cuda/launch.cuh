@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
+#include "core/align.h"
 #ifdef NT_BLOCK_TRACE
 #include "backend/cuda/block_trace.cuh"
 #else
@@ -28,6 +29,9 @@
 #endif
 
 namespace nt::cuda {
+
+// Blocks of `threads` threads covering n items, one a thread.
+inline unsigned blocks_for(int64_t n, int threads) { return unsigned(ceil_div(n, threads)); }
 
 // Lets the next kernel in the stream begin launching.
 __device__ __forceinline__ void allow_dependents() {

@@ -175,14 +175,13 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_winners_kernel(const Ar
   }
 }
 
-unsigned grid_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 void launch_argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out, void* scratch, const StepAdvance& advance,
                    cudaStream_t stream) {
   if (n <= 0) fail("argmax over an empty row");
   if (n > std::numeric_limits<int32_t>::max()) fail("argmax over {} elements: indices are 32-bit", n);
   if (n_rows == 0) return;
-  const int64_t chunks = (n + kArgmaxChunk - 1) / kArgmaxChunk;
+  const int64_t chunks = ceil_div(n, kArgmaxChunk);
   if (n_rows > 65535) fail("argmax over {} rows exceeds the grid", n_rows);
   auto* partial = static_cast<ArgmaxCandidate*>(scratch);
   cuda::launch_kernel(argmax_chunks_kernel, dim3(unsigned(chunks), unsigned(n_rows)), dim3(kArgmaxThreads), 0, stream, x, n, partial);
@@ -199,10 +198,10 @@ void launch_rms_norm(const float* x, const float* weight, int64_t n_rows, int64_
   if (n_rows == 0) return;
   // Up to ~1024 blocks: one group per warp for a few rows, whole rows per block for many.
   const int64_t groups = dim / 32;
-  const int64_t slices = std::clamp<int64_t>(1024 / n_rows, 1, (groups + kNormGroups - 1) / kNormGroups);
-  int64_t groups_per_slice = (groups + slices - 1) / slices;
-  if (super_blocks.q8) groups_per_slice = (groups_per_slice + kNormGroups - 1) / kNormGroups * kNormGroups;
-  cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows), unsigned((groups + groups_per_slice - 1) / groups_per_slice)),
+  const int64_t slices = std::clamp<int64_t>(1024 / n_rows, 1, ceil_div(groups, kNormGroups));
+  int64_t groups_per_slice = ceil_div(groups, slices);
+  if (super_blocks.q8) groups_per_slice = align_up(groups_per_slice, kNormGroups);
+  cuda::launch_kernel(rms_norm_kernel, dim3(unsigned(n_rows), unsigned(ceil_div(groups, groups_per_slice))),
                       dim3(kNormThreads), 0, stream, x, weight, dim, eps, out, q8, q8_scales, super_blocks, groups_per_slice);
   NT_CUDA_CHECK_LAUNCH();
 }
@@ -234,7 +233,7 @@ void rope_and_store_kv(const RopeKvParams& p, cudaStream_t stream) {
   }
   const int64_t n = p.n_tokens * (p.n_heads + 2 * p.n_kv_heads) * (p.head_dim / 2);
   if (n == 0) return;
-  cuda::launch_kernel(rope_kv_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, p);
+  cuda::launch_kernel(rope_kv_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, p);
   NT_CUDA_CHECK_LAUNCH();
 }
 
@@ -246,7 +245,7 @@ __global__ void copy_floats_kernel(const float* from, float* to, int64_t n) {
 
 void copy_floats(const float* from, float* to, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cuda::launch_kernel(copy_floats_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, from, to, n);
+  cuda::launch_kernel(copy_floats_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, from, to, n);
   NT_CUDA_CHECK_LAUNCH();
 }
 
@@ -258,13 +257,13 @@ __global__ void add_floats_kernel(const float* x, float* y, int64_t n) {
 
 void add_floats(const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cuda::launch_kernel(add_floats_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, x, y, n);
+  cuda::launch_kernel(add_floats_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, x, y, n);
   NT_CUDA_CHECK_LAUNCH();
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
   if (n == 0) return;
-  cuda::launch_kernel(swiglu_kernel, dim3(grid_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
+  cuda::launch_kernel(swiglu_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(32 * kWarps) quantized_gemm_kernel(KernelParam
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // the thread's rows in the block
   const int64_t load_row0 = std::min(row_base + r0, rows - 1), load_row1 = std::min(row_base + r1, rows - 1);
   const int64_t col_base = int64_t(blockIdx.z) * kCols;
-  const int64_t steps = (p.w.cols + kStepElems - 1) / kStepElems;
+  const int64_t steps = ceil_div(p.w.cols, kStepElems);
   const int64_t first = int64_t(blockIdx.y) * p.steps_per_split, last = std::min(first + p.steps_per_split, steps);
   auto blocks_in = [&](int64_t step) { return int(std::min<int64_t>(kBlocksPerStep, p.w.cols / 32 - step * kBlocksPerStep)); };
 
@@ -833,7 +833,7 @@ bool narrow_form_takes(const QuantizedGemmParams& p) {
 
 template <bool kFifthBit>
 void launch_narrow_as(const NarrowParams& p, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.w.rows + 15) / 16)), block(32 * kNarrowWarps);
+  const dim3 grid(unsigned(ceil_div(p.w.rows, 16))), block(32 * kNarrowWarps);
   if (p.w_up.rows > 0) {
     cuda::launch_kernel(quantized_gemm_narrow_kernel<kFifthBit, true>, grid, block, 0, stream, p);
   } else {
@@ -849,9 +849,9 @@ void launch_narrow(const QuantizedGemmParams& p, cudaStream_t stream) {
 
 template <class Tile, int kCols, bool kSuper>
 void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
-  const int64_t row_blocks = (p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  const int64_t token_tiles = (p.n_tokens + kCols - 1) / kCols;
-  const int64_t steps = (p.w.cols + kStepElems - 1) / kStepElems;
+  const int64_t row_blocks = ceil_div(p.w.rows, kRowsPerBlock);
+  const int64_t token_tiles = ceil_div(p.n_tokens, kCols);
+  const int64_t steps = ceil_div(p.w.cols, kStepElems);
   constexpr size_t smem =
       size_t(pipeline_stages<kCols>()) * size_t(kSuper ? super_stage_bytes<Tile, kCols>() : stage_bytes<Tile, kCols>());
   constexpr auto kernel = [] {
@@ -881,8 +881,8 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   // (The gated form splits as each of its matrices alone would: the same sums, bit for bit.)
   int64_t splits = std::clamp<int64_t>((wanted + row_blocks * token_tiles - 1) / (row_blocks * token_tiles), 1, steps);
   splits = std::min(splits, std::max<int64_t>(fits, 1));
-  const int64_t steps_per_split = (steps + splits - 1) / splits;
-  splits = (steps + steps_per_split - 1) / steps_per_split;
+  const int64_t steps_per_split = ceil_div(steps, splits);
+  splits = ceil_div(steps, steps_per_split);
 
   KernelParams k{p.w,         p.w_up,      row_blocks, kSuper ? p.xs.q8 : p.x.q8, p.x.q8_scales,
                  p.n_tokens,  splits > 1 || gated ? p.scratch : p.y, p.y_stride, p.accumulate, steps_per_split};
@@ -895,13 +895,13 @@ void launch(const QuantizedGemmParams& p, cudaStream_t stream) {
   NT_CUDA_CHECK_LAUNCH();
   if (gated) {
     const int64_t outputs = p.n_tokens * p.w.rows;
-    cuda::launch_kernel(gated_sum_kernel, dim3(unsigned((outputs + 255) / 256)), dim3(256), 0, stream,
+    cuda::launch_kernel(gated_sum_kernel, dim3(cuda::blocks_for(outputs, 256)), dim3(256), 0, stream,
                         static_cast<const float*>(p.scratch), int(splits), p.n_tokens, p.w.rows, p.y, p.y_stride, p.y_q8,
                         p.y_q8_scales);
     NT_CUDA_CHECK_LAUNCH();
   } else if (splits > 1) {
     const int64_t outputs = p.n_tokens * p.w.rows;
-    cuda::launch_kernel(sum_splits_kernel, dim3(unsigned((outputs + 255) / 256)), dim3(256), 0, stream,
+    cuda::launch_kernel(sum_splits_kernel, dim3(cuda::blocks_for(outputs, 256)), dim3(256), 0, stream,
                         static_cast<const float*>(p.scratch), int(splits), p.n_tokens, p.w.rows, p.y, p.y_stride,
                         p.accumulate);
     NT_CUDA_CHECK_LAUNCH();

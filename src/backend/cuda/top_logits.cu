@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kFinalThreads)
   __syncthreads();
   cuda::wait_for_inputs();
   const int k = *top_k;
-  const int chunks = int((n + kChunk - 1) / kChunk);
+  const int chunks = int(ceil_div(n, kChunk));
   const int count = (chunks - 1) * k + int(min(int64_t(k), n - int64_t(chunks - 1) * kChunk));
   if (count > kFinalThreads * kFinalItems) __trap();  // top_logits_fits
   for (int c = threadIdx.x; c < chunks; c += kFinalThreads) atomicMin(&lowest_poisoned, first_poisoned[c]);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kFinalThreads)
   if (tid == 0) *poisoned = lowest_poisoned == INT_MAX ? -1 : lowest_poisoned;
 }
 
-int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+int64_t chunks_of(int64_t n) { return ceil_div(n, kChunk); }
 
 }  // namespace
 
