@@ -3,7 +3,8 @@
 // warps-per-row x unroll sweeps for one column and four, column scaling, the mat-vec/GEMM crossover, the
 // GEMM path's f16 decode, decode attention, and tokens/s of an 8B-shaped Q4_K_M model written on the fly.
 // Usage: cuda_bench [all|matvec|sweep|columns|gemm|dequantize|attention|attention-seqs|model|decode|profile|trace|sync|chain] [dir for the model file]
-// (decode = sweep + model); cuda_bench trace-batch MODEL.gguf [SEQUENCES, 64]: one batched decode step for ncu
+// (decode = sweep + model); cuda_bench trace-batch MODEL.gguf [SEQUENCES, 64] [stepwise]: a batched decode step's
+// time, then one step for ncu (stepwise: every row computed as a one-token step, as --batch-invariant does)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -729,11 +730,12 @@ void bench_decode_trace(const std::string& dir, std::mt19937& rng) {
 // One batched decode step of `sequences` sequences of a given model file,
 // each after a `prompt`-token prefill, between cudaProfilerStart/Stop (as
 // bench_decode_trace): where a batched step's time goes, kernel by kernel.
-void bench_batch_trace(const std::string& path, int sequences, int prompt) {
+void bench_batch_trace(const std::string& path, int sequences, int prompt, bool stepwise) {
   const auto file = GgufFile::open(path);
   CudaRunnerOptions o;
   o.max_sequences = sequences + 1;
-  auto runner = make_cuda_runner(*file, prompt + 8, o);
+  constexpr int kTimedSteps = 32;
+  auto runner = make_cuda_runner(*file, prompt + kTimedSteps + 8, o);
   std::vector<SeqId> seqs;
   Batch batch;
   BatchOutputs out;
@@ -746,15 +748,20 @@ void bench_batch_trace(const std::string& path, int sequences, int prompt) {
   }
   const auto step = [&](int64_t pos) {
     batch.clear();
-    for (const SeqId s : seqs) batch.add(1, pos, s, Output::Argmax);
+    for (const SeqId s : seqs) batch.add(1, pos, s, Output::Argmax, stepwise);
     runner->forward(batch, out);
   };
   step(prompt);  // capture
   step(prompt + 1);  // replay
+  // Steps as a caller sees them (host work and the argmax read back included).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kTimedSteps; ++i) step(prompt + 2 + i);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kTimedSteps;
+  fmt::print("decode step of {} sequences{}: {:.3f} ms\n", sequences, stepwise ? " (stepwise)" : "", ms);
   NT_CUDA_CHECK(cudaProfilerStart());
-  step(prompt + 2);
+  step(prompt + 2 + kTimedSteps);
   NT_CUDA_CHECK(cudaProfilerStop());
-  fmt::print("profiled one decode step of {} sequences at position {}\n", sequences, prompt + 2);
+  fmt::print("profiled one decode step of {} sequences at position {}\n", sequences, prompt + 2 + kTimedSteps);
 }
 
 // The 8B decode step's 32 layers of mat-vecs, each waiting for the one before:
@@ -840,7 +847,9 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "model" || what == "decode") bench_model(argc > 2 ? argv[2] : "/tmp", rng);
     if (what == "profile") bench_profile_target(rng);
     if (what == "trace") bench_decode_trace(argc > 2 ? argv[2] : "/tmp", rng);
-    if (what == "trace-batch" && argc > 2) bench_batch_trace(argv[2], argc > 3 ? std::atoi(argv[3]) : 64, 128);
+    if (what == "trace-batch" && argc > 2) {
+      bench_batch_trace(argv[2], argc > 3 ? std::atoi(argv[3]) : 64, 128, argc > 4 && std::string(argv[4]) == "stepwise");
+    }
     if (what == "sync") cuda::bench_step_sync(d.multiprocessors);
     if (what == "chain") bench_decode_chain(copy_gbs, d.multiprocessors, rng);
     if (what == "all" || what == "top") bench_top_logits(rng);

@@ -1,8 +1,10 @@
 // Stepwise mat-vec: every column of matvec_stepwise (and matvec_parts_stepwise)
 // must be bit for bit what the one-column launch computes for that column
 // alone, for every format, row split, the gated form, residuals and the
-// folded norms on either side: a speculative verification pass then gives
-// each token the numbers of a one-token decode step.
+// folded norms on either side, with each column in blocks of its own (small
+// launches) or every thread looping over the columns (wide ones): a
+// speculative verification pass then gives each token the numbers of a
+// one-token decode step.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -127,6 +129,13 @@ TEST_P(StepwiseMatvecTest, EveryColumnIsTheOneColumnLaunch) {
       expect_columns_as_one({type, 45, 8 * block, columns, false, true, false, false, warps});
       expect_columns_as_one({type, 45, 8 * block, columns, true, false, q8, false, warps});
     }
+  }
+  // Launches too wide for the GPU to hold at once loop over the columns in
+  // every thread; the ones above give each column its own blocks.
+  for (const int64_t columns : {2, 9}) {
+    expect_columns_as_one({type, 16384, 8 * block, columns, false, true});
+    expect_columns_as_one({type, 16384, 8 * block, columns, true});
+    if (q8) expect_columns_as_one({type, 8192, 8 * block, columns, false, true, true, true});
   }
   if (!q8) return;
   // The folded norms as a decode layer uses them: wo and down write the next

@@ -176,12 +176,14 @@ std::vector<int32_t> script_tokens(int64_t vocab) {
 }
 
 // The reference: one runner, every pass through its batch path (the
-// single-sequence graphs, which fuse RoPE into attention, left out).
+// single-sequence graphs, which fuse RoPE into attention, left out) and its
+// batched kernels (stages never step small batches stepwise).
 CudaRunnerOptions exact_options() {
   CudaRunnerOptions o;
   o.max_batch = 64;
   o.max_sequences = 4;
   o.fold_norms = false;
+  o.stepwise_steps_max = 0;
   return o;
 }
 
@@ -325,11 +327,13 @@ std::vector<std::vector<int32_t>> decode_together(ModelRunner& runner, const std
   return picks;
 }
 
-// Default options (folded norms in one-token steps). Alone, the greedy
-// continuations (top-2 margins above 1.88 logits, real_models_test.cpp)
-// must be the single runner's; eight sequences decoding together run the
-// same kernels as on one runner, so they must match it token for token,
-// resident and with both stages streaming (placed by the planner from budgets).
+// Default options (folded norms in one-token steps), but the batched
+// kernels for the one runner's steps of 8, as the stages run them (not
+// SmolLM2's stepwise steps). Alone, the greedy continuations (top-2 margins
+// above 1.88 logits, real_models_test.cpp) must be the single runner's;
+// eight sequences decoding together run the same kernels as on one runner,
+// so they must match it token for token, resident and with both stages
+// streaming (placed by the planner from budgets).
 TEST(Pipeline, SmolLM2DecodesAsOneRunner) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
@@ -338,6 +342,7 @@ TEST(Pipeline, SmolLM2DecodesAsOneRunner) {
   const auto prompts = test::smollm2_batch_prompts(tokenizer);
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
+  o.stepwise_steps_max = 0;
   auto one = make_cuda_runner(*file, kContext, o);
   std::vector<std::vector<int32_t>> alone;
   for (size_t i = 0; i < 3; ++i) alone.push_back(test::greedy_decode(*one, prompts[i], 32));

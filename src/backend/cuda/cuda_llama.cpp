@@ -229,6 +229,10 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
   bool folds_norms(int64_t n, bool use_gemm) const;
+  // The stepwise_steps_max a model takes by default.
+  int64_t stepwise_steps_apart() const;
+  // Whether every row of a decode batch attends as a one-token step below kShortDecodeMaxKeys does.
+  bool rows_attend_short(const Batch& batch) const;
   // Whether every layer matrix is F16 or BF16 (decode batches take cuBLAS sooner).
   bool float_layers() const;
   int64_t decode_max_keys(int64_t pos) const { return pass_->decode_max_keys(pos); }
@@ -241,6 +245,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   int64_t context_;
   int64_t cache_context_;  // context_ rounded up to whole KV tiles
   CudaRunnerOptions options_;
+  bool stepwise_by_model_ = false;  // stepwise_steps_max came from stepwise_steps_apart()
   CudaDeviceInfo device_;
   // The layers held: all of them, or a pipeline stage's range.
   int64_t first_layer_ = 0, end_layer_ = 0;
@@ -327,7 +332,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   options_.matvec_row_pairs = env_setting("NT_CUDA_MATVEC_PAIRS", options_.matvec_row_pairs, 0, 1) != 0;
   options_.sequence_splits = env_setting("NT_CUDA_SEQUENCE_SPLITS", options_.sequence_splits, 0, 1) != 0;
   options_.stepwise_steps_max =
-      env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, 0, std::numeric_limits<int32_t>::max());
+      env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, -1, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   end_layer_ = config_.n_layers;
   if (const auto& stage = options_.stage) {
@@ -371,6 +376,8 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
                                   options_.sequence_splits};
   pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
                 stream_);
+  stepwise_by_model_ = options_.stepwise_steps_max < 0;
+  if (stepwise_by_model_) options_.stepwise_steps_max = stepwise_steps_apart();
 }
 
 CudaLlamaRunner::~CudaLlamaRunner() {
@@ -395,14 +402,18 @@ std::string CudaLlamaRunner::tier_counts() const {
 }
 
 std::string CudaLlamaRunner::description() const {
-  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}{}, {}{}, {}{})",
+  return fmt::format("cuda ({}, {} SMs, {:.1f} MiB resident, context {}{}{}, {}{}{}, {}{})",
                      options_.stage ? gpu_label() : device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
                      options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile)
                                           : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
-                     folds_norms(1, false) ? ", folded norms" : "", tier_counts(),
+                     folds_norms(1, false) ? ", folded norms" : "",
+                     options_.stepwise_steps_max > 0
+                         ? fmt::format(", decode steps of up to {} sequences stepwise", options_.stepwise_steps_max)
+                         : std::string(),
+                     tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
@@ -445,6 +456,28 @@ bool CudaLlamaRunner::float_layers() const {
     if (!is_float(L.wo) || !is_float(L.gate) || !is_float(L.up) || !is_float(L.down)) return false;
   }
   return true;
+}
+
+// The most sequences, up to the mat-vec's columns, whose stepwise decode step
+// gives each row blocks of its own in every layer mat-vec: such a step costs
+// about one sequence's step (the one-column launches leave the GPU mostly
+// idle), less than the batched kernels', and gives each sequence its step
+// alone. Small models: SmolLM2 takes 8 (on an H100, 5-38% faster than the
+// batched step at 2 to 8 sequences, docs/PERFORMANCE.md "Small models decode
+// batches stepwise"); the 8B none. 0 where layers run on the host, ranks
+// split the matrices or stages split the layers: their passes keep the
+// batched kernels, which their tests compare with one runner's.
+int64_t CudaLlamaRunner::stepwise_steps_apart() const {
+  if (hybrid_ || tensor_ || options_.stage) return 0;
+  const bool fold = folds_norms(1, false);
+  int64_t most = 0;
+  for (int64_t n = 2; n <= kMatvecMaxColumns; ++n) {
+    for (int64_t l = first_layer_; l < end_layer_; ++l) {
+      if (!pass_->stepwise_columns_apart(weights_->layer(l), n, fold)) return most;
+    }
+    most = n;
+  }
+  return most;
 }
 
 // One-token steps fold the RMSNorms into the mat-vecs on each side (NormIn
@@ -740,15 +773,11 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
     return nullptr;
   }
   const bool stepwise = batch.entries[0].stepwise;
-  AttentionParams step = pass_->attention_shape();
-  step.n_tokens = 1;
   for (const BatchEntry& e : batch.entries) {
     if (e.output != Output::Argmax || e.stepwise != stepwise) return nullptr;
-    if (stepwise) {  // stepwise rows replay graphs only where each attends in the short-context launch
-      step.max_keys = decode_max_keys(e.pos);
-      if (!attention_decodes_short(step)) return nullptr;
-    }
   }
+  // Stepwise rows replay graphs only where each attends in the short-context launch.
+  if (stepwise && !rows_attend_short(batch)) return nullptr;
   // A graph per sequence count and attention launch: the multi-sequence
   // kernel (0), stepwise rows in the short-context one (1).
   if (n == 1) {
@@ -763,6 +792,16 @@ cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::spa
   if (stepwise) return graph(1);
   if (n >= options_.decode_gemm_min_tokens) return nullptr;
   return graph(0);
+}
+
+bool CudaLlamaRunner::rows_attend_short(const Batch& batch) const {
+  AttentionParams step = pass_->attention_shape();
+  step.n_tokens = 1;
+  for (const BatchEntry& e : batch.entries) {
+    step.max_keys = decode_max_keys(e.pos);
+    if (!attention_decodes_short(step)) return false;
+  }
+  return true;
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
@@ -847,10 +886,13 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
            options_.max_batch);
     }
   }
-  // A small decode step runs each row as its sequence's step alone (stepwise_steps_max).
+  // A small decode step runs each row as its sequence's step alone
+  // (stepwise_steps_max); by the model's choice only where the rows' steps
+  // attend in the short-context launch, which keeps the step one graph.
   const bool one_token_runs =
       std::all_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count == 1 && !r.tree; });
-  const bool step_alone = one_token_runs && int64_t(batch.size()) <= options_.stepwise_steps_max;
+  const bool step_alone = one_token_runs && int64_t(batch.size()) <= options_.stepwise_steps_max &&
+                          (!stepwise_by_model_ || rows_attend_short(batch));
   if (step_alone) {
     stepwise_batch_ = batch;
     for (BatchEntry& e : stepwise_batch_.entries) e.stepwise = true;

@@ -85,10 +85,11 @@ struct CudaRunnerOptions {
   // Decode steps of up to this many sequences (every run one token, no tree)
   // run their rows stepwise (BatchEntry::stepwise): each sequence computed as
   // its one-token step alone, so batched greedy output is plain decoding's.
-  // 0: off; on the H200 it costs 0.71x at 2-4 sequences and 0.40x at 8
-  // (docs/PERFORMANCE.md, "Exact batching on the GPU"). For A/B runs
-  // NT_CUDA_STEPWISE_STEPS=N sets it.
-  int64_t stepwise_steps_max = 0;
+  // -1: by the model, where it is the faster step (CudaLlamaRunner::
+  // stepwise_steps_apart: small models, short contexts); 0: off. On the
+  // 8B it costs 0.71x at 2-4 sequences and 0.40x at 8 (docs/PERFORMANCE.md,
+  // "Exact batching on the GPU"). For A/B runs NT_CUDA_STEPWISE_STEPS=N sets it.
+  int64_t stepwise_steps_max = -1;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,

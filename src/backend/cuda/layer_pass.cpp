@@ -415,6 +415,23 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
 }
 
+bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool fold) const {
+  MatvecPartsParams qkv;
+  for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
+  qkv.x = {act_.xn, act_.q8, act_.q8_scales};
+  // The launches' shapes and forms only: no pointer below is read.
+  const auto apart = [&](const DeviceMatrix& m, const DeviceMatrix* up, bool norm_out) {
+    MatvecParams p;
+    p.w = m;
+    if (up) p.w_up = *up;
+    if (norm_out) p.norm_out.q8 = act_.norm_q8;
+    return matvec_stepwise_columns_apart(p, n);
+  };
+  const bool ffn = L.gate.type == L.up.type ? apart(L.gate, &L.up, false)
+                                            : apart(L.gate, nullptr, false) && apart(L.up, nullptr, false);
+  return matvec_parts_stepwise_columns_apart(qkv, n) && apart(L.wo, nullptr, fold) && ffn && apart(L.down, nullptr, fold);
+}
+
 void LayerPass::stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold,
                               int64_t to) {
   const LlamaConfig& c = config_;

@@ -161,6 +161,9 @@ class LayerPass {
   // weight read.
   void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
                       const ChunkRows& rows, const float* next_norm);
+  // Whether stepwise_layer over n rows gives each row blocks of its own in
+  // every mat-vec of L (matvec_stepwise_columns_apart), `fold` as there.
+  bool stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool fold) const;
   // The final norm and head over rows [first, n) as stepwise_layer computes
   // them, their logits from row `to` of act.logits on.
   void stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold, int64_t to);

@@ -96,24 +96,6 @@ void check_params(const MatvecParams& p, int64_t columns, bool stepwise) {
   }
 }
 
-// The params of columns [first, ...): every per-column pointer moved on.
-MatvecParams from_column(const MatvecParams& p, int64_t first) {
-  MatvecParams q = p;
-  const int64_t cols = p.w.cols, rows = p.w.rows;
-  if (q.x.f32) q.x.f32 += first * cols;
-  if (q.x.q8) q.x.q8 += first * cols;
-  if (q.x.q8_scales) q.x.q8_scales += first * cols / 32;
-  q.y += first * p.y_stride;
-  if (q.residual) q.residual += first * p.y_stride;
-  if (q.norm_in.group_sumsq) q.norm_in.group_sumsq += first * cols / 32;
-  if (q.norm_out.q8) {
-    q.norm_out.q8 += first * rows;
-    q.norm_out.q8_scales += first * rows / 32;
-    q.norm_out.group_sumsq += first * rows / 32;
-  }
-  return q;
-}
-
 }  // namespace
 
 void matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
@@ -132,7 +114,7 @@ void matvec_stepwise(const MatvecParams& p, int64_t columns, cudaStream_t stream
   if (p.w.rows == 0) return;
   for (int64_t first = 0; first < columns; first += kMatvecMaxColumns) {
     const int n = int(std::min<int64_t>(kMatvecMaxColumns, columns - first));
-    const MatvecParams q = from_column(p, first);
+    const MatvecParams q = cuda::column_params(p, first);
     if (n == 1) {
       matvec(q, 1, stream);  // the one-column launch itself
     } else if (!cuda::launch_matvec_stepwise(q, n, stream)) {
@@ -141,13 +123,18 @@ void matvec_stepwise(const MatvecParams& p, int64_t columns, cudaStream_t stream
   }
 }
 
+bool matvec_stepwise_columns_apart(const MatvecParams& p, int64_t columns) {
+  if (columns < 2 || columns > kMatvecMaxColumns) fail("stepwise columns apart: 2 to {} columns, got {}", kMatvecMaxColumns, columns);
+  return cuda::stepwise_columns_apart(p, int(columns));
+}
+
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,
                           cudaStream_t stream) {
   if (cols % 32 != 0) fail("q8 activations need a multiple of 32 elements per row, got {}", cols);
   const int64_t n_blocks = columns * cols / 32;
   if (n_blocks == 0) return;
   const int threads = 256;
-  cuda::launch_kernel(quantize_q8_kernel, dim3(unsigned((n_blocks * 32 + threads - 1) / threads)), dim3(threads), 0, stream, x,
+  cuda::launch_kernel(quantize_q8_kernel, dim3(cuda::blocks_for(n_blocks * 32, threads)), dim3(threads), 0, stream, x,
                       q8, q8_scales, n_blocks);
   NT_CUDA_CHECK_LAUNCH();
 }

@@ -85,6 +85,12 @@ void matvec(const MatvecParams& p, int columns, cudaStream_t stream);
 // q8 + c * rows, q8_scales and group_sumsq + c * rows / 32.
 void matvec_stepwise(const MatvecParams& p, int64_t columns, cudaStream_t stream);
 
+// Whether matvec_stepwise(p, columns), columns at most kMatvecMaxColumns,
+// gives each column blocks of its own: then it costs about what one column's
+// launch does (small matrices, whose one-column launches leave most of the
+// GPU idle); otherwise every thread loops over the columns.
+bool matvec_stepwise_columns_apart(const MatvecParams& p, int64_t columns);
+
 // One column through every part: a single launch when the parts use at most
 // two formats that are instantiated together (the K-quant mixes), else one
 // mat-vec per part. Every part must have the same number of columns.
@@ -93,6 +99,8 @@ void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream);
 // Any number of columns through the parts, each as matvec_parts computes one
 // column (column c's outputs at p.y + c * y_stride).
 void matvec_parts_stepwise(const MatvecPartsParams& p, int64_t columns, int64_t y_stride, cudaStream_t stream);
+// Whether every part's launch of matvec_parts_stepwise gives each column blocks of its own.
+bool matvec_parts_stepwise_columns_apart(const MatvecPartsParams& p, int64_t columns);
 
 // Quantizes `columns` rows of `cols` floats (cols a multiple of 32) to q8.
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,

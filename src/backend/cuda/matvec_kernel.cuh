@@ -14,6 +14,25 @@ namespace nt::cuda {
 
 constexpr int kMatvecWarps = 4;
 
+// The params of columns [first, ...): every per-column pointer moved on
+// (MatvecParams' column layout, matvec_stepwise's folded norms).
+__host__ __device__ inline MatvecParams column_params(const MatvecParams& p, int64_t first) {
+  MatvecParams q = p;
+  const int64_t cols = p.w.cols, rows = p.w.rows;
+  if (q.x.f32) q.x.f32 += first * cols;
+  if (q.x.q8) q.x.q8 += first * cols;
+  if (q.x.q8_scales) q.x.q8_scales += first * cols / 32;
+  q.y += first * p.y_stride;
+  if (q.residual) q.residual += first * p.y_stride;
+  if (q.norm_in.group_sumsq) q.norm_in.group_sumsq += first * cols / 32;
+  if (q.norm_out.q8) {
+    q.norm_out.q8 += first * rows;
+    q.norm_out.q8_scales += first * rows / 32;
+    q.norm_out.group_sumsq += first * rows / 32;
+  }
+  return q;
+}
+
 template <class F>
 __device__ __forceinline__ float dot_column(const typename F::Regs& r, const MatvecParams& p, int column, int unit) {
   const int64_t cols = p.w.cols;
@@ -255,7 +274,7 @@ int default_rows_per_warp(int64_t rows, int warps_per_row);
 template <class F, int kColumns, bool kGated, int kSplit, bool kTwoRows = false>
 void launch_matvec_kernel(const MatvecParams& p, cudaStream_t stream) {
   constexpr int rows_per_block = kMatvecWarps / kSplit * (kTwoRows ? 2 : 1);
-  const unsigned blocks = unsigned((p.w.rows + rows_per_block - 1) / rows_per_block);
+  const unsigned blocks = unsigned(ceil_div(p.w.rows, rows_per_block));
   constexpr int unroll = kDefaultUnroll<F, kGated || kTwoRows>;
   launch_kernel_with(matvec_kernel<F, kColumns, kGated, kSplit, unroll, kTwoRows>, 1, streamed_weights({&p.w, &p.w_up}),
                      dim3(blocks), dim3(kMatvecWarps * 32), 0, stream, p);
@@ -334,7 +353,9 @@ void launch_matvec(const MatvecParams& p, int columns, cudaStream_t stream) {
 bool launch_matvec_float(const MatvecParams& p, int columns, cudaStream_t stream);
 bool launch_matvec_legacy(const MatvecParams& p, int columns, cudaStream_t stream);
 bool launch_matvec_kquant(const MatvecParams& p, int columns, cudaStream_t stream);
-// Stepwise columns (matvec_stepwise.cu): 1 to kMatvecMaxColumns, any format.
+// Stepwise columns (matvec_stepwise.cu): 1 to kMatvecMaxColumns, any format;
+// and whether such a launch gives each column blocks of its own.
 bool launch_matvec_stepwise(const MatvecParams& p, int columns, cudaStream_t stream);
+bool stepwise_columns_apart(const MatvecParams& p, int columns);
 
 }  // namespace nt::cuda

@@ -103,14 +103,31 @@ void matvec_parts(const MatvecPartsParams& p, cudaStream_t stream) {
   for (int i = 0; i < p.n_parts; ++i) matvec(cuda::part_params(p, i, p.part[i].w.rows), 1, stream);
 }
 
+namespace cuda {
+namespace {
+
+// Part i's stepwise launch: the fused kernel's row split, else the part's own.
+MatvecParams stepwise_part(const MatvecPartsParams& p, const PartsLaunch& launch, int i, int64_t y_stride) {
+  MatvecParams one = part_params(p, i, y_stride);
+  one.warps_per_row = launch.fused ? launch.split : 0;
+  return one;
+}
+
+}  // namespace
+}  // namespace cuda
+
 void matvec_parts_stepwise(const MatvecPartsParams& p, int64_t columns, int64_t y_stride, cudaStream_t stream) {
   if (columns == 1) return matvec_parts(p, stream);
   const cuda::PartsLaunch launch = cuda::plan_parts(p);
+  for (int i = 0; i < p.n_parts; ++i) matvec_stepwise(cuda::stepwise_part(p, launch, i, y_stride), columns, stream);
+}
+
+bool matvec_parts_stepwise_columns_apart(const MatvecPartsParams& p, int64_t columns) {
+  const cuda::PartsLaunch launch = cuda::plan_parts(p);
   for (int i = 0; i < p.n_parts; ++i) {
-    MatvecParams one = cuda::part_params(p, i, y_stride);
-    one.warps_per_row = launch.fused ? launch.split : 0;  // the fused kernel's split, else the part's own
-    matvec_stepwise(one, columns, stream);
+    if (!matvec_stepwise_columns_apart(cuda::stepwise_part(p, launch, i, 0), columns)) return false;
   }
+  return true;
 }
 
 }  // namespace nt
