@@ -462,7 +462,7 @@ bool CudaLlamaRunner::float_layers() const {
 // gives each row blocks of its own in every layer mat-vec: such a step costs
 // about one sequence's step (the one-column launches leave the GPU mostly
 // idle), less than the batched kernels', and gives each sequence its step
-// alone. Small models: SmolLM2 takes 8 (on an H100, 5-38% faster than the
+// alone. Small models: SmolLM2 takes 8 (on an H100, 3-30% faster than the
 // batched step at 2 to 8 sequences, docs/PERFORMANCE.md "Small models decode
 // batches stepwise"); the 8B none. 0 where layers run on the host, ranks
 // split the matrices or stages split the layers: their passes keep the

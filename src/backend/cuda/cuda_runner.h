@@ -87,8 +87,9 @@ struct CudaRunnerOptions {
   // its one-token step alone, so batched greedy output is plain decoding's.
   // -1: by the model, where it is the faster step (CudaLlamaRunner::
   // stepwise_steps_apart: small models, short contexts); 0: off. On the
-  // 8B it costs 0.71x at 2-4 sequences and 0.40x at 8 (docs/PERFORMANCE.md,
-  // "Exact batching on the GPU"). For A/B runs NT_CUDA_STEPWISE_STEPS=N sets it.
+  // 8B it costs 0.87x at 2 sequences, 0.65x at 4 and 0.36x at 8 (H100,
+  // docs/PERFORMANCE.md "Small models decode batches stepwise"). For A/B
+  // runs NT_CUDA_STEPWISE_STEPS=N sets it.
   int64_t stepwise_steps_max = -1;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
