@@ -933,7 +933,9 @@ void CudaLlamaRunner::mark_one_token_runs_stepwise(const Batch& batch, std::span
 void CudaLlamaRunner::forward_runs_alone(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                          BatchOutputs& out) {
   mark_one_token_runs_stepwise(batch, runs);
-  const auto chunk = [&](int64_t at, int64_t n) { run_batch_chunk(stepwise_batch_, stepwise_runs_, kv_pages(), at, n, layers, out); };
+  const auto chunk = [&](int64_t at, int64_t n) {
+    run_batch_chunk(stepwise_batch_, stepwise_runs_, kv_pages(), at, n, layers, out);
+  };
   for (size_t i = 0; i < runs.size();) {
     const SequenceRun& r = runs[i];
     if (r.count > 1) {
