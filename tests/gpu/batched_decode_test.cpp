@@ -184,18 +184,15 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
   const auto& [file, tokenizer, prompts] = smol;
   CudaRunnerOptions o;
   o.max_sequences = int(prompts.size()) + 1;
-  // Every step decodes all 8. SmolLM2's matrices are small enough that the
-  // default runner steps them stepwise (stepwise_steps_max by the model),
-  // each row as its step alone, and runs a pass of several prompts prompt by
-  // prompt: every token kept, with the prompts prefilled apart or in one
-  // pass, resident and streamed.
+  // The prompts prefill apart, as they do alone, and every step decodes all
+  // 8. SmolLM2's matrices are small enough that the default runner steps
+  // them stepwise (stepwise_steps_max by the model), each row as its step
+  // alone: every token kept, resident and streamed.
   for (const bool streamed : {false, true}) {
     auto runner = make_cuda_runner(*file, 256, streamed ? test::budgets_for(*file, 256, 10, 10, o) : o);
     SCOPED_TRACE(runner->description());
-    EXPECT_NE(runner->description().find("each sequence of a batch as alone (decode steps of up to 8 stepwise)"),
-              std::string::npos);
+    EXPECT_NE(runner->description().find("decode steps of up to 8 sequences stepwise"), std::string::npos);
     EXPECT_EQ(compare_with_alone(*runner, prompts, 64, Prefill::Apart).identical, prompts.size());
-    EXPECT_EQ(compare_with_alone(*runner, prompts, 64, Prefill::Together).identical, prompts.size());
   }
   // The batched kernels (a larger model's steps) round otherwise than the
   // single-sequence graph (the int8 GEMM without folded norms, the
@@ -219,13 +216,11 @@ TEST(BatchedDecode, SmolLM2SequencesDecodeTogetherAsAlone) {
 }
 
 // Batch-invariant scheduling (SchedulerOptions::batch_invariant) gives every
-// sequence exactly its output alone, where a larger model's batched kernels
-// part from it at near-ties (above); on SmolLM2 so does the default
-// scheduling, since its runner computes each sequence of a pass as alone:
-// the 8 prompts through continuous batching, each request's 64 greedy
-// tokens against decode_greedy on the default sequence; resident, and with
-// layers streamed from RAM and disk.
-TEST(BatchedDecode, SmolLM2SchedulingIsExactlyAlone) {
+// sequence exactly its output alone, where the default batched kernels part
+// from it at near-ties (above): the 8 prompts through continuous batching,
+// each request's 64 greedy tokens against decode_greedy on the default
+// sequence; resident, and with layers streamed from RAM and disk.
+TEST(BatchedDecode, SmolLM2BatchInvariantSchedulingIsExactlyAlone) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const SmolLM2Batch smol(path);
@@ -238,24 +233,21 @@ TEST(BatchedDecode, SmolLM2SchedulingIsExactlyAlone) {
     SCOPED_TRACE(runner->description());
     std::vector<std::vector<int32_t>> want;
     for (const auto& p : prompts) want.push_back(test::greedy_decode(*runner, p, kTokens));
-    for (const bool invariant : {true, false}) {
-      SCOPED_TRACE(invariant ? "batch-invariant" : "default scheduling");
-      SchedulerOptions so;
-      so.parallel = int(prompts.size());
-      so.batch_invariant = invariant;
-      BatchScheduler scheduler(*runner, tokenizer, so);
-      for (const auto& p : prompts) {
-        GenerationRequest r;
-        r.prompt = p;
-        r.sampling.temperature = 0.0f;
-        r.options.max_tokens = kTokens;
-        scheduler.submit(std::move(r));
-      }
-      scheduler.run();
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(scheduler.result(i).error, "") << "prompt " << i;
-        EXPECT_EQ(scheduler.result(i).tokens, want[i]) << "prompt " << i;
-      }
+    SchedulerOptions so;
+    so.parallel = int(prompts.size());
+    so.batch_invariant = true;
+    BatchScheduler scheduler(*runner, tokenizer, so);
+    for (const auto& p : prompts) {
+      GenerationRequest r;
+      r.prompt = p;
+      r.sampling.temperature = 0.0f;
+      r.options.max_tokens = kTokens;
+      scheduler.submit(std::move(r));
+    }
+    scheduler.run();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(scheduler.result(i).error, "") << "prompt " << i;
+      EXPECT_EQ(scheduler.result(i).tokens, want[i]) << "prompt " << i;
     }
   }
 }

@@ -233,11 +233,6 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   int64_t stepwise_steps_apart() const;
   // Whether every row of a decode batch attends as a one-token step below kShortDecodeMaxKeys does.
   bool rows_attend_short(const Batch& batch) const;
-  // stepwise_batch_ and stepwise_runs_: the batch with its one-token runs stepwise.
-  void mark_one_token_runs_stepwise(const Batch& batch, std::span<const SequenceRun> runs);
-  // The batch's runs each as alone (a small model's mixed passes).
-  void forward_runs_alone(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
-                          BatchOutputs& out);
   // Whether every layer matrix is F16 or BF16 (decode batches take cuBLAS sooner).
   bool float_layers() const;
   int64_t decode_max_keys(int64_t pos) const { return pass_->decode_max_keys(pos); }
@@ -415,11 +410,9 @@ std::string CudaLlamaRunner::description() const {
                                           : std::string(),
                      decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, false) ? ", folded norms" : "",
-                     options_.stepwise_steps_max <= 0 ? std::string()
-                     : stepwise_by_model_
-                         ? fmt::format(", each sequence of a batch as alone (decode steps of up to {} stepwise)",
-                                       options_.stepwise_steps_max)
-                         : fmt::format(", decode steps of up to {} sequences stepwise", options_.stepwise_steps_max),
+                     options_.stepwise_steps_max > 0
+                         ? fmt::format(", decode steps of up to {} sequences stepwise", options_.stepwise_steps_max)
+                         : std::string(),
                      tier_counts(),
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
@@ -900,55 +893,17 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
       std::all_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.count == 1 && !r.tree; });
   const bool step_alone = one_token_runs && int64_t(batch.size()) <= options_.stepwise_steps_max &&
                           (!stepwise_by_model_ || rows_attend_short(batch));
-  if (stepwise_by_model_ && options_.stepwise_steps_max > 0 && !one_token_runs && runs.size() > 1 &&
-      std::none_of(runs.begin(), runs.end(), [](const SequenceRun& r) { return r.tree || r.stepwise; })) {
-    forward_runs_alone(batch, runs, layers, out);
-    return;
+  if (step_alone) {
+    stepwise_batch_ = batch;
+    for (BatchEntry& e : stepwise_batch_.entries) e.stepwise = true;
+    stepwise_runs_.assign(runs.begin(), runs.end());
+    for (SequenceRun& r : stepwise_runs_) r.stepwise = true;
   }
-  if (step_alone) mark_one_token_runs_stepwise(batch, runs);
   const Batch& pass = step_alone ? stepwise_batch_ : batch;
   const std::span<const SequenceRun> pass_runs = step_alone ? std::span<const SequenceRun>(stepwise_runs_) : runs;
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
     run_batch_chunk(pass, pass_runs, kv_pages(), at, std::min(options_.max_batch, total - at), layers, out);
-  }
-}
-
-void CudaLlamaRunner::mark_one_token_runs_stepwise(const Batch& batch, std::span<const SequenceRun> runs) {
-  stepwise_batch_ = batch;
-  stepwise_runs_.assign(runs.begin(), runs.end());
-  for (SequenceRun& r : stepwise_runs_) {
-    if (r.count != 1) continue;
-    r.stepwise = true;
-    stepwise_batch_.entries[size_t(r.first)].stepwise = true;
-  }
-}
-
-// A pass of prompt chunks beside other sequences rounds otherwise than each
-// prompt alone (another GEMM shape, the decode rows' batched kernels). On a
-// model that steps decode batches stepwise by its own choice, the pass runs
-// every prompt chunk as its own pass, cut where the prompt alone is cut, and
-// the one-token runs as stepwise rows: each sequence then gets its numbers
-// alone, for a pass of the small model's weights per prompt.
-void CudaLlamaRunner::forward_runs_alone(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
-                                         BatchOutputs& out) {
-  mark_one_token_runs_stepwise(batch, runs);
-  const auto chunk = [&](int64_t at, int64_t n) {
-    run_batch_chunk(stepwise_batch_, stepwise_runs_, kv_pages(), at, n, layers, out);
-  };
-  for (size_t i = 0; i < runs.size();) {
-    const SequenceRun& r = runs[i];
-    if (r.count > 1) {
-      for (int64_t at = r.first; at < r.first + r.count; at += options_.max_batch) {
-        chunk(at, std::min(options_.max_batch, r.first + r.count - at));
-      }
-      ++i;
-      continue;
-    }
-    size_t end = i;  // consecutive one-token runs, a decode step's worth at a time
-    while (end < runs.size() && runs[end].count == 1 && int64_t(end - i) < options_.stepwise_steps_max) ++end;
-    chunk(r.first, runs[end - 1].first + 1 - r.first);
-    i = end;
   }
 }
 

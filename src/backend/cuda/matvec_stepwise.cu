@@ -7,12 +7,11 @@
 // columns all fit on the GPU at once gives each column its own blocks (the
 // one-column body); larger ones loop over the columns in every thread.
 #include <atomic>
+#include <cstdlib>
 #include <optional>
-#include <type_traits>
 
 #include "backend/cuda/matvec_kernel.cuh"
 #include "core/align.h"
-#include "core/env_setting.h"
 
 namespace nt::cuda {
 namespace {
@@ -67,7 +66,10 @@ __global__ void __launch_bounds__(kNormOutWarps * 32) matvec_apart_norm_out_kern
 // occupancy is the first device's, asked once per kernel.
 template <auto kKernel>
 bool columns_fit_apart(int threads, int64_t blocks) {
-  static const int64_t waves = env_setting("NT_CUDA_COLUMNS_APART", 2, 0, 64);
+  static const int64_t waves = [] {
+    const char* env = std::getenv("NT_CUDA_COLUMNS_APART");
+    return env ? std::atoll(env) : 2;
+  }();
   static std::atomic<int64_t> resident{-1};
   if (waves <= 0) return false;
   if (resident.load() < 0) {
@@ -92,16 +94,22 @@ struct StepwiseCall {
   bool ask = false;
 };
 
-// kApart over `blocks` blocks a column when they fit (columns_fit_apart),
-// else kLoop over `blocks`; whether the columns went apart.
-template <auto kApart, auto kLoop>
-bool launch_apart_or_loop(const StepwiseCall& c, int threads, int64_t blocks, StreamedBytes weights) {
-  const bool apart = columns_fit_apart<kApart>(threads, blocks * c.columns);
-  if (c.ask) return apart;
-  launch_kernel_with(apart ? kApart : kLoop, 1, weights, dim3(unsigned(apart ? blocks * c.columns : blocks)),
-                     dim3(threads), 0, c.stream, c.p, c.columns);
+template <class F, bool kGated, int kSplit, int kMaxColumns>
+bool launch_split(const StepwiseCall& c) {
+  const MatvecParams& p = c.p;
+  const int64_t blocks = ceil_div(p.w.rows, kMatvecWarps / kSplit);
+  constexpr auto apart = matvec_apart_kernel<F, kGated, kSplit>;
+  const bool columns_apart = columns_fit_apart<apart>(kMatvecWarps * 32, blocks * c.columns);
+  if (c.ask) return columns_apart;
+  if (columns_apart) {
+    launch_kernel_with(apart, 1, streamed_weights({&p.w, &p.w_up}), dim3(unsigned(blocks * c.columns)),
+                       dim3(kMatvecWarps * 32), 0, c.stream, p, c.columns);
+  } else {
+    launch_kernel_with(matvec_stepwise_kernel<F, kGated, kSplit, kMaxColumns>, 1, streamed_weights({&p.w, &p.w_up}),
+                       dim3(unsigned(blocks)), dim3(kMatvecWarps * 32), 0, c.stream, p, c.columns);
+  }
   NT_CUDA_CHECK_LAUNCH();
-  return apart;
+  return columns_apart;
 }
 
 // The choices launch_matvec_decode makes for one column of these params.
@@ -110,20 +118,27 @@ bool launch_stepwise(const StepwiseCall& c) {
   const MatvecParams& p = c.p;
   if constexpr (!kGated && F::kQ8) {
     if (p.norm_out.q8) {  // matvec_stepwise checked the rows are whole groups
-      return launch_apart_or_loop<matvec_apart_norm_out_kernel<F>, matvec_stepwise_norm_out_kernel<F, kMaxColumns>>(
-          c, kNormOutWarps * 32, p.w.rows / 32, streamed_weights({&p.w}));
+      const int64_t blocks = p.w.rows / 32;
+      constexpr auto apart = matvec_apart_norm_out_kernel<F>;
+      const bool columns_apart = columns_fit_apart<apart>(kNormOutWarps * 32, blocks * c.columns);
+      if (c.ask) return columns_apart;
+      if (columns_apart) {
+        launch_kernel_with(apart, 1, streamed_weights({&p.w}), dim3(unsigned(blocks * c.columns)),
+                           dim3(kNormOutWarps * 32), 0, c.stream, p, c.columns);
+      } else {
+        launch_kernel_with(matvec_stepwise_norm_out_kernel<F, kMaxColumns>, 1, streamed_weights({&p.w}),
+                           dim3(unsigned(blocks)), dim3(kNormOutWarps * 32), 0, c.stream, p, c.columns);
+      }
+      NT_CUDA_CHECK_LAUNCH();
+      return columns_apart;
     }
   }
-  const auto split = [&](auto warps) {
-    constexpr int kSplit = decltype(warps)::value;
-    return launch_apart_or_loop<matvec_apart_kernel<F, kGated, kSplit>, matvec_stepwise_kernel<F, kGated, kSplit, kMaxColumns>>(
-        c, kMatvecWarps * 32, ceil_div(p.w.rows, kMatvecWarps / kSplit), streamed_weights({&p.w, &p.w_up}));
-  };
-  switch (const int warps = p.warps_per_row ? p.warps_per_row : default_warps_per_row(p.w.cols / F::kUnitElems)) {
-    case 1: return split(std::integral_constant<int, 1>{});
-    case 2: return split(std::integral_constant<int, 2>{});
-    case 4: return split(std::integral_constant<int, 4>{});
-    default: fail("matvec splits a row over 1, 2 or 4 warps, not {}", warps);
+  const int split = p.warps_per_row ? p.warps_per_row : default_warps_per_row(p.w.cols / F::kUnitElems);
+  switch (split) {
+    case 1: return launch_split<F, kGated, 1, kMaxColumns>(c);
+    case 2: return launch_split<F, kGated, 2, kMaxColumns>(c);
+    case 4: return launch_split<F, kGated, 4, kMaxColumns>(c);
+    default: fail("matvec splits a row over 1, 2 or 4 warps, not {}", split);
   }
 }
 
