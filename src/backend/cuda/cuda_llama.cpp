@@ -334,6 +334,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   options_.stepwise_steps_max =
       env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, -1, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
+  if (options_.stepwise_steps_max < -1) {
+    fail("stepwise_steps_max must be -1 (by the model), 0 (off) or a sequence count, got {}", options_.stepwise_steps_max);
+  }
   end_layer_ = config_.n_layers;
   if (const auto& stage = options_.stage) {
     if (stage->first_layer < 0 || stage->first_layer >= stage->end_layer || stage->end_layer > config_.n_layers ||

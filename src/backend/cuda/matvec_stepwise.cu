@@ -7,11 +7,11 @@
 // columns all fit on the GPU at once gives each column its own blocks (the
 // one-column body); larger ones loop over the columns in every thread.
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 
 #include "backend/cuda/matvec_kernel.cuh"
 #include "core/align.h"
+#include "core/env_setting.h"
 
 namespace nt::cuda {
 namespace {
@@ -66,10 +66,7 @@ __global__ void __launch_bounds__(kNormOutWarps * 32) matvec_apart_norm_out_kern
 // occupancy is the first device's, asked once per kernel.
 template <auto kKernel>
 bool columns_fit_apart(int threads, int64_t blocks) {
-  static const int64_t waves = [] {
-    const char* env = std::getenv("NT_CUDA_COLUMNS_APART");
-    return env ? std::atoll(env) : 2;
-  }();
+  static const int64_t waves = env_setting("NT_CUDA_COLUMNS_APART", 2, 0, 64);
   static std::atomic<int64_t> resident{-1};
   if (waves <= 0) return false;
   if (resident.load() < 0) {
