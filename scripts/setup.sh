@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine: system packages, the Python test oracles,
-# the default model, and a Release build in ./build of what this machine needs
+# the default model, and a Release build in ./build of the ntransformer binary for what this machine has
 # (scripts/cuda_flags.sh: CUDA for its GPU, or CPU only). Safe to run again:
 # a build dir configured otherwise (another CUDA setting, generator or
 # toolkit) is reconfigured, and started afresh if that fails.
@@ -58,9 +58,10 @@ if ! configure; then
 fi
 
 # ninja's progress lines on the terminal; everything (warnings, errors) in the log.
-step "building (progress below; full log: build/setup-build.log)"
+# Only the binary: the tests, test tools and CUDA benches build with the test command.
+step "building ntransformer (progress below; full log: build/setup-build.log)"
 set +e
-ninja -C build -j"$(nproc)" 2>&1 | tee build/setup-build.log | { grep --line-buffered -E '^\[[0-9]+/[0-9]+\]' || true; }
+ninja -C build -j"$(nproc)" ntransformer 2>&1 | tee build/setup-build.log | { grep --line-buffered -E '^\[[0-9]+/[0-9]+\]' || true; }
 status=${PIPESTATUS[0]}
 set -e
 if ((status != 0)); then

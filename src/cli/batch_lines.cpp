@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+
+#include "engine/completion.h"
+#include "sampling/setting_limits.h"
 
 namespace nt::cli {
 namespace {
@@ -15,6 +17,12 @@ constexpr std::string_view kFields[] = {"id",           "prompt",         "messa
                                         "temperature",  "top_k",          "top_p",             "min_p",
                                         "seed",         "repeat_penalty", "repeat_last_n",     "frequency_penalty",
                                         "presence_penalty", "stop",       "prediction"};
+
+constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool"};
+
+// An error message quotes at most this much of the line (the JSON library's
+// "last read" can be all of a 10 MB line).
+constexpr size_t kMaxQuoted = 200;
 
 struct FieldError {
   std::string field, message;
@@ -34,19 +42,15 @@ std::string shown(const json& value) {
   return text;
 }
 
-int64_t integer(const json& value, const std::string& field, int64_t lo, int64_t hi) {
-  if (!value.is_number_integer()) bad(field, fmt::format("expected an integer, got {}", shown(value)));
-  const bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(hi)
-                                                   : value.get<int64_t>() >= lo && value.get<int64_t>() <= hi;
-  if (!in_range) bad(field, fmt::format("{} is out of range: {} to {}", shown(value), lo, hi));
-  return value.get<int64_t>();
-}
-
-float number(const json& value, const std::string& field, double lo, double hi) {
-  if (!value.is_number()) bad(field, fmt::format("expected a number, got {}", shown(value)));
+// A field of the shared table (sampling/setting_limits.h), as the flags check it.
+double setting(const json& value, const SettingLimit& limit) {
+  const std::string field(limit.field);
+  if (limit.integer ? !value.is_number_integer() : !value.is_number()) {
+    bad(field, fmt::format("expected {}, got {}", limit.integer ? "an integer" : "a number", shown(value)));
+  }
   const double v = value.get<double>();
-  if (!(v >= lo && v <= hi)) bad(field, fmt::format("{} is out of range: {:g} to {:g}", shown(value), lo, hi));
-  return float(v);
+  if (std::string error = check_limit(limit, v); !error.empty()) bad(field, error);
+  return v;
 }
 
 std::string text(const json& value, const std::string& field) {
@@ -95,7 +99,11 @@ std::vector<ChatMessage> chat_messages(const json& value) {
     for (const char* key : {"role", "content"}) {
       if (!m.contains(key)) bad(at + "." + key, "missing");
     }
-    messages.push_back({text(m["role"], at + ".role"), text(m["content"], at + ".content")});
+    std::string role = text(m["role"], at + ".role");
+    if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles)) {
+      bad(at + ".role", fmt::format("{} is not a chat role (system, user, assistant or tool)", shown(m["role"])));
+    }
+    messages.push_back({std::move(role), text(m["content"], at + ".content")});
   }
   return messages;
 }
@@ -117,27 +125,30 @@ void read_fields(const json& j, BatchLine& line) {
   }
   if (has_prompt) line.prompt = text(j["prompt"], "prompt");
   if (has_messages) line.messages = chat_messages(j["messages"]);
-  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  constexpr double kLargestFloat = std::numeric_limits<float>::max();  // past it, a temperature would be inf
-  if (j.contains("max_tokens")) line.max_tokens = integer(j["max_tokens"], "max_tokens", 0, kInt32Max);
-  if (j.contains("temperature")) line.sampling.temperature = number(j["temperature"], "temperature", 0.0, kLargestFloat);
-  if (j.contains("top_k")) line.sampling.top_k = int32_t(integer(j["top_k"], "top_k", 0, kInt32Max));
-  if (j.contains("top_p")) line.sampling.top_p = number(j["top_p"], "top_p", 0.0, 1.0);
-  if (j.contains("min_p")) line.sampling.min_p = number(j["min_p"], "min_p", 0.0, 1.0);
+  namespace l = limits;
+  if (j.contains("max_tokens")) {
+    const int64_t max_tokens = int64_t(setting(j["max_tokens"], l::kMaxTokens));
+    line.max_tokens = max_tokens < 0 ? kNoTokenLimit : max_tokens;
+  }
+  SamplingParams& s = line.sampling;
+  for (const auto& [limit, value] : {std::pair{&l::kTemperature, &s.temperature}, std::pair{&l::kTopP, &s.top_p},
+                                     std::pair{&l::kMinP, &s.min_p}, std::pair{&l::kRepeatPenalty, &s.repeat_penalty},
+                                     std::pair{&l::kFrequencyPenalty, &s.frequency_penalty},
+                                     std::pair{&l::kPresencePenalty, &s.presence_penalty}}) {
+    if (j.contains(limit->field)) *value = float(setting(j[limit->field], *limit));
+  }
+  for (const auto& [limit, value] : {std::pair{&l::kTopK, &s.top_k}, std::pair{&l::kRepeatLastN, &s.repeat_last_n}}) {
+    if (j.contains(limit->field)) *value = int32_t(setting(j[limit->field], *limit));
+  }
   if (j.contains("seed")) {
     const json& seed = j["seed"];
-    if (!seed.is_number_unsigned()) bad("seed", fmt::format("expected an integer from 0 to 2^64 - 1, got {}", shown(seed)));
-    line.sampling.seed = seed.get<uint64_t>();
-  }
-  // The penalties as the CLI's --repeat-penalty, --repeat-last-n, --frequency-penalty and --presence-penalty.
-  if (j.contains("repeat_penalty")) {
-    line.sampling.repeat_penalty = number(j["repeat_penalty"], "repeat_penalty", 0.0, kLargestFloat);
-    if (line.sampling.repeat_penalty == 0.0f) bad("repeat_penalty", "must be more than 0 (1: off)");
-  }
-  if (j.contains("repeat_last_n")) line.sampling.repeat_last_n = int32_t(integer(j["repeat_last_n"], "repeat_last_n", -1, kInt32Max));
-  for (const auto& [field, value] : {std::pair{"frequency_penalty", &line.sampling.frequency_penalty},
-                                     std::pair{"presence_penalty", &line.sampling.presence_penalty}}) {
-    if (j.contains(field)) *value = number(j[field], field, -kLargestFloat, kLargestFloat);
+    if (seed.is_number_integer() && seed.get<int64_t>() == -1 && !seed.is_number_unsigned()) {
+      s.seed = random_seed();
+    } else if (seed.is_number_unsigned()) {
+      s.seed = seed.get<uint64_t>();
+    } else {
+      bad("seed", fmt::format("expected -1 (random) or an integer from 0 to 18446744073709551615, got {}", shown(seed)));
+    }
   }
   if (j.contains("stop")) line.stop = stop_strings(j["stop"]);
   if (j.contains("prediction")) line.prediction = prediction(j["prediction"]);
@@ -163,7 +174,9 @@ BatchLine parse_batch_line(std::string_view text, const BatchDefaults& defaults)
     // Drop the library's "[json.exception.parse_error.101] " tag.
     const std::string what = e.what();
     const size_t tag_end = what.find("] ");
-    line.error = "malformed JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2));
+    std::string reason = tag_end == std::string::npos ? what : what.substr(tag_end + 2);
+    if (reason.size() > kMaxQuoted) reason = reason.substr(0, kMaxQuoted) + fmt::format("... ({} bytes in all)", reason.size());
+    line.error = "malformed JSON: " + reason;
     return line;
   }
   try {

@@ -11,11 +11,10 @@
 // not run, {"id", "line", "field", "error"}.
 #include <fmt/core.h>
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <deque>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
@@ -27,6 +26,8 @@
 #include "cli/number_checks.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/output_file.h"
 #include "core/progress.h"
 #include "engine/batch_scheduler.h"
 #include "engine/lookup_draft.h"
@@ -49,6 +50,8 @@ struct BatchOptions {
   std::vector<std::string> stop;
   SpeculationOptions speculation;  // --lookup, --draft-self or --draft-model
   bool batch_invariant = false;
+  bool keep_going = false;  // exit 0 even when some lines failed
+  bool ignore_eos = false;
 };
 
 // What a line's output object needs once its request is done.
@@ -92,7 +95,7 @@ ordered_json result_object(const InputLine& line, const GenerationResult& r, boo
 // keeping only the lines not written yet.
 class OrderedWriter {
  public:
-  explicit OrderedWriter(std::ostream& out) : out_(out) {}
+  explicit OrderedWriter(std::FILE* out) : out_(out) {}
   // A new line, numbered in order from 0; its object comes with set().
   size_t add(InputLine line) {
     pending_.push_back({std::move(line), std::nullopt});
@@ -103,10 +106,11 @@ class OrderedWriter {
   void set(size_t index, ordered_json object) {
     pending_.at(index - written_).object = std::move(object);
     for (; !pending_.empty() && pending_.front().object; ++written_) {
-      out_ << pending_.front().object->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+      const std::string text = pending_.front().object->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      fmt::print(out_, "{}\n", text);
       pending_.pop_front();
     }
-    out_.flush();
+    std::fflush(out_);
   }
 
  private:
@@ -114,15 +118,15 @@ class OrderedWriter {
     InputLine line;
     std::optional<ordered_json> object;
   };
-  std::ostream& out_;
+  std::FILE* out_;
   std::deque<Pending> pending_;
   size_t written_ = 0;
 };
 
 std::string progress_text(const SchedulerProgress& p) {
-  std::string text = fmt::format("{}/{} done, {} running, {} tokens generated ({:.1f} tok/s), {} prompt tokens ({:.1f} tok/s)",
-                                 p.finished, p.requests, p.running, p.generated_tokens, p.generated_per_second(),
-                                 p.prompt_tokens, p.prompt_per_second());
+  std::string text = fmt::format("{}/{} done, {} running, prefill {} tokens ({}), decode {} tokens ({})", p.finished,
+                                 p.requests, p.running, p.prompt_tokens, rate_text(double(p.prompt_tokens), p.prefill_seconds),
+                                 p.generated_tokens, rate_text(double(p.generated_tokens), p.decode_seconds));
   if (p.shared_prompt_tokens > 0) text += fmt::format(", {} more shared from cached prefixes", p.shared_prompt_tokens);
   if (p.speculation.passes > 0) {
     text += fmt::format(", {:.2f} tokens per sequence per pass ({:.0f}% of drafts accepted)", p.speculation.tokens_per_pass(),
@@ -133,14 +137,13 @@ std::string progress_text(const SchedulerProgress& p) {
 
 void batch(const BatchOptions& o) {
   check_speculation_options(o.speculation);
-  BatchDefaults defaults{o.sampling, o.n_predict, o.stop};
+  BatchDefaults defaults{o.sampling, o.n_predict < 0 ? kNoTokenLimit : o.n_predict, o.stop};
+  if (!o.input.empty() && !o.output.empty()) refuse_output_over_input(o.input, "-i", o.output, "-o");
   LineInput input(o.input);
-  std::ofstream file_out;
-  if (!o.output.empty()) {
-    file_out.open(o.output);
-    if (!file_out) fail("-o {}: cannot create the output file", o.output);
-  }
-  std::ostream& out = o.output.empty() ? std::cout : file_out;
+  // A file output appears only when complete (after an interrupt: with every answer finished by then).
+  std::optional<OutputFile> file_out;
+  if (!o.output.empty()) file_out.emplace(o.output, "-o");
+  std::FILE* out = file_out ? file_out->stream() : stdout;
 
   ModelOptions mo = o.model;
   mo.sequences = o.parallel;
@@ -156,6 +159,7 @@ void batch(const BatchOptions& o) {
     }
   }
   auto loaded = load_target_model(mo, o.speculation);
+  announce_seed(o.sampling);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   // Made when first needed (a model without a template warns only then), or now to check --chat-template.
@@ -235,7 +239,7 @@ void batch(const BatchOptions& o) {
     request.prompt = std::move(prompt.tokens);
     request.sampling = line.sampling;
     request.options.max_tokens = line.max_tokens;
-    request.options.stop_tokens = std::move(prompt.stop_tokens);
+    if (!o.ignore_eos) request.options.stop_tokens = std::move(prompt.stop_tokens);
     request.options.stop_strings = line.stop;
     request.prediction = line.prediction.empty() ? default_prediction : tokenizer.encode(line.prediction, false);
     line_of_request.emplace(scheduler.submit(std::move(request)), index);
@@ -245,23 +249,43 @@ void batch(const BatchOptions& o) {
   // slots never starve, and a large input is not held in memory whole.
   const int64_t read_ahead = 2 * int64_t(o.parallel);
   bool busy = false;  // the scheduler has requests
+  // SIGINT or SIGTERM: no more lines are read, the running ones end where
+  // they are ("interrupted"), and every answer is written in order.
+  const InterruptScope interrupts(true);
+  bool interrupted = false;
   for (;;) {
     for (;;) {
       const SchedulerProgress& p = scheduler.progress();
-      if (p.requests - p.finished - p.running >= read_ahead) break;
+      if (interrupt_requested() || p.requests - p.finished - p.running >= read_ahead) break;
       // With nothing to run, wait for the next line; otherwise take only lines already there.
       const std::optional<std::string> text = input.next(!busy);
       if (!text) break;
+      // Blank lines are skipped: they get no output line (their numbers still count).
       if (text->find_first_not_of(" \t") == std::string::npos) continue;
       busy = take(*text) || busy;
+    }
+    if (interrupt_requested() && !interrupted) {
+      interrupted = true;
+      for (const auto& [request, line] : line_of_request) scheduler.cancel(request);
     }
     busy = scheduler.step();
     for (const size_t request : written) scheduler.release(request);
     written.clear();
-    if (!busy && input.ended()) break;
+    if (!busy && (interrupted || input.ended())) break;
   }
   progress.finish();
-  if (errors > 0) fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects)\n", errors, writer.lines());
+  if (file_out) file_out->commit();
+  if (interrupted) {
+    const int signal = interrupt_signal();
+    fmt::print(stderr, "batch: interrupted by {}; {} lines answered, the unfinished ones with stop_reason \"interrupted\"\n",
+               signal == SIGTERM ? "SIGTERM" : "Ctrl-C", writer.lines());
+    throw ExitCode(128 + signal);
+  }
+  if (errors > 0) {
+    fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects){}\n", errors, writer.lines(),
+               o.keep_going ? "" : "; --keep-going exits 0 all the same");
+    if (!o.keep_going) throw ExitCode(1);
+  }
 }
 
 }  // namespace
@@ -276,9 +300,10 @@ void add_batch_command(CLI::App& app) {
   cmd->add_option("--parallel", o.parallel, "Sequences decoded at once (also -np)")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most, for lines without max_tokens")
+  cmd->add_option("-n,--n-predict", o.n_predict,
+                  "Tokens to generate at most, for lines without max_tokens (-1: until end of text or a full context)")
       ->capture_default_str()
-      ->check(non_negative());
+      ->check(within(limits::kMaxTokens));
   cmd->add_option("-b,--batch-size", o.batch_size, "Prompt tokens per forward pass at most (decode steps ride along)")
       ->capture_default_str()
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
@@ -287,6 +312,8 @@ void add_batch_command(CLI::App& app) {
                "differently): one-token kernels for each sequence's steps, one prompt chunk a pass, no shared prefixes");
   cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
+  cmd->add_flag("--keep-going", o.keep_going, "Exit 0 even when some lines could not run (their error objects say why)");
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "Generate past the end-of-text token, up to max_tokens or a full context");
   add_speculation_options(*cmd, o.speculation);
   cmd->callback([] { batch(o); });
 }

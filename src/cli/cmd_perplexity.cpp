@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/layer_skip_options.h"
 #include "cli/model_options.h"
+#include "core/interrupt.h"
 #include "core/read_file.h"
 #include "engine/perplexity.h"
 #include "tokenizer/tokenizer.h"
@@ -34,10 +35,18 @@ void add_perplexity_command(CLI::App& app) {
     const Tokenizer& tokenizer = *loaded.tokenizer;
     const auto tokens = tokenizer.encode(text, true, false);
     fmt::print(stderr, "{} tokens, {} windows of {}\n", tokens.size(), int64_t(tokens.size()) / n_ctx, n_ctx);
+    // Ctrl-C after a window: the perplexity of the windows scored so far.
+    const InterruptScope interrupts;
     const auto r = perplexity(*loaded.runner, tokens, n_ctx, tokenizer.vocab().add_bos() ? tokenizer.vocab().bos() : -1,
-                              [](int64_t w, double ppl) { fmt::print(stderr, "[{}] {:.4f}\n", w + 1, ppl); });
-    fmt::print("PPL = {:.4f} +/- {:.4f} ({} tokens scored in {} windows of {})\n", r.perplexity, r.standard_error,
-               r.scored_tokens, r.windows, n_ctx);
+                              [](int64_t w, double ppl) {
+                                fmt::print(stderr, "[{}] {:.4f}\n", w + 1, ppl);
+                                return !interrupt_requested();
+                              });
+    const int64_t all_windows = int64_t(tokens.size()) / n_ctx;
+    fmt::print("PPL = {:.4f} +/- {:.4f} ({} tokens scored in {} windows of {}{})\n", r.perplexity, r.standard_error,
+               r.scored_tokens, r.windows, n_ctx,
+               r.windows < all_windows ? fmt::format("; interrupted, {} windows not scored", all_windows - r.windows) : "");
+    if (r.windows < all_windows) throw ExitCode(130);
   });
 }
 

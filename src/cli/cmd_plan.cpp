@@ -32,7 +32,7 @@
 #include "storage/io_reader.h"
 #include "storage/multi_gpu_plan.h"
 #include "storage/placement.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 namespace nt::cli {
 namespace {
 
@@ -45,6 +45,10 @@ constexpr int kAssumedGpuSms = 132;
 constexpr double kCpuProbeSeconds = 0.4;
 // Far beyond the last-level caches, so the host read probe measures DRAM.
 constexpr uint64_t kHostReadProbeBytes = 1ull << 30;
+
+// The VRAM a plan assumes without a GPU to ask or a --vram-budget: the 24 GB
+// consumer card most users run on.
+constexpr uint64_t kAssumedVramBytes = uint64_t(24) << 30;
 
 struct PlanOptions {
   std::string model;
@@ -207,7 +211,8 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
     }
     budgets = free_vram_budgets(ids, free_bytes);  // as the pipeline runner takes them
   } else {
-    fail("no GPU to size the VRAM budgets from: pass --vram-budget, e.g. --vram-budget 24GiB,24GiB or one value for all");
+    budgets.assign(ids.size(), kAssumedVramBytes);
+    in.budget_sources.assign(ids.size(), "ASSUMED: a 24 GiB card, no GPU to ask; pass --vram-budget");
   }
   const ModelFootprint model = device_footprint(src.config, src.weights, src.reads);
   in.model = &model;
@@ -297,7 +302,8 @@ void plan(const PlanOptions& o) {
     vram_budget = gpu->free_bytes;
     vram_source = "free on " + gpu->name;
   } else {
-    fail("no GPU to size the VRAM budget from ({}): pass --vram-budget, e.g. --vram-budget 24GiB", no_gpu);
+    vram_budget = kAssumedVramBytes;
+    vram_source = fmt::format("ASSUMED: a 24 GiB card, no GPU to ask ({}); pass --vram-budget", no_gpu);
   }
 
   // The CUDA runner's own placement: device-layout sizes and its buffers,
@@ -456,7 +462,7 @@ void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Show where each layer would live (VRAM, pinned RAM, storage) and the predicted speed");
   static PlanOptions o;
   cmd->add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
-  cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB; with --gpus one for each, e.g. 24GiB,20GiB, or one for all (default: free VRAM; required without a GPU)");
+  cmd->add_option("--vram-budget", o.vram_budget, "VRAM to use, e.g. 24GiB; with --gpus one for each, e.g. 24GiB,20GiB, or one for all (default: free VRAM; without a GPU an assumed 24GiB)");
   cmd->add_option("--ram-budget", o.ram_budget, "Host RAM to pin, e.g. 48GiB (default: from MemAvailable)");
   cmd->add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(non_negative());
   cmd->add_option("--sequences,--parallel", o.sequences, "Sequences whose KV caches are held at once (batch --parallel)")

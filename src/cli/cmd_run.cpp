@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/id_list.h"
@@ -21,6 +22,8 @@
 #include "cli/number_checks.h"
 #include "cli/speculation_options.h"
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/output_file.h"
 #include "core/read_file.h"
 #include "engine/logit_rows.h"
 #include "engine/prompts.h"
@@ -37,6 +40,8 @@ struct RunOptions {
   std::string system;
   int64_t n_predict = 256;
   bool raw = false;
+  bool display_prompt = true;
+  bool ignore_eos = false;
   std::string chat_template;
   std::vector<std::string> stop;
   bool show_ids = false;
@@ -62,11 +67,12 @@ void check_speculation_flags(const RunOptions& o) {
 }
 
 void print_stats(const GenerationStats& s, const SpeculationStats* spec) {
-  fmt::print(stderr, "\n\nprefill: {} tokens in {:.3f} s ({:.1f} tok/s){}\n", s.prompt_tokens - s.reused_tokens,
-             s.prefill_seconds, s.prefill_tokens_per_second(),
+  fmt::print(stderr, "\nprefill: {} tokens in {:.3f} s ({}){}\n", s.prompt_tokens - s.reused_tokens,
+             s.prefill_seconds, rate_text(double(s.prompt_tokens - s.reused_tokens), s.prefill_seconds),
              s.reused_tokens ? fmt::format(", {} reused from cache", s.reused_tokens) : "");
-  fmt::print(stderr, "decode:  {} tokens in {:.3f} s ({:.1f} tok/s), stopped by {}\n", s.generated_tokens,
-             s.decode_seconds, s.decode_tokens_per_second(), stop_reason_name(s.stop));
+  fmt::print(stderr, "decode:  {} tokens in {:.3f} s ({}), stopped by {}\n", s.generated_tokens,
+             s.decode_seconds, rate_text(double(s.decode_tokens), s.decode_seconds),
+             s.stop == StopReason::Interrupted ? "Ctrl-C" : stop_reason_name(s.stop));
   if (spec) fmt::print(stderr, "{}\n", speculation_summary(*spec));
 }
 
@@ -75,25 +81,21 @@ std::string quoted(const std::string& bytes) {
   return nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-using File = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-
 // Created before the work, so that a bad path fails at once.
-File create_ids_file(const std::string& path) {
-  if (path.empty()) return File(nullptr, &std::fclose);
-  File file(std::fopen(path.c_str(), "w"), &std::fclose);
-  if (!file) fail("--ids-out: cannot create '{}': {}", path, std::strerror(errno));
-  return file;
+std::optional<OutputFile> create_ids_file(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  return std::optional<OutputFile>(std::in_place, path, "--ids-out");
 }
 
-void write_ids(const RunOptions& o, File ids_file, const std::vector<int32_t>& prompt,
+void write_ids(const RunOptions& o, std::optional<OutputFile>& ids_file, const std::vector<int32_t>& prompt,
                const std::vector<int32_t>& generated) {
   if (o.show_ids) {
     fmt::print(stderr, "prompt ids: [{}]\ngenerated ids: [{}]\n", fmt::join(prompt, ", "), fmt::join(generated, ", "));
   }
   if (!ids_file) return;
-  fmt::print(ids_file.get(), "{{\"prompt\": [{}], \"generated\": [{}]}}\n", fmt::join(prompt, ", "),
+  fmt::print(ids_file->stream(), "{{\"prompt\": [{}], \"generated\": [{}]}}\n", fmt::join(prompt, ", "),
              fmt::join(generated, ", "));
-  if (std::fclose(ids_file.release()) != 0) fail("--ids-out: cannot write '{}': {}", o.ids_out, std::strerror(errno));
+  ids_file->commit();
 }
 
 // Evaluates prompt + reference in one pass of the model: each position's logits
@@ -146,7 +148,7 @@ void run(const RunOptions& o) {
   const Speculation speculation(o.speculation, o.model, loaded, o.sampling, 0, &o.layer_skip);  // a bad draft fails before any output
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
-  File ids_file = create_ids_file(o.ids_out);
+  std::optional<OutputFile> ids_file = create_ids_file(o.ids_out);
   std::vector<int32_t> reference;
   if (!o.teacher_ids.empty()) {
     reference = read_id_list(o.teacher_ids, "--teacher-ids");
@@ -154,7 +156,7 @@ void run(const RunOptions& o) {
   }
 
   GenerationOptions gen;
-  gen.max_tokens = o.n_predict;
+  gen.max_tokens = o.n_predict < 0 ? kNoTokenLimit : o.n_predict;
   gen.stop_strings = o.stop;
   EncodedPrompt prompt;
   const bool use_template = !o.raw && (!tokenizer.vocab().chat_template().empty() || !o.chat_template.empty());
@@ -168,29 +170,40 @@ void run(const RunOptions& o) {
   } else {
     prompt = encode_completion(tokenizer, o.prompt);
   }
-  gen.stop_tokens = prompt.stop_tokens;
+  if (!o.ignore_eos) gen.stop_tokens = prompt.stop_tokens;
 
   // The logits and the teacher's scores come from their own pass over the prompt.
   const bool generating = reference.empty();
   if (!o.logits_out.empty() || !generating) evaluate(*loaded.runner, tokenizer, prompt.tokens, reference, o);
   if (!generating) {
-    write_ids(o, std::move(ids_file), prompt.tokens, {});
+    write_ids(o, ids_file, prompt.tokens, {});
     return;
   }
   // Echo a plain prompt only once it is known to fit.
-  if (!use_template && int64_t(prompt.tokens.size()) <= loaded.runner->context_size()) fmt::print("{}", o.prompt);
+  const bool echo = !use_template && o.display_prompt && int64_t(prompt.tokens.size()) <= loaded.runner->context_size();
+  if (echo) fmt::print("{}", o.prompt);
 
-  const auto print_text = [](std::string_view text) {
+  bool ends_with_newline = echo ? o.prompt.ends_with('\n') : true;
+  const auto print_text = [&](std::string_view text) {
     fmt::print("{}", text);
     std::fflush(stdout);
+    if (!text.empty()) ends_with_newline = text.back() == '\n';
   };
   ModelRunner& runner = *loaded.runner;
+  announce_seed(o.sampling);
   Sampler sampler(o.sampling, runner.config().vocab_size);
   SpeculativeOrPlainGenerator generator(runner, tokenizer, speculation.source(), o.speculation.draft_max,
                                         speculation.tree_tokens());
+  // Ctrl-C stops at the next token; the text so far and the statistics still print.
+  const InterruptScope interrupts;
+  gen.interrupted = interrupt_requested;
   const SpeculativeStats stats = generator.generate(prompt.tokens, sampler, gen, print_text);
+  // A shell prompt after the text starts on a line of its own.
+  if (!ends_with_newline && isatty(STDOUT_FILENO)) fmt::print("\n");
+  std::fflush(stdout);
   print_stats(stats.generation, generator.speculates() ? &stats.speculation : nullptr);
-  write_ids(o, std::move(ids_file), prompt.tokens, generator.generated());
+  write_ids(o, ids_file, prompt.tokens, generator.generated());
+  if (stats.generation.stop == StopReason::Interrupted) throw ExitCode(130);
 }
 
 }  // namespace
@@ -204,9 +217,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-f,--file", o.prompt_file, "Prompt from a file, its whole content (instead of -p)")
       ->check(CLI::ExistingFile)
       ->excludes(prompt);
-  cmd->add_option("-s,--system", o.system, "System prompt (chat models)");
-  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most")->capture_default_str()->check(non_negative());
+  cmd->add_option("--system-prompt,--system", o.system, "System prompt for chat models (also -sys)");
+  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most (-1: until end of text or a full context)")
+      ->capture_default_str()
+      ->check(within(limits::kMaxTokens));
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "Generate past the end-of-text token, up to -n or a full context");
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
+  cmd->add_flag("!--no-display-prompt", o.display_prompt, "With --raw (or a model without a template): do not echo the prompt before its continuation");
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");
   cmd->add_flag("--show-ids", o.show_ids, "After the run, print the prompt's and the generated token ids to stderr");

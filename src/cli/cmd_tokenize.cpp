@@ -2,6 +2,8 @@
 // the model's tokenization of a text, printed as llama-tokenize prints it.
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/read_file.h"
@@ -38,6 +40,18 @@ std::string printable(std::string_view bytes) {
   return out;
 }
 
+// Text the vocabulary has no token for becomes its unknown token: say so,
+// unless the text spells that token itself.
+void warn_unknown_tokens(const Tokenizer& tokenizer, std::string_view text, const std::vector<int32_t>& ids) {
+  const Vocabulary& v = tokenizer.vocab();
+  const int32_t unk = v.unk();
+  if (unk == kNoToken) return;
+  const auto count = std::count(ids.begin(), ids.end(), unk);
+  if (count == 0 || text.find(v.text(unk)) != std::string_view::npos) return;
+  fmt::print(stderr, "warning: {} piece{} of the text ha{} no token in this vocabulary and became the unknown token {} ('{}')\n",
+             count, count > 1 ? "s" : "", count > 1 ? "ve" : "s", unk, v.text(unk));
+}
+
 void tokenize(const TokenizeOptions& o, bool from_file) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   const auto file = GgufFile::open(path);  // the vocabulary only: no weights are read
@@ -45,6 +59,7 @@ void tokenize(const TokenizeOptions& o, bool from_file) {
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   const std::string text = from_file ? read_file(o.file) : o.prompt;
   const auto ids = tokenizer.encode(text, !o.no_bos, !o.no_parse_special);
+  warn_unknown_tokens(tokenizer, text, ids);
   if (o.ids) {
     fmt::print("[{}]\n", fmt::join(ids, ", "));
     return;

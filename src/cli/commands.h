@@ -3,7 +3,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace nt::cli {
+
+// Thrown by a command that ends with a status of its own (130 after Ctrl-C,
+// 1 when some of batch's lines failed) once it has printed what it has.
+struct ExitCode {
+  int code;
+};
+
+// "12.3 tok/s", or "–" where nothing was timed or counted (a rate of 0 would say the work ran, slowly).
+std::string rate_text(double tokens, double seconds);
 
 void add_inspect_command(CLI::App& app);
 void add_convert_llama2c_command(CLI::App& app);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace nt::cli {
 
@@ -32,6 +33,7 @@ bool LineInput::fill(int timeout_ms) {
   int ready;
   do {
     ready = ::poll(&p, 1, timeout_ms);
+    if (ready < 0 && errno == EINTR && interrupt_requested()) return false;  // Ctrl-C: stop waiting
   } while (ready < 0 && errno == EINTR);
   if (ready < 0) fail("{}: cannot wait for input: {}", name_, std::strerror(errno));
   if (ready == 0) return false;

@@ -20,8 +20,8 @@ class LineInput {
 
   // The next line, without its newline (or a '\r' before it): when `wait`,
   // blocking until one is whole or the input ends; otherwise only one already
-  // read or readable at once. nullopt when there is none; the last line needs
-  // no newline.
+  // read or readable at once. nullopt when there is none, or when a caught
+  // Ctrl-C (core/interrupt.h) ends the wait; the last line needs no newline.
   std::optional<std::string> next(bool wait);
   // Every line has been handed out and the input is at its end.
   bool ended() const { return eof_ && start_ == buffer_.size(); }

@@ -1,5 +1,5 @@
 // llama.cpp spells some flags with one dash and several letters (-np, -npp,
-// -ntg, -npl), which CLI11 cannot declare: they are rewritten to their long
+// -ntg, -npl, -ngl, -sys), which CLI11 cannot declare: they are rewritten to their long
 // names before parsing, so both spellings work. Arguments after "--" stay as
 // they are.
 #pragma once

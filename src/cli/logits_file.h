@@ -6,10 +6,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
-#include <memory>
 #include <span>
 #include <string>
+
+#include "core/output_file.h"
 
 namespace nt::cli {
 
@@ -18,12 +18,12 @@ class LogitsFile {
   // Creates the file and writes the header; errors name the file.
   LogitsFile(std::string path, int64_t rows, int64_t vocab, int64_t first_position);
   void write_row(std::span<const float> row);
-  // Checks that every row came and the data reached the file.
+  // Checks that every row came and moves the file into place.
   void close();
 
  private:
   std::string path_;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  OutputFile file_;
   int64_t rows_, vocab_, written_ = 0;
 };
 

@@ -8,8 +8,10 @@
 #include "cli/commands.h"
 #include "cli/llama_style_flags.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 
 int main(int argc, char** argv) {
+  nt::install_signal_handlers();
   CLI::App app{"ntransformer: Llama-architecture GGUF inference, streamed through VRAM, RAM and NVMe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", nt::cli::version_text(), "Print the version, git commit and CUDA architectures, then exit");
@@ -34,6 +36,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help exits 0; every usage error exits 1 like every other error.
     return app.exit(e) == 0 ? 0 : 1;
+  } catch (const nt::cli::ExitCode& e) {
+    return e.code;
   } catch (const nt::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

@@ -7,17 +7,18 @@
 #include "cli/plan_multi_gpu.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "engine/default_model.h"
 #include "engine/gpu_list.h"
 #include "engine/open_model.h"
 #include "storage/io_reader.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt::cli {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-m,--model", o.model, "GGUF model (default: SmolLM2-135M-Instruct from the models cache)");
   cmd.add_option("-c,--ctx-size", o.context, "Context length in tokens (0: the model's, at most 4096)")->check(non_negative());
-  cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->check(non_negative());
+  cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->transform(at_most_hardware_threads());
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
   cmd.add_option("--kv-pool", o.kv_pool,
@@ -49,24 +50,82 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--join-timeout", o.join_timeout_s, "With --nccl-id: seconds to wait for the other ranks to join")
       ->check(positive())
       ->capture_default_str();
+  cmd.add_option("--n-gpu-layers,--gpu-layers", o.gpu_layers,
+                 "As llama.cpp's -ngl: 0 runs on the CPU; all (or at least the model's layers) on the GPU with the "
+                 "layers that fit resident and the rest streamed (the default); a count between is refused: the "
+                 "budget flags place layers here (also -ngl)");
+  // --help lists the options that act only on the GPU apart.
+  for (const char* name : {"--vram-budget", "--ram-budget", "--io", "--cpu-layers", "--trace", "--gpus", "--split",
+                           "--nccl-id", "--join-timeout", "--n-gpu-layers"}) {
+    cmd.get_option(name)->group("CUDA options");
+  }
 }
 
+namespace {
+bool g_seed_given = false;  // one command runs per process
+}  // namespace
+
 void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
-  cmd.add_option("--temp", p.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd.add_option("--top-k", p.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd.add_option("--top-p", p.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd.add_option("--min-p", p.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  cmd.add_option("--repeat-last-n", p.repeat_last_n, "Penalty window in tokens (0: off, -1: all)")->capture_default_str();
-  cmd.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty")->capture_default_str();
-  cmd.add_option("--presence-penalty", p.presence_penalty, "Presence penalty")->capture_default_str();
-  cmd.add_option("--seed", p.seed, "Random seed")->capture_default_str();
+  namespace l = limits;
+  cmd.add_option("--temp", p.temperature, "Temperature (0: greedy)")->capture_default_str()->check(within(l::kTemperature));
+  cmd.add_option("--top-k", p.top_k, "Top-k (0: off)")->capture_default_str()->check(within(l::kTopK));
+  cmd.add_option("--top-p", p.top_p, "Top-p (1: off)")->capture_default_str()->check(within(l::kTopP));
+  cmd.add_option("--min-p", p.min_p, "Min-p (0: off)")->capture_default_str()->check(within(l::kMinP));
+  cmd.add_option("--repeat-penalty", p.repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str()
+      ->check(within(l::kRepeatPenalty));
+  cmd.add_option("--repeat-last-n", p.repeat_last_n, "Penalty window in tokens (0: off, -1: all)")
+      ->capture_default_str()
+      ->check(within(l::kRepeatLastN));
+  cmd.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty")
+      ->capture_default_str()
+      ->check(within(l::kFrequencyPenalty));
+  cmd.add_option("--presence-penalty", p.presence_penalty, "Presence penalty")
+      ->capture_default_str()
+      ->check(within(l::kPresencePenalty));
+  p.seed = random_seed();
+  cmd.add_option_function<std::string>(
+         "-s,--seed",
+         [&p](const std::string& text) {
+           const std::optional<uint64_t> seed = parse_seed(text, "--seed");
+           g_seed_given = seed.has_value();
+           p.seed = seed ? *seed : random_seed();
+         },
+         "Random seed (default -1: a random one, printed so that the run can be repeated)");
+}
+
+void announce_seed(const SamplingParams& p) {
+  if (!g_seed_given && p.temperature > 0) fmt::print(stderr, "seed: {} (random; --seed {} repeats this run)\n", p.seed, p.seed);
+}
+
+// -ngl as the reference engine means it, where that meaning exists here.
+Device device_for_gpu_layers(const ModelOptions& o, Device device) {
+  if (o.gpu_layers.empty() || o.gpu_layers == "all" || o.gpu_layers == "auto") return device;
+  int64_t layers = 0;
+  try {
+    size_t used = 0;
+    layers = std::stoll(o.gpu_layers, &used);
+    if (used != o.gpu_layers.size() || layers < 0) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    fail("-ngl {}: expected a number of layers, all or auto", o.gpu_layers);
+  }
+  if (layers == 0) {
+    if (device == Device::Cuda) fail("-ngl 0 with --device cuda: -ngl 0 runs on the CPU; drop one of them");
+    return Device::Cpu;
+  }
+  const auto file = GgufFile::open(o.model.empty() ? default_model_path() : o.model);
+  const int64_t model_layers = file->header().get_int("llama.block_count", 0);
+  if (layers >= model_layers) return device;
+  fail("-ngl {}: the model has {} layers, and here layers are placed by memory, not by count: the layers that fit "
+       "--vram-budget (default: the free VRAM) stay resident and the rest stream from --ram-budget or the disk, and "
+       "--cpu-layers computes some of those on the CPU; give --vram-budget SIZE, or -ngl all",
+       layers, model_layers);
 }
 
 LoadedModel load_model(const ModelOptions& o) {
   OpenModelOptions open;
   open.path = o.model;
-  open.device = parse_device(o.device, "--device");
+  open.device = device_for_gpu_layers(o, parse_device(o.device, "--device"));
   open.context = o.context;
   open.sequences = o.sequences;
   open.kv_pool = o.kv_pool;

@@ -36,10 +36,14 @@ struct ModelOptions {
   double join_timeout_s = 300;
   // A --draft-model loaded after this model: on CUDA its VRAM comes out of this model's budget.
   std::string draft_model;
+  std::string gpu_layers;  // -ngl: a count, all or auto; empty: not given
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);
+// The sampling flags, checked against the shared table (sampling/setting_limits.h).
+// -s/--seed: -1 or none picks a random seed; announce_seed prints it when the run samples.
 void add_sampling_options(CLI::App& cmd, SamplingParams& params);
+void announce_seed(const SamplingParams& params);
 
 struct LoadedModel {
   std::shared_ptr<const GgufFile> file;

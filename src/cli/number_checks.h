@@ -5,11 +5,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sampling/setting_limits.h"
+
 namespace nt::cli {
 
 // More than 0: "--parallel: must be more than 0, got 0".
 CLI::Validator positive();
 // 0 or more: "--threads: must be 0 or more, got -1".
 CLI::Validator non_negative();
+// A setting of the shared table: "--top-p: must be from 0 to 1, got 2".
+CLI::Validator within(const SettingLimit& limit);
+// A transform for -t: above the machine's hardware threads, those threads,
+// with a warning (a thread per core beyond them only contends).
+CLI::Validator at_most_hardware_threads();
 
 }  // namespace nt::cli

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt::cli {
 namespace {

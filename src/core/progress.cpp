@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "core/byte_size.h"
+
 namespace nt {
 
 ProgressLine::ProgressLine(std::string label, double quiet_seconds, double log_seconds)
@@ -51,9 +53,9 @@ void ProgressLine::print(bool final) {
   const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   const std::string figures =
       !figures_.empty() ? figures_
-                        : fmt::format("{:.2f} / {:.2f} GB ({:.0f}%, {:.2f} GB/s)", double(done_) / 1e9, double(total_) / 1e9,
+                        : fmt::format("{} / {} ({:.0f}%, {})", format_size(done_), format_size(total_),
                                       total_ ? 100.0 * double(done_) / double(total_) : 100.0,
-                                      secs > 0 ? double(done_) / 1e9 / secs : 0.0);
+                                      secs > 0 && done_ > 0 ? format_size(uint64_t(double(done_) / secs)) + "/s" : "–");
   // A redrawn line is cleared to its end, in case the figures got shorter.
   const bool redrawn = terminal_ && !final;
   fmt::print(stderr, "{}{}: {}{}{}", terminal_ ? "\r" : "", label_, figures, terminal_ ? "\x1b[K" : "",

@@ -225,8 +225,30 @@ Output BatchScheduler::output_for(const Sampler& sampler) {
   return Output::Logits;
 }
 
+void BatchScheduler::cancel(size_t request) {
+  Record& r = record(request);
+  if (!r.finished) r.cancelled = true;
+}
+
+void BatchScheduler::end_cancelled() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const size_t id = *it;
+    if (!record(id).cancelled) {
+      ++it;
+      continue;
+    }
+    it = waiting_.erase(it);
+    record(id).result.stop = StopReason::Interrupted;
+    end_waiting(id);
+  }
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (record(running_[i].request).cancelled) finish(i);
+  }
+}
+
 bool BatchScheduler::step() {
   if (!first_step_) first_step_ = std::chrono::steady_clock::now();
+  end_cancelled();
   admit();
   const bool work = !running_.empty();
   if (work) run_batch();
@@ -280,10 +302,17 @@ void BatchScheduler::run_batch() {
   // always gets one: the budget holds two minimal chunks). Invariant: the
   // prompt chunk first, so that the runner's first chunk of the pass starts
   // with it and holds all of it.
+  const int64_t prompt_before = progress_.prompt_tokens;
   if (options_.batch_invariant) add_prompt_chunks();
+  const size_t decode_begin = batch_.size();
   add_decode_steps();
+  const bool decoding = batch_.size() > decode_begin;
   if (!options_.batch_invariant) add_prompt_chunks();
+  const auto pass_start = std::chrono::steady_clock::now();
   runner_.forward(batch_, out_);
+  const double pass_seconds = seconds_since(pass_start);
+  if (progress_.prompt_tokens > prompt_before) progress_.prefill_seconds += pass_seconds;
+  if (decoding) progress_.decode_seconds += pass_seconds;
   ++progress_.passes;
 
   std::vector<size_t> done;
@@ -405,7 +434,7 @@ void BatchScheduler::finish(size_t running_index) {
   if (result.error.empty()) r.completion.finish(r.sink);
   result.tokens = r.completion.generated();
   result.completion_tokens = int64_t(result.tokens.size());
-  result.stop = r.completion.stop();
+  result.stop = record(r.request).cancelled ? StopReason::Interrupted : r.completion.stop();
   result.seconds = seconds_since(r.start);
   // The slot keeps its prompt's cache (rows its prefill computed, as alone) for a later prompt that begins alike.
   Slot& slot = slots_[r.slot];

@@ -75,10 +75,10 @@ struct SchedulerProgress {
   int64_t generated_tokens = 0;  // tokens taken into completions
   int64_t passes = 0;            // forward passes run
   double seconds = 0;            // since the first step
+  // Time in passes that evaluated prompt tokens, and in passes that decoded:
+  // a pass doing both counts in both, so each rate is that phase's pace.
+  double prefill_seconds = 0, decode_seconds = 0;
   SpeculationStats speculation;  // over every request's verification runs
-
-  double generated_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
-  double prompt_per_second() const { return seconds > 0 ? double(prompt_tokens) / seconds : 0.0; }
 };
 
 // A prompt is cut into chunks of at least this many tokens (a shorter prompt
@@ -138,6 +138,11 @@ class BatchScheduler {
     }
   }
 
+  // Ends the request at the next step with StopReason::Interrupted: a waiting
+  // one never starts, a running one keeps what it generated and frees its
+  // sequence. Nothing happens to a finished one.
+  void cancel(size_t request);
+
   // A submitted request's result; throws nt::Error once it is released.
   const GenerationResult& result(size_t request) const { return record(request).result; }
   // Drops a finished request (its caller has written it out). Requests are
@@ -177,6 +182,8 @@ class BatchScheduler {
     std::optional<Drafting> drafting;  // absent: plain decoding
   };
 
+  // Ends the requests cancel() marked.
+  void end_cancelled();
   void admit();
   // The free slot for `prompt`: the one whose kept prompt it continues
   // furthest, else an empty one, else the first free one; slots_.size() when none is free.
@@ -230,6 +237,7 @@ class BatchScheduler {
     GenerationResult result;
     bool finished = false;
     bool released = false;
+    bool cancelled = false;
   };
   Record& record(size_t request);
   const Record& record(size_t request) const;

@@ -10,6 +10,7 @@ std::string_view stop_reason_name(StopReason reason) {
     case StopReason::StopToken: return "end of text";
     case StopReason::StopString: return "stop string";
     case StopReason::ContextFull: return "context full";
+    case StopReason::Interrupted: return "interrupted";
   }
   return "?";
 }
@@ -23,6 +24,10 @@ Completion::Completion(const Tokenizer& tokenizer, GenerationOptions options, in
 bool Completion::take(int32_t token, int64_t cached, Sampler& sampler, const TextSink& on_text) {
   const int64_t taken = int64_t(generated_.size());
   if (taken == options_.max_tokens) return false;
+  if (options_.interrupted && options_.interrupted()) {
+    stop_ = StopReason::Interrupted;
+    return false;
+  }
   const auto& stop_tokens = options_.stop_tokens;
   if (std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
     stop_ = StopReason::StopToken;

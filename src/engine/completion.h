@@ -19,13 +19,19 @@
 
 namespace nt {
 
+// max_tokens for "until end of text or a full context" (-n -1): past any
+// context, and far enough from the int64 limit that sums with it stay exact.
+inline constexpr int64_t kNoTokenLimit = int64_t(1) << 40;
+
 struct GenerationOptions {
   int64_t max_tokens = 256;
   std::vector<int32_t> stop_tokens;      // EOS, EOT, end of turn
   std::vector<std::string> stop_strings;
+  // Asked before each token is taken: true stops the generation there (Ctrl-C).
+  std::function<bool()> interrupted;
 };
 
-enum class StopReason { TokenLimit, StopToken, StopString, ContextFull };
+enum class StopReason { TokenLimit, StopToken, StopString, ContextFull, Interrupted };
 std::string_view stop_reason_name(StopReason reason);
 
 using TextSink = std::function<void(std::string_view)>;

@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/read_file.h"
 
 namespace nt {
@@ -91,10 +91,7 @@ void write_skip_list(const SkipList& list, const std::string& path) {
       {"similarity", list.similarity},
       {"most_skippable_first", list.ranked},
   };
-  std::ofstream out(path);
-  out << json.dump(2) << '\n';
-  out.close();
-  if (!out) fail("cannot write the skip list '{}': {}", path, std::strerror(errno));
+  write_file_atomically(path, "the skip list", json.dump(2) + "\n");
 }
 
 SkipList read_skip_list(const std::string& path) {

@@ -8,7 +8,7 @@
 namespace nt {
 
 PerplexityResult perplexity(ModelRunner& runner, std::span<const int32_t> tokens, int64_t n_ctx, int32_t bos,
-                            const std::function<void(int64_t, double)>& on_window) {
+                            const std::function<bool(int64_t, double)>& on_window) {
   if (n_ctx < 4) fail("perplexity needs a context of at least 4 tokens (got {})", n_ctx);
   if (n_ctx > runner.context_size()) fail("perplexity context {} exceeds the runner's {}", n_ctx, runner.context_size());
   const int64_t windows = int64_t(tokens.size()) / n_ctx;
@@ -17,7 +17,7 @@ PerplexityResult perplexity(ModelRunner& runner, std::span<const int32_t> tokens
   std::vector<float> logits(size_t(n_ctx * vocab));
   std::vector<int32_t> window(static_cast<size_t>(n_ctx));
   double nll_sum = 0, nll_sq_sum = 0;
-  int64_t count = 0;
+  int64_t count = 0, scored_windows = 0;
   for (int64_t w = 0; w < windows; ++w) {
     std::copy_n(tokens.begin() + w * n_ctx, n_ctx, window.begin());
     if (bos >= 0) window[0] = bos;
@@ -34,7 +34,8 @@ PerplexityResult perplexity(ModelRunner& runner, std::span<const int32_t> tokens
       nll_sq_sum += nll * nll;
       ++count;
     }
-    on_window(w, std::exp(nll_sum / double(count)));
+    ++scored_windows;
+    if (!on_window(w, std::exp(nll_sum / double(count)))) break;
   }
   PerplexityResult r;
   const double mean = nll_sum / double(count);
@@ -42,7 +43,7 @@ PerplexityResult perplexity(ModelRunner& runner, std::span<const int32_t> tokens
   r.perplexity = std::exp(mean);
   r.standard_error = r.perplexity * std::sqrt(variance / double(count - 1 > 0 ? count - 1 : 1));
   r.scored_tokens = count;
-  r.windows = windows;
+  r.windows = scored_windows;
   return r;
 }
 

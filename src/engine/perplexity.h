@@ -18,8 +18,9 @@ struct PerplexityResult {
   int64_t windows = 0;
 };
 
-// on_window(window index, running perplexity) reports progress.
+// on_window(window index, running perplexity) reports progress; false stops
+// there, and the result covers the windows scored so far.
 PerplexityResult perplexity(ModelRunner& runner, std::span<const int32_t> tokens, int64_t n_ctx, int32_t bos,
-                            const std::function<void(int64_t, double)>& on_window);
+                            const std::function<bool(int64_t, double)>& on_window);
 
 }  // namespace nt

@@ -89,13 +89,9 @@ std::vector<uint8_t> encode_header(const GgufHeader& h) {
 
 GgufWriter::GgufWriter(std::string path, uint32_t version) : path_(std::move(path)) {
   header_.version = version;
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) fail("cannot create '{}': {}", path_, std::strerror(errno));
-  std::setvbuf(file_, nullptr, _IOFBF, 1 << 22);
-}
-
-GgufWriter::~GgufWriter() {
-  if (file_) std::fclose(file_);
+  if (path_.empty()) return;
+  out_.emplace(path_, "the output");
+  std::setvbuf(out_->stream(), nullptr, _IOFBF, 1 << 22);
 }
 
 void GgufWriter::add_metadata(std::string key, GgufValue value) {
@@ -162,13 +158,13 @@ void GgufWriter::finish() {
     fail("{}: tensor '{}' was declared but its data was not written", path_, header_.tensors[current_tensor_].name);
   }
   if (trailing_padding_) pad_to(align_up(written_, header_.alignment));
-  if (std::fflush(file_) != 0 || std::ferror(file_)) fail("error writing '{}': {}", path_, std::strerror(errno));
-  if (std::fclose(file_) != 0) fail("error closing '{}': {}", path_, std::strerror(errno));
-  file_ = nullptr;
+  if (out_) out_->commit();
 }
 
 void GgufWriter::put(const void* data, size_t n) {
-  if (n && std::fwrite(data, 1, n, file_) != n) fail("error writing '{}': {}", path_, std::strerror(errno));
+  if (n && out_ && std::fwrite(data, 1, n, out_->stream()) != n) {
+    fail("error writing '{}': {}", path_, std::strerror(errno));
+  }
   written_ += n;
 }
 

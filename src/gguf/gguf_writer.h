@@ -1,21 +1,24 @@
 // Streams a GGUF file to disk in constant memory: declare metadata and the
 // tensor directory, then feed each tensor's bytes in order, in any chunking.
+// The file appears at its path only once finish() succeeds (core/output_file.h).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/output_file.h"
 #include "gguf/gguf_file.h"
 
 namespace nt {
 
 class GgufWriter {
  public:
+  // An empty path writes nothing and only counts the bytes (a dry run).
   explicit GgufWriter(std::string path, uint32_t version = 3);
-  ~GgufWriter();
   GgufWriter(const GgufWriter&) = delete;
   GgufWriter& operator=(const GgufWriter&) = delete;
 
@@ -29,7 +32,7 @@ class GgufWriter {
 
   // Data phase: tensors are filled in declaration order. The first call writes the header.
   void write_tensor_data(std::span<const uint8_t> bytes);
-  // Flushes, checks every tensor was filled, and closes. Throws on I/O errors.
+  // Checks every tensor was filled, then flushes and moves the file into place. Throws on I/O errors.
   void finish();
 
   uint64_t bytes_written() const { return written_; }
@@ -41,7 +44,7 @@ class GgufWriter {
   void pad_to(uint64_t boundary);
 
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::optional<OutputFile> out_;
   GgufHeader header_;
   bool header_written_ = false;
   bool trailing_padding_ = true;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/tensor_names.h"
 
@@ -74,6 +75,8 @@ Vocab read_llama2c_tokenizer(const std::string& path, int32_t vocab_size) {
 }  // namespace
 
 void convert_llama2c(const std::string& model_path, const std::string& tokenizer_path, const std::string& out_path) {
+  refuse_output_over_input(model_path, "the checkpoint", out_path, "the output");
+  refuse_output_over_input(tokenizer_path, "the tokenizer", out_path, "the output");
   const auto file = read_file(model_path);
   Llama2cHeader hp;
   if (file.size() < sizeof(hp)) fail("{}: too small for a llama2.c header ({} bytes)", model_path, file.size());

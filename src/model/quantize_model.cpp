@@ -1,5 +1,8 @@
 #include "model/quantize_model.h"
 
+#include "core/output_file.h"
+#include "core/byte_size.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -38,6 +41,7 @@ void convert_rows(const uint8_t* src, TensorType src_type, uint8_t* dst, TensorT
 
 void quantize_model(const std::string& in_path, const std::string& out_path, QuantScheme scheme, int threads) {
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  refuse_output_over_input(in_path, "the input", out_path, "the output");
   const auto in = GgufFile::open(in_path);
   const auto& h = in->header();
   const int64_t n_layers = h.get_int("llama.block_count", 0);
@@ -90,8 +94,7 @@ void quantize_model(const std::string& in_path, const std::string& out_path, Qua
   }
   out.finish();
   progress.finish();
-  fmt::print(stderr, "wrote {} ({:.2f} GB, was {:.2f} GB)\n", out_path, double(out.bytes_written()) / 1e9,
-             double(in->file_size()) / 1e9);
+  fmt::print(stderr, "wrote {} ({}, was {})\n", out_path, format_size(out.bytes_written()), format_size(in->file_size()));
 }
 
 }  // namespace nt

@@ -1,5 +1,7 @@
 #include "model/synthetic_model.h"
 
+#include "core/byte_size.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -126,7 +128,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   norm("output_norm.weight");
   if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, in_std);
 
-  GgufWriter w(dry_run ? "/dev/null" : path);
+  GgufWriter w(dry_run ? "" : path);
   const std::string p = "llama.";
   w.add_metadata("general.architecture", GgufValue::of_string("llama"));
   w.add_metadata("general.name", GgufValue::of_string(fmt::format("{} (random weights, seed {})", preset.name, seed)));
@@ -148,7 +150,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
       fmt::print("{:<32} {:<5} {:>22} {:>14}\n", t.name, tensor_type_name(t.type),
                  t.shape.size() == 1 ? fmt::format("{}", t.shape[0]) : fmt::format("{} x {}", t.shape[0], t.shape[1]), t.n_bytes);
     }
-    fmt::print("file size {} bytes ({:.2f} GB)\n", w.total_bytes(), double(w.total_bytes()) / 1e9);
+    fmt::print("file size {} bytes ({})\n", w.total_bytes(), format_size(w.total_bytes()));
     return;
   }
 

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/kv_pages.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 

@@ -20,7 +20,7 @@
 
 #include "storage/pooled_reader.h"
 #include "storage/readers.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "storage/read_queue.h"
 #include "storage/readers.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

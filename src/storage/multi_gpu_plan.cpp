@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "model/tensor_names.h"
 #include "quant/tensor_type.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

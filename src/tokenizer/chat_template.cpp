@@ -119,8 +119,22 @@ ChatTemplate ChatTemplate::named(std::string_view name, std::string_view templat
 ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name) {
   const Vocabulary& v = tokenizer.vocab();
   SpecialTexts specials{v.bos() == kNoToken ? "" : v.text(v.bos()), v.eos() == kNoToken ? "" : v.text(v.eos())};
-  if (!override_name.empty()) return named(override_name, v.chat_template(), std::move(specials));
-  return detect(v.chat_template(), std::move(specials));
+  if (override_name.empty()) return detect(v.chat_template(), std::move(specials));
+  ChatTemplate chat = named(override_name, v.chat_template(), std::move(specials));
+  // A format whose markers the vocabulary lacks would be spelt out as plain text.
+  std::vector<std::string_view> markers;
+  if (chat.format_ == ChatFormat::ChatML) markers = {kImStart, kImEnd};
+  if (chat.format_ == ChatFormat::Llama3) markers = {kStartHeader, kEndHeader, kEotId};
+  std::string missing;
+  for (const std::string_view marker : markers) {
+    if (v.find(marker) == kNoToken) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", marker);
+  }
+  if (!missing.empty()) {
+    chat.warning_ = fmt::format("--chat-template {}: the vocabulary has no special token for {}; they are tokenized "
+                                "as plain text, which this model was not trained on",
+                                override_name, missing);
+  }
+  return chat;
 }
 
 std::vector<std::string_view> ChatTemplate::names() {

@@ -28,7 +28,7 @@
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "gpu_test_util.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 #include "stories.h"
 #include "streaming_budgets.h"
 #include "tokenizer/tokenizer.h"

@@ -103,9 +103,14 @@ def test_batched_bench_rows_and_their_share_of_the_ceiling(tmp_path):
     m = re.search(r"^decode ceiling: measured now: host memory read \(1 threads?\) ([\d.]+) GB/s; "
                   r"a decode step's weights \+ KV reached (\d+)% at B = 1, (\d+)% at B = 3$", out, re.M)
     assert m, out
+    # The GB/s figures are printed to tenths and the shares to whole percents:
+    # the share lies within what those roundings allow of the printed figures.
     ceiling = float(m[1])
     for r, percent in zip(rows, (m[2], m[3])):
-        assert int(percent) == pytest.approx(100 * float(r[12]) / ceiling, abs=1), (m[0], r)
+        gbps = float(r[12])
+        lowest = 100 * max(gbps - 0.05, 0) / (ceiling + 0.05) - 0.5
+        highest = 100 * (gbps + 0.05) / max(ceiling - 0.05, 1e-9) + 0.5
+        assert lowest - 1e-9 <= int(percent) <= highest + 1e-9, (m[0], r)
 
 
 def test_bench_pass_tokens_times_one_pass_of_each_size(tmp_path):

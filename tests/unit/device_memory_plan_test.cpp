@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "storage/placement.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "storage/host_memory.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {

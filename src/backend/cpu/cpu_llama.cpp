@@ -15,14 +15,29 @@
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/tree_rows.h"
 #include "core/error.h"
+#include "core/byte_size.h"
 #include "core/half.h"
 #include "model/llama_weights.h"
 #include "model/rope.h"
+#include "storage/host_memory.h"
 
 namespace nt {
 namespace {
 
 cpu::WeightView view(const WeightRef& w) { return {w.data, w.type, w.rows, w.cols, w.row_stride(), w.info->name}; }
+
+// Checked before allocating: a cache past the free memory would otherwise
+// fail as a bare "out of memory", or be taken and swap the machine.
+void check_kv_fits(double kv_bytes, int64_t context, const CpuRunnerOptions& opt) {
+  const uint64_t available = host_mem_available();
+  if (kv_bytes <= double(available)) return;
+  const std::string held = opt.kv_pool > 0 ? fmt::format("a pool of {} positions (--kv-pool)", opt.kv_pool)
+                                           : fmt::format("{} sequence{} of {} positions", std::max<int64_t>(1, opt.sequences),
+                                                         opt.sequences > 1 ? "s" : "", context);
+  fail("-c {}: the KV cache for {} needs {} of host memory, but {} is available; lower -c{}{}", context, held,
+       format_size(uint64_t(std::min(kv_bytes, 1.8e19))), format_size(available), opt.sequences > 1 ? " or --parallel" : "",
+       opt.kv_f32 ? " or drop --kv-f32" : "");
+}
 
 class CpuLlamaRunner final : public ModelRunner {
  public:
@@ -36,11 +51,12 @@ class CpuLlamaRunner final : public ModelRunner {
         layer_(config_, rope_inv_freqs(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr), max_batch_) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
-    init_pages(KvPages(KvPages::pool_pages(opt.kv_pool, std::max<int64_t>(1, opt.sequences), context, kPageSize), kPageSize,
-                       context));
-    pool_rows_ = kv_pages().page_count() * kPageSize;
+    const int64_t pages = KvPages::pool_pages(opt.kv_pool, std::max<int64_t>(1, opt.sequences), context, kPageSize);
+    pool_rows_ = pages * kPageSize;
     const size_t kv_elems = size_t(c.n_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
     const size_t elem_bytes = kv_type_ == TensorType::F16 ? 2 : 4;
+    check_kv_fits(2 * double(kv_elems) * double(elem_bytes), context, opt);
+    init_pages(KvPages(pages, kPageSize, context));
     k_cache_.resize(kv_elems * elem_bytes);
     v_cache_.resize(kv_elems * elem_bytes);
     const size_t n = size_t(max_batch_);

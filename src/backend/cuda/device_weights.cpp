@@ -67,7 +67,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     try {
       placement = place_layers(c, w, reads_, buffers, context, device.multiprocessors, options);
     } catch (const Error& e) {
-      fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); use a smaller context or a smaller model",
+      fail("{}: does not fit on {}: {} ({:.2f} GiB of {:.2f} GiB are free); lower -c or use a smaller model",
            file.path(), gpu, e.what(), gib(free_bytes), gib(total_bytes));
     }
   }
@@ -191,7 +191,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   const uint64_t draft_bytes = placement.draft.total();
   if (needed + draft_bytes + kMemoryMarginBytes > free_bytes) {
     fail("{}: does not fit on {}: {:.2f} GiB needed (weights {:.2f}, layer ring {:.2f}, KV cache {:.2f} for {} tokens, "
-         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; use a smaller context, a smaller "
+         "scratch {:.2f}){} plus a {:.2f} GiB margin, but {:.2f} GiB of {:.2f} GiB are free; lower -c, use a smaller "
          "model or a smaller --vram-budget",
          file.path(), gpu, gib(needed), gib(plan.size()), gib(ring_bytes + landing_bytes), gib(buffers.kv + buffers.page_table), context,
          gib(buffers.gemm + buffers.activations),

@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_check.h"
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 namespace nt {
 namespace {
@@ -362,17 +361,15 @@ std::string LayerStreamer::summary() const {
 }
 
 void LayerStreamer::write_trace() const {
-  std::ofstream out(options_.trace_path);
-  if (!out) fail("cannot write the trace file {}", options_.trace_path);
-  out << "{\"traceEvents\":[\n";
+  std::string out = "{\"traceEvents\":[\n";
   const char* names[] = {"", "storage reads (host)", "H2D copies", "re-lay kernels", "GPU compute", "CPU layers (host)"};
   for (int tid = kReads; tid <= kHost; ++tid) {
     nlohmann::json m = {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", names[tid]}}}};
-    out << m.dump() << ",\n";
+    out += m.dump() + ",\n";
   }
-  for (size_t i = 0; i < trace_.size(); ++i) out << trace_[i] << (i + 1 < trace_.size() ? ",\n" : "\n");
-  out << "]}\n";
-  if (!out) fail("failed writing the trace file {}", options_.trace_path);
+  for (size_t i = 0; i < trace_.size(); ++i) out += trace_[i] + (i + 1 < trace_.size() ? ",\n" : "\n");
+  out += "]}\n";
+  write_file_atomically(options_.trace_path, "--trace", out);
 }
 
 }  // namespace nt

@@ -1,4 +1,4 @@
-#include "storage/size_parse.h"
+#include "core/byte_size.h"
 
 #include <fmt/format.h>
 
