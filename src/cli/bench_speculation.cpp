@@ -11,8 +11,9 @@ namespace nt::cli {
 
 void add_speculation_bench_options(CLI::App& cmd, SpeculationBenchOptions& o) {
   add_speculation_options(cmd, o.speculation);
-  cmd.add_option("--spec-prompt", o.prompt, "With a draft source: the raw text prompt the generation continues")
-      ->capture_default_str();
+  cmd.add_option("--spec-prompt", o.prompt,
+                 "With a draft source: the raw text prompt the generation continues (default: a passage about a "
+                 "lighthouse keeper, then the start of its repetition)");
 }
 
 namespace {

@@ -38,14 +38,19 @@ constexpr std::string_view kHelp =
 
 // The conversation as it fits: the oldest turns after the system prompt go
 // until the prompt leaves `reply_room` positions. Returns how many messages
-// went; fails when the newest message alone does not fit.
-size_t fit_history(std::vector<ChatMessage>& history, bool has_system, const Tokenizer& tokenizer,
+// went; fails, leaving the history as it was, when the newest message alone
+// does not fit.
+size_t fit_history(std::vector<ChatMessage>& conversation, bool has_system, const Tokenizer& tokenizer,
                    const ChatTemplate& chat, int64_t context, int64_t reply_room, std::vector<int32_t>& prompt) {
   const size_t first_turn = has_system ? 1 : 0;
+  std::vector<ChatMessage> history = conversation;
   size_t dropped = 0;
   for (;;) {
     prompt = encode_chat(tokenizer, chat, history, true);
-    if (int64_t(prompt.size()) + reply_room <= context) return dropped;
+    if (int64_t(prompt.size()) + reply_room <= context) {
+      conversation = std::move(history);
+      return dropped;
+    }
     if (history.size() - first_turn <= 1) {
       fail("the message makes a prompt of {} tokens, and the context holds {} with {} kept for the reply (raise -c)",
            prompt.size(), context, reply_room);

@@ -213,7 +213,7 @@ void add_run_command(CLI::App& app) {
   static RunOptions o;
   add_model_options(*cmd, o.model);
   add_sampling_options(*cmd, o.sampling);
-  auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Prompt text")->capture_default_str();
+  auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Prompt text (default: a short poem about the sea)");
   cmd->add_option("-f,--file", o.prompt_file, "Prompt from a file, its whole content (instead of -p)")
       ->check(CLI::ExistingFile)
       ->excludes(prompt);
@@ -223,7 +223,8 @@ void add_run_command(CLI::App& app) {
       ->check(within(limits::kMaxTokens));
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Generate past the end-of-text token, up to -n or a full context");
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
-  cmd->add_flag("!--no-display-prompt", o.display_prompt, "With --raw (or a model without a template): do not echo the prompt before its continuation");
+  cmd->add_flag_callback("--no-display-prompt", [] { o.display_prompt = false; },
+                         "With --raw (or a model without a template): do not echo the prompt before its continuation");
   cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");
   cmd->add_flag("--show-ids", o.show_ids, "After the run, print the prompt's and the generated token ids to stderr");

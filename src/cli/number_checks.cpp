@@ -30,6 +30,19 @@ std::string check_number(const std::string& text, bool zero_allowed) {
   return {};
 }
 
+// The range as --help shows it after the type: "FLOAT:0..1", "INT:>=0".
+std::string short_range(const SettingLimit& limit) {
+  const std::string full = describe_limit(limit);
+  if (full == "a finite number") return "";
+  const auto numbers = [&](std::string_view text) { return std::string(text.substr(0, text.find(' '))); };
+  if (full.starts_with("more than ")) return ">" + numbers(full.substr(10));
+  if (full.starts_with("from ")) {
+    const size_t to = full.find(" to ");
+    return full.substr(5, to - 5) + ".." + full.substr(to + 4);
+  }
+  return ">=" + numbers(full);
+}
+
 }  // namespace
 
 CLI::Validator positive() {
@@ -47,7 +60,7 @@ CLI::Validator within(const SettingLimit& limit) {
         if (!number) return fmt::format("expected {}, got '{}'", limit.integer ? "an integer" : "a number", text);
         return check_limit(limit, *number);
       },
-      limit.integer ? "INT" : "NUMBER");
+      short_range(limit));
 }
 
 CLI::Validator at_most_hardware_threads() {

@@ -7,6 +7,7 @@ the program's own output before signalling, so none depends on timing."""
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -352,3 +353,50 @@ def test_help_lists_the_cuda_options_apart():
     require_built(NTRANSFORMER)
     text = run("run", "--help").stdout
     assert "CUDA options" in text and text.index("--vram-budget") > text.index("CUDA options"), text
+
+
+def test_chat_drops_the_oldest_turns_when_the_context_fills_and_says_why_replies_end():
+    model = smollm2()
+    turns = [f"Tell me something about the number {n}, and why it matters to people." for n in range(1, 6)]
+    too_long = "word " * 300
+    result = run("chat", "-m", model, "--device", "cpu", "-t", 2, "-c", 160, "-n", 16, "--temp", 0,
+                 input="\n".join(turns[:3] + [too_long] + turns[3:]) + "\n")
+    assert result.returncode == 0, result.stderr
+    assert "reply cut at -n 16 tokens" in result.stderr, result.stderr
+    assert "went to fit the context of 160 tokens" in result.stderr, result.stderr
+    assert "the message makes a prompt of" in result.stderr and "raise -c" in result.stderr, result.stderr
+    replies = re.findall(r"^\[.*\d+ tokens, [\d.]+ tok/s; prompt", result.stderr, re.M)
+    assert len(replies) == 5, result.stderr  # every turn but the one too long got a reply
+
+
+def interrupt_after(args, stream_name, needle):
+    """Starts the command, sends SIGINT once `needle` is on the named stream; its status and both streams."""
+    proc = subprocess.Popen([str(NTRANSFORMER), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = wait_for(getattr(proc, stream_name), needle, time.monotonic() + TIMEOUT)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+        proc.wait()
+    if stream_name == "stdout":
+        out = seen + out
+    else:
+        err = seen + err
+    return proc.returncode, out.decode(), err.decode()
+
+
+def test_ctrl_c_gives_the_perplexity_of_the_windows_scored_so_far(tmp_path, stories):
+    text = tmp_path / "text.txt"
+    text.write_text("Once upon a time there was a little dog who liked to run in the park. " * 4000)
+    status, out, err = interrupt_after(["perplexity", "-m", stories, "-f", text, "-c", 64, "-t", 1], "stderr", b"[1] ")
+    assert status == 130, err
+    scored = re.search(r"PPL = [\d.]+ \+/- [\d.]+ \(\d+ tokens scored in (\d+) windows of 64; interrupted, (\d+) windows not", out)
+    assert scored and int(scored[1]) >= 1 and int(scored[2]) > 0, out + err
+
+
+def test_ctrl_c_keeps_the_bench_rows_measured_so_far(stories):
+    status, out, err = interrupt_after(["bench", "-m", stories, "-t", 1, "-p", ",".join(["8"] * 200), "-n", 0, "-r", 20],
+                                       "stdout", b"| pp8 |")
+    assert status == 130 and "interrupted" in err, err
+    assert 1 <= out.count("| pp8 |") < 200, out
