@@ -43,10 +43,10 @@ Measured measure(SpeculativeOrPlainGenerator& generator, const std::vector<int32
 
 }  // namespace
 
-void bench_speculation(const SpeculationBenchOptions& o, const ModelOptions& model_options, LoadedModel& model,
+void bench_speculation(const SpeculationBenchOptions& o, const ModelOptions& model_options, OpenedModel& model,
                        int64_t n_gen, int repetitions) {
   ModelRunner& runner = *model.runner;
-  const Speculation speculation(o.speculation, model_options, model, greedy_sampling());
+  const Speculation speculation = open_speculation(o.speculation, model_options, model, greedy_sampling());
   const std::vector<int32_t> prompt = encode_completion(*model.tokenizer, o.prompt).tokens;
   const int64_t vocab = runner.config().vocab_size;
   // The plain runs first: each generator trusts the cache to hold what it left there.

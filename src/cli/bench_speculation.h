@@ -27,7 +27,7 @@ struct SpeculationBenchOptions {
 void add_speculation_bench_options(CLI::App& cmd, SpeculationBenchOptions& options);
 
 // Prints the markdown table's header and row.
-void bench_speculation(const SpeculationBenchOptions& options, const ModelOptions& model_options, LoadedModel& model,
+void bench_speculation(const SpeculationBenchOptions& options, const ModelOptions& model_options, OpenedModel& model,
                        int64_t n_gen, int repetitions);
 
 }  // namespace nt::cli

@@ -1,6 +1,6 @@
 // `ntransformer batch -m MODEL [-i IN.jsonl] [-o OUT.jsonl] [--parallel N]
 // [--lookup | --draft-self [N] | --draft-model FILE] [--draft-max N] [--draft-tree [N]] [--batch-invariant]`: many generations through
-// continuous batching (engine/batch_scheduler.h), each sequence drafting for
+// continuous batching, a JSONL adapter over the engine facade (engine/engine.h), each sequence drafting for
 // itself when a draft source is given. Input lines are described in
 // cli/batch_lines.h. Lines are taken as they arrive (a pipe still being
 // written starts at once), a few sequences' worth ahead of the slots; each
@@ -29,10 +29,7 @@
 #include "core/interrupt.h"
 #include "core/output_file.h"
 #include "core/progress.h"
-#include "engine/batch_scheduler.h"
-#include "engine/lookup_draft.h"
-#include "engine/tree_budget.h"
-#include "engine/prompts.h"
+#include "engine/engine.h"
 
 namespace nt::cli {
 namespace {
@@ -158,62 +155,21 @@ void batch(const BatchOptions& o) {
            mo.cpu_layers);
     }
   }
-  auto loaded = load_target_model(mo, o.speculation);
+  EngineOptions eo;
+  eo.model = open_options(mo);
+  eo.model.sequences = o.parallel;
+  eo.prompt_budget = o.batch_size;
+  eo.batch_invariant = o.batch_invariant;
+  eo.chat_template = o.chat_template;
+  eo.on_note = print_note;
+  std::unique_ptr<Engine> engine = open_engine(mo, o.speculation, eo);
   announce_seed(o.sampling);
-  const Tokenizer& tokenizer = *loaded.tokenizer;
-  for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
-  // Made when first needed (a model without a template warns only then), or now to check --chat-template.
-  std::optional<ChatTemplate> chat;
-  const auto chat_template = [&]() -> const ChatTemplate& {
-    if (!chat) {
-      chat = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
-      if (!chat->warning().empty()) fmt::print(stderr, "warning: {}\n", chat->warning());
-    }
-    return *chat;
-  };
-  if (!o.chat_template.empty()) chat_template();
+  const Tokenizer& tokenizer = engine->tokenizer();
 
   OrderedWriter writer(out);
-  std::unordered_map<size_t, size_t> line_of_request;  // of the requests not finished
-  std::vector<size_t> written;  // requests whose objects went to the writer, for release()
+  std::unordered_map<size_t, RequestId> request_of_line;  // of the lines running or waiting
   size_t errors = 0;
   ProgressLine progress("batch", 0.0, 10.0);
-  SchedulerCallbacks callbacks;
-  callbacks.on_finish = [&](size_t request, const GenerationResult& r) {
-    const auto found = line_of_request.find(request);
-    const size_t index = found->second;
-    line_of_request.erase(found);
-    const InputLine& line = writer.line(index);
-    writer.set(index, result_object(line, r, o.speculation.enabled() || line.predicted));
-    written.push_back(request);
-    if (!r.error.empty()) ++errors;
-  };
-  callbacks.on_progress = [&](const SchedulerProgress& p) { progress.update(progress_text(p)); };
-  SchedulerOptions so;
-  so.parallel = o.parallel;
-  so.prompt_budget = o.batch_size;
-  so.batch_invariant = o.batch_invariant;
-  std::optional<DraftModelSequences> draft_model;  // --draft-model: a draft sequence per slot
-  if (!o.speculation.draft_model.empty()) draft_model.emplace(o.speculation.draft_model, mo, loaded, o.parallel);
-  // A line's prediction drafts through lookup, in place of the command's draft source.
-  so.draft = [&](SeqId seq, const GenerationRequest& request) -> std::unique_ptr<DraftSource> {
-    if (!request.prediction.empty()) return LookupDraft::predicting(request.prediction);
-    if (draft_model) return draft_model->draft_for(seq, request.sampling);
-    return make_target_draft(o.speculation, loaded, request.sampling, seq);
-  };
-  so.draft_max = o.speculation.draft_max;
-  const std::vector<int32_t> default_prediction = prediction_tokens(o.speculation, tokenizer);  // --prediction
-  if (o.speculation.enabled()) {
-    GenerationRequest check;
-    check.sampling = o.sampling;
-    check.prediction = default_prediction;  // read once, above
-    so.draft(0, check);  // a bad --draft-self count fails here, before any request runs
-    so.draft_tree = resolve_draft_tree(o.speculation, *loaded.runner);
-  }
-  // Lines are read as they come, so lines with a prediction of their own
-  // (lookup drafts) are not known here: only a draft source warms up.
-  if (o.speculation.enabled()) warm_up_verification(*loaded.runner, 0, so.draft_max, so.draft_tree > 0);
-  BatchScheduler scheduler(*loaded.runner, tokenizer, so, callbacks);
 
   // Submits the line (or writes its error object); whether it was submitted.
   const auto take = [&](const std::string& text) {
@@ -225,24 +181,26 @@ void batch(const BatchOptions& o) {
       return false;
     };
     if (!line.error.empty()) return refuse(line.error, line.field);
-    EncodedPrompt prompt;
-    if (line.prompt) {
-      prompt = encode_completion(tokenizer, *line.prompt);
-    } else {
-      try {
-        prompt = encode_conversation(tokenizer, chat_template(), line.messages);
-      } catch (const Error& e) {  // a conversation the template cannot render
-        return refuse(e.what(), "messages");
-      }
-    }
-    GenerationRequest request;
-    request.prompt = std::move(prompt.tokens);
+    EngineRequest request;
+    request.prompt = line.prompt;
+    request.messages = line.messages;
     request.sampling = line.sampling;
-    request.options.max_tokens = line.max_tokens;
-    if (!o.ignore_eos) request.options.stop_tokens = std::move(prompt.stop_tokens);
-    request.options.stop_strings = line.stop;
-    request.prediction = line.prediction.empty() ? default_prediction : tokenizer.encode(line.prediction, false);
-    line_of_request.emplace(scheduler.submit(std::move(request)), index);
+    request.max_tokens = line.max_tokens;
+    request.stop = line.stop;
+    if (!line.prediction.empty()) request.prediction = tokenizer.encode(line.prediction, false);
+    request.ignore_eos = o.ignore_eos;
+    RequestSink sink;
+    sink.on_finish = [&, index](const GenerationResult& r) {
+      request_of_line.erase(index);
+      const InputLine& input_line = writer.line(index);
+      writer.set(index, result_object(input_line, r, engine->speculates() || input_line.predicted));
+      if (!r.error.empty()) ++errors;
+    };
+    try {
+      request_of_line.emplace(index, engine->submit(std::move(request), std::move(sink)));
+    } catch (const Error& e) {  // a conversation the template cannot render
+      return refuse(e.what(), "messages");
+    }
     return true;
   };
   // Lines are read while fewer than this many requests wait for a slot: the
@@ -255,7 +213,7 @@ void batch(const BatchOptions& o) {
   bool interrupted = false;
   for (;;) {
     for (;;) {
-      const SchedulerProgress& p = scheduler.progress();
+      const SchedulerProgress& p = engine->progress();
       if (interrupt_requested() || p.requests - p.finished - p.running >= read_ahead) break;
       // With nothing to run, wait for the next line; otherwise take only lines already there.
       const std::optional<std::string> text = input.next(!busy);
@@ -266,11 +224,10 @@ void batch(const BatchOptions& o) {
     }
     if (interrupt_requested() && !interrupted) {
       interrupted = true;
-      for (const auto& [request, line] : line_of_request) scheduler.cancel(request);
+      for (const auto& [line, request] : request_of_line) engine->cancel(request);
     }
-    busy = scheduler.step();
-    for (const size_t request : written) scheduler.release(request);
-    written.clear();
+    busy = engine->step();
+    progress.update(progress_text(engine->progress()));
     if (!busy && (interrupted || input.ended())) break;
   }
   progress.finish();
@@ -283,7 +240,7 @@ void batch(const BatchOptions& o) {
   }
   if (errors > 0) {
     fmt::print(stderr, "batch: {} of {} lines could not run (see their error objects){}\n", errors, writer.lines(),
-               o.keep_going ? "" : "; --keep-going exits 0 all the same");
+               o.keep_going ? "" : "; exit status 1 (--keep-going: 0)");
     if (!o.keep_going) throw ExitCode(1);
   }
 }

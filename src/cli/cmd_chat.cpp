@@ -76,7 +76,7 @@ std::string cut_note(StopReason stop, int64_t n_predict, int64_t context) {
 void chat(const ChatOptions& o) {
   check_speculation_options(o.speculation);
   auto loaded = load_target_model(o.model, o.speculation);
-  const Speculation speculation(o.speculation, o.model, loaded, o.sampling);
+  const Speculation speculation = open_speculation(o.speculation, o.model, loaded, o.sampling);
   const Tokenizer& tokenizer = *loaded.tokenizer;
   const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
   if (!tmpl.warning().empty()) fmt::print(stderr, "warning: {}\n", tmpl.warning());

@@ -145,7 +145,7 @@ void run(const RunOptions& o) {
   auto loaded = load_target_model(o.model, o.speculation);
   // With --draft-self the skip list shapes the draft alone (exact); otherwise every pass skips (lossy).
   if (!o.speculation.draft_self()) apply_layer_skip(o.layer_skip, loaded);
-  const Speculation speculation(o.speculation, o.model, loaded, o.sampling, 0, &o.layer_skip);  // a bad draft fails before any output
+  const Speculation speculation = open_speculation(o.speculation, o.model, loaded, o.sampling, &o.layer_skip);  // a bad draft fails before any output
   const Tokenizer& tokenizer = *loaded.tokenizer;
   for (const auto& w : tokenizer.warnings()) fmt::print(stderr, "warning: {}\n", w);
   std::optional<OutputFile> ids_file = create_ids_file(o.ids_out);

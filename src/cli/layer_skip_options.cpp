@@ -10,7 +10,7 @@ namespace nt::cli {
 namespace {
 
 // The layers the options choose, from a skip list checked against the model.
-std::vector<int32_t> chosen_layers(const LayerSkipOptions& o, const LoadedModel& model) {
+std::vector<int32_t> chosen_layers(const LayerSkipOptions& o, const OpenedModel& model) {
   const SkipList list = read_skip_list(o.file);
   check_skip_list_model(list, model_identity(*model.file, model.runner->config().n_layers), o.file);
   return o.count ? skipped_by_count(list, *o.count) : skipped_by_threshold(list, *o.threshold);
@@ -42,7 +42,7 @@ void check_layer_skip_flags(const LayerSkipOptions& o) {
   if (o.enabled() && !o.count && !o.threshold) fail("--layer-skip needs --layer-skip-count N or --layer-skip-threshold T");
 }
 
-void apply_layer_skip(const LayerSkipOptions& o, LoadedModel& model) {
+void apply_layer_skip(const LayerSkipOptions& o, OpenedModel& model) {
   if (!o.enabled()) return;
   const std::vector<int32_t> skipped = chosen_layers(o, model);
   const int64_t n_layers = model.runner->config().n_layers;
@@ -51,7 +51,7 @@ void apply_layer_skip(const LayerSkipOptions& o, LoadedModel& model) {
              layer_list(skipped));
 }
 
-LayerSchedule layer_skip_draft_schedule(const LayerSkipOptions& o, LoadedModel& model) {
+LayerSchedule layer_skip_draft_schedule(const LayerSkipOptions& o, OpenedModel& model) {
   const std::vector<int32_t> skipped = chosen_layers(o, model);
   const int64_t n_layers = model.runner->config().n_layers;
   if (skipped.empty()) fail("--draft-self with --layer-skip: the skip list chooses no layer to skip, so the draft would be the whole model");

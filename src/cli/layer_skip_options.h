@@ -27,8 +27,8 @@ void add_layer_skip_options(CLI::App& cmd, LayerSkipOptions& options);
 void check_layer_skip_flags(const LayerSkipOptions& options);
 
 // With --layer-skip, every pass of the model leaves out the chosen layers.
-void apply_layer_skip(const LayerSkipOptions& options, LoadedModel& model);
+void apply_layer_skip(const LayerSkipOptions& options, OpenedModel& model);
 // --draft-self with --layer-skip: the schedule of a self-draft that leaves out the chosen layers.
-LayerSchedule layer_skip_draft_schedule(const LayerSkipOptions& options, LoadedModel& model);
+LayerSchedule layer_skip_draft_schedule(const LayerSkipOptions& options, OpenedModel& model);
 
 }  // namespace nt::cli

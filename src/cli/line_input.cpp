@@ -29,14 +29,16 @@ LineInput::~LineInput() {
 
 bool LineInput::fill(int timeout_ms) {
   if (eof_) return false;
-  pollfd p{fd_, POLLIN, 0};
+  // A caught Ctrl-C wakes the wait through the interrupt pipe, and ends it.
+  pollfd p[2] = {{fd_, POLLIN, 0}, {interrupt_wake_fd(), POLLIN, 0}};
+  const nfds_t watched = p[1].fd >= 0 ? 2 : 1;
   int ready;
   do {
-    ready = ::poll(&p, 1, timeout_ms);
-    if (ready < 0 && errno == EINTR && interrupt_requested()) return false;  // Ctrl-C: stop waiting
+    if (interrupt_requested()) return false;
+    ready = ::poll(p, watched, timeout_ms);
   } while (ready < 0 && errno == EINTR);
   if (ready < 0) fail("{}: cannot wait for input: {}", name_, std::strerror(errno));
-  if (ready == 0) return false;
+  if (ready == 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR))) return false;
   // Drop what was handed out before the buffer grows.
   if (start_ > 0) {
     buffer_.erase(0, start_);

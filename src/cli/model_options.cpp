@@ -122,7 +122,7 @@ Device device_for_gpu_layers(const ModelOptions& o, Device device) {
        layers, model_layers);
 }
 
-LoadedModel load_model(const ModelOptions& o) {
+OpenModelOptions open_options(const ModelOptions& o) {
   OpenModelOptions open;
   open.path = o.model;
   open.device = device_for_gpu_layers(o, parse_device(o.device, "--device"));
@@ -151,16 +151,21 @@ LoadedModel load_model(const ModelOptions& o) {
   open.trace_path = o.trace;
   open.draft_model = o.draft_model;
   open.cpu_layers = parse_cpu_layers(o.cpu_layers);
+  return open;
+}
+
+LoadProgress::LoadProgress(const ModelOptions& o, OpenModelOptions& open) : line_("loading weights", 1.0) {
   if (!open.nccl_id_file.empty()) {  // rank 0 waits in NCCL until every other rank has joined
     const size_t ranks = open.gpus.size();
     fmt::print(stderr, "rank 0 of {}: waiting for the other ranks; start {} as `ntransformer rank{} --gpus {} --rank {} --nccl-id {}`\n",
                ranks, ranks == 2 ? "it" : "each", o.model.empty() ? "" : " -m " + o.model, o.gpus,
                ranks == 2 ? "1" : fmt::format("R (1 to {})", ranks - 1), o.nccl_id);
   }
-  ProgressLine progress("loading weights", 1.0);
-  open.on_load_progress = [&](uint64_t done, uint64_t total) { progress.update(done, total); };
-  OpenedModel opened = open_model(open);
-  progress.finish();
+  open.on_load_progress = [this](uint64_t done, uint64_t total) { line_.update(done, total); };
+}
+
+void LoadProgress::done(const OpenedModel& opened) const {
+  line_.finish();
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());
@@ -169,7 +174,14 @@ LoadedModel load_model(const ModelOptions& o) {
     fmt::print(stderr, "warning: a context of {} is past the {} tokens the model was trained on; output past them may degrade\n",
                opened.runner->context_size(), trained);
   }
-  return {std::move(opened.file), std::move(opened.tokenizer), std::move(opened.runner), std::move(opened.gpus)};
+}
+
+OpenedModel load_model(const ModelOptions& o) {
+  OpenModelOptions open = open_options(o);
+  const LoadProgress progress(o, open);
+  OpenedModel opened = open_model(open);
+  progress.done(opened);
+  return opened;
 }
 
 }  // namespace nt::cli

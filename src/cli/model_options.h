@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "core/progress.h"
+#include "engine/open_model.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -45,14 +47,21 @@ void add_model_options(CLI::App& cmd, ModelOptions& options);
 void add_sampling_options(CLI::App& cmd, SamplingParams& params);
 void announce_seed(const SamplingParams& params);
 
-struct LoadedModel {
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ModelRunner> runner;
-  std::vector<int> gpus;  // the GPUs the runner uses; none: the CPU
+// The flags as the engine's open options; errors name the flag.
+OpenModelOptions open_options(const ModelOptions& options);
+
+// A load progress line on `open` (and the tensor split's wait for its ranks);
+// done() ends it and logs where the model went.
+class LoadProgress {
+ public:
+  LoadProgress(const ModelOptions& options, OpenModelOptions& open);
+  void done(const OpenedModel& opened) const;
+
+ private:
+  mutable ProgressLine line_;
 };
 
 // Opens the model (engine/open_model.h) with a load progress line; logs where it went.
-LoadedModel load_model(const ModelOptions& options);
+OpenedModel load_model(const ModelOptions& options);
 
 }  // namespace nt::cli

@@ -10,11 +10,7 @@
 #include "cli/id_list.h"
 #include "core/read_file.h"
 #include "engine/default_model.h"
-#include "engine/lookup_draft.h"
-#include "engine/model_draft.h"
-#include "engine/self_draft.h"
-#include "engine/step_drafter.h"
-#include "engine/tree_budget.h"
+#include "gguf/gguf_file.h"
 
 namespace nt::cli {
 
@@ -59,7 +55,7 @@ void add_speculation_options(CLI::App& cmd, SpeculationOptions& o) {
 
 namespace {
 
-// --draft-tree's N; -1 when it is to be measured.
+// --draft-tree's N; -1 when it is to be measured (engine/drafts.h).
 int64_t draft_tree_arg(const SpeculationOptions& o) {
   if (!o.draft_tree_flag || o.draft_tree_flag->count() == 0) return 0;
   if (o.draft_tree.empty()) return -1;
@@ -74,18 +70,6 @@ int64_t draft_tree_arg(const SpeculationOptions& o) {
 }
 
 }  // namespace
-
-int64_t resolve_draft_tree(const SpeculationOptions& o, ModelRunner& target) {
-  const int64_t n = draft_tree_arg(o);
-  if (n >= 0) return n;
-  const TreeBudget budget = measure_tree_budget(target, 0, o.draft_max);
-  std::string costs;
-  for (const PassCost& c : budget.measured) costs += fmt::format(", {} tokens {:.2f}x", c.tokens, c.ratio);
-  fmt::print(stderr, "--draft-tree: {} (passes against the chain's {} tokens{}; a tree may cost {:.2f}x)\n",
-             budget.tokens > 0 ? fmt::format("{} tokens per pass", budget.tokens) : std::string("chains"),
-             budget.chain_tokens, costs, kTreeCostRatio);
-  return budget.tokens;
-}
 
 void check_speculation_options(const SpeculationOptions& o) {
   const int sources = int(!o.draft_model.empty()) + int(o.draft_self()) + int(o.looks_up());
@@ -109,78 +93,10 @@ void refuse_speculation_options(const SpeculationOptions& o, std::string_view co
   }
 }
 
-LoadedModel load_target_model(const ModelOptions& target_options, const SpeculationOptions& speculation) {
+OpenedModel load_target_model(const ModelOptions& target_options, const SpeculationOptions& speculation) {
   ModelOptions target = target_options;
   target.draft_model = speculation.draft_model;
   return load_model(target);
-}
-
-LoadedModel load_draft_model(const std::string& path, const ModelOptions& target_options, const LoadedModel& target,
-                             int sequences) {
-  ModelOptions draft = target_options;
-  draft.model = path;
-  draft.context = target.runner->context_size();
-  draft.sequences = sequences;
-  // The budgets and the trace are the target's; the draft is small and resident.
-  draft.vram_budget.clear();
-  draft.ram_budget.clear();
-  draft.trace.clear();
-  // A small draft runs on the target's first GPU alone.
-  draft.gpus = target_options.gpus.substr(0, target_options.gpus.find(','));
-  draft.split.clear();
-  draft.draft_model.clear();
-  LoadedModel loaded;
-  try {
-    loaded = load_model(draft);
-  } catch (const Error& e) {
-    fail("--draft-model: {}", e.what());
-  }
-  const std::string target_path = target_options.model.empty() ? default_model_path() : target_options.model;
-  check_same_vocabulary(target.tokenizer->vocab(), target.runner->config().vocab_size, target_path,
-                        loaded.tokenizer->vocab(), loaded.runner->config().vocab_size, path);
-  return loaded;
-}
-
-DraftModelSequences::DraftModelSequences(const std::string& path, const ModelOptions& target_options,
-                                         const LoadedModel& target, int sequences)
-    : model_(load_draft_model(path, target_options, target, sequences)) {}
-
-std::unique_ptr<DraftSource> DraftModelSequences::draft_for(SeqId seq, const SamplingParams& sampling) {
-  auto known = std::find_if(seq_of_.begin(), seq_of_.end(), [&](const auto& p) { return p.first == seq; });
-  if (known == seq_of_.end()) {
-    // The default sequence drafts on the draft's; the others get one as their slots first draft.
-    seq_of_.emplace_back(seq, seq == 0 ? SeqId(0) : model_.runner->seq_alloc());
-    known = seq_of_.end() - 1;
-  }
-  return std::make_unique<ModelDraft>(*model_.runner, known->second, draft_sampling(sampling));
-}
-
-std::unique_ptr<DraftSource> make_target_draft(const SpeculationOptions& o, LoadedModel& target,
-                                               const SamplingParams& sampling, SeqId seq,
-                                               const LayerSkipOptions* layer_skip) {
-  ModelRunner& runner = *target.runner;
-  if (o.draft_self() && layer_skip && layer_skip->enabled()) {
-    return std::make_unique<SelfDraft>(runner, seq, layer_skip_draft_schedule(*layer_skip, target),
-                                       draft_sampling(sampling));
-  }
-  if (o.draft_self()) {
-    const int64_t n_layers = runner.config().n_layers;
-    if (o.draft_self_layers == 0) {
-      // Where layers stream, the resident ones draft without a transfer.
-      const std::vector<int32_t> resident = runner.resident_layers();
-      if (!resident.empty() && int64_t(resident.size()) < n_layers) {
-        if (seq == 0) fmt::print(stderr, "--draft-self: drafting with the {} VRAM-resident layers of {}\n", resident.size(), n_layers);
-        return std::make_unique<SelfDraft>(runner, seq, LayerSchedule{resident}, draft_sampling(sampling));
-      }
-    }
-    const int64_t layers = o.draft_self_layers > 0 ? o.draft_self_layers : default_self_draft_layers(n_layers);
-    if (layers >= n_layers) {
-      fail("--draft-self {}: the model has {} layers, so draft with 1 to {}", layers, n_layers, n_layers - 1);
-    }
-    return std::make_unique<SelfDraft>(runner, seq, layers, draft_sampling(sampling));
-  }
-  if (o.looks_up()) return LookupDraft::predicting(prediction_tokens(o, *target.tokenizer));
-  return nullptr;
 }
 
 std::vector<int32_t> prediction_tokens(const SpeculationOptions& o, const Tokenizer& tokenizer) {
@@ -197,39 +113,44 @@ std::vector<int32_t> prediction_tokens(const SpeculationOptions& o, const Tokeni
   }
 }
 
-Speculation::Speculation(const SpeculationOptions& o, const ModelOptions& target_options, LoadedModel& target,
-                         const SamplingParams& sampling, SeqId seq, const LayerSkipOptions* layer_skip) {
-  if (!o.draft_model.empty()) {
-    draft_model_ = load_draft_model(o.draft_model, target_options, target);
-    source_ = std::make_unique<ModelDraft>(*draft_model_.runner, 0, draft_sampling(sampling));
-  } else {
-    source_ = make_target_draft(o, target, sampling, seq, layer_skip);
+DraftOptions draft_options(const SpeculationOptions& o, OpenedModel& target, const LayerSkipOptions* layer_skip) {
+  DraftOptions d;
+  d.model = o.draft_model;
+  d.self = o.draft_self();
+  d.self_layers = o.draft_self_layers;
+  d.lookup = o.lookup;
+  d.prediction = prediction_tokens(o, *target.tokenizer);
+  d.max = o.draft_max;
+  d.tree = draft_tree_arg(o);
+  if (d.self && layer_skip && layer_skip->enabled()) d.self_schedule = layer_skip_draft_schedule(*layer_skip, target);
+  return d;
+}
+
+std::unique_ptr<Engine> open_engine(const ModelOptions& model_options, const SpeculationOptions& o, EngineOptions engine) {
+  const OpenModelOptions& target = engine.model;
+  const std::string path = target.path.empty() ? default_model_path() : target.path;
+  if (o.predicts()) {  // the prediction is read before the model loads, in its vocabulary
+    const auto file = GgufFile::open(path);
+    engine.draft.prediction = prediction_tokens(o, Tokenizer::from_gguf(file->header(), path));
   }
-  if (source_) {
-    tree_tokens_ = resolve_draft_tree(o, *target.runner);
-    warm_up_verification(*target.runner, seq, o.draft_max, tree_tokens_ > 0);
-  }
+  engine.draft.model = o.draft_model;
+  engine.draft.self = o.draft_self();
+  engine.draft.self_layers = o.draft_self_layers;
+  engine.draft.lookup = o.lookup;
+  engine.draft.max = o.draft_max;
+  engine.draft.tree = draft_tree_arg(o);
+  engine.model.draft_model = o.draft_model;
+  const LoadProgress progress(model_options, engine.model);
+  std::unique_ptr<Engine> opened = Engine::open(std::move(engine));
+  progress.done(opened->model());
+  return opened;
 }
 
-SpeculativeOrPlainGenerator::SpeculativeOrPlainGenerator(ModelRunner& runner, const Tokenizer& tokenizer,
-                                                         DraftSource* draft, int64_t draft_max, int64_t tree_tokens)
-    : plain_(runner, tokenizer) {
-  if (draft) speculative_.emplace(runner, tokenizer, *draft, draft_max, 0, tree_tokens);
-}
+void print_note(const std::string& note) { fmt::print(stderr, "{}\n", note); }
 
-SpeculativeStats SpeculativeOrPlainGenerator::generate(std::span<const int32_t> prompt, Sampler& sampler,
-                                                       const GenerationOptions& options, const TextSink& on_text) {
-  if (speculative_) return speculative_->generate(prompt, sampler, options, on_text);
-  return {plain_.generate(prompt, sampler, options, on_text), {}};
-}
-
-const std::vector<int32_t>& SpeculativeOrPlainGenerator::generated() const {
-  return speculative_ ? speculative_->generated() : plain_.generated();
-}
-
-std::string speculation_summary(const SpeculationStats& s) {
-  return fmt::format("speculation: {} passes, {} of {} drafted tokens accepted ({:.1f}%), {:.2f} tokens per pass",
-                     s.passes, s.accepted, s.drafted, 100.0 * s.acceptance(), s.tokens_per_pass());
+Speculation open_speculation(const SpeculationOptions& o, const ModelOptions& target_options, OpenedModel& target,
+                             const SamplingParams& sampling, const LayerSkipOptions* layer_skip) {
+  return Speculation(draft_options(o, target, layer_skip), open_options(target_options), target, sampling, 0, print_note);
 }
 
 }  // namespace nt::cli

@@ -1,5 +1,6 @@
 #include "core/interrupt.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,6 +15,9 @@ namespace {
 constexpr int kFatalSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 std::atomic<int> g_interrupt_signal{0};
+// A pipe the handler writes a byte to when it raises the flag, so that a wait
+// in poll() wakes even when the signal came just before it began.
+int g_wake_pipe[2] = {-1, -1};
 // Which signals only raise the flag; changed by InterruptScope, read by the handler.
 std::atomic<int> g_catch_sigint{0}, g_catch_sigterm{0};
 
@@ -28,7 +32,13 @@ std::mutex g_paths_mutex;  // between threads registering paths, not the handler
 void on_signal(int sig) {
   const bool catching = (sig == SIGINT && g_catch_sigint.load() > 0) || (sig == SIGTERM && g_catch_sigterm.load() > 0);
   int expected = 0;
-  if (catching && g_interrupt_signal.compare_exchange_strong(expected, sig)) return;
+  if (catching && g_interrupt_signal.compare_exchange_strong(expected, sig)) {
+    if (g_wake_pipe[1] >= 0) {
+      const char byte = 1;
+      [[maybe_unused]] const ssize_t written = ::write(g_wake_pipe[1], &byte, 1);
+    }
+    return;
+  }
   for (PendingPath& p : g_paths) {
     if (p.used.load()) ::unlink(p.path);
   }
@@ -39,6 +49,7 @@ void on_signal(int sig) {
 }  // namespace
 
 void install_signal_handlers() {
+  if (g_wake_pipe[0] < 0 && ::pipe2(g_wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) g_wake_pipe[0] = g_wake_pipe[1] = -1;
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
@@ -52,7 +63,14 @@ void install_signal_handlers() {
 }
 
 bool interrupt_requested() { return g_interrupt_signal.load() != 0; }
-void clear_interrupt() { g_interrupt_signal.store(0); }
+void clear_interrupt() {
+  g_interrupt_signal.store(0);
+  char drain[64];
+  while (g_wake_pipe[0] >= 0 && ::read(g_wake_pipe[0], drain, sizeof(drain)) > 0) {
+  }
+}
+
+int interrupt_wake_fd() { return g_wake_pipe[0]; }
 int interrupt_signal() { return g_interrupt_signal.load(); }
 
 InterruptScope::InterruptScope(bool catch_sigterm) {

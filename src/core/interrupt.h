@@ -22,6 +22,10 @@ bool interrupt_requested();
 void clear_interrupt();
 // The signal that raised the flag (SIGINT or SIGTERM), 0 when none.
 int interrupt_signal();
+// Readable once the flag is raised (until clear_interrupt): poll it beside
+// an input to wake on Ctrl-C however the signal and the wait interleave. -1
+// before install_signal_handlers.
+int interrupt_wake_fd();
 
 class InterruptScope {
  public:

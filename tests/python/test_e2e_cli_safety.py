@@ -206,7 +206,7 @@ def test_a_signal_to_batch_cuts_the_running_lines_and_writes_every_answer(tmp_pa
 def test_batch_exits_non_zero_when_a_line_failed_unless_told_to_keep_going(stories):
     lines = '{"prompt": "Once", "max_tokens": 2}\n\n{"prompt": 3}\n'
     result = run("batch", "-m", stories, input=lines)
-    assert result.returncode == 1 and "--keep-going" in result.stderr, result.stderr
+    assert result.returncode == 1 and "exit status 1 (--keep-going: 0)" in result.stderr, result.stderr
     objects = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(objects) == 2 and "text" in objects[0] and objects[1]["line"] == 3  # the blank line got no object
     assert run("batch", "-m", stories, "--keep-going", input=lines).returncode == 0

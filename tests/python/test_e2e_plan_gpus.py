@@ -160,13 +160,17 @@ def test_a_gpu_too_small_is_named():
     (["--gpus", "0,1,0", "--vram-budget", "1GiB", "--split", "tensor"], "GPU 0 is listed twice"),
     (["--gpus", "0,,1", "--vram-budget", "1GiB"], "--gpus '0,,1': an empty item"),
     (["--gpus", "0,1", "--vram-budget", "1GiB,2GiB,3GiB"], "3 values for 2 GPUs"),
-    (["--gpus", "0,1"], "pass --vram-budget"),
     (["--vram-budget", "1GiB", "--split", "tensor"], "--split needs --gpus"),
     (["--gpus", "0,1", "--vram-budget", "1GiB", "--split", "rows"], "--split"),
 ])
 def test_bad_values_name_the_flag(extra, message):
     r = plan(*extra, code=1)
     assert message in r.stderr, r.stderr
+
+
+def test_without_a_gpu_or_budgets_the_plan_says_what_it_assumed():
+    out = plan("--gpus", "0,1").stdout
+    assert out.count("ASSUMED: a 24 GiB card, no GPU to ask; pass --vram-budget") >= 1, out
 
 
 def ntransformer(*args):

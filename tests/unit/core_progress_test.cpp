@@ -16,13 +16,13 @@ TEST(ProgressLine, WritesOneFinalLineToALog) {
   testing::internal::CaptureStderr();
   {
     ProgressLine progress("moving");
-    progress.update(250'000'000, 2'000'000'000);
-    progress.update(1'000'000'000, 2'000'000'000);
+    progress.update(uint64_t(1) << 29, uint64_t(1) << 31);
+    progress.update(uint64_t(1) << 30, uint64_t(1) << 31);
     progress.finish();
   }
   const std::string out = testing::internal::GetCapturedStderr();
   EXPECT_EQ(out.find('\r'), std::string::npos) << out;
-  EXPECT_EQ(out.rfind("moving: 1.00 / 2.00 GB (50%, ", 0), 0u) << out;
+  EXPECT_EQ(out.rfind("moving: 1.00 GiB / 2.00 GiB (50%, ", 0), 0u) << out;
   EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
 }
 

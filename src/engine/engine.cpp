@@ -1,0 +1,150 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/lookup_draft.h"
+#include "engine/prompts.h"
+#include "engine/tree_budget.h"
+
+namespace nt {
+
+std::unique_ptr<Engine> Engine::open(EngineOptions options) {
+  return std::unique_ptr<Engine>(new Engine(std::move(options)));
+}
+
+Engine::Engine(EngineOptions options) : options_(std::move(options)) {
+  model_ = open_model(target_open_options(options_.model, options_.draft));
+  options_.model.on_load_progress = nullptr;  // the caller's progress line ends with the load
+  const auto note = [this](const std::string& text) {
+    if (options_.on_note) options_.on_note(text);
+  };
+  for (const std::string& w : model_.tokenizer->warnings()) note("warning: " + w);
+  if (!options_.chat_template.empty()) chat_template();  // a bad name fails now
+
+  SchedulerOptions so;
+  so.parallel = options_.model.sequences;
+  so.prompt_budget = options_.prompt_budget;
+  so.batch_invariant = options_.batch_invariant;
+  so.draft_max = options_.draft.max;
+  if (!options_.draft.model.empty()) {
+    draft_model_.emplace(options_.draft.model, options_.model, model_, options_.model.sequences);
+  }
+  // Every request may draft: one with a prediction of its own drafts by lookup from it.
+  so.draft = [this](SeqId seq, const GenerationRequest& request) { return draft_for(seq, request); };
+  if (options_.draft.enabled()) {
+    GenerationRequest check;
+    check.prediction = options_.draft.prediction;
+    draft_for(0, check);  // a bad --draft-self count fails here, before any request runs
+    std::string tree_note;
+    so.draft_tree = resolve_draft_tree(options_.draft, *model_.runner, &tree_note);
+    if (!tree_note.empty()) note(tree_note);
+    warm_up_verification(*model_.runner, 0, so.draft_max, so.draft_tree > 0);
+  }
+  SchedulerCallbacks callbacks;
+  callbacks.on_text = [this](size_t request, std::string_view text) {
+    const auto found = sinks_.find(request);
+    if (found != sinks_.end() && found->second.second.on_text) found->second.second.on_text(text);
+  };
+  callbacks.on_finish = [this](size_t request, const GenerationResult& result) {
+    const auto found = sinks_.find(request);
+    if (found == sinks_.end()) return;
+    const auto [id, sink] = std::move(found->second);
+    sinks_.erase(found);
+    scheduled_.erase(id);
+    finished_.push_back(request);
+    if (sink.on_finish) sink.on_finish(result);
+  };
+  scheduler_ = std::make_unique<BatchScheduler>(*model_.runner, *model_.tokenizer, so, std::move(callbacks));
+}
+
+Engine::~Engine() = default;
+
+std::unique_ptr<DraftSource> Engine::draft_for(SeqId seq, const GenerationRequest& request) {
+  if (!request.prediction.empty()) return LookupDraft::predicting(request.prediction);
+  if (draft_model_) return draft_model_->draft_for(seq, request.sampling);
+  return make_target_draft(options_.draft, model_, request.sampling, seq, options_.on_note);
+}
+
+const ChatTemplate& Engine::chat_template() const {
+  const std::lock_guard lock(template_mutex_);
+  if (!chat_) {
+    // Made when first needed: a model without a template warns only then.
+    chat_ = ChatTemplate::for_tokenizer(*model_.tokenizer, options_.chat_template);
+    if (!chat_->warning().empty() && options_.on_note) options_.on_note("warning: " + chat_->warning());
+  }
+  return *chat_;
+}
+
+RequestId Engine::submit(EngineRequest request, RequestSink sink) {
+  EncodedPrompt prompt = request.prompt ? encode_completion(*model_.tokenizer, *request.prompt)
+                                        : encode_conversation(*model_.tokenizer, chat_template(), request.messages);
+  GenerationRequest generation;
+  generation.prompt = std::move(prompt.tokens);
+  generation.sampling = request.sampling;
+  generation.options.max_tokens = request.max_tokens;
+  if (!request.ignore_eos) generation.options.stop_tokens = std::move(prompt.stop_tokens);
+  generation.options.stop_strings = std::move(request.stop);
+  generation.prediction = request.prediction.empty() ? options_.draft.prediction : std::move(request.prediction);
+  const std::lock_guard lock(mutex_);
+  const RequestId id = next_id_++;
+  queued_.push_back({id, std::move(generation), std::move(sink)});
+  work_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  const std::lock_guard lock(mutex_);
+  cancelled_.push_back(id);
+  work_.notify_one();
+}
+
+void Engine::wake() {
+  const std::lock_guard lock(mutex_);
+  woken_ = true;
+  work_.notify_one();
+}
+
+void Engine::wait_for_work() {
+  std::unique_lock lock(mutex_);
+  work_.wait(lock, [this] { return woken_ || !queued_.empty() || !cancelled_.empty(); });
+  woken_ = false;
+}
+
+void Engine::take_queued() {
+  std::vector<Queued> queued;
+  std::vector<RequestId> cancelled;
+  {
+    const std::lock_guard lock(mutex_);
+    queued.swap(queued_);
+    cancelled.swap(cancelled_);
+  }
+  for (Queued& q : queued) {
+    if (std::find(cancelled.begin(), cancelled.end(), q.id) != cancelled.end()) {
+      // Cancelled before it reached the scheduler: it ends without running.
+      GenerationResult result;
+      result.prompt_tokens = int64_t(q.request.prompt.size());
+      result.stop = StopReason::Interrupted;
+      if (q.sink.on_finish) q.sink.on_finish(result);
+      continue;
+    }
+    const RequestId id = q.id;
+    const size_t index = scheduler_->submit(std::move(q.request));
+    scheduled_.emplace(id, index);
+    sinks_.emplace(index, std::pair{id, std::move(q.sink)});
+  }
+  for (const RequestId id : cancelled) {
+    if (const auto found = scheduled_.find(id); found != scheduled_.end()) scheduler_->cancel(found->second);
+  }
+}
+
+bool Engine::step() {
+  take_queued();
+  const bool busy = scheduler_->step();
+  for (const size_t request : finished_) scheduler_->release(request);
+  finished_.clear();
+  const std::lock_guard lock(mutex_);
+  return busy || !queued_.empty() || !cancelled_.empty();
+}
+
+}  // namespace nt

@@ -1,0 +1,125 @@
+// The engine facade: what every front end that serves many requests drives
+// (`batch`, the HTTP server, the C API). It opens the model and its draft
+// source from plain data, takes requests from any thread, and runs them
+// through continuous batching on one engine thread.
+//
+//   auto engine = Engine::open(options);        // loads; nt::Error says why not
+//   RequestId id = engine->submit(request, sink);  // any thread; nt::Error for a bad request
+//   engine->cancel(id);                         // any thread; takes effect at the next step
+//   while (engine->step()) {}                   // the engine thread: one pass per step
+//
+// Submitted requests and cancellations wait in a queue until the engine
+// thread's next step() takes them. A request's text pieces and its result
+// come through its RequestSink, called on the engine thread; nothing else of
+// the request is kept once its result is out. A cancelled request ends with
+// StopReason::Interrupted and frees its sequence and KV pages at that step.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/batch_scheduler.h"
+#include "engine/drafts.h"
+#include "engine/open_model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
+
+namespace nt {
+
+struct EngineOptions {
+  OpenModelOptions model;  // its sequences are the slots: requests decoded at once
+  DraftOptions draft;      // none enabled: no speculation
+  int64_t prompt_budget = 256;  // prompt tokens per pass at most (SchedulerOptions::prompt_budget)
+  bool batch_invariant = false; // every request computed as alone (SchedulerOptions::batch_invariant)
+  std::string chat_template;    // a named format overriding the model's; empty: the model's
+  // What the engine chose or warns about while it opens and runs ("--draft-tree: 16 tokens per pass").
+  std::function<void(const std::string&)> on_note;
+};
+
+using RequestId = uint64_t;
+
+struct EngineRequest {
+  std::optional<std::string> prompt;  // a raw completion, or
+  std::vector<ChatMessage> messages;  // a conversation, through the chat template
+  SamplingParams sampling;
+  int64_t max_tokens = 256;  // kNoTokenLimit: until end of text or a full context
+  std::vector<std::string> stop;
+  std::vector<int32_t> prediction;  // tokens the output is expected to resemble (drafts by lookup)
+  bool ignore_eos = false;
+};
+
+// Called on the engine thread.
+struct RequestSink {
+  std::function<void(std::string_view text)> on_text;           // complete UTF-8 pieces as they come
+  std::function<void(const GenerationResult& result)> on_finish; // once, last
+};
+
+class Engine {
+ public:
+  static std::unique_ptr<Engine> open(EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Encodes the request (chat template or raw) and queues it; nt::Error, with
+  // nothing queued, for a conversation the template cannot render. Thread-safe.
+  RequestId submit(EngineRequest request, RequestSink sink);
+  // Thread-safe; a request already finished is left alone.
+  void cancel(RequestId id);
+
+  // The engine thread: takes what was queued, runs one pass, delivers text
+  // and results. False once nothing is queued or running.
+  bool step();
+  // The engine thread, when step() said false: waits until a request or a
+  // cancellation is queued, or `wake()` is called.
+  void wait_for_work();
+  void wake();
+
+  const OpenedModel& model() const { return model_; }
+  const Tokenizer& tokenizer() const { return *model_.tokenizer; }
+  const SchedulerProgress& progress() const { return scheduler_->progress(); }
+  const EngineOptions& options() const { return options_; }
+  // The chat template requests with messages go through (made when first
+  // needed: a model without one warns only then). Thread-safe.
+  const ChatTemplate& chat_template() const;
+  bool speculates() const { return options_.draft.enabled(); }
+
+ private:
+  explicit Engine(EngineOptions options);
+  std::unique_ptr<DraftSource> draft_for(SeqId seq, const GenerationRequest& request);
+  // Moves queued submissions and cancellations into the scheduler.
+  void take_queued();
+
+  EngineOptions options_;
+  OpenedModel model_;
+  mutable std::mutex template_mutex_;
+  mutable std::optional<ChatTemplate> chat_;
+  std::optional<DraftModelSequences> draft_model_;
+  std::unique_ptr<BatchScheduler> scheduler_;
+
+  struct Queued {
+    RequestId id;
+    GenerationRequest request;
+    RequestSink sink;
+  };
+  std::mutex mutex_;  // guards the queue, the cancellations and next_id_
+  std::condition_variable work_;
+  std::vector<Queued> queued_;
+  std::vector<RequestId> cancelled_;
+  RequestId next_id_ = 0;
+  bool woken_ = false;
+
+  // The engine thread's own: the scheduler's index of each request in flight.
+  std::unordered_map<RequestId, size_t> scheduled_;
+  std::unordered_map<size_t, std::pair<RequestId, RequestSink>> sinks_;
+  std::vector<size_t> finished_;  // released after the step that finished them
+};
+
+}  // namespace nt
