@@ -23,6 +23,14 @@ for bin in "${bins[@]}"; do
   mkdir -p "$stage/$(dirname "$bin")"
   strip -o "$stage/$bin" "build/$bin"
 done
+# The device has no -dev packages: the shared libraries ntransformer links
+# beyond the base system (cpp-httplib and the brotli it needs) go beside it,
+# in lib/, where its run path looks.
+if [[ " ${bins[*]} " == *" src/ntransformer "* ]]; then
+  mkdir -p "$stage/src/lib"
+  for lib in $(ldd build/src/ntransformer | awk '/cpp-httplib|brotli/ { print $3 }'); do cp -L "$lib" "$stage/src/lib/"; done
+  for lib in $(ldd "$stage"/src/lib/libcpp-httplib* | awk '/brotli/ { print $3 }'); do cp -Ln "$lib" "$stage/src/lib/"; done
+fi
 mkdir -p .devdata
 # One dictionary over all of them: the binaries share most of their bytes
 # (the CUDA kernels), so two take about what one does (~13 MB).

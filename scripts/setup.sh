@@ -10,7 +10,8 @@ cd "$root"
 step() { echo "setup: $* ($SECONDS s)"; }
 
 packages=(build-essential cmake ninja-build pkg-config python3-venv clang libclang-rt-dev
-          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev liburing-dev nlohmann-json3-dev)
+          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev liburing-dev nlohmann-json3-dev
+          libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,7 +25,7 @@ if ((${#missing[@]})); then
 fi
 
 # Oracles for the tests: gguf (quant formats), numpy (float64 reference), transformers/tokenizers (tokenizer ids).
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers, sentencepiece, jinja2" 2>/dev/null; then
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers, sentencepiece, jinja2, openai, anthropic" 2>/dev/null; then
   step "creating .venv with the test oracles (tests/requirements.txt)"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip

@@ -29,5 +29,6 @@ void add_batch_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_calibrate_skip_command(CLI::App& app);
 void add_rank_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace nt::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   nt::cli::add_batch_command(app);
   nt::cli::add_tokenize_command(app);
   nt::cli::add_rank_command(app);
+  nt::cli::add_serve_command(app);
   const std::vector<std::string> args = nt::cli::expand_llama_style_flags(argc, argv);
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());

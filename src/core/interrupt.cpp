@@ -29,16 +29,20 @@ struct PendingPath {
 PendingPath g_paths[8];
 std::mutex g_paths_mutex;  // between threads registering paths, not the handler
 
+// Raises the flag and wakes the pipe once; whether this call raised it.
+bool raise_flag(int sig) {
+  int expected = 0;
+  if (!g_interrupt_signal.compare_exchange_strong(expected, sig)) return false;
+  if (g_wake_pipe[1] >= 0) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t written = ::write(g_wake_pipe[1], &byte, 1);
+  }
+  return true;
+}
+
 void on_signal(int sig) {
   const bool catching = (sig == SIGINT && g_catch_sigint.load() > 0) || (sig == SIGTERM && g_catch_sigterm.load() > 0);
-  int expected = 0;
-  if (catching && g_interrupt_signal.compare_exchange_strong(expected, sig)) {
-    if (g_wake_pipe[1] >= 0) {
-      const char byte = 1;
-      [[maybe_unused]] const ssize_t written = ::write(g_wake_pipe[1], &byte, 1);
-    }
-    return;
-  }
+  if (catching && raise_flag(sig)) return;
   for (PendingPath& p : g_paths) {
     if (p.used.load()) ::unlink(p.path);
   }
@@ -71,6 +75,8 @@ void clear_interrupt() {
 }
 
 int interrupt_wake_fd() { return g_wake_pipe[0]; }
+
+void request_interrupt() { raise_flag(SIGINT); }
 int interrupt_signal() { return g_interrupt_signal.load(); }
 
 InterruptScope::InterruptScope(bool catch_sigterm) {

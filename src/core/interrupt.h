@@ -26,6 +26,8 @@ int interrupt_signal();
 // an input to wake on Ctrl-C however the signal and the wait interleave. -1
 // before install_signal_handlers.
 int interrupt_wake_fd();
+// Raises the flag as a caught Ctrl-C would (a command ending its own wait on it).
+void request_interrupt();
 
 class InterruptScope {
  public:

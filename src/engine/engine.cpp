@@ -88,6 +88,7 @@ RequestId Engine::submit(EngineRequest request, RequestSink sink) {
   generation.prediction = request.prediction.empty() ? options_.draft.prediction : std::move(request.prediction);
   const std::lock_guard lock(mutex_);
   const RequestId id = next_id_++;
+  ++stats_.queued;
   queued_.push_back({id, std::move(generation), std::move(sink)});
   work_.notify_one();
   return id;
@@ -144,7 +145,18 @@ bool Engine::step() {
   for (const size_t request : finished_) scheduler_->release(request);
   finished_.clear();
   const std::lock_guard lock(mutex_);
+  stats_.progress = scheduler_->progress();
+  stats_.most_running = std::max(stats_.most_running, stats_.progress.running);
+  stats_.queued = int64_t(queued_.size());
+  stats_.kv_pages = model_.runner->kv_pages().page_count();
+  stats_.kv_pages_free = model_.runner->kv_pages().free_pages();
+  stats_.weight_bytes_per_token = model_.runner->weight_bytes_per_token();
   return busy || !queued_.empty() || !cancelled_.empty();
+}
+
+EngineStats Engine::stats() const {
+  const std::lock_guard lock(mutex_);
+  return stats_;
 }
 
 }  // namespace nt

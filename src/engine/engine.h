@@ -45,6 +45,15 @@ struct EngineOptions {
 
 using RequestId = uint64_t;
 
+// What the engine has done, as of its last step: readable from any thread.
+struct EngineStats {
+  SchedulerProgress progress;
+  int64_t most_running = 0;  // the most requests one pass has decoded together
+  int64_t queued = 0;        // submitted, not yet taken by a step
+  int64_t kv_pages = 0, kv_pages_free = 0;  // the KV pool (finished prompts' pages count as used until needed)
+  uint64_t weight_bytes_per_token = 0;      // what one pass reads of the weights (streamed ones cross the link)
+};
+
 struct EngineRequest {
   std::optional<std::string> prompt;  // a raw completion, or
   std::vector<ChatMessage> messages;  // a conversation, through the chat template
@@ -84,7 +93,9 @@ class Engine {
 
   const OpenedModel& model() const { return model_; }
   const Tokenizer& tokenizer() const { return *model_.tokenizer; }
+  // The engine thread's view; stats() is the copy other threads read.
   const SchedulerProgress& progress() const { return scheduler_->progress(); }
+  EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   // The chat template requests with messages go through (made when first
   // needed: a model without one warns only then). Thread-safe.
@@ -109,12 +120,13 @@ class Engine {
     GenerationRequest request;
     RequestSink sink;
   };
-  std::mutex mutex_;  // guards the queue, the cancellations and next_id_
+  mutable std::mutex mutex_;  // guards the queue, the cancellations, next_id_ and stats_
   std::condition_variable work_;
   std::vector<Queued> queued_;
   std::vector<RequestId> cancelled_;
   RequestId next_id_ = 0;
   bool woken_ = false;
+  EngineStats stats_;
 
   // The engine thread's own: the scheduler's index of each request in flight.
   std::unordered_map<RequestId, size_t> scheduled_;

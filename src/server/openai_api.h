@@ -1,0 +1,66 @@
+// The OpenAI HTTP API's shapes: a /v1/chat/completions or /v1/completions
+// body checked field by field into engine requests (a bad field is an
+// ApiError naming it, checked against the same range table as the flags),
+// and the replies, whole or as Server-Sent Events chunks.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace nt::server {
+
+// An HTTP error in the OpenAI shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = {}, std::string type = "invalid_request_error")
+      : std::runtime_error(std::move(message)), status(status), param(std::move(param)), type(std::move(type)) {}
+  int status;
+  std::string param, type;
+};
+
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
+                          const std::string& type = "invalid_request_error");
+
+enum class Endpoint { ChatCompletions, Completions };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;       // as the client named it
+  EngineRequest request;   // the first choice's; choice i samples with seed + i
+  int choices = 1;         // n
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool seeded = false;         // the client gave a seed: choices are repeatable
+  std::string prediction;      // prediction.content: text the output is expected to resemble
+};
+
+// Parses a body; `model_id` is the served model's name ("model" must be it,
+// or absent). Throws ApiError (400 naming the field, 404 for another model).
+ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const std::string& model_id,
+                             const SamplingParams& defaults, int64_t default_max_tokens);
+
+// OpenAI's finish_reason for a stop: "stop" (end of text, a stop string, a
+// cancellation) or "length" (the token limit, a full context).
+std::string finish_reason(StopReason stop);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// The whole reply of a request that did not stream.
+nlohmann::json completion_body(const ApiRequest& api, const std::string& id, int64_t created,
+                               const std::vector<GenerationResult>& results);
+
+// One chunk of a streamed reply: `text` for choice `index`, or its end
+// (finish set); the role comes with a chat choice's first chunk.
+nlohmann::json chunk_body(const ApiRequest& api, const std::string& id, int64_t created, int index,
+                          const std::string& text, const std::optional<std::string>& finish, bool first);
+// The closing chunk of stream_options.include_usage: no choices, the usage.
+nlohmann::json usage_chunk_body(const ApiRequest& api, const std::string& id, int64_t created,
+                                const nlohmann::json& usage);
+
+}  // namespace nt::server
