@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/byte_size.h"
+#include "core/output_file.h"
 
 namespace nt {
 namespace {
