@@ -3,18 +3,14 @@
 #include <fmt/format.h>
 
 #include "sampling/setting_limits.h"
+#include "server/json_fields.h"
 
 namespace nt::server {
 namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-std::string shown(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
-}
+[[noreturn]] void bad(const std::string& param, const std::string& message) { bad_field(param, message); }
 
 // A string, or a list of {"type": "text", "text"} blocks.
 std::string blocks_text(const json& content, const std::string& param) {
@@ -32,14 +28,6 @@ std::string blocks_text(const json& content, const std::string& param) {
   return text;
 }
 
-double setting(const json& value, const SettingLimit& limit, const std::string& param) {
-  if (limit.integer ? !value.is_number_integer() : !value.is_number()) {
-    bad(param, fmt::format("{}: expected {}, got {}", param, limit.integer ? "an integer" : "a number", shown(value)));
-  }
-  if (std::string error = check_limit(limit, value.get<double>()); !error.empty()) bad(param, param + ": " + error);
-  return value.get<double>();
-}
-
 std::string event(const std::string& name, const json& data) {
   return fmt::format("event: {}\ndata: {}\n\n", name, data.dump(-1, ' ', false, json::error_handler_t::replace));
 }
@@ -48,26 +36,12 @@ std::string event(const std::string& name, const json& data) {
 
 MessagesRequest parse_messages_request(const std::string& body, const std::string& model_id,
                                        const SamplingParams& defaults) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    const std::string what = e.what();
-    const size_t tag_end = what.find("] ");
-    std::string reason = tag_end == std::string::npos ? what : what.substr(tag_end + 2);
-    if (reason.size() > 200) reason = reason.substr(0, 200) + "...";
-    throw ApiError(400, "malformed JSON: " + reason);
-  }
-  if (!j.is_object()) bad("", fmt::format("the body must be a JSON object, got {}", shown(j)));
+  const json j = parse_body(body);
   MessagesRequest m;
-  m.model = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : model_id;
-  if (m.model != model_id) {
-    throw ApiError(404, fmt::format("the model '{}' is not served here; this server serves '{}'", m.model, model_id),
-                   "model", "not_found_error");
-  }
+  m.model = served_model(j, model_id);
   EngineRequest& r = m.request;
   if (!j.contains("max_tokens")) bad("max_tokens", "max_tokens: missing (the Messages API requires it)");
-  const auto max_tokens = int64_t(setting(j["max_tokens"], limits::kMaxTokens, "max_tokens"));
+  const auto max_tokens = int64_t(setting_field(j["max_tokens"], limits::kMaxTokens, "max_tokens"));
   r.max_tokens = max_tokens < 0 ? kNoTokenLimit : max_tokens;
   if (j.contains("system") && !j["system"].is_null()) r.messages.push_back({"system", blocks_text(j["system"], "system")});
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
@@ -88,9 +62,9 @@ MessagesRequest parse_messages_request(const std::string& body, const std::strin
   r.sampling = defaults;
   r.sampling.seed = random_seed();
   namespace l = limits;
-  if (j.contains("temperature")) r.sampling.temperature = float(setting(j["temperature"], l::kTemperature, "temperature"));
-  if (j.contains("top_p")) r.sampling.top_p = float(setting(j["top_p"], l::kTopP, "top_p"));
-  if (j.contains("top_k")) r.sampling.top_k = int32_t(setting(j["top_k"], l::kTopK, "top_k"));
+  if (j.contains("temperature")) r.sampling.temperature = float(setting_field(j["temperature"], l::kTemperature, "temperature"));
+  if (j.contains("top_p")) r.sampling.top_p = float(setting_field(j["top_p"], l::kTopP, "top_p"));
+  if (j.contains("top_k")) r.sampling.top_k = int32_t(setting_field(j["top_k"], l::kTopK, "top_k"));
   if (j.contains("stop_sequences")) {
     const json& stops = j["stop_sequences"];
     if (!stops.is_array()) bad("stop_sequences", "stop_sequences: expected a list of strings");

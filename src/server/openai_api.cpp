@@ -5,42 +5,17 @@
 #include <algorithm>
 
 #include "sampling/setting_limits.h"
+#include "server/json_fields.h"
 
 namespace nt::server {
 namespace {
 
 using nlohmann::json;
 
-// No request nests deeper; the bound keeps the parser's recursion off the end of the stack.
-constexpr int kMaxNesting = 64;
 constexpr int kMaxChoices = 8;
 constexpr std::string_view kRoles[] = {"system", "developer", "user", "assistant", "tool"};
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-std::string shown(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
-}
-
-// A field of the shared range table, as the flags and batch's lines check it.
-double setting(const json& value, const SettingLimit& limit, const std::string& param) {
-  if (limit.integer ? !value.is_number_integer() : !value.is_number()) {
-    bad(param, fmt::format("{}: expected {}, got {}", param, limit.integer ? "an integer" : "a number", shown(value)));
-  }
-  if (std::string error = check_limit(limit, value.get<double>()); !error.empty()) bad(param, param + ": " + error);
-  return value.get<double>();
-}
-
-std::string text_field(const json& value, const std::string& param) {
-  if (!value.is_string()) bad(param, fmt::format("{}: expected a string, got {}", param, shown(value)));
-  return value.get<std::string>();
-}
-
-bool bool_field(const json& value, const std::string& param) {
-  if (!value.is_boolean()) bad(param, fmt::format("{}: expected true or false, got {}", param, shown(value)));
-  return value.get<bool>();
-}
+[[noreturn]] void bad(const std::string& param, const std::string& message) { bad_field(param, message); }
 
 // A message's content: a string, a list of {"type": "text", "text"} parts, or null.
 std::string content_text(const json& content, const std::string& param) {
@@ -141,30 +116,10 @@ json error_body(int status, const std::string& message, const std::string& param
 
 ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const std::string& model_id,
                              const SamplingParams& defaults, int64_t default_max_tokens) {
-  json j;
-  try {
-    j = json::parse(body, [](int depth, json::parse_event_t, const json&) {
-      if (depth > kMaxNesting) throw ApiError(400, fmt::format("malformed JSON: nested deeper than {} levels", kMaxNesting));
-      return true;
-    });
-  } catch (const json::exception& e) {
-    const std::string what = e.what();
-    const size_t tag_end = what.find("] ");
-    std::string reason = tag_end == std::string::npos ? what : what.substr(tag_end + 2);
-    if (reason.size() > 200) reason = reason.substr(0, 200) + "...";
-    throw ApiError(400, "malformed JSON: " + reason);
-  }
-  if (!j.is_object()) bad("", fmt::format("the body must be a JSON object, got {}", shown(j)));
+  const json j = parse_body(body);
   ApiRequest a;
   a.endpoint = endpoint;
-  if (j.contains("model") && !j["model"].is_null()) {
-    a.model = text_field(j["model"], "model");
-    if (a.model != model_id) {
-      throw ApiError(404, fmt::format("the model '{}' is not served here; this server serves '{}'", a.model, model_id),
-                     "model", "not_found_error");
-    }
-  }
-  if (a.model.empty()) a.model = model_id;
+  a.model = served_model(j, model_id);
   refuse_unsupported(j);
   EngineRequest& r = a.request;
   if (endpoint == Endpoint::ChatCompletions) {
@@ -176,7 +131,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
   r.max_tokens = default_max_tokens;
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     if (j.contains(field) && !j[field].is_null()) {
-      const auto max_tokens = int64_t(setting(j[field], l::kMaxTokens, field));
+      const auto max_tokens = int64_t(setting_field(j[field], l::kMaxTokens, field));
       r.max_tokens = max_tokens < 0 ? kNoTokenLimit : max_tokens;
     }
   }
@@ -187,11 +142,11 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
                                      std::pair{&l::kFrequencyPenalty, &s.frequency_penalty},
                                      std::pair{&l::kPresencePenalty, &s.presence_penalty}}) {
     const std::string field(limit->field);
-    if (j.contains(field) && !j[field].is_null()) *value = float(setting(j[field], *limit, field));
+    if (j.contains(field) && !j[field].is_null()) *value = float(setting_field(j[field], *limit, field));
   }
   for (const auto& [limit, value] : {std::pair{&l::kTopK, &s.top_k}, std::pair{&l::kRepeatLastN, &s.repeat_last_n}}) {
     const std::string field(limit->field);
-    if (j.contains(field) && !j[field].is_null()) *value = int32_t(setting(j[field], *limit, field));
+    if (j.contains(field) && !j[field].is_null()) *value = int32_t(setting_field(j[field], *limit, field));
   }
   if (j.contains("seed") && !j["seed"].is_null()) {
     const json& seed = j["seed"];
