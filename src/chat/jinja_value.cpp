@@ -339,6 +339,12 @@ static int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
+// Python ints are unbounded; ours are 64-bit, so an overflow fails instead of wrapping.
+static Value checked(bool overflowed, int64_t result) {
+  if (overflowed) render_fail("OverflowError: integer result does not fit in 64 bits");
+  return Value(result);
+}
+
 static Value repeat(const Value& seq, int64_t times) {
   if (seq.is_string()) {
     std::string out;
@@ -404,7 +410,8 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   bool numbers = a.is_number() && b.is_number();
   bool floats = numbers && (a.is_float() || b.is_float());
   if (op == "+") {
-    if (numbers) return floats ? Value(a.as_float() + b.as_float()) : Value(a.as_int() + b.as_int());
+    int64_t r;
+    if (numbers) return floats ? Value(a.as_float() + b.as_float()) : checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r);
     if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
     if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple) {
       std::vector<Value> items = a.list().items;
@@ -412,9 +419,11 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       return Value::new_list(std::move(items), a.list().tuple);
     }
   } else if (op == "-") {
-    if (numbers) return floats ? Value(a.as_float() - b.as_float()) : Value(a.as_int() - b.as_int());
+    int64_t r;
+    if (numbers) return floats ? Value(a.as_float() - b.as_float()) : checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r);
   } else if (op == "*") {
-    if (numbers) return floats ? Value(a.as_float() * b.as_float()) : Value(a.as_int() * b.as_int());
+    int64_t r;
+    if (numbers) return floats ? Value(a.as_float() * b.as_float()) : checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r);
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && a.is_int()) return repeat(b, a.as_int());
   } else if (op == "/") {
@@ -437,7 +446,8 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (numbers) {
       if (!floats && b.as_int() >= 0) {
         int64_t result = 1;
-        for (int64_t i = 0; i < b.as_int(); ++i) result *= a.as_int();
+        for (int64_t i = 0; i < b.as_int(); ++i)
+          if (__builtin_mul_overflow(result, a.as_int(), &result)) return checked(true, 0);
         return Value(result);
       }
       return Value(std::pow(a.as_float(), b.as_float()));
