@@ -340,9 +340,15 @@ static int64_t floor_div(int64_t a, int64_t b) {
 }
 
 // Python ints are unbounded; ours are 64-bit, so an overflow fails instead of wrapping.
-static Value checked(bool overflowed, int64_t result) {
-  if (overflowed) render_fail("OverflowError: integer result does not fit in 64 bits");
-  return Value(result);
+[[noreturn]] static void overflow() { render_fail("OverflowError: integer result does not fit in 64 bits"); }
+
+static Value int_arithmetic(char op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  bool overflowed = op == '+'   ? __builtin_add_overflow(x, y, &r)
+                    : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                : __builtin_mul_overflow(x, y, &r);
+  if (overflowed) overflow();
+  return Value(r);
 }
 
 static Value repeat(const Value& seq, int64_t times) {
@@ -410,8 +416,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   bool numbers = a.is_number() && b.is_number();
   bool floats = numbers && (a.is_float() || b.is_float());
   if (op == "+") {
-    int64_t r;
-    if (numbers) return floats ? Value(a.as_float() + b.as_float()) : checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r);
+    if (numbers) return floats ? Value(a.as_float() + b.as_float()) : int_arithmetic('+', a.as_int(), b.as_int());
     if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
     if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple) {
       std::vector<Value> items = a.list().items;
@@ -419,11 +424,9 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       return Value::new_list(std::move(items), a.list().tuple);
     }
   } else if (op == "-") {
-    int64_t r;
-    if (numbers) return floats ? Value(a.as_float() - b.as_float()) : checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r);
+    if (numbers) return floats ? Value(a.as_float() - b.as_float()) : int_arithmetic('-', a.as_int(), b.as_int());
   } else if (op == "*") {
-    int64_t r;
-    if (numbers) return floats ? Value(a.as_float() * b.as_float()) : checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r);
+    if (numbers) return floats ? Value(a.as_float() * b.as_float()) : int_arithmetic('*', a.as_int(), b.as_int());
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && a.is_int()) return repeat(b, a.as_int());
   } else if (op == "/") {
@@ -447,7 +450,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       if (!floats && b.as_int() >= 0) {
         int64_t result = 1;
         for (int64_t i = 0; i < b.as_int(); ++i)
-          if (__builtin_mul_overflow(result, a.as_int(), &result)) return checked(true, 0);
+          if (__builtin_mul_overflow(result, a.as_int(), &result)) overflow();
         return Value(result);
       }
       return Value(std::pow(a.as_float(), b.as_float()));
