@@ -669,6 +669,33 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
          if (!a.keyword.empty()) render_fail("format filter keyword arguments are not supported");
          return binary_op("%", Value(v.to_str()), Value::new_list(a.positional, true));
        }},
+      {"groupby", [](const Value& v, CallArgs& a) {
+         Value attribute = arg(a, 0, "attribute");
+         Value fallback = arg(a, 1, "default");
+         bool case_sensitive = arg(a, 2, "case_sensitive", Value(false)).truthy();
+         auto key_of = [&](const Value& item) {
+           Value k = get_path(item, attribute);
+           if (k.is_undefined() && !fallback.is_none()) k = fallback;
+           return k;
+         };
+         auto compare_key = [&](const Value& item) { return case_sensitive ? key_of(item) : ignore_case(key_of(item)); };
+         std::vector<Value> groups, members;
+         Value current;
+         for (const auto& item : sorted(v.iterate(), false, compare_key)) {
+           Value k = compare_key(item);
+           if (!members.empty() && !values_equal(k, current)) {
+             Value grouper = key_of(members[0]);  // the first member's own key, not the lowered one
+             groups.push_back(pair(std::move(grouper), Value::new_list(std::exchange(members, {}))));
+           }
+           current = k;
+           members.push_back(item);
+         }
+         if (!members.empty()) {
+           Value grouper = key_of(members[0]);
+           groups.push_back(pair(std::move(grouper), Value::new_list(std::move(members))));
+         }
+         return Value::new_list(std::move(groups));
+       }},
       {"indent", filter_indent},
       {"int", [](const Value& v, CallArgs& a) {
          Value fallback = arg(a, 0, "default", Value(0));
@@ -810,8 +837,6 @@ const Value& test_arg(const CallArgs& args) {
   return args.positional[0];
 }
 
-bool is_integer(const Value& v) { return v.is_int(); }
-
 using TestFn = bool (*)(const Value&, CallArgs&);
 
 const std::unordered_map<std::string_view, TestFn>& tests() {
@@ -832,7 +857,7 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
       {"ge", [](const Value& v, CallArgs& a) { return !values_less(v, test_arg(a)); }},
       {"gt", [](const Value& v, CallArgs& a) { return values_less(test_arg(a), v); }},
       {"in", [](const Value& v, CallArgs& a) { return value_contains(test_arg(a), v); }},
-      {"integer", [](const Value& v, CallArgs&) { return is_integer(v); }},
+      {"integer", [](const Value& v, CallArgs&) { return v.is_int(); }},
       {"iterable", [](const Value& v, CallArgs&) {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_mapping();
        }},

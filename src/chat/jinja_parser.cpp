@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
+#include <utility>
 
 #include "chat/jinja_builtins.h"
 #include "core/error.h"
@@ -272,7 +274,12 @@ class Parser {
     s->text = expect_name();
     parse_signature(s->params);
     expect_block_end();
+    bool outer_varargs = std::exchange(uses_varargs_, false), outer_kwargs = std::exchange(uses_kwargs_, false);
     s->body = block_body("endmacro");
+    s->uses_varargs = uses_varargs_;
+    s->uses_kwargs = uses_kwargs_;
+    uses_varargs_ = outer_varargs || uses_varargs_;
+    uses_kwargs_ = outer_kwargs || uses_kwargs_;
     return s;
   }
 
@@ -472,6 +479,8 @@ class Parser {
         else {
           e->kind = Expr::Kind::Name;
           e->name = t.text;
+          uses_varargs_ |= t.text == "varargs";
+          uses_kwargs_ |= t.text == "kwargs";
         }
         return e;
       }
@@ -495,7 +504,7 @@ class Parser {
       case TokenType::Float: {
         advance();
         auto e = node(Expr::Kind::Literal, t.where);
-        e->value = Value(std::stod(t.text));
+        e->value = Value(std::strtod(t.text.c_str(), nullptr));  // as Python: denormals kept, overflow to inf
         return e;
       }
       case TokenType::Operator:
@@ -682,6 +691,7 @@ class Parser {
   size_t pos_ = 0;
   std::string_view origin_;
   int loop_depth_ = 0;
+  bool uses_varargs_ = false, uses_kwargs_ = false;  // names read by the macro being parsed
 };
 
 }  // namespace

@@ -83,6 +83,8 @@ struct Stmt {
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body, else_body;
   std::vector<std::pair<std::string, ExprPtr>> params;  // default or value may be null
+  bool uses_varargs = false;  // macro: its body reads varargs / kwargs, so extra arguments are accepted
+  bool uses_kwargs = false;
 };
 
 // Fails with nt::Error naming `origin`, the line and the column.

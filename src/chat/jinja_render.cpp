@@ -153,17 +153,18 @@ class Renderer {
       items = std::move(kept);
     }
     if (items.empty()) return exec(s.else_body, out);
+    auto last_changed = std::make_shared<Value>();  // loop.changed's memory, shared by the iterations
     for (size_t i = 0; i < items.size(); ++i) {
       Scope iteration{scope_, {}};
       Enter enter(*this, iteration);
       assign(s.target, items[i]);
-      iteration.set("loop", loop_object(items, i));
+      iteration.set("loop", loop_object(items, i, last_changed));
       if (exec(s.body, out) == Flow::Break) break;
     }
     return Flow::Normal;
   }
 
-  static Value loop_object(const std::vector<Value>& items, size_t i) {
+  static Value loop_object(const std::vector<Value>& items, size_t i, const std::shared_ptr<Value>& last_changed) {
     int64_t n = int64_t(items.size()), index = int64_t(i);
     auto loop = std::make_shared<DictData>();
     auto add = [&](const char* name, Value v) { loop->entries.emplace_back(Value(name), std::move(v)); };
@@ -181,6 +182,12 @@ class Renderer {
     add("cycle", Value::function("cycle", [index](CallArgs& args) {
           if (args.positional.empty()) render_fail("TypeError: no items for cycling given");
           return args.positional[size_t(index) % args.positional.size()];
+        }));
+    add("changed", Value::function("changed", [last_changed](CallArgs& args) {
+          Value now = Value::new_list(args.positional, true);
+          if (values_equal(*last_changed, now)) return Value(false);
+          *last_changed = std::move(now);
+          return Value(true);
         }));
     return Value(std::move(loop));
   }
@@ -239,14 +246,22 @@ class Renderer {
       if (!found) value = fallback ? eval(*fallback) : Value::undefined(fmt::format("'{}' is undefined", name));
       frame.set(name, std::move(value));
     }
+    bool is_macro = s.kind == Stmt::Kind::Macro;
+    if (is_macro && !s.uses_varargs && args.positional.size() > s.params.size())
+      render_fail(fmt::format("TypeError: macro '{}' takes not more than {} argument(s)", s.text, s.params.size()));
     std::vector<Value> varargs;
     for (size_t i = s.params.size(); i < args.positional.size(); ++i) varargs.push_back(args.positional[i]);
     frame.set("varargs", Value::new_list(std::move(varargs), true));
     Value kwargs = Value::new_dict();
     for (size_t k = 0; k < args.keyword.size(); ++k) {
       if (used[k]) continue;
-      if (args.keyword[k].first == "caller") frame.set("caller", args.keyword[k].second);
-      else kwargs.dict().set(Value(args.keyword[k].first), args.keyword[k].second);
+      if (args.keyword[k].first == "caller") {
+        frame.set("caller", args.keyword[k].second);
+      } else if (is_macro && !s.uses_kwargs) {
+        render_fail(fmt::format("TypeError: macro '{}' takes no keyword argument '{}'", s.text, args.keyword[k].first));
+      } else {
+        kwargs.dict().set(Value(args.keyword[k].first), args.keyword[k].second);
+      }
     }
     frame.set("kwargs", kwargs);
     ++depth_;
@@ -315,7 +330,10 @@ class Renderer {
       }
       case Expr::Kind::Dict: {
         Value d = Value::new_dict();
-        for (size_t i = 0; i + 1 < e.operands.size(); i += 2) d.dict().set(eval(*e.operands[i]), eval(*e.operands[i + 1]));
+        for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
+          Value key = eval(*e.operands[i]);  // left to right, as Python evaluates
+          d.dict().set(std::move(key), eval(*e.operands[i + 1]));
+        }
         return d;
       }
       case Expr::Kind::GetAttr:
@@ -354,8 +372,10 @@ class Renderer {
         if (e.kind == Expr::Kind::Plus) return v.is_bool() ? Value(v.as_int()) : v;
         return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
       }
-      case Expr::Kind::Binary:
-        return binary_op(e.name, eval(*e.operands[0]), eval(*e.operands[1]));
+      case Expr::Kind::Binary: {
+        Value left = eval(*e.operands[0]);
+        return binary_op(e.name, left, eval(*e.operands[1]));
+      }
       case Expr::Kind::Compare: {
         Value left = eval(*e.operands[0]);
         for (size_t i = 0; i < e.ops.size(); ++i) {

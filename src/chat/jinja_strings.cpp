@@ -182,9 +182,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     while (i < u.size() && is_python_space(u[i])) ++i;
     if (i == u.size()) break;
     if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
-      size_t e = u.size();
-      while (e > i && is_python_space(u[e - 1])) --e;
-      out.push_back(utf8_encode(std::u32string_view(u).substr(i, e - i)));
+      out.push_back(utf8_encode(std::u32string_view(u).substr(i)));  // the rest keeps its trailing space
       break;
     }
     size_t j = i;
@@ -215,9 +213,7 @@ std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::
       while (e > 0 && is_python_space(u[e - 1])) --e;
       if (e == 0) break;
       if (int64_t(out.size()) == maxsplit) {
-        size_t b = 0;
-        while (b < e && is_python_space(u[b])) ++b;
-        out.push_back(utf8_encode(std::u32string_view(u).substr(b, e - b)));
+        out.push_back(utf8_encode(std::u32string_view(u).substr(0, e)));  // the rest keeps its leading space
         break;
       }
       size_t b = e;

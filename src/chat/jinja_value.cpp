@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "chat/jinja_strings.h"
 
@@ -363,8 +364,10 @@ static Value repeat(const Value& seq, int64_t times) {
   return Value::new_list(std::move(items), seq.list().tuple);
 }
 
-// printf-style `str % args`, for the conversions templates use.
+// printf-style `str % args`: Python follows C's printf for the numeric
+// conversions, so snprintf formats them; %s and %r pad by code points.
 static std::string percent_format(const std::string& format, const Value& args) {
+  bool mapping = args.is_mapping();
   std::vector<Value> values = args.is_list() && args.list().tuple ? args.list().items : std::vector<Value>{args};
   std::string out;
   size_t next = 0;
@@ -374,38 +377,55 @@ static std::string percent_format(const std::string& format, const Value& args) 
       continue;
     }
     if (++i == format.size()) render_fail("ValueError: incomplete format");
-    std::string spec;
-    while (i < format.size() && std::string_view("0123456789.-+ ").find(format[i]) != std::string_view::npos)
-      spec += format[i++];
+    const Value* v = nullptr;
+    if (format[i] == '(') {
+      size_t close = format.find(')', i);
+      if (close == std::string::npos) render_fail("ValueError: incomplete format key");
+      if (!mapping) render_fail("TypeError: format requires a mapping");
+      v = args.dict().find(std::string_view(format).substr(i + 1, close - i - 1));
+      if (!v) render_fail(fmt::format("KeyError: '{}'", format.substr(i + 1, close - i - 1)));
+      i = close + 1;
+    }
+    std::string flags, width, precision;
+    while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos) flags += format[i++];
+    while (i < format.size() && format[i] >= '0' && format[i] <= '9') width += format[i++];
+    if (i < format.size() && format[i] == '.') {
+      precision = ".";
+      while (++i < format.size() && format[i] >= '0' && format[i] <= '9') precision += format[i];
+    }
+    if (i == format.size()) render_fail("ValueError: incomplete format");
     char conv = format[i];
     if (conv == '%') {
       out += '%';
       continue;
     }
-    if (next >= values.size()) render_fail("TypeError: not enough arguments for format string");
-    const Value& v = values[next++];
-    switch (conv) {
-      case 's':
-        out += v.to_str();
-        break;
-      case 'r':
-        out += v.repr();
-        break;
-      case 'd':
-      case 'i':
-        if (!v.is_number()) render_fail(fmt::format("TypeError: %d format: a real number is required, not {}", v.type_name()));
-        out += fmt::format(fmt::runtime("{:" + spec + "d}"), v.is_float() ? int64_t(v.as_float()) : v.as_int());
-        break;
-      case 'f':
-        if (!v.is_number()) render_fail(fmt::format("TypeError: must be real number, not {}", v.type_name()));
-        out += fmt::format(fmt::runtime("{:" + (spec.find('.') == std::string::npos ? spec + ".6" : spec) + "f}"),
-                           v.as_float());
-        break;
-      default:
-        render_fail(fmt::format("ValueError: unsupported format character '{}'", conv));
+    if (!v) {
+      if (mapping || next >= values.size()) render_fail("TypeError: not enough arguments for format string");
+      v = &values[next++];
     }
+    std::string body;
+    if (conv == 's' || conv == 'r') {
+      body = conv == 's' ? v->to_str() : v->repr();
+      if (precision.size() > 1) body = utf8_encode(utf8_decode(body).substr(0, std::stoul(precision.substr(1))));
+      size_t n = utf8_length(body), w = width.empty() ? 0 : std::stoul(width);
+      if (n < w) body = flags.find('-') != std::string::npos ? body + std::string(w - n, ' ') : std::string(w - n, ' ') + body;
+    } else if (std::string_view("diouxXeEfFgG").find(conv) != std::string_view::npos) {
+      if (!v->is_number()) render_fail(fmt::format("TypeError: %{} format: a real number is required, not {}", conv, v->type_name()));
+      std::string spec = "%" + flags + width + precision;
+      char buf[512];
+      if (std::string_view("diouxX").find(conv) != std::string_view::npos) {
+        int64_t x = v->is_float() ? int64_t(v->as_float()) : v->as_int();
+        std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), static_cast<long long>(x));
+      } else {
+        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v->as_float());
+      }
+      body = buf;
+    } else {
+      render_fail(fmt::format("ValueError: unsupported format character '{}'", conv));
+    }
+    out += body;
   }
-  if (next < values.size()) render_fail("TypeError: not all arguments converted during string formatting");
+  if (!mapping && next < values.size()) render_fail("TypeError: not all arguments converted during string formatting");
   return out;
 }
 
@@ -427,8 +447,8 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (numbers) return floats ? Value(a.as_float() - b.as_float()) : int_arithmetic('-', a.as_int(), b.as_int());
   } else if (op == "*") {
     if (numbers) return floats ? Value(a.as_float() * b.as_float()) : int_arithmetic('*', a.as_int(), b.as_int());
-    if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
-    if ((b.is_string() || b.is_list()) && a.is_int()) return repeat(b, a.as_int());
+    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int());
+    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int());
   } else if (op == "/") {
     if (numbers) {
       if (b.as_float() == 0.0) render_fail("ZeroDivisionError: division by zero");
