@@ -297,6 +297,33 @@ def test_real_template(tmp_path, template, conversation, add_generation_prompt):
     check(tmp_path, template, conversation_context(CONVERSATIONS[conversation], add_generation_prompt))
 
 
+@pytest.mark.parametrize("template", TEMPLATES, ids=[t.stem for t in TEMPLATES])
+def test_oracle_is_transformers(template):
+    """The oracle above renders as transformers' own render_jinja_template (the code behind
+    apply_chat_template) does, for the templates whose output does not depend on the clock."""
+    utils = pytest.importorskip("transformers.utils.chat_template_utils")
+    source = template.read_text(encoding="utf-8")
+    if "strftime_now" in source:
+        pytest.skip("renders today's date")
+    for conversation in CONVERSATIONS.values():
+        for add_generation_prompt in (True, False):
+            context = conversation_context(conversation, add_generation_prompt)
+            ours = jinja_render(source, context)
+            extra = {k: v for k, v in context.items() if k not in ("messages", "tools", "documents", "add_generation_prompt")}
+            try:
+                rendered, _ = utils.render_jinja_template(
+                    conversations=[conversation["messages"]], tools=conversation.get("tools"), chat_template=source,
+                    add_generation_prompt=add_generation_prompt, **extra)
+                theirs = ("ok", rendered[0])
+            except Exception as e:  # noqa: BLE001 - compared with the oracle's failure below
+                theirs = ("error", e)
+            assert ours[0] == theirs[0]
+            if ours[0] == "ok":
+                assert ours[1] == theirs[1]
+            else:
+                assert type(ours[1]) is type(theirs[1]) and str(ours[1]) == str(theirs[1])
+
+
 # --- one feature at a time ----------------------------------------------------------------------
 
 FEATURES = {
