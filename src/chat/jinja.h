@@ -11,7 +11,7 @@
 // caller), call, filter and with blocks; the full expression grammar with
 // jinja2's precedence, slices, attribute/item fallbacks, Python str/dict
 // methods; jinja2's default Undefined; the filters and tests chat templates
-// use (see jinja_filters.cpp). Not supported: template inheritance and
+// use (jinja_filters.cpp, jinja_tests.cpp). Not supported: template inheritance and
 // includes, recursive loops, format specs in str.format, the async API.
 //
 // Tested by tests/python/test_chat_templates.py: every template under

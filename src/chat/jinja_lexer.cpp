@@ -155,7 +155,9 @@ class Lexer {
     emit(block ? TokenType::BlockBegin : TokenType::VariableBegin, "", tag);
     std::string closers;  // brackets still open: a tag end inside them is an operator
     while (true) {
-      if (pos >= src_.size()) fail_at(tag, block ? "unexpected end of template, expected end of block" : "unexpected end of template, expected end of print statement");
+      if (pos >= src_.size())
+        fail_at(tag, block ? "unexpected end of template, expected end of block"
+                           : "unexpected end of template, expected end of print statement");
       if (closers.empty()) {
         size_t end = std::string::npos;
         if (block) {
@@ -198,7 +200,8 @@ class Lexer {
 
   size_t digits(size_t pos, bool (*accept)(char)) const {
     // `(\d+_)*\d+`: underscores only between digits
-    while (pos < src_.size() && (accept(src_[pos]) || (src_[pos] == '_' && pos + 1 < src_.size() && accept(src_[pos + 1]))))
+    while (pos < src_.size() &&
+           (accept(src_[pos]) || (src_[pos] == '_' && pos + 1 < src_.size() && accept(src_[pos + 1]))))
       ++pos;
     return pos;
   }
@@ -210,14 +213,20 @@ class Lexer {
     };
     char next = start + 1 < src_.size() ? char(src_[start + 1] | 0x20) : 0;
     if (src_[start] == '0' && (next == 'x' || next == 'o' || next == 'b')) {
-      bool (*accept)(char) = next == 'x'   ? +[](char c) { return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
+      bool (*accept)(char) = next == 'x'
+                                 ? +[](char c) { return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
                              : next == 'o' ? +[](char c) { return c >= '0' && c <= '7'; }
                                            : +[](char c) { return c == '0' || c == '1'; };
       size_t end = start + 2;
       if (end < src_.size() && src_[end] == '_') ++end;
       end = digits(end, accept);
       std::string text = clean(src_.substr(start, end - start));
-      emit(TokenType::Integer, std::to_string(std::stoll(text.substr(2), nullptr, next == 'x' ? 16 : next == 'o' ? 8 : 2)), start);
+      emit(TokenType::Integer,
+           std::to_string(std::stoll(text.substr(2), nullptr,
+                                     next == 'x'   ? 16
+                                     : next == 'o' ? 8
+                                                   : 2)),
+           start);
       return end;
     }
     size_t end = digits(start, is_digit);
@@ -276,20 +285,47 @@ class Lexer {
         utf8_append(out, value);
       };
       switch (e) {
-        case '\n': break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
+        case '\n':
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
         default:
           if (e >= '0' && e <= '7') {
             char32_t value = e - '0';
@@ -336,8 +372,6 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source, std::string_view origin) {
-  return Lexer(source, origin).run();
-}
+std::vector<Token> tokenize(std::string_view source, std::string_view origin) { return Lexer(source, origin).run(); }
 
 }  // namespace nt::chat

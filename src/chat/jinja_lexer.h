@@ -15,7 +15,19 @@ struct Location {
   int column = 1;
 };
 
-enum class TokenType { Text, VariableBegin, VariableEnd, BlockBegin, BlockEnd, Name, String, Integer, Float, Operator, End };
+enum class TokenType {
+  Text,
+  VariableBegin,
+  VariableEnd,
+  BlockBegin,
+  BlockEnd,
+  Name,
+  String,
+  Integer,
+  Float,
+  Operator,
+  End
+};
 
 struct Token {
   TokenType type;

@@ -34,13 +34,20 @@ class Parser {
 
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case TokenType::BlockEnd: return "end of statement block";
-      case TokenType::VariableEnd: return "end of print statement";
-      case TokenType::End: return "end of template";
-      case TokenType::String: return "string";
-      case TokenType::Integer: return "integer";
-      case TokenType::Float: return "float";
-      default: return t.text;
+      case TokenType::BlockEnd:
+        return "end of statement block";
+      case TokenType::VariableEnd:
+        return "end of print statement";
+      case TokenType::End:
+        return "end of template";
+      case TokenType::String:
+        return "string";
+      case TokenType::Integer:
+        return "integer";
+      case TokenType::Float:
+        return "float";
+      default:
+        return t.text;
     }
   }
 
@@ -290,8 +297,10 @@ class Parser {
       if (at_op(")")) break;
       std::string name = expect_name();
       ExprPtr fallback;
-      if (skip_op("=")) fallback = parse_expression(true);
-      else if (!params.empty() && params.back().second) fail("non-default argument follows default argument");
+      if (skip_op("="))
+        fallback = parse_expression(true);
+      else if (!params.empty() && params.back().second)
+        fail("non-default argument follows default argument");
       params.emplace_back(name, std::move(fallback));
     }
     advance();
@@ -473,9 +482,12 @@ class Parser {
       case TokenType::Name: {
         advance();
         auto e = node(Expr::Kind::Literal, t.where);
-        if (t.text == "true" || t.text == "True") e->value = Value(true);
-        else if (t.text == "false" || t.text == "False") e->value = Value(false);
-        else if (t.text == "none" || t.text == "None") e->value = Value(nullptr);
+        if (t.text == "true" || t.text == "True")
+          e->value = Value(true);
+        else if (t.text == "false" || t.text == "False")
+          e->value = Value(false);
+        else if (t.text == "none" || t.text == "None")
+          e->value = Value(nullptr);
         else {
           e->kind = Expr::Kind::Name;
           e->name = t.text;
@@ -674,7 +686,8 @@ class Parser {
     e->operands.push_back(std::move(input));
     const Token& t = current();
     bool argument_start = t.type == TokenType::Name || t.type == TokenType::String || t.type == TokenType::Integer ||
-                          t.type == TokenType::Float || (t.type == TokenType::Operator && (t.text == "[" || t.text == "{"));
+                          t.type == TokenType::Float ||
+                          (t.type == TokenType::Operator && (t.text == "[" || t.text == "{"));
     if (at_op("(")) {
       parse_call_args(*e);
     } else if (argument_start && !at_name("else") && !at_name("or") && !at_name("and")) {

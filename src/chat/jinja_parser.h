@@ -72,7 +72,7 @@ struct Stmt {
     With,         // with params: body
     Break,
     Continue,
-    Generation,   // transformers' {% generation %}: renders its body
+    Generation,  // transformers' {% generation %}: renders its body
   };
   Kind kind;
   Location where;

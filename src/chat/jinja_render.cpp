@@ -41,8 +41,10 @@ class Renderer {
       return nullptr;
     }
     void set(const std::string& name, Value value) {
-      if (Value* v = find(name)) *v = std::move(value);
-      else vars.emplace_back(name, std::move(value));
+      if (Value* v = find(name))
+        *v = std::move(value);
+      else
+        vars.emplace_back(name, std::move(value));
     }
   };
 
@@ -103,7 +105,8 @@ class Renderer {
         return Flow::Normal;
       case Stmt::Kind::CallBlock: {
         Scope* site = scope_;
-        Value caller = Value::function("caller", [this, &s, site](CallArgs& args) { return call_macro(s, args, *site); });
+        Value caller =
+            Value::function("caller", [this, &s, site](CallArgs& args) { return call_macro(s, args, *site); });
         out += eval_call(*s.expr, &caller).to_str();
         return Flow::Normal;
       }
@@ -198,9 +201,10 @@ class Renderer {
       if (!ns.is_dict() || !ns.dict().is_namespace)
         render_fail("TemplateRuntimeError: cannot assign attribute on non-namespace object");
       if (target.attribute[0] == '_')
-        render_fail(fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
-                                "namespace, but got '{}'. Please rename the attribute.",
-                                target.attribute));
+        render_fail(
+            fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
+                        "namespace, but got '{}'. Please rename the attribute.",
+                        target.attribute));
       ns.dict().set(Value(target.attribute), std::move(value));
       return;
     }
@@ -404,7 +408,8 @@ class Renderer {
 
   void add_globals() {
     globals_["range"] = Value::function("range", [](CallArgs& args) {
-      if (args.positional.empty() || args.positional.size() > 3) render_fail("TypeError: range expected 1 to 3 arguments");
+      if (args.positional.empty() || args.positional.size() > 3)
+        render_fail("TypeError: range expected 1 to 3 arguments");
       std::vector<int64_t> bounds;
       for (const auto& v : args.positional) {
         if (!v.is_int() && !v.is_bool())
@@ -416,7 +421,9 @@ class Renderer {
       if (step == 0) render_fail("ValueError: range() arg 3 must not be zero");
       int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
                                : (start > stop ? (start - stop - step - 1) / -step : 0);
-      if (count > kMaxRange) render_fail(fmt::format("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", kMaxRange));
+      if (count > kMaxRange)
+        render_fail(fmt::format("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).",
+                                kMaxRange));
       std::vector<Value> items;
       for (int64_t i = 0; i < count; ++i) items.emplace_back(start + i * step);
       return Value::new_list(std::move(items));
@@ -439,12 +446,14 @@ class Renderer {
       if (is_namespace)
         for (const auto& [k, v] : d.dict().entries)
           if (k.is_string() && !k.str().empty() && k.str()[0] == '_')
-            render_fail(fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
-                                    "namespace, but got {}. Please rename the attribute.",
-                                    k.repr()));
+            render_fail(
+                fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
+                            "namespace, but got {}. Please rename the attribute.",
+                            k.repr()));
       return d;
     };
-    globals_["namespace"] = Value::function("namespace", [mapping_from](CallArgs& args) { return mapping_from(args, true); });
+    globals_["namespace"] =
+        Value::function("namespace", [mapping_from](CallArgs& args) { return mapping_from(args, true); });
     globals_["dict"] = Value::function("dict", [mapping_from](CallArgs& args) { return mapping_from(args, false); });
     globals_["raise_exception"] = Value::function("raise_exception", [](CallArgs& args) -> Value {
       render_fail(args.positional.empty() ? std::string() : args.positional[0].to_str());

@@ -1,10 +1,10 @@
 #include "chat/jinja_strings.h"
 
-#include "chat/jinja_value.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+
+#include "chat/jinja_value.h"
 
 namespace nt::chat {
 
@@ -109,9 +109,7 @@ bool is_alpha(char32_t c) {
 
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
   std::u32string set = chars ? utf8_decode(*chars) : std::u32string();
-  auto strip_it = [&](char32_t c) {
-    return chars ? set.find(c) != std::u32string::npos : is_python_space(c);
-  };
+  auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_python_space(c); };
   bool ascii = std::all_of(s.begin(), s.end(), [](char c) { return uint8_t(c) < 0x80; });
   if (ascii && (!chars || std::all_of(chars->begin(), chars->end(), [](char c) { return uint8_t(c) < 0x80; }))) {
     size_t b = 0, e = s.size();

@@ -307,8 +307,8 @@ bool values_less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  render_fail(fmt::format("TypeError: '<' not supported between instances of '{}' and '{}'", a.type_name(),
-                          b.type_name()));
+  render_fail(
+      fmt::format("TypeError: '<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name()));
 }
 
 bool value_contains(const Value& container, const Value& item) {
@@ -359,8 +359,7 @@ static Value repeat(const Value& seq, int64_t times) {
     return Value(std::move(out));
   }
   std::vector<Value> items;
-  for (int64_t i = 0; i < times; ++i)
-    items.insert(items.end(), seq.list().items.begin(), seq.list().items.end());
+  for (int64_t i = 0; i < times; ++i) items.insert(items.end(), seq.list().items.begin(), seq.list().items.end());
   return Value::new_list(std::move(items), seq.list().tuple);
 }
 
@@ -387,7 +386,8 @@ static std::string percent_format(const std::string& format, const Value& args) 
       i = close + 1;
     }
     std::string flags, width, precision;
-    while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos) flags += format[i++];
+    while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos)
+      flags += format[i++];
     while (i < format.size() && format[i] >= '0' && format[i] <= '9') width += format[i++];
     if (i < format.size() && format[i] == '.') {
       precision = ".";
@@ -408,9 +408,11 @@ static std::string percent_format(const std::string& format, const Value& args) 
       body = conv == 's' ? v->to_str() : v->repr();
       if (precision.size() > 1) body = utf8_encode(utf8_decode(body).substr(0, std::stoul(precision.substr(1))));
       size_t n = utf8_length(body), w = width.empty() ? 0 : std::stoul(width);
-      if (n < w) body = flags.find('-') != std::string::npos ? body + std::string(w - n, ' ') : std::string(w - n, ' ') + body;
+      if (n < w)
+        body = flags.find('-') != std::string::npos ? body + std::string(w - n, ' ') : std::string(w - n, ' ') + body;
     } else if (std::string_view("diouxXeEfFgG").find(conv) != std::string_view::npos) {
-      if (!v->is_number()) render_fail(fmt::format("TypeError: %{} format: a real number is required, not {}", conv, v->type_name()));
+      if (!v->is_number())
+        render_fail(fmt::format("TypeError: %{} format: a real number is required, not {}", conv, v->type_name()));
       std::string spec = "%" + flags + width + precision;
       char buf[512];
       if (std::string_view("diouxX").find(conv) != std::string_view::npos) {
@@ -476,8 +478,8 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       return Value(std::pow(a.as_float(), b.as_float()));
     }
   }
-  render_fail(fmt::format("TypeError: unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(),
-                          b.type_name()));
+  render_fail(
+      fmt::format("TypeError: unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
 }  // namespace nt::chat

@@ -130,7 +130,7 @@ class Value {
 
 // Python semantics for ==, <, and the arithmetic operators.
 bool values_equal(const Value& a, const Value& b);
-bool values_less(const Value& a, const Value& b);  // fails on unorderable types
+bool values_less(const Value& a, const Value& b);                // fails on unorderable types
 bool value_contains(const Value& container, const Value& item);  // `item in container`
 Value binary_op(std::string_view op, const Value& a, const Value& b);
 
