@@ -27,7 +27,7 @@ std::optional<std::string> optional_str(const Value& v) {
   return v.str();
 }
 
-const std::string& str_arg(const Value& v, std::string_view what) {
+std::string str_arg(const Value& v, std::string_view what) {
   if (!v.is_string()) render_fail(fmt::format("TypeError: {} must be str, not {}", what, v.type_name()));
   return v.str();
 }

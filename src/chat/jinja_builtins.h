@@ -35,7 +35,7 @@ std::string to_json(const Value& value, const JsonStyle& style);
 // signature, positionally or by name, and Python primitives several need.
 Value arg(const CallArgs& args, size_t index, std::string_view name, Value fallback = Value(nullptr));
 int64_t int_arg(const Value& v, std::string_view what);
-const std::string& str_arg(const Value& v, std::string_view what);
+std::string str_arg(const Value& v, std::string_view what);  // a copy: callers pass temporaries
 std::optional<std::string> optional_str(const Value& v);  // none/undefined: nullopt
 Value list_of(std::vector<std::string> parts);
 Value tuple_pair(Value a, Value b);
