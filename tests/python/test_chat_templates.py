@@ -356,6 +356,11 @@ FEATURES = {
     "{{ s.rsplit('l', 1) }} {{ s.startswith(' h') }} {{ s.endswith(('x', 'd ')) }} {{ s.replace('l', 'L') }} "
     "{{ s.replace('l', 'L', 1) }} {{ s.find('o') }} {{ s.find('zz') }} {{ s.count('l') }} {{ '-'.join(['a', 'b']) }} "
     "{{ '{} and {}'.format(1, 'x') }} {{ '{0}{name}'.format(7, name='n') }} {{ s|length }} {{ s[2:6] }}",
+    "string_methods_more": "{{ 'x'.zfill(3) }} {{ '-1'.zfill(4) }} {{ 'ab'.ljust(4, '*') }}|{{ 'ab'.rjust(4) }} "
+    "{{ 'abc'.removeprefix('a') }} {{ 'abc'.removesuffix('c') }} {{ 'A1'.isalnum() }} {{ '12'.isdigit() }} "
+    "{{ ' '.isspace() }} {{ 'Ab'.isupper() }} {{ 'ab'.islower() }} {{ ''.isalpha() }} {{ 'l1\\nl2\\r\\nl3'.splitlines() }} "
+    "{{ ' a b '.split(None, 1) }} {{ ' a b '.rsplit(None, 1) }} {{ 'a,b,,c'.split(',', 2) }} {{ 'aaa'.replace('', '-') }} "
+    "{{ 'héllo'.find('l') }} {{ 'abc'.startswith(('x', 'a')) }} {{ 'abcabc'.count('bc') }}",
     "unicode": "{{ u|length }} {{ u[1] }} {{ u[::-1] }} {{ u|upper }} {{ u|reverse }} {{ u.split('é') }} {{ u|center(12) }}|"
     "{{ u|truncate(5, true, '…', 0) }}",
     # loops
@@ -413,6 +418,16 @@ FEATURES = {
     "{{ people|selectattr('name', 'equalto', 'Al')|list }} {{ people|sort(attribute='name')|map(attribute='name')|list }} "
     "{{ people|sum(attribute='age', start=1) }} {{ people|max(attribute='age') }} "
     "{{ people|unique(attribute='name')|list|length }} {{ people|map(attribute='name')|map('upper')|list }}",
+    "percent_format": "{{ '%5.2f|%-4d|%03d|%s|%r|%x|%e|%%' % (3.14159, 7, 5, none, 'q', 255, 12345.678) }} "
+    "{{ '%(a)s-%(b)05.1f' % {'a': 'x', 'b': 2.25} }} {{ '%s' % 'one' }} {{ '%-6s|%6s|%.2s' % ('ab', 'cd', 'xyz') }}",
+    "groupby_and_changed": "{% for g, items in people|groupby('name') %}{{ g }}:{{ items|length }};{% endfor %}"
+    "{{ people|groupby('age', default=0)|map('first')|list }} "
+    "{% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }}{% endfor %}",
+    "bool_and_float_arithmetic": "{{ true + 1 }} {{ true * 'a' }} {{ -true }} {{ 1 - true }} {{ true / 2 }} "
+    "{{ 1.0e-7 }} {{ 123456789.123456789 }} {{ 1e16 }} {{ 1e15 }} {{ 5e-324 }} {{ 1.7976931348623157e308 }} {{ 1e400 }} "
+    "{{ 7.0 // 2 }} {{ 7 % -3 }} {{ -7.5 % 2 }} {{ 2 ** -2 }} {{ 0 ** 0 }} {{ 2.0 ** 3 }} {{ 2 ** 0.5 }}",
+    "tojson_keys_and_escapes": "{{ {1: 'a', true: 'b', none: 'c', 2.5: 'd'}|tojson }} {{ '😀é'|tojson(ensure_ascii=true) }} "
+    "{{ 'é\u2028\x1f'|tojson }} {{ {'b': 1, 'a': {'d': [1, {'z': 0, 'y': 1}]}}|tojson(sort_keys=true, indent=1) }}",
     "tojson": "{{ data|tojson }}\n{{ data|tojson(indent=2) }}\n{{ data|tojson(indent='\\t') }}\n"
     "{{ data|tojson(separators=(',', ':')) }}\n{{ data|tojson(sort_keys=true) }}\n{{ data|tojson(ensure_ascii=true) }}\n"
     "{{ [] |tojson(indent=2) }} {{ {}|tojson(indent=2) }} {{ 'x\\u0001\\x7f'|tojson }} {{ (1, 2)|tojson }}",
@@ -476,6 +491,9 @@ ERRORS = {
     "unpack_mismatch": "{% for a, b in [[1, 2, 3]] %}{% endfor %}",
     "compare_str_int": "{{ 'a' < 1 }}",
     "break_outside_loop": "{% break %}",
+    "macro_too_many_arguments": "{% macro m(a) %}{{ a }}{% endmacro %}\n{{ m(1, 2) }}",
+    "macro_unknown_keyword": "{% macro m(a) %}{{ a }}{% endmacro %}\n\n{{ m(b=1) }}",
+    "none_arithmetic": "{{ none + 1 }}",
 }
 
 
