@@ -13,6 +13,12 @@
 namespace nt::chat {
 namespace {
 
+// Chat templates come from model files: a hostile one must fail, not exhaust
+// the stack in this recursive parser or in the evaluator walking its tree.
+// jinja2 itself gives up far earlier (Python's recursion limit at about 65
+// nested parentheses), so no template it renders comes near this.
+constexpr int kMaxNesting = 400;
+
 class Parser {
  public:
   Parser(std::vector<Token> tokens, std::string_view origin) : tokens_(std::move(tokens)), origin_(origin) {}
@@ -31,6 +37,38 @@ class Parser {
     nt::fail("{} (line {}, column {}): {}", origin_, at.line, at.column, message);
   }
   [[noreturn]] void fail(const std::string& message) const { fail_at(current().where, message); }
+
+  // One level deeper in the tree; undone by the caller (Nest) or at the end of a chain.
+  void deeper() {
+    if (++nesting_ > kMaxNesting) fail("template nested too deeply");
+  }
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) { p_.deeper(); }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+  // Each link of a left-associative chain (a + b + c, x|f|g, a.b.c) wraps the
+  // tree so far: count it until the chain ends.
+  class Chain {
+   public:
+    explicit Chain(Parser& p) : p_(p) {}
+    void link() {
+      p_.deeper();
+      ++links_;
+    }
+    ~Chain() { p_.nesting_ -= links_; }
+    Chain(const Chain&) = delete;
+    Chain& operator=(const Chain&) = delete;
+
+   private:
+    Parser& p_;
+    int links_ = 0;
+  };
 
   static std::string describe(const Token& t) {
     switch (t.type) {
@@ -145,6 +183,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_statement() {
+    Nest nest(*this);
     const Token& t = current();
     if (t.type != TokenType::Name) fail("tag name expected");
     std::string name = t.text;
@@ -347,11 +386,16 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+  ExprPtr parse_expression(bool with_condexpr) {
+    Nest nest(*this);
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
 
   ExprPtr parse_condexpr() {
     ExprPtr expr = parse_or();
+    Chain chain(*this);
     while (at_name("if")) {
+      chain.link();
       Location where = advance().where;
       auto e = node(Expr::Kind::Conditional, where);
       e->operands.push_back(parse_or());
@@ -372,7 +416,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
+    Chain chain(*this);
     while (at_name("or")) {
+      chain.link();
       Location where = advance().where;
       left = binary(Expr::Kind::Or, std::move(left), parse_and(), where);
     }
@@ -381,7 +427,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
+    Chain chain(*this);
     while (at_name("and")) {
+      chain.link();
       Location where = advance().where;
       left = binary(Expr::Kind::And, std::move(left), parse_not(), where);
     }
@@ -390,6 +438,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      Nest nest(*this);
       auto e = node(Expr::Kind::Not, advance().where);
       e->operands.push_back(parse_not());
       return e;
@@ -427,7 +476,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr left = parse_concat();
+    Chain chain(*this);
     while (at_op("+") || at_op("-")) {
+      chain.link();
       const Token& t = advance();
       left = binary(Expr::Kind::Binary, std::move(left), parse_concat(), t.where, t.text);
     }
@@ -436,7 +487,9 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr left = parse_math2();
+    Chain chain(*this);
     while (at_op("~")) {
+      chain.link();
       const Token& t = advance();
       left = binary(Expr::Kind::Binary, std::move(left), parse_math2(), t.where, "~");
     }
@@ -445,7 +498,9 @@ class Parser {
 
   ExprPtr parse_math2() {
     ExprPtr left = parse_pow();
+    Chain chain(*this);
     while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
+      chain.link();
       const Token& t = advance();
       left = binary(Expr::Kind::Binary, std::move(left), parse_pow(), t.where, t.text);
     }
@@ -454,7 +509,9 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr left = parse_unary(true);
+    Chain chain(*this);
     while (at_op("**")) {
+      chain.link();
       const Token& t = advance();
       left = binary(Expr::Kind::Binary, std::move(left), parse_unary(true), t.where, "**");
     }
@@ -463,6 +520,7 @@ class Parser {
 
   // As jinja2: a unary sign binds tighter than the filters after it (-x|abs is (-x)|abs).
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = advance();
@@ -556,7 +614,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    Chain chain(*this);
     while (true) {
+      chain.link();
       if (at_op(".") || at_op("[")) {
         e = parse_subscript(std::move(e));
       } else if (at_op("(")) {
@@ -568,7 +628,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
+    Chain chain(*this);
     while (true) {
+      chain.link();
       if (at_op("|")) {
         e = parse_filter(std::move(e), false);
       } else if (at_name("is")) {
@@ -654,7 +716,9 @@ class Parser {
   }
 
   ExprPtr parse_filter(ExprPtr input, bool start_inline) {
+    Chain chain(*this);
     while (at_op("|") || start_inline) {
+      chain.link();
       if (!start_inline) advance();
       start_inline = false;
       Location where = current().where;
@@ -704,6 +768,7 @@ class Parser {
   size_t pos_ = 0;
   std::string_view origin_;
   int loop_depth_ = 0;
+  int nesting_ = 0;  // bounds the tree's height: recursion plus operator chains
   bool uses_varargs_ = false, uses_kwargs_ = false;  // names read by the macro being parsed
 };
 

@@ -10,8 +10,10 @@
 namespace nt::chat {
 namespace {
 
-// Python's default recursion limit stops runaway macros at about this depth.
+// Python's recursion limit stops runaway templates; these bound our stack the
+// same way, well above what jinja2 itself reaches (about 150 nested macro calls).
 constexpr int kMaxCallDepth = 500;
+constexpr int kMaxEvalDepth = 3000;  // nested expression evaluations, across macro calls
 // The sandbox's MAX_RANGE.
 constexpr int64_t kMaxRange = 100000;
 
@@ -276,8 +278,12 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    if (eval_depth_ >= kMaxEvalDepth) fail_at(e.where, "RecursionError: maximum recursion depth exceeded");
+    ++eval_depth_;
     try {
-      return eval_inner(e);
+      Value v = eval_inner(e);
+      --eval_depth_;
+      return v;
     } catch (const RenderFailure& f) {
       fail_at(e.where, f.message);
     }
@@ -481,6 +487,7 @@ class Renderer {
   Scope* scope_ = &root_;
   const Value* filter_input_ = nullptr;  // the text a filter block or block set is filtering
   int depth_ = 0;                        // nested macro calls
+  int eval_depth_ = 0;                   // nested eval() calls (a failure ends the render, so no unwinding)
 };
 
 }  // namespace

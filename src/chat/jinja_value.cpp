@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -166,6 +167,29 @@ std::string Value::to_str() const {
   }
 }
 
+// Containers being printed: a namespace can hold itself (ns.self = ns), and
+// Python prints such a cycle as {...} / [...] instead of recursing forever.
+static thread_local std::vector<const void*> repr_in_progress;
+
+namespace {
+class ReprGuard {
+ public:
+  explicit ReprGuard(const void* object) : cycle_(std::find(repr_in_progress.begin(), repr_in_progress.end(),
+                                                            object) != repr_in_progress.end()) {
+    if (!cycle_) repr_in_progress.push_back(object);
+  }
+  ~ReprGuard() {
+    if (!cycle_) repr_in_progress.pop_back();
+  }
+  ReprGuard(const ReprGuard&) = delete;
+  ReprGuard& operator=(const ReprGuard&) = delete;
+  bool cycle() const { return cycle_; }
+
+ private:
+  bool cycle_;
+};
+}  // namespace
+
 std::string Value::repr() const {
   switch (type()) {
     case Type::Undefined:
@@ -174,6 +198,8 @@ std::string Value::repr() const {
       return py_repr(str());
     case Type::List: {
       const auto& l = list();
+      ReprGuard guard(&l);
+      if (guard.cycle()) return l.tuple ? "(...)" : "[...]";
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -185,6 +211,8 @@ std::string Value::repr() const {
     }
     case Type::Dict: {
       const auto& d = dict();
+      ReprGuard guard(&d);
+      if (guard.cycle()) return d.is_namespace ? "<Namespace {...}>" : "{...}";
       std::string out = d.is_namespace ? "<Namespace {" : "{";
       for (size_t i = 0; i < d.entries.size(); ++i) {
         if (i) out += ", ";

@@ -494,6 +494,7 @@ ERRORS = {
     "macro_too_many_arguments": "{% macro m(a) %}{{ a }}{% endmacro %}\n{{ m(1, 2) }}",
     "macro_unknown_keyword": "{% macro m(a) %}{{ a }}{% endmacro %}\n\n{{ m(b=1) }}",
     "none_arithmetic": "{{ none + 1 }}",
+    "runaway_macro_recursion": "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",
 }
 
 
