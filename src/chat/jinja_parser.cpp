@@ -280,7 +280,7 @@ class Parser {
     if (skip_op("=")) {
       auto s = stmt(Stmt::Kind::Set, where);
       s->target = std::move(target);
-      s->expr = parse_tuple(false, true, {}, false);
+      s->expr = parse_tuple(true, true, {}, false);
       expect_block_end();
       return s;
     }

@@ -227,6 +227,7 @@ CONVERSATIONS = {
             {"role": "user", "content": "Thanks!"},
         ],
         "tools": TOOLS,
+        "extra": {"functions": json.dumps(TOOLS), "datetime": "2024-07-26"},  # firefunction-v2 reads these
     },
     "tool_call_content_none": {
         "messages": [
@@ -380,7 +381,8 @@ FEATURES = {
     "loop_over_dict_and_string": "{% for k in d %}{{ k }}{% endfor %}|{% for c in 'héllo' %}{{ c }}.{% endfor %}",
     # assignment
     "set_forms": "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}{% set blk %}in {{ a }}\n{% endset %}"
-    "[{{ blk }}]{% set up | upper %}shout{% endset %}{{ up }}",
+    "[{{ blk }}]{% set up | upper %}shout{% endset %}{{ up }}{% set c = 'yes' if a else 'no' %}{{ c }}"
+    "{% set l2 = l[1:] if l|length > 1 else l %}{{ l2 }}",
     "namespace": "{% set ns = namespace(count=0, items=[]) %}{% for x in l %}{% set ns.count = ns.count + x %}"
     "{% set ns.items = ns.items + [x * 2] %}{% endfor %}{{ ns.count }} {{ ns.items }} {{ ns }}",
     "with_block": "{% with a = 1, b = 'two' %}{{ a }}{{ b }}{% endwith %}[{{ a }}]",
