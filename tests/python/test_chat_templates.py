@@ -268,6 +268,21 @@ CONVERSATIONS = {
         "messages": [{"role": "user", "content": "One"}, {"role": "user", "content": "Two"}],
     },
     "system_only": {"messages": [{"role": "system", "content": "Only a system message."}]},
+    "content_blocks": {
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "  What is in the picture?  "}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "A cat on a mat."}]},
+            {"role": "user", "content": "Thanks."},
+        ]
+    },
+    "documents": {
+        "messages": [{"role": "user", "content": "Where is Zürich?"}],
+        "documents": [
+            {"doc_id": 1, "title": "Zürich", "text": "Zürich is the largest city in Switzerland."},
+            {"doc_id": 2, "title": "Lakes", "text": "Lake Zürich lies south-east of the city."},
+        ],
+        "extra": {"controls": {"citations": True}},
+    },
 }
 
 
@@ -275,7 +290,7 @@ def conversation_context(conversation, add_generation_prompt):
     context = {
         "messages": alias_reasoning(conversation["messages"]),
         "tools": conversation.get("tools"),
-        "documents": None,
+        "documents": conversation.get("documents"),
         "add_generation_prompt": add_generation_prompt,
         "bos_token": "<s>",
         "eos_token": "</s>",
@@ -313,7 +328,8 @@ def test_oracle_is_transformers(template):
             extra = {k: v for k, v in context.items() if k not in ("messages", "tools", "documents", "add_generation_prompt")}
             try:
                 rendered, _ = utils.render_jinja_template(
-                    conversations=[conversation["messages"]], tools=conversation.get("tools"), chat_template=source,
+                    conversations=[conversation["messages"]], tools=conversation.get("tools"),
+                    documents=conversation.get("documents"), chat_template=source,
                     add_generation_prompt=add_generation_prompt, **extra)
                 theirs = ("ok", rendered[0])
             except Exception as e:  # noqa: BLE001 - compared with the oracle's failure below
