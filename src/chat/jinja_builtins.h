@@ -36,7 +36,7 @@ std::string to_json(const Value& value, const JsonStyle& style);
 Value arg(const CallArgs& args, size_t index, std::string_view name, Value fallback = Value(nullptr));
 int64_t int_arg(const Value& v, std::string_view what);
 std::string str_arg(const Value& v, std::string_view what);  // a copy: callers pass temporaries
-std::optional<std::string> optional_str(const Value& v);  // none/undefined: nullopt
+std::optional<std::string> optional_str(const Value& v);     // none/undefined: nullopt
 Value list_of(std::vector<std::string> parts);
 Value tuple_pair(Value a, Value b);
 int64_t py_len(const Value& v);

@@ -23,10 +23,7 @@ class Parser {
  public:
   Parser(std::vector<Token> tokens, std::string_view origin) : tokens_(std::move(tokens)), origin_(origin) {}
 
-  Body parse_all() {
-    Body body = subparse({});
-    return body;
-  }
+  Body parse_all() { return subparse({}); }
 
  private:
   const Token& current() const { return tokens_[pos_]; }
@@ -768,7 +765,7 @@ class Parser {
   size_t pos_ = 0;
   std::string_view origin_;
   int loop_depth_ = 0;
-  int nesting_ = 0;  // bounds the tree's height: recursion plus operator chains
+  int nesting_ = 0;                                  // bounds the tree's height: recursion plus operator chains
   bool uses_varargs_ = false, uses_kwargs_ = false;  // names read by the macro being parsed
 };
 

@@ -33,8 +33,11 @@ class Renderer {
  private:
   enum class Flow { Normal, Break, Continue };
 
+  // Scopes are shared because macros and `caller` keep the scope they were
+  // defined in (Python closures); they hold it weakly, so a scope holding
+  // its own macro is no cycle.
   struct Scope {
-    Scope* parent;
+    std::shared_ptr<Scope> parent;
     std::vector<std::pair<std::string, Value>> vars;
 
     Value* find(std::string_view name) {
@@ -53,15 +56,34 @@ class Renderer {
   // Makes `scope` current until destroyed.
   class Enter {
    public:
-    Enter(Renderer& r, Scope& scope) : r_(r), saved_(r.scope_) { r.scope_ = &scope; }
-    ~Enter() { r_.scope_ = saved_; }
+    Enter(Renderer& r, std::shared_ptr<Scope> scope) : r_(r), saved_(std::move(r.scope_)) {
+      r.scope_ = std::move(scope);
+    }
+    ~Enter() { r_.scope_ = std::move(saved_); }
     Enter(const Enter&) = delete;
     Enter& operator=(const Enter&) = delete;
 
    private:
     Renderer& r_;
-    Scope* saved_;
+    std::shared_ptr<Scope> saved_;
   };
+
+  // A new scope inside `parent`.
+  static std::shared_ptr<Scope> child_of(std::shared_ptr<Scope> parent) {
+    auto scope = std::make_shared<Scope>();
+    scope->parent = std::move(parent);
+    return scope;
+  }
+
+  // A callable running `s` (a macro, or a call block's body as `caller`)
+  // over the scope current now, as long as that scope lives.
+  Value closure(const Stmt& s, const std::string& name) {
+    std::weak_ptr<Scope> home = scope_;
+    return Value::function(name, [this, &s, home](CallArgs& args) {
+      std::shared_ptr<Scope> parent = home.lock();
+      return call_macro(s, args, parent ? parent : root_);
+    });
+  }
 
   [[noreturn]] void fail_at(const Location& at, const std::string& message) const {
     nt::fail("{} (line {}, column {}): {}", origin_, at.line, at.column, message);
@@ -103,12 +125,10 @@ class Renderer {
         return Flow::Normal;
       }
       case Stmt::Kind::Macro:
-        scope_->set(s.text, Value::function(s.text, [this, &s](CallArgs& args) { return call_macro(s, args, root_); }));
+        scope_->set(s.text, closure(s, s.text));
         return Flow::Normal;
       case Stmt::Kind::CallBlock: {
-        Scope* site = scope_;
-        Value caller =
-            Value::function("caller", [this, &s, site](CallArgs& args) { return call_macro(s, args, *site); });
+        Value caller = closure(s, "caller");
         out += eval_call(*s.expr, &caller).to_str();
         return Flow::Normal;
       }
@@ -116,8 +136,8 @@ class Renderer {
         out += filter_block(*s.expr, Value(capture(s.body))).to_str();
         return Flow::Normal;
       case Stmt::Kind::With: {
-        Scope inner{scope_, {}};
-        for (const auto& [name, value] : s.params) inner.vars.emplace_back(name, eval(*value));
+        auto inner = child_of(scope_);
+        for (const auto& [name, value] : s.params) inner->vars.emplace_back(name, eval(*value));
         Enter enter(*this, inner);
         return exec(s.body, out);
       }
@@ -150,20 +170,22 @@ class Renderer {
     if (s.condition) {
       std::vector<Value> kept;
       for (auto& item : items) {
-        Scope probe{scope_, {}};
-        Enter enter(*this, probe);
+        Enter enter(*this, child_of(scope_));
         assign(s.target, item);
         if (eval(*s.condition).truthy()) kept.push_back(std::move(item));
       }
       items = std::move(kept);
     }
-    if (items.empty()) return exec(s.else_body, out);
+    if (items.empty()) {
+      Enter enter(*this, child_of(scope_));  // jinja2 scopes the else block like the body
+      return exec(s.else_body, out);
+    }
     auto last_changed = std::make_shared<Value>();  // loop.changed's memory, shared by the iterations
     for (size_t i = 0; i < items.size(); ++i) {
-      Scope iteration{scope_, {}};
+      auto iteration = child_of(scope_);
       Enter enter(*this, iteration);
       assign(s.target, items[i]);
-      iteration.set("loop", loop_object(items, i, last_changed));
+      iteration->set("loop", loop_object(items, i, last_changed));
       if (exec(s.body, out) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -223,7 +245,7 @@ class Renderer {
   }
 
   Value lookup(const std::string& name) {
-    for (Scope* s = scope_; s; s = s->parent)
+    for (Scope* s = scope_.get(); s; s = s->parent.get())
       if (Value* v = s->find(name)) return *v;
     if (const Value* v = context_.dict().find(std::string_view(name))) return *v;
     if (auto it = globals_.find(name); it != globals_.end()) return it->second;
@@ -231,9 +253,9 @@ class Renderer {
   }
 
   // A macro's body (or a call block's, for `caller`) run over `parent`.
-  Value call_macro(const Stmt& s, CallArgs& args, Scope& parent) {
+  Value call_macro(const Stmt& s, CallArgs& args, const std::shared_ptr<Scope>& parent) {
     if (depth_ >= kMaxCallDepth) render_fail("RecursionError: maximum recursion depth exceeded");
-    Scope frame{&parent, {}};
+    auto frame = child_of(parent);
     Enter enter(*this, frame);
     std::vector<bool> used(args.keyword.size(), false);
     for (size_t i = 0; i < s.params.size(); ++i) {
@@ -250,26 +272,26 @@ class Renderer {
         used[k] = found = true;
       }
       if (!found) value = fallback ? eval(*fallback) : Value::undefined(fmt::format("'{}' is undefined", name));
-      frame.set(name, std::move(value));
+      frame->set(name, std::move(value));
     }
     bool is_macro = s.kind == Stmt::Kind::Macro;
     if (is_macro && !s.uses_varargs && args.positional.size() > s.params.size())
       render_fail(fmt::format("TypeError: macro '{}' takes not more than {} argument(s)", s.text, s.params.size()));
     std::vector<Value> varargs;
     for (size_t i = s.params.size(); i < args.positional.size(); ++i) varargs.push_back(args.positional[i]);
-    frame.set("varargs", Value::new_list(std::move(varargs), true));
+    frame->set("varargs", Value::new_list(std::move(varargs), true));
     Value kwargs = Value::new_dict();
     for (size_t k = 0; k < args.keyword.size(); ++k) {
       if (used[k]) continue;
       if (args.keyword[k].first == "caller") {
-        frame.set("caller", args.keyword[k].second);
+        frame->set("caller", args.keyword[k].second);
       } else if (is_macro && !s.uses_kwargs) {
         render_fail(fmt::format("TypeError: macro '{}' takes no keyword argument '{}'", s.text, args.keyword[k].first));
       } else {
         kwargs.dict().set(Value(args.keyword[k].first), args.keyword[k].second);
       }
     }
-    frame.set("kwargs", kwargs);
+    frame->set("kwargs", kwargs);
     ++depth_;
     std::string out;
     exec(s.body, out);
@@ -483,8 +505,8 @@ class Renderer {
   std::string_view origin_;
   const RenderOptions& options_;
   std::unordered_map<std::string, Value> globals_;
-  Scope root_{nullptr, {}};
-  Scope* scope_ = &root_;
+  std::shared_ptr<Scope> root_ = std::make_shared<Scope>();
+  std::shared_ptr<Scope> scope_ = root_;
   const Value* filter_input_ = nullptr;  // the text a filter block or block set is filtering
   int depth_ = 0;                        // nested macro calls
   int eval_depth_ = 0;                   // nested eval() calls (a failure ends the render, so no unwinding)

@@ -174,8 +174,8 @@ static thread_local std::vector<const void*> repr_in_progress;
 namespace {
 class ReprGuard {
  public:
-  explicit ReprGuard(const void* object) : cycle_(std::find(repr_in_progress.begin(), repr_in_progress.end(),
-                                                            object) != repr_in_progress.end()) {
+  explicit ReprGuard(const void* object)
+      : cycle_(std::find(repr_in_progress.begin(), repr_in_progress.end(), object) != repr_in_progress.end()) {
     if (!cycle_) repr_in_progress.push_back(object);
   }
   ~ReprGuard() {

@@ -50,7 +50,6 @@ struct CallArgs {
   // The argument at position `index` or named `name`, or nullptr: lets each
   // builtin accept both spellings like a Python signature does.
   const Value* get(size_t index, std::string_view name) const;
-  size_t count() const { return positional.size() + keyword.size(); }
 };
 
 struct Callable {
@@ -73,7 +72,6 @@ class Value {
   Value(int64_t i) : v_(i) {}
   Value(double f) : v_(f) {}
   Value(std::string s) : v_(std::move(s)) {}
-  Value(std::string_view s) : v_(std::string(s)) {}
   Value(const char* s) : v_(std::string(s)) {}
   Value(std::shared_ptr<ListData> l) : v_(std::move(l)) {}
   Value(std::shared_ptr<DictData> d) : v_(std::move(d)) {}

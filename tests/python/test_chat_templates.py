@@ -401,6 +401,10 @@ FEATURES = {
     "{% set l2 = l[1:] if l|length > 1 else l %}{{ l2 }}",
     "namespace": "{% set ns = namespace(count=0, items=[]) %}{% for x in l %}{% set ns.count = ns.count + x %}"
     "{% set ns.items = ns.items + [x * 2] %}{% endfor %}{{ ns.count }} {{ ns.items }} {{ ns }}",
+    "closures": "{% for i in [1, 2] %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% endfor %}"
+    "{% macro outer() %}{% set v = 'o' %}{% macro inner() %}{{ v }}{% endmacro %}{{ inner() }}{% endmacro %}{{ outer() }}"
+    "{% for x in [] %}{% else %}{% set y = 1 %}{% endfor %}[{{ y }}]"
+    "{% set ns = namespace(c=0) %}{% macro inc() %}{% set ns.c = ns.c + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.c }}",
     "with_block": "{% with a = 1, b = 'two' %}{{ a }}{{ b }}{% endwith %}[{{ a }}]",
     # macros and blocks
     "macros": "{% macro greet(name, greeting='Hello', punct='!') %}{{ greeting }}, {{ name }}{{ punct }}{% endmacro %}"
