@@ -8,11 +8,17 @@
 // Supported: {{ }}, {% %}, {# #}, `-`/`+` whitespace control, raw; if/elif/
 // else, for (else, `if` filter, unpacking, loop.*), break/continue, set (also
 // block set and namespace attributes), macro (defaults, varargs, kwargs,
-// caller), call, filter and with blocks; the full expression grammar with
-// jinja2's precedence, slices, attribute/item fallbacks, Python str/dict
-// methods; jinja2's default Undefined; the filters and tests chat templates
-// use (jinja_filters.cpp, jinja_tests.cpp). Not supported: template inheritance and
-// includes, recursive loops, format specs in str.format, the async API.
+// caller, closures), call, filter and with blocks; the full expression grammar
+// with jinja2's precedence, slices, attribute/item fallbacks, Python str/dict/
+// list methods (mutating ones refused, as the sandbox does), printf-style %;
+// jinja2's default Undefined; the filters and tests chat templates use
+// (jinja_filters.cpp, jinja_tests.cpp).
+// Differences, none of which real templates rely on: ints are 64-bit (an
+// overflow fails); upper/lower/title map case for Latin, Greek and Cyrillic
+// only; range() and lazy filters (map, select, ...) yield lists, so printing
+// one directly shows a list; no \N{name} escapes, format specs in
+// str.format, template inheritance, include/import or recursive loops.
+// Hostile nesting fails with an error instead of exhausting the stack.
 //
 // Tested by tests/python/test_chat_templates.py: every template under
 // tests/data/chat_templates and small feature templates are rendered here

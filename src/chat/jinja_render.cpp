@@ -271,7 +271,8 @@ class Renderer {
         value = args.keyword[k].second;
         used[k] = found = true;
       }
-      if (!found) value = fallback ? eval(*fallback) : Value::undefined(fmt::format("'{}' is undefined", name));
+      if (!found)
+        value = fallback ? eval(*fallback) : Value::undefined(fmt::format("parameter '{}' was not provided", name));
       frame->set(name, std::move(value));
     }
     bool is_macro = s.kind == Stmt::Kind::Macro;

@@ -1,6 +1,6 @@
 // Executes a parsed template against its variables, with jinja2's scoping:
-// a for loop's body is a fresh scope each iteration, `if` opens none, and
-// macros see their arguments over the template's top-level variables.
+// a for loop's body is a fresh scope each iteration, `if` opens none, and a
+// macro runs its arguments over the scope it was defined in.
 #pragma once
 
 #include <string>
