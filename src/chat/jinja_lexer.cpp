@@ -52,7 +52,7 @@ class Lexer {
       } else if (sign != '+' && kind != '{') {
         size_t line_start = text.rfind('\n') + 1;  // npos + 1 == 0
         if ((line_start > 0 || line_starting) && line_start < text.size() &&
-            std::all_of(text.begin() + line_start, text.end(), [](char c) { return is_python_space(uint8_t(c)); }))
+            only_space(std::string_view(text).substr(line_start)))
           text.resize(line_start);
       }
       emit(TokenType::Text, text, pos);
@@ -93,8 +93,22 @@ class Lexer {
     return std::string::npos;
   }
 
+  // Python's \s matches Unicode spaces (U+00A0, U+3000, ...), so whitespace
+  // is decoded, not tested byte by byte.
+  static bool only_space(std::string_view text) { return py_strip(text, std::nullopt, true, false).empty(); }
+
+  size_t space_length(size_t pos) const {
+    auto b = uint8_t(src_[pos]);
+    if (b < 0x80) return is_python_space(b) ? 1 : 0;
+    size_t n = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+    std::u32string c = utf8_decode(std::string_view(src_).substr(pos, n));
+    return c.size() == 1 && is_python_space(c[0]) ? n : 0;
+  }
+
   size_t skip_space(size_t pos) const {
-    while (pos < src_.size() && is_python_space(uint8_t(src_[pos]))) ++pos;
+    while (pos < src_.size())
+      if (size_t n = space_length(pos)) pos += n;
+      else break;
     return pos;
   }
 
@@ -126,7 +140,7 @@ class Lexer {
       } else if (sign != '+') {
         size_t line_start = text.rfind('\n') + 1;
         if (line_start > 0 && line_start < text.size() &&
-            std::all_of(text.begin() + line_start, text.end(), [](char c) { return is_python_space(uint8_t(c)); }))
+            only_space(std::string_view(text).substr(line_start)))
           text.resize(line_start);
       }
       emit(TokenType::Text, text, pos);
@@ -181,8 +195,8 @@ class Lexer {
         }
       }
       char c = src_[pos];
-      if (is_python_space(uint8_t(c))) {
-        ++pos;
+      if (size_t n = space_length(pos)) {
+        pos += n;
       } else if (is_digit(c)) {
         pos = lex_number(pos);
       } else if (is_name_start(c)) {

@@ -465,6 +465,8 @@ FEATURES = {
     "  {# comment #}\nafter comment\n  {{ 'var keeps indent' }}\n{% if true %}  x{% endif %}\n",
     "whitespace_minus_plus": "a  \n  {%- if true -%}  \n  b  \n  {%- endif -%}  \n  c\n  {%+ if true %}d{% endif +%}\ne"
     "\n{{- ' f ' -}}\n  g {#- c -#}   h\n  {%- raw -%}  r  {%- endraw -%}  i",
+    "whitespace_unicode_spaces": "a\u00a0\u3000{%- if true -%}\u2003\u00a0b{%- endif -%}\u00a0c\n\u00a0 {% if true %}d{% endif %}"
+    "\n{{- '\u00a0e' -}}\u00a0\u3000",
     "whitespace_crlf_and_trailing_newline": "line1\r\n{% if true %}\r\nline2\r\n{% endif %}\r\nline3\r\n",
     "whitespace_block_at_line_start_after_tag": "{% if true %}A{% endif %}  {% if true %}B{% endif %}\n  {% if true %}C"
     "{% endif %}",
