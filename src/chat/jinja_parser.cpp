@@ -725,8 +725,6 @@ class Parser {
         advance();
         e->name += "." + expect_name();
       }
-      // jinja2 rejects unknown filters and tests when it compiles, not when it runs them.
-      if (!has_filter(e->name)) fail_at(where, fmt::format("No filter named '{}'.", e->name));
       e->operands.push_back(std::move(input));
       if (at_op("(")) parse_call_args(*e);
       input = std::move(e);
@@ -743,7 +741,6 @@ class Parser {
       advance();
       e->name += "." + expect_name();
     }
-    if (!has_test(e->name)) fail_at(where, fmt::format("No test named '{}'.", e->name));
     e->operands.push_back(std::move(input));
     const Token& t = current();
     bool argument_start = t.type == TokenType::Name || t.type == TokenType::String || t.type == TokenType::Integer ||
@@ -769,10 +766,77 @@ class Parser {
   bool uses_varargs_ = false, uses_kwargs_ = false;  // names read by the macro being parsed
 };
 
+// jinja2 rejects an unknown filter or test when it compiles the template,
+// except inside an {% if %} (its tests and bodies) or an inline `a if c else
+// b`, where it fails only if evaluated; for, macro, call, filter, with and
+// block-set bodies start a fresh compile frame that is strict again.
+class NameCheck {
+ public:
+  explicit NameCheck(std::string_view origin) : origin_(origin) {}
+
+  void body(const Body& stmts, bool soft) {
+    for (const auto& s : stmts) stmt(*s, soft);
+  }
+
+ private:
+  void stmt(const Stmt& s, bool soft) {
+    switch (s.kind) {
+      case Stmt::Kind::If:
+        for (const auto& [condition, branch] : s.branches) {
+          expr(condition.get(), true);
+          body(branch, true);
+        }
+        return;
+      case Stmt::Kind::For:
+        expr(s.expr.get(), soft);
+        expr(s.condition.get(), false);
+        body(s.body, false);
+        body(s.else_body, false);
+        return;
+      case Stmt::Kind::Print:
+      case Stmt::Kind::Set:
+      case Stmt::Kind::CallBlock:
+        expr(s.expr.get(), soft);
+        break;
+      case Stmt::Kind::SetBlock:
+      case Stmt::Kind::FilterBlock:
+        expr(s.expr.get(), false);
+        break;
+      case Stmt::Kind::With:
+        for (const auto& [name, value] : s.params) expr(value.get(), soft);
+        break;
+      default:
+        break;
+    }
+    for (const auto& [name, value] : s.params)
+      if (s.kind != Stmt::Kind::With) expr(value.get(), false);
+    body(s.body, false);
+  }
+
+  void expr(const Expr* e, bool soft) {
+    if (!e) return;
+    if (e->kind == Expr::Kind::Conditional) soft = true;
+    if (!soft && e->kind == Expr::Kind::Filter && !has_filter(e->name)) fail(e, "filter");
+    if (!soft && e->kind == Expr::Kind::Test && !has_test(e->name)) fail(e, "test");
+    for (const auto& operand : e->operands) expr(operand.get(), soft);
+    for (const auto& [name, value] : e->keywords) expr(value.get(), soft);
+    expr(e->dyn_args.get(), soft);
+    expr(e->dyn_kwargs.get(), soft);
+  }
+
+  [[noreturn]] void fail(const Expr* e, std::string_view what) const {
+    nt::fail("{} (line {}, column {}): No {} named '{}'.", origin_, e->where.line, e->where.column, what, e->name);
+  }
+
+  std::string_view origin_;
+};
+
 }  // namespace
 
 Body parse_template(std::string_view source, std::string_view origin) {
-  return Parser(tokenize(source, origin), origin).parse_all();
+  Body body = Parser(tokenize(source, origin), origin).parse_all();
+  NameCheck(origin).body(body, false);
+  return body;
 }
 
 }  // namespace nt::chat

@@ -418,6 +418,9 @@ FEATURES = {
     "{% endmacro %}{% call(v) each([1, 2]) %}<{{ v }}>{% endcall %}",
     "filter_block": "{% filter upper %}shout {{ 'this' }}{% endfilter %}{% filter trim|title %}  a b  {% endfilter %}",
     "generation_tag": "{% for m in ['a', 'b'] %}{% generation %}<{{ m }}>{% endgeneration %}{% endfor %}",
+    "unknown_names_in_untaken_branches": "{% if false %}{{ x|no_such_filter }}{% elif x is no_such_test %}{% endif %}"
+    "{{ 'a' if true else x|no_such_filter }}{% if false %}{% set y = 1|nope %}{% if true %}{{ 2|nope }}{% endif %}"
+    "{% endif %}ok",
     "raw_block": "{% raw %}{{ not rendered }} {% if %}{% endraw %}!",
     # filters
     "filters_text": "{{ '  pad  '|trim }}|{{ 'xxhixx'|trim('x') }}|{{ 'a-b c(d'|title }}|{{ 'hELLO'|capitalize }}|"
@@ -495,7 +498,10 @@ ERRORS = {
     "raise_exception": "line one\n{% if true %}\n  {{ raise_exception('Roles must alternate: ' ~ 3) }}\n{% endif %}",
     "raise_in_macro": "{% macro m() %}\n{{ raise_exception('from a macro') }}\n{% endmacro %}\n\n{{ m() }}",
     "unknown_filter": "{{ 1 }}\n\n{{ x | no_such_filter }}",
-    "unknown_test": "\n{% if x is no_such_test %}{% endif %}",
+    "unknown_test": "\n{% for a in l if a is no_such_test %}{% endfor %}",
+    "unknown_test_in_taken_branch": "\n{% if l is no_such_test %}{% endif %}",
+    "unknown_filter_in_loop_in_untaken_branch": "{% if false %}\n{% for a in l %}{{ a|nope }}{% endfor %}{% endif %}",
+    "unknown_filter_in_macro": "{% macro m() %}\n{{ 1|nope }}{% endmacro %}",
     "unknown_tag": "ok\n{% include 'other.jinja' %}",
     "unclosed_block": "{% for x in l %}\n{{ x }}\n",
     "unexpected_end_tag": "{% if true %}\n{% endfor %}",
