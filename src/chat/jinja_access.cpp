@@ -354,8 +354,9 @@ Value get_item(const Value& object, const Value& key) {
 
 Value get_slice(const Value& object, const Value& start_v, const Value& stop_v, const Value& step_v) {
   object.require_defined();
+  // jinja2 slices with Python's own subscription, not its forgiving getitem.
   if (!object.is_list() && !object.is_string())
-    return Value::undefined(fmt::format("'{} object' is not subscriptable", object.type_name()));
+    render_fail(fmt::format("TypeError: '{}' object is not subscriptable", object.type_name()));
   auto bound = [](const Value& v) -> std::optional<int64_t> {
     if (v.is_none() || v.is_undefined()) return std::nullopt;
     if (!v.is_int() && !v.is_bool()) render_fail("TypeError: slice indices must be integers or None");

@@ -461,6 +461,7 @@ class Renderer {
       Value d = Value::new_dict();
       d.dict().is_namespace = is_namespace;
       for (const auto& p : args.positional) {
+        p.require_defined();  // Python's dict() asks an Undefined for .keys(), which fails
         if (p.is_mapping()) {
           for (const auto& [k, v] : p.dict().entries) d.dict().set(k, v);
         } else {
