@@ -44,6 +44,7 @@ struct BatchOptions {
   int64_t n_predict = 256;
   int64_t batch_size = 256;
   std::string chat_template;
+  std::string chat_template_file;
   std::vector<std::string> stop;
   SpeculationOptions speculation;  // --lookup, --draft-self or --draft-model
   bool batch_invariant = false;
@@ -161,6 +162,7 @@ void batch(const BatchOptions& o) {
   eo.prompt_budget = o.batch_size;
   eo.batch_invariant = o.batch_invariant;
   eo.chat_template = o.chat_template;
+  eo.chat_template_file = o.chat_template_file;
   eo.on_note = print_note;
   std::unique_ptr<Engine> engine = open_engine(mo, o.speculation, eo);
   announce_seed(o.sampling);
@@ -267,7 +269,9 @@ void add_batch_command(CLI::App& app) {
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                "Give every line the output `run` gives it alone, token for token (the GPU's batched kernels round "
                "differently): one-token kernels for each sequence's steps, one prompt chunk a pass, no shared prefixes");
-  cmd->add_option("--chat-template", o.chat_template, "Template for messages lines: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format for messages lines instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");
   cmd->add_flag("--keep-going", o.keep_going, "Exit 0 even when some lines could not run (their error objects say why)");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Generate past the end-of-text token, up to max_tokens or a full context");

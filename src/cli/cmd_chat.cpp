@@ -26,6 +26,7 @@ struct ChatOptions {
   std::string system;
   int64_t n_predict = 512;
   std::string chat_template;
+  std::string chat_template_file;
   SpeculationOptions speculation;
   bool ignore_eos = false;
 };
@@ -78,7 +79,7 @@ void chat(const ChatOptions& o) {
   auto loaded = load_target_model(o.model, o.speculation);
   const Speculation speculation = open_speculation(o.speculation, o.model, loaded, o.sampling);
   const Tokenizer& tokenizer = *loaded.tokenizer;
-  const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
+  const auto tmpl = ChatTemplate::for_tokenizer(tokenizer, o.chat_template, o.chat_template_file);
   if (!tmpl.warning().empty()) fmt::print(stderr, "warning: {}\n", tmpl.warning());
   const int64_t context = loaded.runner->context_size();
   GenerationOptions gen;
@@ -95,7 +96,7 @@ void chat(const ChatOptions& o) {
   const bool has_system = !o.system.empty();
   std::vector<ChatMessage> history;
   if (has_system) history.push_back({"system", o.system});
-  fmt::print(stderr, "chat template: {}. Type a message; /help lists the commands.\n", tmpl.name());
+  fmt::print(stderr, "chat template: {}. Type a message; /help lists the commands.\n", tmpl.description());
   LineInput input("");
   const InterruptScope interrupts;
   while (true) {
@@ -165,7 +166,9 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o.n_predict, "Tokens per reply at most (-1: until end of text or a full context)")
       ->capture_default_str()
       ->check(within(limits::kMaxTokens));
-  cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Replies go on past the end-of-turn token, up to -n or a full context");
   add_speculation_options(*cmd, o.speculation);
   cmd->callback([] { chat(o); });

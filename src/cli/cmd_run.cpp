@@ -43,6 +43,7 @@ struct RunOptions {
   bool display_prompt = true;
   bool ignore_eos = false;
   std::string chat_template;
+  std::string chat_template_file;
   std::vector<std::string> stop;
   bool show_ids = false;
   std::string ids_out;
@@ -159,9 +160,10 @@ void run(const RunOptions& o) {
   gen.max_tokens = o.n_predict < 0 ? kNoTokenLimit : o.n_predict;
   gen.stop_strings = o.stop;
   EncodedPrompt prompt;
-  const bool use_template = !o.raw && (!tokenizer.vocab().chat_template().empty() || !o.chat_template.empty());
+  const bool use_template =
+      !o.raw && (!tokenizer.vocab().chat_template().empty() || !o.chat_template.empty() || !o.chat_template_file.empty());
   if (use_template) {
-    const auto chat = ChatTemplate::for_tokenizer(tokenizer, o.chat_template);
+    const auto chat = ChatTemplate::for_tokenizer(tokenizer, o.chat_template, o.chat_template_file);
     if (!chat.warning().empty()) fmt::print(stderr, "warning: {}\n", chat.warning());
     std::vector<ChatMessage> messages;
     if (!o.system.empty()) messages.push_back({"system", o.system});
@@ -225,7 +227,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
   cmd->add_flag_callback("--no-display-prompt", [] { o.display_prompt = false; },
                          "With --raw (or a model without a template): do not echo the prompt before its continuation");
-  cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");
   cmd->add_flag("--show-ids", o.show_ids, "After the run, print the prompt's and the generated token ids to stderr");
   cmd->add_option("--ids-out", o.ids_out,

@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string api_key;
   std::string alias;
   std::string chat_template;
+  std::string chat_template_file;
   int max_waiting = 64;
   int64_t max_body_mib = 16;
 };
@@ -64,6 +65,7 @@ void serve(const ServeOptions& o) {
   eo.model = open_options(mo);
   eo.prompt_budget = o.batch_size;
   eo.chat_template = o.chat_template;
+  eo.chat_template_file = o.chat_template_file;
   eo.on_note = print_note;
   server::Server server(so, [&] { return open_engine(mo, o.speculation, eo); });
   const InterruptScope interrupts(true);
@@ -104,7 +106,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
   cmd->add_option("--api-key", o.api_key, "Require this key ('Authorization: Bearer KEY' or 'x-api-key: KEY')");
   cmd->add_option("--alias", o.alias, "The model name clients give (default: the file's name without .gguf)");
-  cmd->add_option("--chat-template", o.chat_template, "Override the chat template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-waiting", o.max_waiting, "Requests that may wait beyond the slots; past them 503 with Retry-After")
       ->capture_default_str()
       ->check(non_negative());

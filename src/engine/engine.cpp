@@ -20,7 +20,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
     if (options_.on_note) options_.on_note(text);
   };
   for (const std::string& w : model_.tokenizer->warnings()) note("warning: " + w);
-  if (!options_.chat_template.empty()) chat_template();  // a bad name fails now
+  if (!options_.chat_template.empty() || !options_.chat_template_file.empty()) chat_template();  // a bad one fails now
 
   SchedulerOptions so;
   so.parallel = options_.model.sequences;
@@ -70,7 +70,7 @@ const ChatTemplate& Engine::chat_template() const {
   const std::lock_guard lock(template_mutex_);
   if (!chat_) {
     // Made when first needed: a model without a template warns only then.
-    chat_ = ChatTemplate::for_tokenizer(*model_.tokenizer, options_.chat_template);
+    chat_ = ChatTemplate::for_tokenizer(*model_.tokenizer, options_.chat_template, options_.chat_template_file);
     if (!chat_->warning().empty() && options_.on_note) options_.on_note("warning: " + chat_->warning());
   }
   return *chat_;

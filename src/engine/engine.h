@@ -39,6 +39,7 @@ struct EngineOptions {
   int64_t prompt_budget = 256;  // prompt tokens per pass at most (SchedulerOptions::prompt_budget)
   bool batch_invariant = false; // every request computed as alone (SchedulerOptions::batch_invariant)
   std::string chat_template;    // a named format overriding the model's; empty: the model's
+  std::string chat_template_file;  // a Jinja template file overriding the model's
   // What the engine chose or warns about while it opens and runs ("--draft-tree: 16 tokens per pass").
   std::function<void(const std::string&)> on_note;
 };

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
+#include "chat/jinja.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -116,10 +119,32 @@ ChatTemplate ChatTemplate::named(std::string_view name, std::string_view templat
   fail("unknown chat template '{}' (valid names: {})", name, valid);
 }
 
-ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name) {
+ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name,
+                                         const std::string& template_file) {
   const Vocabulary& v = tokenizer.vocab();
   SpecialTexts specials{v.bos() == kNoToken ? "" : v.text(v.bos()), v.eos() == kNoToken ? "" : v.text(v.eos())};
-  if (override_name.empty()) return detect(v.chat_template(), std::move(specials));
+  if (!template_file.empty()) {
+    if (!override_name.empty()) fail("--chat-template {} and --chat-template-file {}: give one", override_name, template_file);
+    const std::string text = read_file(template_file);
+    ChatTemplate chat = detect(text, std::move(specials));
+    chat.jinja_ = std::make_shared<const chat::JinjaTemplate>(chat::JinjaTemplate::parse(text, template_file));
+    chat.jinja_origin_ = template_file;
+    chat.warning_.clear();
+    return chat;
+  }
+  if (override_name.empty()) {
+    ChatTemplate chat = detect(v.chat_template(), std::move(specials));
+    if (v.chat_template().empty()) return chat;
+    try {
+      chat.jinja_ = std::make_shared<const chat::JinjaTemplate>(
+          chat::JinjaTemplate::parse(v.chat_template(), "the model's chat template"));
+      chat.jinja_origin_ = "the model's";
+      chat.warning_.clear();
+    } catch (const Error& e) {
+      chat.warning_ = fmt::format("{}; using the {} format instead", e.what(), chat.name());
+    }
+    return chat;
+  }
   ChatTemplate chat = named(override_name, v.chat_template(), std::move(specials));
   // A format whose markers the vocabulary lacks would be spelt out as plain text.
   std::vector<std::string_view> markers;
@@ -160,7 +185,24 @@ std::string ChatTemplate::end_of_turn() const {
   return {};
 }
 
+std::string ChatTemplate::description() const {
+  if (jinja_) return fmt::format("{} Jinja template ({} family)", jinja_origin_, name());
+  return fmt::format("{} (built in)", name());
+}
+
+std::string ChatTemplate::apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  nlohmann::ordered_json context;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  context["messages"] = std::move(list);
+  context["add_generation_prompt"] = add_generation_prompt;
+  context["bos_token"] = specials_.bos;
+  context["eos_token"] = specials_.eos;
+  return jinja_->render(context);
+}
+
 std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  if (jinja_) return apply_jinja(messages, add_generation_prompt);
   switch (format_) {
     case ChatFormat::ChatML: return apply_chatml(messages, add_generation_prompt);
     case ChatFormat::Llama3: return apply_llama3(messages, add_generation_prompt);

@@ -1,6 +1,9 @@
-// Chat prompt formatting. GGUF files carry a Jinja template (`tokenizer.chat_template`);
-// rather than run Jinja we recognise the common families and render them natively,
-// reproducing the output of their reference templates exactly:
+// Chat prompt formatting. GGUF files carry a Jinja template
+// (`tokenizer.chat_template`): a model's own template is rendered by the Jinja
+// engine (chat/jinja.h), as transformers renders it, and so is a template file
+// given instead. The built-in formats below remain for files without a
+// template, for a template that does not parse, and by name (--chat-template);
+// the family a template is recognised as also gives its end-of-turn token:
 //   chatml  "<|im_start|>role\ncontent<|im_end|>\n"   (SmolLM2, Qwen, ...)
 //   llama3  "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>"
 //   llama2  "<s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] reply </s>"
@@ -8,12 +11,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace nt {
+
+namespace chat {
+class JinjaTemplate;
+}
 
 class Tokenizer;
 
@@ -38,13 +46,17 @@ class ChatTemplate {
   // an error listing the valid ones. `template_text` still supplies details such as
   // ChatML's default system prompt.
   static ChatTemplate named(std::string_view name, std::string_view template_text, SpecialTexts specials);
-  // The tokenizer's own template, or the named override when `override_name` is not empty.
-  static ChatTemplate for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name = {});
+  // The tokenizer's own template (Jinja), or the named built-in format when
+  // `override_name` is not empty, or the Jinja template in `template_file`.
+  static ChatTemplate for_tokenizer(const Tokenizer& tokenizer, std::string_view override_name = {},
+                                    const std::string& template_file = {});
 
   static std::vector<std::string_view> names();
 
   ChatFormat format() const { return format_; }
   std::string_view name() const;
+  // What renders: "the model's Jinja template (chatml family)", "chatml (built in)".
+  std::string description() const;
   const std::string& warning() const { return warning_; }
   // ChatML only: the system prompt inserted when the conversation does not start with one.
   const std::string& default_system_prompt() const { return default_system_; }
@@ -62,8 +74,13 @@ class ChatTemplate {
   std::string apply_llama2(std::span<const ChatMessage> messages) const;
   std::string apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
+  // Renders the Jinja template through the engine, with the specials as bos_token and eos_token.
+  std::string apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
   ChatFormat format_;
   SpecialTexts specials_;
+  std::shared_ptr<const chat::JinjaTemplate> jinja_;  // set: it renders, format_ only names the family
+  std::string jinja_origin_;
   std::string default_system_;
   std::string warning_;
 };
