@@ -130,7 +130,7 @@ def tool_render(tmp_path, template_path, context):
 
 def check(tmp_path, template_path, context, check_line=False):
     """Renders with both and asserts the same text, or that both fail."""
-    source = template_path.read_text(encoding="utf-8")
+    source = template_path.read_bytes().decode("utf-8")  # exact bytes: no newline translation
     expected = jinja_render(source, context)
     got = tool_render(tmp_path, template_path, context)
     stderr = got.stderr.decode("utf-8", "replace")
@@ -318,7 +318,7 @@ def test_oracle_is_transformers(template):
     """The oracle above renders as transformers' own render_jinja_template (the code behind
     apply_chat_template) does, for the templates whose output does not depend on the clock."""
     utils = pytest.importorskip("transformers.utils.chat_template_utils")
-    source = template.read_text(encoding="utf-8")
+    source = template.read_bytes().decode("utf-8")
     if "strftime_now" in source:
         pytest.skip("renders today's date")
     for conversation in CONVERSATIONS.values():
