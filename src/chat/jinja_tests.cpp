@@ -83,7 +83,8 @@ bool apply_test(std::string_view name, const Value& value, CallArgs& args) {
   auto it = tests().find(canonical);
   if (it == tests().end()) render_fail(fmt::format("No test named '{}'.", name));
   // Python checks the arity: `x is defined y` passes defined() an argument it does not take.
-  static constexpr std::string_view kOneArgument[] = {"divisibleby", "eq", "ne", "lt", "gt", "le", "ge", "in", "sameas"};
+  static constexpr std::string_view kOneArgument[] = {"divisibleby", "eq", "ne", "lt",    "gt",
+                                                      "le",          "ge", "in", "sameas"};
   size_t wanted = std::find(std::begin(kOneArgument), std::end(kOneArgument), canonical) != std::end(kOneArgument);
   size_t given = args.positional.size() + args.keyword.size();
   if (given != wanted)

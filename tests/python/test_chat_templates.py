@@ -523,6 +523,7 @@ ERRORS = {
     "slice_of_bool": "{{ (l|length > 0)[::-1] }}",
     "test_given_an_argument_it_lacks": "{% if l is defined l[0] is not none %}{% endif %}",
     "test_missing_its_argument": "{{ 3 is divisibleby }}",
+    "filter_given_too_many_arguments": "{{ l|join(', ', 'name', 3) }}",
     "namespace_of_undefined": "{% set ns = namespace(nothing, a=1) %}",
     "break_outside_loop": "{% break %}",
     "macro_too_many_arguments": "{% macro m(a) %}{{ a }}{% endmacro %}\n{{ m(1, 2) }}",
