@@ -247,7 +247,7 @@ class Parser {
 
   std::unique_ptr<Stmt> parse_for(Location where) {
     auto s = stmt(Stmt::Kind::For, where);
-    s->target = parse_target({"in"});
+    s->target = parse_target(false);
     expect_name("in");
     s->expr = parse_tuple(false, true, {"recursive"}, false);
     if (skip_name("if")) s->condition = parse_expression(true);
@@ -266,14 +266,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_set(Location where) {
-    Target target;
-    if (current().type == TokenType::Name && peek().type == TokenType::Operator && peek().text == ".") {
-      target.names.push_back(advance().text);
-      advance();
-      target.attribute = expect_name();
-    } else {
-      target = parse_target({});
-    }
+    Target target = parse_target(true);
     if (skip_op("=")) {
       auto s = stmt(Stmt::Kind::Set, where);
       s->target = std::move(target);
@@ -289,26 +282,23 @@ class Parser {
     return s;
   }
 
-  // Names, optionally a tuple of them (`k, v` or `(k, v)`), for for and set.
-  Target parse_target(std::initializer_list<std::string_view> end_names) {
+  // A name or `ns.attr` (with_namespace: set only), or a tuple of them:
+  // `k, v`, `(k, v)`, `ns.a, b`.
+  Target parse_target(bool with_namespace) {
     Target target;
     bool parenthesized = skip_op("(");
     while (true) {
-      target.names.push_back(expect_name());
+      Target::Item item{expect_name(), {}};
+      if (with_namespace && skip_op(".")) item.attribute = expect_name();
+      if (item.name == "true" || item.name == "false" || item.name == "none" || item.name == "True" ||
+          item.name == "False" || item.name == "None")
+        fail(fmt::format("can't assign to '{}'", item.name));
+      target.items.push_back(std::move(item));
       if (!skip_op(",")) break;
       target.unpack = true;
-      if (current().type == TokenType::Name &&
-          std::find(end_names.begin(), end_names.end(), current().text) != end_names.end())
-        break;
-      if (at_op(")") || at_op("=")) break;
+      if (at_tuple_end({})) break;  // as jinja2: `for k, in x` reads `in` as a second name
     }
-    if (parenthesized) {
-      expect_op(")");
-      target.unpack = true;
-    }
-    for (const auto& n : target.names)
-      if (n == "true" || n == "false" || n == "none" || n == "True" || n == "False" || n == "None")
-        fail(fmt::format("can't assign to '{}'", n));
+    if (parenthesized) expect_op(")");
     return target;
   }
 
