@@ -652,20 +652,44 @@ class Parser {
       }
       fail("expected name or number");
     }
-    // `[`: an index or a slice
-    ExprPtr bounds[3];
-    bool slice = false;
-    for (int part = 0; part < 3; ++part) {
-      if (!at_op(":") && !at_op("]")) bounds[part] = parse_expression(true);
-      if (part == 2 || !skip_op(":")) break;
-      slice = true;
+    // `[`: an index, a slice, or (as jinja2 allows) several indices or none,
+    // which index by a tuple: x[] is x[()].
+    if (at_op("]") || !at_op(":")) {
+      std::vector<ExprPtr> keys;
+      while (!at_op("]")) {
+        if (!keys.empty()) expect_op(",");  // no trailing comma, as in jinja2
+        if (at_op(":")) fail("slices inside a tuple index are not supported");
+        keys.push_back(parse_expression(true));
+        if (keys.size() == 1 && at_op(":")) return parse_slice(std::move(object), std::move(keys[0]), t.where);
+      }
+      advance();
+      auto e = node(Expr::Kind::GetItem, t.where);
+      e->operands.push_back(std::move(object));
+      if (keys.size() == 1) {
+        e->operands.push_back(std::move(keys[0]));
+      } else {
+        auto tuple = node(Expr::Kind::Tuple, t.where);
+        tuple->operands = std::move(keys);
+        e->operands.push_back(std::move(tuple));
+      }
+      return e;
     }
-    if (at_op(",")) fail("tuple subscripts are not supported");
-    expect_op("]");
-    auto e = node(slice ? Expr::Kind::Slice : Expr::Kind::GetItem, t.where);
+    return parse_slice(std::move(object), nullptr, t.where);
+  }
+
+  // The rest of `[start:stop:step]`, at the first colon.
+  ExprPtr parse_slice(ExprPtr object, ExprPtr start, Location where) {
+    auto e = node(Expr::Kind::Slice, where);
     e->operands.push_back(std::move(object));
-    if (!slice && !bounds[0]) fail_at(t.where, "Expected an expression, got ']'");
-    for (int part = 0; part < (slice ? 3 : 1); ++part) e->operands.push_back(std::move(bounds[part]));
+    e->operands.push_back(std::move(start));
+    for (int part = 0; part < 2; ++part) {
+      if (!skip_op(":")) {
+        e->operands.push_back(nullptr);
+        continue;
+      }
+      e->operands.push_back(at_op(":") || at_op("]") ? nullptr : parse_expression(true));
+    }
+    expect_op("]");
     return e;
   }
 

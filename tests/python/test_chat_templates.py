@@ -364,6 +364,8 @@ FEATURES = {
     # subscripts and slices
     "slices": "{{ s[1:4] }} {{ s[::-1] }} {{ s[-3:] }} {{ s[:-2] }} {{ s[::2] }} {{ l[1:] }} {{ l[::-1] }} "
     "{{ l[-1] }} {{ l[5] is defined }} {{ l[1:100] }} {{ l[-100:1] }} {{ l[3:0:-1] }} {{ s[0] }} {{ s[-1] }}",
+    "tuple_and_empty_subscripts": "{{ l[] is defined }} {{ d[1, 2] is defined }} {{ {(1, 2): 'x'}[1, 2] }} {{ l[1::] }} "
+    "{{ l[:3:] }} {{ l[::] }}",
     "attribute_fallback": "{{ d.a }} {{ d['a'] }} {{ d.items is callable }} {{ d.missing is defined }} {{ d['items'] }} "
     "{{ d.get('a') }} {{ d.get('zz', 'dflt') }} {{ d.b.c }} {{ l.0 }} {{ none.foo is defined }}",
     "dict_methods": "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %} {{ d.keys()|list }} {{ d.values()|list }}",
