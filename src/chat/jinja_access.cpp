@@ -358,8 +358,9 @@ Value get_slice(const Value& object, const Value& start_v, const Value& stop_v, 
   if (!object.is_list() && !object.is_string())
     render_fail(fmt::format("TypeError: '{}' object is not subscriptable", object.type_name()));
   auto bound = [](const Value& v) -> std::optional<int64_t> {
-    if (v.is_none() || v.is_undefined()) return std::nullopt;
-    if (!v.is_int() && !v.is_bool()) render_fail("TypeError: slice indices must be integers or None");
+    if (v.is_none()) return std::nullopt;
+    if (!v.is_int() && !v.is_bool())
+      render_fail("TypeError: slice indices must be integers or None or have an __index__ method");
     return v.as_int();
   };
   std::u32string chars;

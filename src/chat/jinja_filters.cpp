@@ -485,12 +485,31 @@ std::string_view canonical_filter(std::string_view name) {
   return name;
 }
 
+// How many arguments each filter's Python signature takes after its input;
+// absent: any number (format, map, select and the like).
+int max_arguments(std::string_view name) {
+  static const std::unordered_map<std::string_view, int> table = {
+      {"abs", 0},     {"attr", 1},     {"batch", 2},    {"capitalize", 0}, {"center", 1},  {"count", 0},
+      {"default", 2}, {"dictsort", 3}, {"escape", 0},   {"first", 0},      {"float", 1},   {"groupby", 3},
+      {"indent", 3},  {"int", 2},      {"items", 0},    {"join", 2},       {"last", 0},    {"length", 0},
+      {"list", 0},    {"lower", 0},    {"max", 2},      {"min", 2},        {"replace", 3}, {"reverse", 0},
+      {"round", 2},   {"safe", 0},     {"sort", 3},     {"string", 0},     {"sum", 2},     {"title", 0},
+      {"tojson", 4},  {"trim", 1},     {"truncate", 4}, {"unique", 2},     {"upper", 0},   {"wordcount", 0}};
+  auto it = table.find(name);
+  return it == table.end() ? -1 : it->second;
+}
+
 }  // namespace
 
 bool has_filter(std::string_view name) { return filters().count(canonical_filter(name)) != 0; }
 Value apply_filter(std::string_view name, const Value& input, CallArgs& args) {
-  auto it = filters().find(canonical_filter(name));
+  std::string_view canonical = canonical_filter(name);
+  auto it = filters().find(canonical);
   if (it == filters().end()) render_fail(fmt::format("No filter named '{}'.", name));
+  int most = max_arguments(canonical);
+  if (most >= 0 && args.positional.size() + args.keyword.size() > size_t(most))
+    render_fail(fmt::format("TypeError: filter '{}' takes at most {} argument(s), {} given", name, most,
+                            args.positional.size() + args.keyword.size()));
   return it->second(input, args);
 }
 

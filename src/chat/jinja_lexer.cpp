@@ -107,8 +107,10 @@ class Lexer {
 
   size_t skip_space(size_t pos) const {
     while (pos < src_.size())
-      if (size_t n = space_length(pos)) pos += n;
-      else break;
+      if (size_t n = space_length(pos))
+        pos += n;
+      else
+        break;
     return pos;
   }
 
@@ -139,8 +141,7 @@ class Lexer {
         text = py_strip(text, std::nullopt, false, true);
       } else if (sign != '+') {
         size_t line_start = text.rfind('\n') + 1;
-        if (line_start > 0 && line_start < text.size() &&
-            only_space(std::string_view(text).substr(line_start)))
+        if (line_start > 0 && line_start < text.size() && only_space(std::string_view(text).substr(line_start)))
           text.resize(line_start);
       }
       emit(TokenType::Text, text, pos);

@@ -247,7 +247,7 @@ class Parser {
 
   std::unique_ptr<Stmt> parse_for(Location where) {
     auto s = stmt(Stmt::Kind::For, where);
-    s->target = parse_target({"in"});
+    s->target = parse_target(false);
     expect_name("in");
     s->expr = parse_tuple(false, true, {"recursive"}, false);
     if (skip_name("if")) s->condition = parse_expression(true);
@@ -266,14 +266,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_set(Location where) {
-    Target target;
-    if (current().type == TokenType::Name && peek().type == TokenType::Operator && peek().text == ".") {
-      target.names.push_back(advance().text);
-      advance();
-      target.attribute = expect_name();
-    } else {
-      target = parse_target({});
-    }
+    Target target = parse_target(true);
     if (skip_op("=")) {
       auto s = stmt(Stmt::Kind::Set, where);
       s->target = std::move(target);
@@ -289,26 +282,23 @@ class Parser {
     return s;
   }
 
-  // Names, optionally a tuple of them (`k, v` or `(k, v)`), for for and set.
-  Target parse_target(std::initializer_list<std::string_view> end_names) {
+  // A name or `ns.attr` (with_namespace: set only), or a tuple of them:
+  // `k, v`, `(k, v)`, `ns.a, b`.
+  Target parse_target(bool with_namespace) {
     Target target;
     bool parenthesized = skip_op("(");
     while (true) {
-      target.names.push_back(expect_name());
+      Target::Item item{expect_name(), {}};
+      if (with_namespace && skip_op(".")) item.attribute = expect_name();
+      if (item.name == "true" || item.name == "false" || item.name == "none" || item.name == "True" ||
+          item.name == "False" || item.name == "None")
+        fail(fmt::format("can't assign to '{}'", item.name));
+      target.items.push_back(std::move(item));
       if (!skip_op(",")) break;
       target.unpack = true;
-      if (current().type == TokenType::Name &&
-          std::find(end_names.begin(), end_names.end(), current().text) != end_names.end())
-        break;
-      if (at_op(")") || at_op("=")) break;
+      if (at_tuple_end({})) break;  // as jinja2: `for k, in x` reads `in` as a second name
     }
-    if (parenthesized) {
-      expect_op(")");
-      target.unpack = true;
-    }
-    for (const auto& n : target.names)
-      if (n == "true" || n == "false" || n == "none" || n == "True" || n == "False" || n == "None")
-        fail(fmt::format("can't assign to '{}'", n));
+    if (parenthesized) expect_op(")");
     return target;
   }
 
@@ -662,20 +652,44 @@ class Parser {
       }
       fail("expected name or number");
     }
-    // `[`: an index or a slice
-    ExprPtr bounds[3];
-    bool slice = false;
-    for (int part = 0; part < 3; ++part) {
-      if (!at_op(":") && !at_op("]")) bounds[part] = parse_expression(true);
-      if (part == 2 || !skip_op(":")) break;
-      slice = true;
+    // `[`: an index, a slice, or (as jinja2 allows) several indices or none,
+    // which index by a tuple: x[] is x[()].
+    if (at_op("]") || !at_op(":")) {
+      std::vector<ExprPtr> keys;
+      while (!at_op("]")) {
+        if (!keys.empty()) expect_op(",");  // no trailing comma, as in jinja2
+        if (at_op(":")) fail("slices inside a tuple index are not supported");
+        keys.push_back(parse_expression(true));
+        if (keys.size() == 1 && at_op(":")) return parse_slice(std::move(object), std::move(keys[0]), t.where);
+      }
+      advance();
+      auto e = node(Expr::Kind::GetItem, t.where);
+      e->operands.push_back(std::move(object));
+      if (keys.size() == 1) {
+        e->operands.push_back(std::move(keys[0]));
+      } else {
+        auto tuple = node(Expr::Kind::Tuple, t.where);
+        tuple->operands = std::move(keys);
+        e->operands.push_back(std::move(tuple));
+      }
+      return e;
     }
-    if (at_op(",")) fail("tuple subscripts are not supported");
-    expect_op("]");
-    auto e = node(slice ? Expr::Kind::Slice : Expr::Kind::GetItem, t.where);
+    return parse_slice(std::move(object), nullptr, t.where);
+  }
+
+  // The rest of `[start:stop:step]`, at the first colon.
+  ExprPtr parse_slice(ExprPtr object, ExprPtr start, Location where) {
+    auto e = node(Expr::Kind::Slice, where);
     e->operands.push_back(std::move(object));
-    if (!slice && !bounds[0]) fail_at(t.where, "Expected an expression, got ']'");
-    for (int part = 0; part < (slice ? 3 : 1); ++part) e->operands.push_back(std::move(bounds[part]));
+    e->operands.push_back(std::move(start));
+    for (int part = 0; part < 2; ++part) {
+      if (!skip_op(":")) {
+        e->operands.push_back(nullptr);
+        continue;
+      }
+      e->operands.push_back(at_op(":") || at_op("]") ? nullptr : parse_expression(true));
+    }
+    expect_op("]");
     return e;
   }
 

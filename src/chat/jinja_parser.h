@@ -51,11 +51,15 @@ struct Expr {
 struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
-// What `for` and `set` assign to: one name, names to unpack, or `ns.attr`.
+// What `for` and `set` assign to: a name, a namespace attribute `ns.attr`
+// (set only), or a tuple of them to unpack into.
 struct Target {
-  std::vector<std::string> names;
+  struct Item {
+    std::string name;
+    std::string attribute;  // set when the item is name.attribute
+  };
+  std::vector<Item> items;
   bool unpack = false;
-  std::string attribute;  // set: names[0] is a namespace and this its attribute
 };
 
 struct Stmt {

@@ -220,28 +220,32 @@ class Renderer {
   }
 
   void assign(const Target& target, Value value) {
-    if (!target.attribute.empty()) {
-      Value ns = lookup(target.names[0]);
-      if (!ns.is_dict() || !ns.dict().is_namespace)
-        render_fail("TemplateRuntimeError: cannot assign attribute on non-namespace object");
-      if (target.attribute[0] == '_')
-        render_fail(
-            fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
-                        "namespace, but got '{}'. Please rename the attribute.",
-                        target.attribute));
-      ns.dict().set(Value(target.attribute), std::move(value));
-      return;
-    }
     if (!target.unpack) {
-      scope_->set(target.names[0], std::move(value));
+      assign_item(target.items[0], std::move(value));
       return;
     }
     std::vector<Value> parts = value.iterate();
-    if (parts.size() != target.names.size())
+    if (parts.size() != target.items.size())
       render_fail(fmt::format("ValueError: {} values to unpack (expected {}, got {})",
-                              parts.size() > target.names.size() ? "too many" : "not enough", target.names.size(),
+                              parts.size() > target.items.size() ? "too many" : "not enough", target.items.size(),
                               parts.size()));
-    for (size_t i = 0; i < parts.size(); ++i) scope_->set(target.names[i], std::move(parts[i]));
+    for (size_t i = 0; i < parts.size(); ++i) assign_item(target.items[i], std::move(parts[i]));
+  }
+
+  void assign_item(const Target::Item& item, Value value) {
+    if (item.attribute.empty()) {
+      scope_->set(item.name, std::move(value));
+      return;
+    }
+    Value ns = lookup(item.name);
+    if (!ns.is_dict() || !ns.dict().is_namespace)
+      render_fail("TemplateRuntimeError: cannot assign attribute on non-namespace object");
+    if (item.attribute[0] == '_')
+      render_fail(
+          fmt::format("SecurityError: Chat templates cannot store underscore-prefixed attributes on a "
+                      "namespace, but got '{}'. Please rename the attribute.",
+                      item.attribute));
+    ns.dict().set(Value(item.attribute), std::move(value));
   }
 
   Value lookup(const std::string& name) {

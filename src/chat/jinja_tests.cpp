@@ -1,6 +1,8 @@
 // jinja2's tests (`x is defined`, `x is divisibleby 3`, ...).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <unordered_map>
 
 #include "chat/jinja_builtins.h"
@@ -77,8 +79,17 @@ std::string_view canonical_test(std::string_view name) {
 bool has_test(std::string_view name) { return tests().count(canonical_test(name)) != 0; }
 
 bool apply_test(std::string_view name, const Value& value, CallArgs& args) {
-  auto it = tests().find(canonical_test(name));
+  std::string_view canonical = canonical_test(name);
+  auto it = tests().find(canonical);
   if (it == tests().end()) render_fail(fmt::format("No test named '{}'.", name));
+  // Python checks the arity: `x is defined y` passes defined() an argument it does not take.
+  static constexpr std::string_view kOneArgument[] = {"divisibleby", "eq", "ne", "lt",    "gt",
+                                                      "le",          "ge", "in", "sameas"};
+  size_t wanted = std::find(std::begin(kOneArgument), std::end(kOneArgument), canonical) != std::end(kOneArgument);
+  size_t given = args.positional.size() + args.keyword.size();
+  if (given != wanted)
+    render_fail(fmt::format("TypeError: test_{}() takes {} positional argument(s) but {} were given", canonical,
+                            wanted + 1, given + 1));
   return it->second(value, args);
 }
 
