@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs this build's binaries for a device call (the device has no -dev
+# Packs this build's binaries (a CUDA build: `NT_CUDA=ON scripts/setup.sh`
+# on a machine without a GPU, then `cmake --build build`) for a device call (the device has no -dev
 # packages, and a call carries at most 64 MiB): the ones named (ntransformer,
 # nt_gpu_tests, cuda_bench; default the first two), stripped, as
 # .devdata/bin.txz laid out as build/ is, so the device's scripts take /tmp/nt

@@ -2,8 +2,11 @@
 # Prints the CMake flags for the CUDA build this machine needs, one a line, and
 # says on stderr why:
 #   a GPU answers nvidia-smi, and nvcc is here:  CUDA for that GPU only (native)
-#   nvcc but no GPU (CI):                        CUDA for one architecture (90), so
-#                                                the CUDA sources still compile
+#   nvcc but no GPU:                             CPU only: nothing here could run
+#                                                the CUDA backend, and the first
+#                                                command stays quick
+#   nvcc but no GPU, NT_CUDA=ON (CI, or binaries CUDA for one architecture (90), so
+#   for a GPU host):                             the CUDA sources still compile
 #   no nvcc (with or without a GPU):             CPU only
 # nvcc is looked for on PATH, then in $CUDA_HOME (default /usr/local/cuda).
 # NT_CUDA=OFF in the environment asks for CPU only whatever the machine has.
@@ -31,7 +34,10 @@ elif [[ -z "$nvcc" ]]; then
 elif [[ -n "$gpu" ]]; then
   echo "setup: CUDA for this machine's GPU ($gpu, CMAKE_CUDA_ARCHITECTURES=native)" >&2
   printf '%s\n' -DNT_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc" -DCMAKE_CUDA_ARCHITECTURES=native
-else
-  echo "setup: nvcc but no GPU: CUDA compiled for sm_90 only, so that it keeps compiling (the CPU backend runs)" >&2
+elif [[ "${NT_CUDA:-}" == "ON" ]]; then
+  echo "setup: nvcc but no GPU: CUDA compiled for sm_90 only (NT_CUDA=ON), so that it keeps compiling (the CPU backend runs)" >&2
   printf '%s\n' -DNT_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90
+else
+  echo "setup: nvcc but no GPU: CPU only, since nothing here could run the CUDA backend (NT_CUDA=ON compiles it for sm_90 all the same)" >&2
+  echo "-DNT_CUDA=OFF"
 fi

@@ -50,9 +50,11 @@ def test_gpu_and_nvcc_build_for_that_gpu_only(tmp_path):
 
 
 @pytest.mark.parametrize("gpu", [None, False])
-def test_nvcc_without_a_gpu_compiles_one_architecture(tmp_path, gpu):
+def test_nvcc_without_a_gpu_builds_cpu_only_unless_asked(tmp_path, gpu):
     bin_dir = machine(tmp_path, gpu=gpu, nvcc=True)
-    out, _ = flags(bin_dir)
+    out, why = flags(bin_dir)
+    assert out == ["-DNT_CUDA=OFF"] and "NT_CUDA=ON" in why
+    out, _ = flags(bin_dir, NT_CUDA="ON")
     assert out == ["-DNT_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={bin_dir / 'nvcc'}", "-DCMAKE_CUDA_ARCHITECTURES=90"]
 
 
@@ -61,7 +63,7 @@ def test_nvcc_found_in_cuda_home(tmp_path):
     cuda_bin = tmp_path / "cuda" / "bin"
     cuda_bin.mkdir(parents=True)
     (cuda_bin / "nvcc").symlink_to(shutil.which("true"))
-    out, _ = flags(bin_dir, CUDA_HOME=str(tmp_path / "cuda"))
+    out, _ = flags(bin_dir, CUDA_HOME=str(tmp_path / "cuda"), NT_CUDA="ON")
     assert f"-DCMAKE_CUDA_COMPILER={cuda_bin / 'nvcc'}" in out and "-DCMAKE_CUDA_ARCHITECTURES=90" in out
 
 
