@@ -76,10 +76,7 @@ MessagesRequest parse_messages_request(const std::string& body, const std::strin
     }
   }
   if (j.contains("tools") && !j["tools"].empty()) bad("tools", "tools: tool use is not supported yet");
-  if (j.contains("stream")) {
-    if (!j["stream"].is_boolean()) bad("stream", "stream: expected true or false");
-    m.stream = j["stream"].get<bool>();
-  }
+  if (j.contains("stream")) m.stream = bool_field(j["stream"], "stream");
   return m;
 }
 

@@ -18,7 +18,6 @@ namespace nt::server {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 // How often a waiting HTTP thread looks up from its channel: to see a client
 // gone or the server stopping.
