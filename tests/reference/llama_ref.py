@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Independent float64 reference forward pass for Llama-architecture GGUF models.
+"""Independent float64 reference forward pass for GGUF decoder models of the
+architectures llama, qwen2 (Qwen2.5), qwen3 and gemma3.
 
 Everything here is deliberately plain numpy: the GGUF file is read and dequantized
 by the PyPI `gguf` package (never by our C++ code) and all arithmetic is float64,
 so the logits it produces are an oracle our engine can be compared against.
+
+The architecture comes from general.architecture and every hyperparameter from
+the GGUF metadata, read with the keys, defaults and fixed constants of the
+reference engine (llama.cpp); ARCHITECTURES below says what differs per family.
+tests/reference/check_reference_engine.py checks this file against that engine.
 
     python tests/reference/llama_ref.py MODEL.gguf --tokens 1,2,3 --out logits.npy [--greedy N]
         [--step] [--act-q8] [--kv-f16]
@@ -11,12 +17,14 @@ so the logits it produces are an oracle our engine can be compared against.
 writes the logits of every prompt position (n_tokens x vocab, float64) to the
 .npy file; --greedy N then appends N greedily chosen tokens and prints all ids.
 
-By default the arithmetic is exact float64. Two options model the rounding of
+By default the arithmetic is exact float64. These options model the rounding of
 CPU engines in the llama.cpp family (ours included):
   --act-q8  rounds the input of every matrix product to 8-bit blocks, as an
             engine does before its integer dot products (see
             quantize_activations); everything else stays float64.
   --kv-f16  stores the attention keys and values as float16.
+  --gelu-f16  evaluates GELU (gemma3) at the input rounded to float16 and
+            rounds the result to float16, as a CPU engine's lookup table does.
   --step    feeds the prompt one token per forward pass instead of one batch
             (with --act-q8 the batch size picks the activation format).
 A single product agrees with such an engine to float32 rounding. A whole model
@@ -38,6 +46,34 @@ from gguf.quants import dequantize
 
 # ----------------------------------------------------------------------------
 # Config and weights
+#
+# What each architecture adds to the llama recipe, as the reference engine
+# builds it (the keys are prefixed with the architecture's name):
+#   llama   pre-norm blocks, SiLU-gated FFN, RoPE on adjacent pairs (2i, 2i+1).
+#   qwen2   llama plus optional biases on Q, K, V (blk.N.attn_{q,k,v}.bias) and
+#           on the head (output.bias); RoPE on the halves (i, i + rope_dim/2),
+#           "NeoX" style; head_dim * n_heads must equal dim.
+#   qwen3   llama plus a per-head RMSNorm of Q and K (blk.N.attn_{q,k}_norm,
+#           [head_dim]) before RoPE; NeoX RoPE; head_dim from
+#           attention.key_length may differ from dim / n_heads.
+#   gemma3  the embeddings scaled by sqrt(dim); Q/K norms as qwen3; the
+#           attention and FFN outputs each RMS-normed again
+#           (blk.N.post_attention_norm, blk.N.post_ffw_norm) before their
+#           residual add; a GELU (tanh form)-gated FFN; NeoX RoPE. With
+#           attention.sliding_window = W > 0, layers are sliding-window
+#           ("local") layers except every 6th (5, 11, ...; or as
+#           attention.sliding_window_pattern says): a local layer's query at
+#           position p sees only keys p-W+1..p, and its RoPE uses
+#           rope.freq_base_swa (default 10000) and no scaling; the global
+#           layers use rope.freq_base and rope.scaling. Scores are scaled by
+#           1/sqrt(head_dim), except for the 62-layer (27B) model, which uses
+#           1/sqrt(dim / n_heads). An optional final_logit_softcapping caps the
+#           logits to cap * tanh(logits / cap). The head is tied to the
+#           embeddings unless output.weight is present (as in every family).
+# Every family may carry Q/K/V biases: the reference engine reads them as
+# optional tensors for all four.
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 
 
 @dataclass
@@ -57,6 +93,15 @@ class Config:
     rope_low_freq_factor: float
     rope_high_freq_factor: float
     rope_original_context: int
+    arch: str = "llama"
+    rope_neox: bool = False    # rotate the pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
+    attn_scale: float = 0.0    # multiplies q.k; 0: 1/sqrt(head_dim)
+    embed_scale: float = 1.0   # multiplies the token embeddings
+    ffn_act: str = "silu"      # gate activation: "silu" or "gelu_tanh"
+    sliding_window: int = 0    # W: a sliding-window layer's query at p sees keys p-W+1..p; 0: none
+    swa_layers: tuple = ()     # per layer, True for a sliding-window layer (empty: none)
+    rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers (no scaling there)
+    logit_softcap: float = 0.0  # logits -> cap * tanh(logits / cap); 0: off
 
 
 def read_field(reader, key, default=None):
@@ -68,19 +113,45 @@ def read_field(reader, key, default=None):
     return field.contents()
 
 
+def gemma3_swa_layers(reader, p, n_layers):
+    """Which layers slide: attention.sliding_window_pattern holds either one
+    flag per layer or a period n (default 6), where layer i slides unless
+    i % n == n - 1 (so with 6 every 6th layer, 5, 11, ..., is global; n = 0
+    makes every layer slide). Flags missing from a short list read as global."""
+    pattern = read_field(reader, p + "attention.sliding_window_pattern", 6)
+    if isinstance(pattern, list):
+        return tuple(bool(pattern[i]) if i < len(pattern) else False for i in range(n_layers))
+    n = int(pattern)
+    return tuple(n == 0 or i % n < n - 1 for i in range(n_layers))
+
+
 def read_config(reader):
     arch = read_field(reader, "general.architecture")
-    if arch != "llama":
-        sys.exit(f"general.architecture = {arch!r}: only 'llama' is supported")
-    p = "llama."
+    if arch not in ARCHITECTURES:
+        sys.exit(f"general.architecture = {arch!r}: supported are {', '.join(ARCHITECTURES)}")
+    p = arch + "."
     dim = int(read_field(reader, p + "embedding_length"))
     n_heads = int(read_field(reader, p + "attention.head_count"))
+    n_layers = int(read_field(reader, p + "block_count"))
     head_dim = int(read_field(reader, p + "attention.key_length", dim // n_heads))
-    scaling = read_field(reader, p + "rope.scaling.type", "none")
-    if scaling not in ("none", "linear", "llama3"):
-        sys.exit(f"{p}rope.scaling.type = {scaling!r} is not supported")
-    return Config(
-        n_layers=int(read_field(reader, p + "block_count")),
+    # All four families use one head size for K and V.
+    if int(read_field(reader, p + "attention.value_length", dim // n_heads)) != head_dim:
+        sys.exit(f"{p}attention.value_length differs from the key length {head_dim}")
+    rope_dim = int(read_field(reader, p + "rope.dimension_count", head_dim))
+    if arch in ("qwen2", "qwen3") and rope_dim != head_dim:
+        sys.exit(f"{p}rope.dimension_count = {rope_dim}: {arch} rotates the whole head ({head_dim})")
+    if arch == "qwen2" and head_dim * n_heads != dim:
+        sys.exit(f"qwen2 needs head_dim * n_heads = dim, got {head_dim} * {n_heads} != {dim}")
+    # The reference engine scales linearly when the type is absent; the factor
+    # (old key: rope.scale_linear) then only matters if present.
+    scaling = read_field(reader, p + "rope.scaling.type", "linear")
+    # "llama3" is this file's own name for Llama 3.1 scaling computed without
+    # a rope_freqs tensor; the reference engine knows none but none and linear.
+    if scaling not in ("none", "linear", "llama3") or (scaling == "llama3" and arch != "llama"):
+        sys.exit(f"{p}rope.scaling.type = {scaling!r} is not supported for {arch}")
+    factor = float(read_field(reader, p + "rope.scaling.factor", read_field(reader, p + "rope.scale_linear", 1.0)))
+    config = Config(
+        n_layers=n_layers,
         dim=dim,
         ffn_dim=int(read_field(reader, p + "feed_forward_length")),
         n_heads=n_heads,
@@ -90,13 +161,28 @@ def read_config(reader):
         vocab_size=0,
         rms_eps=float(read_field(reader, p + "attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(read_field(reader, p + "rope.freq_base", 10000.0)),
-        rope_dim=int(read_field(reader, p + "rope.dimension_count", head_dim)),
+        rope_dim=rope_dim,
         rope_scaling=scaling,
-        rope_factor=float(read_field(reader, p + "rope.scaling.factor", 1.0)),
+        rope_factor=factor if factor != 0.0 else 1.0,
         rope_low_freq_factor=float(read_field(reader, p + "rope.scaling.low_freq_factor", 1.0)),
         rope_high_freq_factor=float(read_field(reader, p + "rope.scaling.high_freq_factor", 4.0)),
         rope_original_context=int(read_field(reader, p + "rope.scaling.original_context_length", 8192)),
+        arch=arch,
+        rope_neox=arch != "llama",
     )
+    if arch == "gemma3":
+        config.embed_scale = math.sqrt(dim)
+        config.ffn_act = "gelu_tanh"
+        # Gemma's query_pre_attn_scalar: dim / n_heads for the 27B model (62
+        # layers, which the reference engine recognises by its layer count),
+        # head_dim for the others.
+        config.attn_scale = 1.0 / math.sqrt(dim // n_heads if n_layers == 62 else head_dim)
+        config.logit_softcap = float(read_field(reader, p + "final_logit_softcapping", 0.0))
+        config.sliding_window = int(read_field(reader, p + "attention.sliding_window", 0))
+        if config.sliding_window > 0:
+            config.swa_layers = gemma3_swa_layers(reader, p, n_layers)
+            config.rope_theta_swa = float(read_field(reader, p + "rope.freq_base_swa", 10000.0))
+    return config
 
 
 # Block bytes of the types whose blocks hold a min after the scale: d (f16), m (f16), ...
@@ -158,6 +244,14 @@ class Layer:
     w_gate: Matrix  # (ffn_dim, dim)
     w_up: Matrix
     w_down: Matrix  # (dim, ffn_dim)
+    bq: np.ndarray = None  # (n_heads*head_dim,), optional in every family
+    bk: np.ndarray = None  # (n_kv_heads*head_dim,)
+    bv: np.ndarray = None
+    q_norm: np.ndarray = None  # (head_dim,): qwen3, gemma3
+    k_norm: np.ndarray = None
+    post_attn_norm: np.ndarray = None  # (dim,): gemma3
+    post_ffn_norm: np.ndarray = None
+    sliding: bool = False  # a sliding-window layer (gemma3)
 
 
 @dataclass(frozen=True)
@@ -165,6 +259,7 @@ class Arithmetic:
     """Which rounding of a real engine the forward pass models (exact float64 by default)."""
     act_q8: bool = False  # 8-bit activations into every matrix product
     kv_f16: bool = False  # float16 KV cache
+    gelu_f16: bool = False  # GELU through a float16 table
 
 
 class Model:
@@ -173,55 +268,82 @@ class Model:
         self.config = c = read_config(reader)
         self.arithmetic = arithmetic
         t, types, mins = load_tensors(reader)
+        used = set()  # every tensor must be modelled: an ignored one would make a wrong oracle
+
+        def get(name, shape):
+            used.add(name)
+            return expect_shape(t, name, shape)
+
+        def optional(name, shape):
+            return get(name, shape) if name in t else None
+
+        def matrix(name, shape):
+            return Matrix(get(name, shape), types[name], mins.get(name))
+
         self.token_embd = t.get("token_embd.weight")
         if self.token_embd is None or self.token_embd.ndim != 2 or self.token_embd.shape[1] != c.dim:
             sys.exit("tensor token_embd.weight is missing or not (vocab, dim)")
+        used.add("token_embd.weight")
         c.vocab_size = self.token_embd.shape[0]
         q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        qk_norms = c.arch in ("qwen3", "gemma3")
+        post_norms = c.arch == "gemma3"
         self.layers = []
         for i in range(c.n_layers):
-            def get(part, shape):
-                return expect_shape(t, f"blk.{i}.{part}.weight", shape)
-
-            def matrix(part, shape):
-                name = f"blk.{i}.{part}.weight"
-                return Matrix(get(part, shape), types[name], mins.get(name))
+            b = f"blk.{i}."
             self.layers.append(Layer(
-                attn_norm=get("attn_norm", (c.dim,)),
-                wq=matrix("attn_q", (q_dim, c.dim)),
-                wk=matrix("attn_k", (kv_dim, c.dim)),
-                wv=matrix("attn_v", (kv_dim, c.dim)),
-                wo=matrix("attn_output", (c.dim, q_dim)),
-                ffn_norm=get("ffn_norm", (c.dim,)),
-                w_gate=matrix("ffn_gate", (c.ffn_dim, c.dim)),
-                w_up=matrix("ffn_up", (c.ffn_dim, c.dim)),
-                w_down=matrix("ffn_down", (c.dim, c.ffn_dim)),
+                attn_norm=get(b + "attn_norm.weight", (c.dim,)),
+                wq=matrix(b + "attn_q.weight", (q_dim, c.dim)),
+                wk=matrix(b + "attn_k.weight", (kv_dim, c.dim)),
+                wv=matrix(b + "attn_v.weight", (kv_dim, c.dim)),
+                wo=matrix(b + "attn_output.weight", (c.dim, q_dim)),
+                ffn_norm=get(b + "ffn_norm.weight", (c.dim,)),
+                w_gate=matrix(b + "ffn_gate.weight", (c.ffn_dim, c.dim)),
+                w_up=matrix(b + "ffn_up.weight", (c.ffn_dim, c.dim)),
+                w_down=matrix(b + "ffn_down.weight", (c.dim, c.ffn_dim)),
+                bq=optional(b + "attn_q.bias", (q_dim,)),
+                bk=optional(b + "attn_k.bias", (kv_dim,)),
+                bv=optional(b + "attn_v.bias", (kv_dim,)),
+                q_norm=get(b + "attn_q_norm.weight", (c.head_dim,)) if qk_norms else None,
+                k_norm=get(b + "attn_k_norm.weight", (c.head_dim,)) if qk_norms else None,
+                post_attn_norm=get(b + "post_attention_norm.weight", (c.dim,)) if post_norms else None,
+                post_ffn_norm=get(b + "post_ffw_norm.weight", (c.dim,)) if post_norms else None,
+                sliding=bool(c.swa_layers) and c.swa_layers[i],
             ))
-        self.output_norm = expect_shape(t, "output_norm.weight", (c.dim,))
+        self.output_norm = get("output_norm.weight", (c.dim,))
         # Tied embeddings: without output.weight the head reuses token_embd.
         if "output.weight" in t:
-            self.output = Matrix(expect_shape(t, "output.weight", (c.vocab_size, c.dim)), types["output.weight"],
-                                 mins.get("output.weight"))
+            self.output = matrix("output.weight", (c.vocab_size, c.dim))
         else:
             self.output = Matrix(self.token_embd, types["token_embd.weight"], mins.get("token_embd.weight"))
-        rope_freqs = t.get("rope_freqs.weight")
+        # Only qwen2 reads a bias of the head.
+        self.output_bias = optional("output.bias", (c.vocab_size,)) if c.arch == "qwen2" else None
+        # Llama 3.1 frequency factors: only the llama family applies them.
+        rope_freqs = optional("rope_freqs.weight", (c.rope_dim // 2,)) if c.arch == "llama" else None
         self.inv_freq = rope_frequencies(c, rope_freqs)
+        # Sliding-window layers rotate with their own base and without the Llama 3.1 factors.
+        self.inv_freq_swa = rope_frequencies(c, None, theta=c.rope_theta_swa, scaling=False)
+        unused = sorted(set(t) - used)
+        if unused:
+            sys.exit(f"{c.arch}: tensors this reference does not model: {', '.join(unused)}")
 
 
 # ----------------------------------------------------------------------------
 # RoPE
 
 
-def rope_frequencies(c, rope_freqs):
+def rope_frequencies(c, rope_freqs, theta=None, scaling=True):
     """Angular frequency of each rotated pair i: theta_i = base^(-2i/rope_dim),
-    divided by Llama 3.1 factors (from the rope_freqs tensor, else computed)."""
+    divided by Llama 3.1 factors (from the rope_freqs tensor, else computed,
+    unless not `scaling`). `theta` overrides the base (sliding-window layers)."""
+    base = c.rope_theta if theta is None else theta
     i = np.arange(c.rope_dim // 2, dtype=np.float64)
-    freq = c.rope_theta ** (-2.0 * i / c.rope_dim)
+    freq = base ** (-2.0 * i / c.rope_dim)
     if rope_freqs is not None:
         if rope_freqs.shape != (c.rope_dim // 2,):
             sys.exit(f"tensor rope_freqs.weight: shape {rope_freqs.shape}, expected ({c.rope_dim // 2},)")
         return freq / rope_freqs
-    if c.rope_scaling == "llama3":
+    if scaling and c.rope_scaling == "llama3":
         return freq / llama3_factors(c, freq)
     return freq
 
@@ -239,19 +361,24 @@ def llama3_factors(c, freq):
     return np.where(wavelen > low_wavelen, c.rope_factor, factors)
 
 
-def apply_rope(x, positions, inv_freq, c):
-    """Rotates adjacent pairs (2i, 2i+1) of each head; x is (n_tokens, n_heads, head_dim).
-    Dimensions past rope_dim are left untouched."""
+def apply_rope(x, positions, inv_freq, c, linear_scaling=True):
+    """Rotates pairs of each head by pos * theta_i; x is (n_tokens, n_heads, head_dim).
+    Pair i is (2i, 2i+1) for llama and (i, i + rope_dim/2) for the NeoX style
+    of the other families; dimensions past rope_dim are left untouched.
+    Linear scaling divides the positions by the factor, unless not
+    `linear_scaling` (gemma3's sliding-window layers)."""
     pos = positions.astype(np.float64)
-    if c.rope_scaling == "linear":
+    if linear_scaling and c.rope_scaling == "linear":
         pos = pos / c.rope_factor
     angle = pos[:, None] * inv_freq[None, :]          # (n_tokens, rope_dim/2)
     cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    half = c.rope_dim // 2
+    first = slice(0, half) if c.rope_neox else slice(0, c.rope_dim, 2)
+    second = slice(half, c.rope_dim) if c.rope_neox else slice(1, c.rope_dim, 2)
     out = x.copy()
-    even = x[..., 0:c.rope_dim:2]
-    odd = x[..., 1:c.rope_dim:2]
-    out[..., 0:c.rope_dim:2] = even * cos - odd * sin
-    out[..., 1:c.rope_dim:2] = even * sin + odd * cos
+    a, b = x[..., first], x[..., second]
+    out[..., first] = a * cos - b * sin
+    out[..., second] = a * sin + b * cos
     return out
 
 
@@ -338,11 +465,25 @@ def linear(x, m, arithmetic):
 
 
 def rmsnorm(x, weight, eps):
+    """Normalizes over the last axis: a row of x, or one head of Q or K (q/k norms)."""
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh(x):
+    """GELU in its tanh form, as Gemma is trained with (not the erf form)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_tanh_f16(x):
+    """gelu_tanh as a 65536-entry float16 table gives it (--gelu-f16): looked
+    up at the float16 nearest x and rounded to float16; past |x| >= 10 the
+    table is bypassed (0 below, x above)."""
+    table = gelu_tanh(x.astype(np.float16).astype(np.float64)).astype(np.float16).astype(np.float64)
+    return np.where(x <= -10.0, 0.0, np.where(x >= 10.0, x, table))
 
 
 def softmax(x, axis=-1):
@@ -366,15 +507,28 @@ class KVCache:
         return self.keys[layer], self.values[layer]
 
 
+def projection(x, m, bias, arithmetic):
+    """linear() plus an optional bias."""
+    y = linear(x, m, arithmetic)
+    return y if bias is None else y + bias
+
+
 def attention(x, layer, li, positions, cache, model):
     """GQA causal self-attention of the new tokens x (n_new, dim) over the cache."""
     c, a = model.config, model.arithmetic
     n = x.shape[0]
-    q = linear(x, layer.wq, a).reshape(n, c.n_heads, c.head_dim)
-    k = linear(x, layer.wk, a).reshape(n, c.n_kv_heads, c.head_dim)
-    v = linear(x, layer.wv, a).reshape(n, c.n_kv_heads, c.head_dim)
-    q = apply_rope(q, positions, model.inv_freq, c)
-    k = apply_rope(k, positions, model.inv_freq, c)
+    q = projection(x, layer.wq, layer.bq, a).reshape(n, c.n_heads, c.head_dim)
+    k = projection(x, layer.wk, layer.bk, a).reshape(n, c.n_kv_heads, c.head_dim)
+    v = projection(x, layer.wv, layer.bv, a).reshape(n, c.n_kv_heads, c.head_dim)
+    if layer.q_norm is not None:                      # per head, before RoPE
+        q = rmsnorm(q, layer.q_norm, c.rms_eps)
+        k = rmsnorm(k, layer.k_norm, c.rms_eps)
+    if layer.sliding:
+        q = apply_rope(q, positions, model.inv_freq_swa, c, linear_scaling=False)
+        k = apply_rope(k, positions, model.inv_freq_swa, c, linear_scaling=False)
+    else:
+        q = apply_rope(q, positions, model.inv_freq, c)
+        k = apply_rope(k, positions, model.inv_freq, c)
     if a.kv_f16:
         k, v = (t.astype(np.float16).astype(np.float64) for t in (k, v))
     keys, values = cache.append(li, k, v)            # (n_pos, n_kv_heads, head_dim)
@@ -382,16 +536,24 @@ def attention(x, layer, li, positions, cache, model):
     group = c.n_heads // c.n_kv_heads                 # query heads sharing one KV head
     keys = np.repeat(keys, group, axis=1)
     values = np.repeat(values, group, axis=1)
-    scores = np.einsum("qhd,khd->hqk", q, keys) / math.sqrt(c.head_dim)
-    key_pos = np.arange(keys.shape[0])
-    scores = np.where(key_pos[None, None, :] <= positions[None, :, None], scores, -np.inf)
+    scores = np.einsum("qhd,khd->hqk", q, keys)
+    scores = scores * c.attn_scale if c.attn_scale else scores / math.sqrt(c.head_dim)
+    key_pos = np.arange(keys.shape[0])[None, :]
+    query_pos = positions[:, None]
+    visible = key_pos <= query_pos                    # causal
+    if layer.sliding:                                 # and only the last sliding_window positions
+        visible &= query_pos - key_pos < c.sliding_window
+    scores = np.where(visible[None, :, :], scores, -np.inf)
     out = np.einsum("hqk,khd->qhd", softmax(scores), values).reshape(n, c.n_heads * c.head_dim)
     return linear(out, layer.wo, a)
 
 
-def feed_forward(x, layer, arithmetic):
-    hidden = silu(linear(x, layer.w_gate, arithmetic)) * linear(x, layer.w_up, arithmetic)
+def feed_forward(x, layer, arithmetic, act=silu):
+    hidden = act(linear(x, layer.w_gate, arithmetic)) * linear(x, layer.w_up, arithmetic)
     return linear(hidden, layer.w_down, arithmetic)
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 
 def forward(model, tokens, start_pos, cache, on_layer=None):
@@ -402,14 +564,27 @@ def forward(model, tokens, start_pos, cache, on_layer=None):
     if tokens.min() < 0 or tokens.max() >= c.vocab_size:
         sys.exit(f"token ids must lie in [0, {c.vocab_size})")
     positions = np.arange(start_pos, start_pos + len(tokens))
-    x = model.token_embd[tokens]
+    act = ACTIVATIONS[c.ffn_act]
+    if act is gelu_tanh and model.arithmetic.gelu_f16:
+        act = gelu_tanh_f16
+    x = model.token_embd[tokens] * c.embed_scale
     for li, layer in enumerate(model.layers):
         x_in = x
-        x = x + attention(rmsnorm(x, layer.attn_norm, c.rms_eps), layer, li, positions, cache, model)
-        x = x + feed_forward(rmsnorm(x, layer.ffn_norm, c.rms_eps), layer, model.arithmetic)
+        h = attention(rmsnorm(x, layer.attn_norm, c.rms_eps), layer, li, positions, cache, model)
+        if layer.post_attn_norm is not None:          # gemma3 norms each branch's output too
+            h = rmsnorm(h, layer.post_attn_norm, c.rms_eps)
+        x = x + h
+        h = feed_forward(rmsnorm(x, layer.ffn_norm, c.rms_eps), layer, model.arithmetic, act)
+        if layer.post_ffn_norm is not None:
+            h = rmsnorm(h, layer.post_ffn_norm, c.rms_eps)
+        x = x + h
         if on_layer:
             on_layer(li, x_in, x)
-    return linear(rmsnorm(x, model.output_norm, c.rms_eps), model.output, model.arithmetic)
+    logits = projection(rmsnorm(x, model.output_norm, c.rms_eps), model.output, model.output_bias,
+                        model.arithmetic)
+    if c.logit_softcap:
+        logits = c.logit_softcap * np.tanh(logits / c.logit_softcap)
+    return logits
 
 
 def generate(model, prompt, n_greedy, step=False):
@@ -435,7 +610,7 @@ def generate(model, prompt, n_greedy, step=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="Llama GGUF file")
+    parser.add_argument("model", help="GGUF file of a llama, qwen2, qwen3 or gemma3 model")
     parser.add_argument("--tokens", required=True, help="comma-separated prompt token ids")
     parser.add_argument("--out", required=True, help="where to write the float64 logits (.npy)")
     parser.add_argument("--greedy", type=int, default=0, help="greedy tokens to generate after the prompt")
@@ -443,12 +618,13 @@ def main():
     parser.add_argument("--act-q8", action="store_true",
                         help="round matrix-product inputs to 8-bit blocks like 8-bit-activation CPU engines")
     parser.add_argument("--kv-f16", action="store_true", help="keep attention keys and values in float16")
+    parser.add_argument("--gelu-f16", action="store_true", help="evaluate GELU through a float16 table")
     args = parser.parse_args()
 
     prompt = [int(s) for s in args.tokens.split(",") if s.strip()]
     if not prompt:
         sys.exit("--tokens: need at least one token id")
-    model = Model(args.model, Arithmetic(act_q8=args.act_q8, kv_f16=args.kv_f16))
+    model = Model(args.model, Arithmetic(act_q8=args.act_q8, kv_f16=args.kv_f16, gelu_f16=args.gelu_f16))
     logits, generated = generate(model, prompt, args.greedy, step=args.step)
     np.save(args.out, logits)
     if args.greedy:
