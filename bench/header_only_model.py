@@ -19,7 +19,7 @@ def main(ntransformer, preset, qtype, out):
     listing = subprocess.run([ntransformer, "make-model", "--preset", preset, "--type", qtype, "--out", out, "--dry-run"],
                              check=True, capture_output=True, text=True).stdout
     tensors = re.findall(r"^(\S+)\s+(\S+)\s+(\d+(?: x \d+)?)\s+(\d+)$", listing, re.M)
-    # The config keys read_llama_config needs, from the preset's tensor shapes.
+    # The config keys read_model_spec needs, from the preset's tensor shapes.
     shape = {name: [int(d) for d in dims.split(" x ")] for name, _, dims, _ in tensors}
     dim, vocab = shape["token_embd.weight"]
     n_layers = 1 + max(int(m[1]) for n in shape if (m := re.match(r"blk\.(\d+)\.", n)))

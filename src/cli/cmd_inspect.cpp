@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "model/tensor_names.h"
 
 namespace nt::cli {
@@ -39,12 +39,14 @@ void print_summary(const GgufFile& file) {
   fmt::print("  tensor bytes     {} ({})\n", bytes, human_bytes(double(bytes)));
   fmt::print("  bits per weight  {:.3f}\n", params ? 8.0 * double(bytes) / double(params) : 0.0);
   if (!h.find("general.architecture")) return;
-  const auto c = read_llama_config(h, file.path());
+  const auto c = read_model_spec(h, file.path());
   fmt::print("  architecture     {}\n", c.architecture);
   fmt::print("  layers           {}\n", c.n_layers);
   fmt::print("  embedding        {}\n", c.dim);
   fmt::print("  feed-forward     {}\n", c.ffn_dim);
-  fmt::print("  heads            {} (kv {}, head dim {})\n", c.n_heads, c.n_kv_heads, c.head_dim);
+  fmt::print("  heads            {} (kv {}, head dim {}, softmax scale {:.4g})\n", c.n_heads, c.n_kv_heads, c.head_dim,
+             c.attention_scale);
+  fmt::print("  layer blocks     {}\n", describe_layers(c));
   fmt::print("  vocab            {}\n", c.vocab_size);
   fmt::print("  context          {}\n", c.context_length);
   fmt::print("  rope             theta {} dims {} scaling {}{}\n", c.rope_theta, c.rope_dim,

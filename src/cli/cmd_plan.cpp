@@ -22,8 +22,8 @@
 #include "engine/gpu_probe.h"
 #include "engine/hybrid_split.h"
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/kv_pages.h"
@@ -164,8 +164,8 @@ int gpu_sms(const PlanOptions& o, const std::optional<GpuSummary>& gpu, std::str
 DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, int64_t kv_pool, const ReaderOptions& reader_options,
                      int sms) {
   const auto file = GgufFile::open(o.draft_model);
-  const LlamaConfig config = read_llama_config(file->header(), o.draft_model);
-  const LlamaWeights weights = load_llama_weights(*file, config);
+  const ModelSpec config = read_model_spec(file->header(), o.draft_model);
+  const ModelWeights weights = load_model_weights(*file, config);
   const OpenedReader opened = open_file_reader(o.draft_model, reader_options);
   const std::vector<LayerRead> reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
   return draft_vram(o.draft_model, config, weights, reads, context, int(sequences), sms, kv_pool);
@@ -173,7 +173,7 @@ DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, i
 
 // The CUDA runner's buffers for `sequences` sequences sharing a pool of
 // kv_pool positions (0: each its context): the code it allocates from.
-RunnerBuffers plan_buffers(const LlamaConfig& config, const LlamaWeights& weights, int64_t context, const PlanOptions& o,
+RunnerBuffers plan_buffers(const ModelSpec& config, const ModelWeights& weights, int64_t context, const PlanOptions& o,
                            int64_t sequences, int64_t kv_pool, int sms) {
   return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms, kv_pool);
 }
@@ -181,12 +181,12 @@ RunnerBuffers plan_buffers(const LlamaConfig& config, const LlamaWeights& weight
 struct PlanSource {
   const std::string& path;
   const GgufFile& file;
-  const LlamaConfig& config;
+  const ModelSpec& config;
   int64_t context;
   const FileReader& reader;
   const ReaderOptions& reader_options;
   IoBackend io;
-  const LlamaWeights& weights;
+  const ModelWeights& weights;
   const std::vector<LayerRead>& reads;
   int sms;
 };
@@ -254,7 +254,7 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
 void plan(const PlanOptions& o) {
   const std::string path = o.model.empty() ? default_model_path() : o.model;
   const auto file = GgufFile::open(path);
-  const LlamaConfig config = read_llama_config(file->header(), path);
+  const ModelSpec config = read_model_spec(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
   KvPages::check_pool(o.kv_pool, context);
   const IoBackend io = parse_io_backend(o.io);
@@ -271,7 +271,7 @@ void plan(const PlanOptions& o) {
   reader_options.device_destinations = gpu.has_value();  // the streaming ring lives in VRAM
   const OpenedReader opened = open_file_reader(path, reader_options);
   const FileReader& reader = *opened.reader;
-  const LlamaWeights weights = load_llama_weights(*file, config);
+  const ModelWeights weights = load_model_weights(*file, config);
   const std::vector<LayerRead> reads = plan_layer_reads(file->header(), reader.alignment(), path);
   std::string sms_source;
   const int sms = gpu_sms(o, gpu, &sms_source);

@@ -5,6 +5,7 @@
 #include "cli/number_checks.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
+#include "model/arch/model_spec.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/default_model.h"
@@ -114,7 +115,7 @@ Device device_for_gpu_layers(const ModelOptions& o, Device device) {
     return Device::Cpu;
   }
   const auto file = GgufFile::open(o.model.empty() ? default_model_path() : o.model);
-  const int64_t model_layers = file->header().get_int("llama.block_count", 0);
+  const int64_t model_layers = file->header().get_int(architecture_prefix(file->header()) + "block_count", 0);
   if (layers >= model_layers) return device;
   fail("-ngl {}: the model has {} layers, and here layers are placed by memory, not by count: the layers that fit "
        "--vram-budget (default: the free VRAM) stay resident and the rest stream from --ram-budget or the disk, and "
@@ -166,6 +167,7 @@ LoadProgress::LoadProgress(const ModelOptions& o, OpenModelOptions& open) : line
 
 void LoadProgress::done(const OpenedModel& opened) const {
   line_.finish();
+  if (!opened.device_note.empty()) fmt::print(stderr, "{}\n", opened.device_note);
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());

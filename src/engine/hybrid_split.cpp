@@ -25,7 +25,7 @@ struct MeasuredRates {
 // out of the same host memory, so the CPU and the link are timed together
 // (on the H200 host the CPU layers of a split ran at ~70 GB/s of weights
 // beside the copies, against ~85 alone).
-MeasuredRates measure_rates(const GgufFile& file, const LlamaConfig& config, const PlacementPlan& base, int threads) {
+MeasuredRates measure_rates(const GgufFile& file, const ModelSpec& config, const PlacementPlan& base, int threads) {
   MeasuredRates m;
   HybridRates& rates = m.rates;
   m.link_alone_gbps = measure_h2d_gbps();
@@ -57,7 +57,7 @@ HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& mode
          ram_layers, ram_layers);
   }
   if (ram_layers == 0 || (forced && *forced == 0)) return split;
-  const LlamaConfig config = read_llama_config(file.header(), file.path());
+  const ModelSpec config = read_model_spec(file.header(), file.path());
   const MeasuredRates measured = measure_rates(file, config, base, threads);
   const HybridRates& rates = measured.rates;
   const HybridPlan decode = plan_hybrid(model, base, rates, 1);

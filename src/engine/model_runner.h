@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "runtime/batch.h"
 #include "runtime/kv_pages.h"
 #include "runtime/layer_schedule.h"
@@ -40,7 +40,7 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
-  virtual const LlamaConfig& config() const = 0;
+  virtual const ModelSpec& config() const = 0;
   // Positions one sequence holds at most.
   int64_t context_size() const { return pages_->max_length(); }
   // Backend and placement, for logs: "cpu (2 threads, avx2)".

@@ -1,11 +1,14 @@
 #include "engine/open_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine/default_model.h"
 #include "engine/hybrid_split.h"
+#include "model/arch/model_spec.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_runner.h"
@@ -22,7 +25,7 @@ Device parse_device(const std::string& name, const std::string& flag) {
 }
 
 int64_t default_context(const GgufFile& file) {
-  return std::min<int64_t>(file.header().get_int("llama.context_length", 4096), 4096);
+  return std::min<int64_t>(file.header().get_int(architecture_prefix(file.header()) + "context_length", 4096), 4096);
 }
 
 OpenedModel open_model(const OpenModelOptions& o) {
@@ -30,6 +33,8 @@ OpenedModel open_model(const OpenModelOptions& o) {
   OpenedModel m;
   m.path = o.path.empty() ? default_model_path() : o.path;
   m.file = GgufFile::open(m.path);
+  // The architecture first: an unsupported one is named before anything else is read.
+  const ModelSpec spec = read_model_spec(m.file->header(), m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
   KvPages::check_pool(o.kv_pool, context);
@@ -42,9 +47,18 @@ OpenedModel open_model(const OpenModelOptions& o) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
 #ifdef NT_HAVE_CUDA
+  // The CUDA backend runs Llama layers so far; the other families run on the CPU.
+  const bool cuda_runs_it = spec.llama_layers();
+  if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) {
+    fail("{}: architecture '{}' runs on the CPU only in this version (--device cpu)", m.path, spec.architecture);
+  }
   if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
     std::string why;
-    device = !o.gpus.empty() || probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
+    device = !o.gpus.empty() || (cuda_runs_it && probe_cuda_device(0, &why)) ? Device::Cuda : Device::Cpu;
+    if (!cuda_runs_it && probe_cuda_device(0, &why)) {
+      m.device_note = fmt::format("note: architecture '{}' runs on the CPU: the CUDA backend runs Llama layers only so far",
+                                  spec.architecture);
+    }
   }
   if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");
   if (device == Device::Cuda) {

@@ -49,7 +49,7 @@ LayerSimilarity measure_layer_similarity(ModelRunner& runner, std::span<const in
   int64_t windows = ceil_div(n, n_ctx);
   if (max_windows > 0) windows = std::min(windows, max_windows);
 
-  const LlamaConfig& c = runner.config();
+  const ModelSpec& c = runner.config();
   SimilarityObserver observer(c.n_layers, c.dim);
   Batch batch;
   BatchOutputs out;

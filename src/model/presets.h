@@ -1,4 +1,4 @@
-// Shapes and metadata of real Llama-family architectures, for random-weight
+// Shapes and metadata of real architectures (Llama, Qwen2, Qwen3, Gemma 3), for random-weight
 // benchmark and test models (`ntransformer make-model`).
 #pragma once
 
@@ -7,14 +7,14 @@
 #include <string_view>
 #include <vector>
 
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "tokenizer/synthetic_vocab.h"
 
 namespace nt {
 
 struct ModelPreset {
   std::string name;      // "llama3-8b"
-  LlamaConfig config;    // architecture "llama"
+  ModelSpec config;    // what the family's builder reads back from the written file
   SyntheticVocabStyle vocab;  // specials, pre-tokenizer and chat template of the family
 };
 

@@ -1,5 +1,6 @@
 #include "model/quantize_model.h"
 
+#include "model/arch/model_spec.h"
 #include "core/output_file.h"
 #include "core/byte_size.h"
 
@@ -44,9 +45,10 @@ void quantize_model(const std::string& in_path, const std::string& out_path, Qua
   refuse_output_over_input(in_path, "the input", out_path, "the output");
   const auto in = GgufFile::open(in_path);
   const auto& h = in->header();
-  const int64_t n_layers = h.get_int("llama.block_count", 0);
-  const int64_t n_heads = h.get_int("llama.attention.head_count", 1);
-  const int64_t n_gqa = n_heads / std::max<int64_t>(1, h.get_int("llama.attention.head_count_kv", n_heads));
+  const std::string arch = architecture_prefix(h);
+  const int64_t n_layers = h.get_int(arch + "block_count", 0);
+  const int64_t n_heads = h.get_int(arch + "attention.head_count", 1);
+  const int64_t n_gqa = n_heads / std::max<int64_t>(1, h.get_int(arch + "attention.head_count_kv", n_heads));
   const bool has_output = h.find_tensor("output.weight") != nullptr;
 
   GgufWriter out(out_path, h.version);

@@ -5,12 +5,16 @@
 
 namespace nt {
 
-std::vector<float> rope_inv_freqs(const LlamaConfig& c, const float* freq_factors) {
-  const int64_t pairs = c.rope_dim / 2;
+std::vector<float> rope_inv_freqs(const ModelSpec& c, const float* freq_factors) {
+  return rope_inv_freqs(c.rope(), c.rope_dim, freq_factors);
+}
+
+std::vector<float> rope_inv_freqs(const RopeSpec& rope, int64_t rope_dim, const float* freq_factors) {
+  const int64_t pairs = rope_dim / 2;
   std::vector<float> inv(static_cast<size_t>(pairs));
-  const auto& s = c.rope_scaling;
+  const auto& s = rope.scaling;
   for (int64_t i = 0; i < pairs; ++i) {
-    double freq = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.rope_dim));
+    double freq = std::pow(double(rope.theta), -2.0 * double(i) / double(rope_dim));
     if (freq_factors) {
       freq /= double(freq_factors[i]);
     } else if (s.kind == RopeScaling::Kind::Linear) {

@@ -5,13 +5,16 @@
 
 #include <vector>
 
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 
 namespace nt {
 
 // rope_dim / 2 inverse frequencies. `freq_factors` (Llama 3.1's rope_freqs
 // tensor, rope_dim / 2 values) divides them when given; otherwise the
 // rope.scaling.* keys apply.
-std::vector<float> rope_inv_freqs(const LlamaConfig& config, const float* freq_factors);
+std::vector<float> rope_inv_freqs(const RopeSpec& rope, int64_t rope_dim, const float* freq_factors);
+
+// The model's own table (its global layers').
+std::vector<float> rope_inv_freqs(const ModelSpec& config, const float* freq_factors);
 
 }  // namespace nt

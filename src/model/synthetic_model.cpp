@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "gguf/gguf_writer.h"
-#include "model/tensor_names.h"
+#include "model/arch/layer_roles.h"
 #include "model/rope.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
@@ -76,11 +76,11 @@ struct PlannedTensor {
   const std::vector<float>* values = nullptr;  // fixed contents (rope_freqs)
 };
 
-std::vector<float> llama31_rope_factors(const LlamaConfig& c) {
-  LlamaConfig unscaled = c;
+std::vector<float> llama31_rope_factors(const ModelSpec& c) {
+  ModelSpec unscaled = c;
   unscaled.rope_scaling = {};
   unscaled.has_rope_freqs_tensor = false;
-  LlamaConfig scaled = c;
+  ModelSpec scaled = c;
   scaled.has_rope_freqs_tensor = false;
   const auto base = rope_inv_freqs(unscaled, nullptr);
   const auto target = rope_inv_freqs(scaled, nullptr);
@@ -108,29 +108,44 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
     const TensorType type = choose_tensor_type(scheme, info);
     plan.push_back({std::move(name), shape, type, stddev});
   };
-  auto norm = [&](std::string name) { plan.push_back({std::move(name), {c.dim}, TensorType::F32, 0.1f, 1.0f}); };
+  // Norm weights spread around 1, biases around 0.
+  auto vector = [&](std::string name, int64_t n, float center) {
+    plan.push_back({std::move(name), {n}, TensorType::F32, 0.1f, center});
+  };
+  // The scale of each role's weights.
+  auto role_std = [&](LayerRole role) {
+    switch (role) {
+      case LayerRole::AttnOutput: return residual_std;
+      case LayerRole::FfnDown: return down_std;
+      case LayerRole::AttnQBias: case LayerRole::AttnKBias: case LayerRole::AttnVBias: return 0.5f;
+      default: return in_std;
+    }
+  };
 
-  matrix("token_embd.weight", c.vocab_size, c.dim, 1.0f);
+  // Embeddings of RMS 1, after the family's scaling (Gemma multiplies them by sqrt(dim)).
+  matrix("token_embd.weight", c.vocab_size, c.dim, 1.0f / c.embedding_scale);
   if (c.has_rope_freqs_tensor) {
     plan.push_back({"rope_freqs.weight", {c.rope_dim / 2}, TensorType::F32, 0.0f, 0.0f, &rope_factors});
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    norm(layer_tensor_name(l, "attn_norm"));
-    matrix(layer_tensor_name(l, "attn_q"), c.q_dim(), c.dim, in_std);
-    matrix(layer_tensor_name(l, "attn_k"), c.kv_dim(), c.dim, in_std);
-    matrix(layer_tensor_name(l, "attn_v"), c.kv_dim(), c.dim, in_std);
-    matrix(layer_tensor_name(l, "attn_output"), c.dim, c.q_dim(), residual_std);
-    norm(layer_tensor_name(l, "ffn_norm"));
-    matrix(layer_tensor_name(l, "ffn_gate"), c.ffn_dim, c.dim, in_std);
-    matrix(layer_tensor_name(l, "ffn_up"), c.ffn_dim, c.dim, in_std);
-    matrix(layer_tensor_name(l, "ffn_down"), c.dim, c.ffn_dim, down_std);
+    for (LayerRole role : layer_roles(c, l)) {
+      const RoleShape shape = role_shape(c, role);
+      const std::string name = role_tensor_name(l, role);
+      if (role_info(role).kind == RoleKind::Matrix) {
+        matrix(name, shape.rows, shape.cols, role_std(role));
+      } else if (role_info(role).gguf_suffix == "bias") {
+        plan.push_back({name, {shape.cols}, TensorType::F32, role_std(role), 0.0f});
+      } else {
+        vector(name, shape.cols, 1.0f);
+      }
+    }
   }
-  norm("output_norm.weight");
+  vector("output_norm.weight", c.dim, 1.0f);
   if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, c.dim, in_std);
 
   GgufWriter w(dry_run ? "" : path);
-  const std::string p = "llama.";
-  w.add_metadata("general.architecture", GgufValue::of_string("llama"));
+  const std::string p = c.architecture + ".";
+  w.add_metadata("general.architecture", GgufValue::of_string(c.architecture));
   w.add_metadata("general.name", GgufValue::of_string(fmt::format("{} (random weights, seed {})", preset.name, seed)));
   w.add_metadata("general.file_type", GgufValue::of_u32(quant_scheme_info(scheme).file_type));
   w.add_metadata(p + "context_length", GgufValue::of_u32(uint32_t(c.context_length)));
@@ -143,6 +158,22 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   w.add_metadata(p + "rope.dimension_count", GgufValue::of_u32(uint32_t(c.rope_dim)));
   w.add_metadata(p + "rope.freq_base", GgufValue::of_f32(c.rope_theta));
   w.add_metadata(p + "vocab_size", GgufValue::of_u32(uint32_t(c.vocab_size)));
+  if (c.head_dim != c.dim / c.n_heads) {
+    w.add_metadata(p + "attention.key_length", GgufValue::of_u32(uint32_t(c.head_dim)));
+    w.add_metadata(p + "attention.value_length", GgufValue::of_u32(uint32_t(c.head_dim)));
+  }
+  // Llama 3.1's scaling travels as the rope_freqs tensor; linear scaling as keys.
+  if (c.rope_scaling.kind == RopeScaling::Kind::Linear) {
+    w.add_metadata(p + "rope.scaling.type", GgufValue::of_string("linear"));
+    w.add_metadata(p + "rope.scaling.factor", GgufValue::of_f32(c.rope_scaling.factor));
+  }
+  for (const LayerSpec& layer : c.layers) {
+    if (layer.attention.window > 0) {
+      w.add_metadata(p + "attention.sliding_window", GgufValue::of_u32(uint32_t(layer.attention.window)));
+      w.add_metadata(p + "rope.freq_base_swa", GgufValue::of_f32(layer.attention.rope.theta));
+      break;
+    }
+  }
   add_vocab_metadata(w, make_synthetic_bpe_vocab(int32_t(c.vocab_size), preset.vocab));
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
   if (dry_run) {

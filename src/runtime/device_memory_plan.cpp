@@ -9,7 +9,7 @@
 
 namespace nt {
 
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors, bool head) {
+ActivationLayout layout_activations(const ModelSpec& c, int64_t batch, int64_t context, int multiprocessors, bool head) {
   const uint64_t b = uint64_t(batch);
   const uint64_t max_input = uint64_t(std::max({c.dim, c.q_dim(), c.ffn_dim}));
   ActivationLayout a{};
@@ -51,16 +51,22 @@ ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t
   return a;
 }
 
-std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw) {
+std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LayerWeights& lw) {
+  using enum LayerRole;
   std::vector<std::vector<const WeightRef*>> g;
-  if (lw.wq.type == lw.wk.type && lw.wq.type == lw.wv.type) {
-    g.push_back({&lw.wq, &lw.wk, &lw.wv});
+  const WeightRef &q = lw[AttnQ], &k = lw[AttnK], &v = lw[AttnV];
+  if (q.type == k.type && q.type == v.type) {
+    g.push_back({&q, &k, &v});
   } else {
-    g.push_back({&lw.wq});
-    g.push_back({&lw.wk});
-    g.push_back({&lw.wv});
+    g.push_back({&q});
+    g.push_back({&k});
+    g.push_back({&v});
   }
-  for (const WeightRef* m : {&lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) g.push_back({m});
+  for (size_t r = 0; r < kLayerRoleCount; ++r) {
+    const auto role = LayerRole(r);
+    if (role == AttnQ || role == AttnK || role == AttnV || !lw.has(role) || role_info(role).kind != RoleKind::Matrix) continue;
+    g.push_back({&lw[role]});
+  }
   return g;
 }
 
@@ -72,19 +78,19 @@ uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
 
 uint64_t page_table_bytes(int64_t sequences, int64_t width) { return align_device(4 * uint64_t(sequences) * uint64_t(width)); }
 
-uint64_t cache_bytes_per_position(const LlamaConfig& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
+uint64_t cache_bytes_per_position(const ModelSpec& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
 
-RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+RunnerBuffers runner_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                              int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool) {
   return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true, kv_pool);
 }
 
-RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+RunnerBuffers stage_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
                             int64_t kv_pool) {
   uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
   if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
-  for (const LlamaLayerWeights& lw : w.layers) {
+  for (const LayerWeights& lw : w.layers) {
     for (const auto& g : layer_matrix_groups(lw)) {
       int64_t rows = 0;
       for (const WeightRef* p : g) rows += p->rows;
@@ -102,7 +108,7 @@ RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t
   return b;
 }
 
-ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads) {
+ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads) {
   if (reads.size() != w.layers.size()) fail("the file has tensors for {} layers but block_count says {}", reads.size(), w.layers.size());
   ModelFootprint m;
   for (size_t l = 0; l < w.layers.size(); ++l) {
@@ -131,7 +137,7 @@ VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& mod
   return r;
 }
 
-DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+DraftVram draft_vram(const std::string& path, const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                      int64_t context, int sequences, int multiprocessors, int64_t kv_pool) {
   const RunnerBuffers buffers =
       runner_buffers(c, w, context, kv_cache_context(context), kDefaultMaxBatch, sequences, multiprocessors, kv_pool);
@@ -146,7 +152,7 @@ DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaW
   return d;
 }
 
-DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+DevicePlacement plan_device_placement(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                                       const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
                                       uint64_t ram_budget, const DraftVram* draft) {
   DevicePlacement p;
@@ -183,7 +189,7 @@ std::vector<uint64_t> free_vram_budgets(const std::vector<int>& ids, const std::
   return budgets;
 }
 
-MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const LlamaConfig& c, const ModelFootprint& model,
+MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const ModelSpec& c, const ModelFootprint& model,
                                          const RunnerBuffers& buffers, std::vector<GpuResources> gpus, uint64_t ram_budget,
                                          int ring_slots) {
   MultiGpuRequest r;

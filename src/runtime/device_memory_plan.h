@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "runtime/device_layout.h"
 #include "storage/layer_reads.h"
 #include "storage/multi_gpu_plan.h"
@@ -65,17 +65,17 @@ struct ActivationLayout {
   uint64_t total;
 };
 
-ActivationLayout layout_activations(const LlamaConfig& c, int64_t batch, int64_t context, int multiprocessors,
+ActivationLayout layout_activations(const ModelSpec& c, int64_t batch, int64_t context, int multiprocessors,
                                     bool head = true);
 
 // The matrices of a layer as uploaded: groups of row-stacked parts (Q, K and V
 // fused when they share a format).
-std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LlamaLayerWeights& lw);
+std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LayerWeights& lw);
 
 uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts);  // throws for unsupported formats
 
 // K and V of one position over all layers, in f16.
-uint64_t cache_bytes_per_position(const LlamaConfig& c);
+uint64_t cache_bytes_per_position(const ModelSpec& c);
 
 // Device memory besides the weights, shared by the planner and the allocation.
 struct RunnerBuffers {
@@ -90,17 +90,17 @@ uint64_t page_table_bytes(int64_t sequences, int64_t width);
 // `cache_context` is kv_cache_context(context) (runtime/kernel_shapes.h).
 // `max_batch` tokens a prefill chunk, a KV pool of `max_sequences` whole
 // contexts or (kv_pool > 0) of kv_pool positions shared by them.
-RunnerBuffers runner_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+RunnerBuffers runner_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                              int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool = 0);
 // The same for a stage of a layer split (CudaRunnerOptions::stage) holding
 // `layers` of the model's layers: their KV pages only, and the logits rows
 // only when it holds the head. As the multi-GPU planner reserves per GPU.
-RunnerBuffers stage_buffers(const LlamaConfig& c, const LlamaWeights& w, int64_t context, int64_t cache_context,
+RunnerBuffers stage_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
                             int64_t kv_pool = 0);
 
 // The model's sizes in device layout (layers, head, norms, token embedding).
-ModelFootprint device_footprint(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads);
+ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads);
 
 // The buffers as the placement's reserve, with the staging the footprint's streamed layers need.
 VramReserve vram_reserve(const RunnerBuffers& buffers, const ModelFootprint& model);
@@ -119,7 +119,7 @@ struct DraftVram {
 // The draft's VRAM beside a target of `context` positions per sequence and
 // `sequences` sequences (the draft holds as many), on a GPU of
 // `multiprocessors` SMs; `reads` are the draft file's layer reads.
-DraftVram draft_vram(const std::string& path, const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+DraftVram draft_vram(const std::string& path, const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                      int64_t context, int sequences, int multiprocessors, int64_t kv_pool = 0);
 
 // Where the runner puts each layer, with the sizes it planned from.
@@ -135,7 +135,7 @@ struct DevicePlacement {
 // head always stay resident. With a draft model, its VRAM comes out of the
 // budget first. Throws nt::Error when it does not fit: naming the draft and
 // both sizes when the draft alone exceeds the budget.
-DevicePlacement plan_device_placement(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+DevicePlacement plan_device_placement(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                                       const RunnerBuffers& buffers, int ring_slots, uint64_t vram_budget,
                                       uint64_t ram_budget, const DraftVram* draft = nullptr);
 
@@ -149,7 +149,7 @@ std::vector<uint64_t> free_vram_budgets(const std::vector<int>& ids, const std::
 // model, which the planner scales per GPU as stage_buffers does), the
 // tensor split's shape and the hidden state's size. `plan --gpus` adds the
 // rates to predict; the pipeline runner places from it as it is.
-MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const LlamaConfig& c, const ModelFootprint& model,
+MultiGpuRequest device_multi_gpu_request(const GgufHeader& header, const ModelSpec& c, const ModelFootprint& model,
                                          const RunnerBuffers& buffers, std::vector<GpuResources> gpus, uint64_t ram_budget,
                                          int ring_slots);
 

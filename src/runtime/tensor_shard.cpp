@@ -4,7 +4,7 @@
 
 namespace nt {
 
-LlamaConfig shard_config(const LlamaConfig& full, const TensorShard& s) {
+ModelSpec shard_config(const ModelSpec& full, const TensorShard& s) {
   if (full.n_kv_heads <= 0 || full.n_heads % full.n_kv_heads != 0) {
     fail("tensor split: {} heads do not share {} KV heads evenly", full.n_heads, full.n_kv_heads);
   }
@@ -16,14 +16,14 @@ LlamaConfig shard_config(const LlamaConfig& full, const TensorShard& s) {
     fail("tensor split: FFN columns [{}, {}) are empty or outside the model's {}", s.first_ffn_column,
          s.first_ffn_column + s.ffn_columns, full.ffn_dim);
   }
-  LlamaConfig c = full;
+  ModelSpec c = full;
   c.n_heads = s.kv_heads * (full.n_heads / full.n_kv_heads);
   c.n_kv_heads = s.kv_heads;
   c.ffn_dim = s.ffn_columns;
   return c;
 }
 
-MatrixShard layer_matrix_shard(const LlamaConfig& full, const TensorShard& s, LayerMatrix m) {
+MatrixShard layer_matrix_shard(const ModelSpec& full, const TensorShard& s, LayerMatrix m) {
   const int64_t group = full.n_heads / full.n_kv_heads * full.head_dim;  // query rows of one KV head
   const MatrixShard q{ShardAxis::Rows, s.first_kv_head * group, s.kv_heads * group};
   const MatrixShard kv{ShardAxis::Rows, s.first_kv_head * full.head_dim, s.kv_heads * full.head_dim};

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "quant/matrix_shard.h"
 
 namespace nt {
@@ -23,9 +23,9 @@ enum class LayerMatrix { Q, K, V, Output, Gate, Up, Down };
 
 // The model a shard computes: its heads and FFN width, everything else as
 // `full`. Throws nt::Error when the shard leaves the model's heads or columns.
-LlamaConfig shard_config(const LlamaConfig& full, const TensorShard& shard);
+ModelSpec shard_config(const ModelSpec& full, const TensorShard& shard);
 
 // The rows or columns of matrix `m` (in the file's [out][in] layout) that the shard holds.
-MatrixShard layer_matrix_shard(const LlamaConfig& full, const TensorShard& shard, LayerMatrix m);
+MatrixShard layer_matrix_shard(const ModelSpec& full, const TensorShard& shard, LayerMatrix m);
 
 }  // namespace nt

@@ -347,7 +347,7 @@ std::string_view split_name(Split split) { return split == Split::Layer ? "layer
 
 double GpuStage::seconds() const { return resident + std::max({link, disk, streamed}); }
 
-TensorSplitShape tensor_split_shape(const GgufHeader& header, const LlamaConfig& config) {
+TensorSplitShape tensor_split_shape(const GgufHeader& header, const ModelSpec& config) {
   TensorSplitShape s;
   s.n_heads = config.n_heads;
   s.n_kv_heads = config.n_kv_heads;

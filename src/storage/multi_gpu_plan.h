@@ -56,7 +56,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "storage/placement.h"
 
 namespace nt {
@@ -86,7 +86,7 @@ struct TensorSplitShape {
 
 // From the GGUF tensor directory (the largest block among the layers'
 // attn_output and ffn_down tensors; fractions over all layers).
-TensorSplitShape tensor_split_shape(const GgufHeader& header, const LlamaConfig& config);
+TensorSplitShape tensor_split_shape(const GgufHeader& header, const ModelSpec& config);
 
 struct MultiGpuRequest {
   std::vector<GpuResources> gpus;  // in pipeline order; GPU 0 of the list is rank 0

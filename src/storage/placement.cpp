@@ -16,7 +16,7 @@ std::string_view tier_name(Tier tier) {
   return "?";
 }
 
-RamBudget automatic_ram_budget(uint64_t mem_available, const LlamaConfig& c, int64_t max_batch) {
+RamBudget automatic_ram_budget(uint64_t mem_available, const ModelSpec& c, int64_t max_batch) {
   const uint64_t b = uint64_t(std::max<int64_t>(max_batch, 1));
   RamBudget r;
   r.mem_available = mem_available;

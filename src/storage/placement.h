@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 
 namespace nt {
 
@@ -71,7 +71,7 @@ struct RamBudget {
   uint64_t headroom = 0;
   uint64_t budget = 0;
 };
-RamBudget automatic_ram_budget(uint64_t mem_available, const LlamaConfig& config, int64_t max_batch);
+RamBudget automatic_ram_budget(uint64_t mem_available, const ModelSpec& config, int64_t max_batch);
 
 struct PlanRequest {
   uint64_t vram_budget = 0;  // bytes of VRAM we may use (free VRAM, or --vram-budget)

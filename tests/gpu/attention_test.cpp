@@ -7,7 +7,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_device.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "model/rope.h"
 #include "gpu_test_util.h"
 
@@ -35,7 +35,7 @@ double run_attention(const Shape& s) {
   const int64_t q_stride = int64_t(s.n_heads) * s.head_dim + (s.odd_q_stride ? 25 : 24), out_stride = int64_t(s.n_heads) * s.head_dim + 8;
   const auto q = test::random_floats(size_t(s.tokens * q_stride), -2.0f, 2.0f);
   const bool fused = s.fused_rope_pairs >= 0;
-  LlamaConfig rope_config;
+  ModelSpec rope_config;
   rope_config.head_dim = s.head_dim;
   rope_config.rope_dim = 2 * std::max(s.fused_rope_pairs, 0);
   rope_config.rope_theta = 500000.0f;

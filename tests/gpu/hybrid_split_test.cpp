@@ -13,7 +13,7 @@
 
 #include <filesystem>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "backend/cuda/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
@@ -100,7 +100,7 @@ TEST(HybridSplit, SmolLM2StaysWithTheResidentRun) {
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
   constexpr int64_t kContext = 128;
-  const int64_t vocab = read_llama_config(file->header(), path).vocab_size;
+  const int64_t vocab = read_model_spec(file->header(), path).vocab_size;
   const std::vector<int32_t> text = tokenizer.encode("The robot painted the morning sky in soft colors, and the town woke");
   std::vector<float> resident_logits(static_cast<size_t>(vocab)), cpu_logits(resident_logits), got(resident_logits);
   auto resident = make_cuda_runner(*file, kContext);

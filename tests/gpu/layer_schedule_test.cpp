@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "backend/cuda/cuda_runner.h"
 #include "engine/layer_skip.h"
 #include "gpu_test_util.h"

@@ -18,7 +18,7 @@
 #include "gpu_test_util.h"
 #include "streaming_budgets.h"
 #include "test_models.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "model/tensor_names.h"
 #include "quant/quant.h"
 
@@ -152,7 +152,7 @@ TEST(LayerStreaming, SmolLM2AcrossThreeTiersMatchesResident) {
   const std::string path = test::smollm2_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const auto file = GgufFile::open(path);
-  const LlamaConfig config = read_llama_config(file->header(), path);
+  const ModelSpec config = read_model_spec(file->header(), path);
   // 30 layers: a third in each tier, then a few resident with the rest streamed.
   expect_file_streams_like_resident(path, config.n_layers, config.vocab_size, CudaRunnerOptions{}, {{10, 10}, {3, 20}});
 }

@@ -73,7 +73,7 @@ TEST(RmsNorm, SuperBlockFormIsTheTwoLaunchesBitForBit) {
 }
 
 TEST(RopeAndStoreKv, RotatesAdjacentPairsAndFillsTheCache) {
-  LlamaConfig c;
+  ModelSpec c;
   c.n_heads = 6;
   c.n_kv_heads = 2;
   c.head_dim = 16;

@@ -16,13 +16,13 @@
 #include <filesystem>
 #include <functional>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "backend/cuda/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "stories.h"
 #include "model/llama2c_converter.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -111,7 +111,7 @@ TEST(RealModels, SmolLM2FullContextMatchesTheCpuBackend) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const int64_t context = read_llama_config(file->header(), path).context_length;
+  const int64_t context = read_model_spec(file->header(), path).context_length;
   ASSERT_EQ(context, 8192);
   const std::vector<int32_t> sentence =
       tokenizer.encode("Once upon a time, a small robot learned to paint the sky in the colors of the morning. ");

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "model/rope.h"
 #include "quant/quant.h"
 
@@ -17,19 +17,20 @@ namespace nt::test {
 
 class ReferenceLlama {
  public:
-  explicit ReferenceLlama(const GgufFile& file) : c_(read_llama_config(file.header(), file.path())) {
-    const LlamaWeights w = load_llama_weights(file, c_);
+  explicit ReferenceLlama(const GgufFile& file) : c_(read_model_spec(file.header(), file.path())) {
+    const ModelWeights w = load_model_weights(file, c_);
     embd_ = decode(w.token_embd);
     output_ = decode(w.output);
     output_norm_ = decode(w.output_norm);
     inv_freq_ = rope_inv_freqs(c_, c_.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
     for (const auto& lw : w.layers) {
-      layers_.push_back({decode(lw.attn_norm), decode(lw.wq), decode(lw.wk), decode(lw.wv), decode(lw.wo),
-                         decode(lw.ffn_norm), decode(lw.w_gate), decode(lw.w_up), decode(lw.w_down)});
+      using enum LayerRole;
+      layers_.push_back({decode(lw[AttnNorm]), decode(lw[AttnQ]), decode(lw[AttnK]), decode(lw[AttnV]), decode(lw[AttnOutput]),
+                         decode(lw[FfnNorm]), decode(lw[FfnGate]), decode(lw[FfnUp]), decode(lw[FfnDown])});
     }
   }
 
-  const LlamaConfig& config() const { return c_; }
+  const ModelSpec& config() const { return c_; }
 
   // Logits (vocab_size per token) for every position of `tokens`, from position 0.
   std::vector<std::vector<double>> logits(const std::vector<int32_t>& tokens) const {
@@ -142,7 +143,7 @@ class ReferenceLlama {
     }
   }
 
-  LlamaConfig c_;
+  ModelSpec c_;
   Matrix embd_, output_, output_norm_;
   std::vector<float> inv_freq_;
   std::vector<Layer> layers_;

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/nccl_rank_channel.h"
 #include "backend/cuda/pipeline_runner.h"
@@ -67,7 +67,7 @@ void expect_smollm2_as_one_runner(const std::vector<int>& gpus) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file->header(), path);
-  const int64_t vocab = read_llama_config(file->header(), path).vocab_size;
+  const int64_t vocab = read_model_spec(file->header(), path).vocab_size;
   const std::vector<int32_t> text = tokenizer.encode("The robot painted the morning sky in soft colors, and the town woke");
   std::vector<float> one_logits(static_cast<size_t>(vocab)), cpu_logits(one_logits), got(one_logits);
   std::vector<std::vector<int32_t>> prompts, want;

@@ -12,7 +12,8 @@ import gguf
 
 BIN = Path(os.environ.get("NT_BUILD_DIR", "build")) / "src" / "ntransformer"
 
-# Published hyperparameters: layers, hidden, intermediate, heads, kv heads, vocab, tied embeddings.
+# Published hyperparameters: layers, hidden, intermediate, heads, kv heads, vocab, tied embeddings,
+# and for the families beside Llama the head width and the extra tensors of each layer.
 ARCHITECTURES = {
     "smollm2-135m": (30, 576, 1536, 9, 3, 49152, True),
     "llama3-1b": (16, 2048, 8192, 32, 8, 128256, True),
@@ -20,14 +21,18 @@ ARCHITECTURES = {
     "llama3-70b": (80, 8192, 28672, 64, 8, 128256, False),
     "llama3-405b": (126, 16384, 53248, 128, 8, 128256, False),
     "tiny": (4, 256, 768, 8, 4, 4096, True),
+    "qwen2.5-7b": (28, 3584, 18944, 28, 4, 152064, False, 128, {"qkv_bias"}),
+    "qwen3-8b": (36, 4096, 12288, 32, 8, 151936, False, 128, {"qk_norm"}),
+    "qwen3-32b": (64, 5120, 25600, 64, 8, 151936, False, 128, {"qk_norm"}),
+    "gemma3-27b": (62, 5376, 21504, 32, 16, 262208, True, 128, {"qk_norm", "post_norms"}),
 }
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "q4_k_m", "q5_k_m"]
 
 
 def expected_shapes(preset):
-    layers, dim, ffn, heads, kv_heads, vocab, tied = ARCHITECTURES[preset]
-    head_dim = dim // heads
+    layers, dim, ffn, heads, kv_heads, vocab, tied, *family = ARCHITECTURES[preset]
+    head_dim, extras = family if family else (dim // heads, set())
     shapes = {"token_embd.weight": (dim, vocab), "output_norm.weight": (dim,)}
     if not tied:
         shapes["output.weight"] = (dim, vocab)
@@ -38,6 +43,13 @@ def expected_shapes(preset):
             f"blk.{i}.attn_v.weight": (dim, kv_heads * head_dim), f"blk.{i}.attn_output.weight": (heads * head_dim, dim),
             f"blk.{i}.ffn_gate.weight": (dim, ffn), f"blk.{i}.ffn_up.weight": (dim, ffn),
             f"blk.{i}.ffn_down.weight": (ffn, dim)})
+        if "qkv_bias" in extras:
+            shapes.update({f"blk.{i}.attn_q.bias": (heads * head_dim,), f"blk.{i}.attn_k.bias": (kv_heads * head_dim,),
+                           f"blk.{i}.attn_v.bias": (kv_heads * head_dim,)})
+        if "qk_norm" in extras:
+            shapes.update({f"blk.{i}.attn_q_norm.weight": (head_dim,), f"blk.{i}.attn_k_norm.weight": (head_dim,)})
+        if "post_norms" in extras:
+            shapes.update({f"blk.{i}.post_attention_norm.weight": (dim,), f"blk.{i}.post_ffw_norm.weight": (dim,)})
     if preset.startswith("llama3"):
         shapes["rope_freqs.weight"] = (head_dim // 2,)
     return shapes
@@ -46,7 +58,7 @@ def expected_shapes(preset):
 def parse_directory(text):
     shapes, types = {}, {}
     for line in text.splitlines():
-        m = re.match(r"\s*(\S+\.weight)\s+(\w+)\s+([\d x]+?)\s+(\d+)$", line)
+        m = re.match(r"\s*(\S+\.(?:weight|bias))\s+(\w+)\s+([\d x]+?)\s+(\d+)$", line)
         if m:
             shapes[m.group(1)] = tuple(int(d) for d in m.group(3).split(" x "))
             types[m.group(1)] = m.group(2)

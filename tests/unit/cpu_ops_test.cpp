@@ -88,7 +88,7 @@ TEST(CpuOps, RopeRotatesAdjacentPairsLikeComplexNumbers) {
     std::vector<float> x(heads * hd);
     for (auto& v : x) v = dist(rng);
     const auto orig = x;
-    rope(x.data(), heads, hd, pos, freq.data());
+    rope(x.data(), heads, {hd, hd, RopeStyle::AdjacentPairs}, pos, freq.data());
     for (int h = 0; h < heads; ++h) {
       for (int i = 0; i < hd / 2; ++i) {
         const std::complex<double> z(orig[h * hd + 2 * i], orig[h * hd + 2 * i + 1]);
@@ -383,6 +383,32 @@ TEST_P(CpuOpsTest, FewLongRowsSpreadOverThreadsAttendAsInTasks) {
         const auto ref = naive_attention(&q[r * width], kc, vc, pos, shape, [&](int64_t j) { return pages.slot(seq, j); });
         for (int64_t i = 0; i < width; ++i) ASSERT_NEAR(together[r * width + i], ref[i], 2e-5) << "row " << r << " i " << i;
       }
+    }
+  }
+}
+
+
+// Qwen and Gemma pair dimension i with i + rope_dim/2; a partial rope_dim
+// leaves the head's remaining values as they were.
+TEST(CpuOps, RopeRotatesHalvesAndLeavesThePastRopeDim) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> dist;
+  const int heads = 2, hd = 32, rot = 16;
+  std::vector<float> freq(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) freq[i] = float(std::pow(10000.0, -2.0 * i / rot));
+  for (int64_t pos : {0, 3, 5000}) {
+    std::vector<float> x(heads * hd);
+    for (auto& v : x) v = dist(rng);
+    const auto orig = x;
+    rope(x.data(), heads, {hd, rot, RopeStyle::Halves}, pos, freq.data());
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < rot / 2; ++i) {
+        const std::complex<double> z(orig[h * hd + i], orig[h * hd + i + rot / 2]);
+        const std::complex<double> r = z * std::polar(1.0, double(pos) * double(freq[i]));
+        ASSERT_NEAR(x[h * hd + i], r.real(), 1e-5) << "pos " << pos << " pair " << i;
+        ASSERT_NEAR(x[h * hd + i + rot / 2], r.imag(), 1e-5) << "pos " << pos << " pair " << i;
+      }
+      for (int d = rot; d < hd; ++d) ASSERT_EQ(x[h * hd + d], orig[h * hd + d]);
     }
   }
 }

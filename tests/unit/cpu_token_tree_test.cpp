@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine_test_models.h"
 

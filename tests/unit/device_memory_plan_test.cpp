@@ -18,8 +18,8 @@ struct Shapes {
   bool tied;
 };
 
-LlamaConfig llama(const Shapes& s) {
-  LlamaConfig c;
+ModelSpec llama(const Shapes& s) {
+  ModelSpec c;
   c.n_layers = s.layers;
   c.dim = s.dim;
   c.ffn_dim = s.ffn;
@@ -28,13 +28,14 @@ LlamaConfig llama(const Shapes& s) {
   c.head_dim = s.head_dim;
   c.vocab_size = s.vocab;
   c.tied_embeddings = s.tied;
+  c.layers.assign(size_t(s.layers), llama_layer(c));
   return c;
 }
 
-LlamaConfig llama70b() { return llama({80, 8192, 28672, 64, 8, 128, 128256, false}); }  // Llama 3.1 70B
-LlamaConfig llama1b() { return llama({16, 2048, 8192, 32, 8, 64, 128256, true}); }     // Llama 3.2 1B: a draft beside it
+ModelSpec llama70b() { return llama({80, 8192, 28672, 64, 8, 128, 128256, false}); }  // Llama 3.1 70B
+ModelSpec llama1b() { return llama({16, 2048, 8192, 32, 8, 64, 128256, true}); }     // Llama 3.2 1B: a draft beside it
 
-LlamaWeights q4k_weights(const LlamaConfig& c, bool tied) {
+ModelWeights q4k_weights(const ModelSpec& c, bool tied) {
   const auto m = [](int64_t rows, int64_t cols) {
     WeightRef w;
     w.type = TensorType::Q4_K;
@@ -42,17 +43,14 @@ LlamaWeights q4k_weights(const LlamaConfig& c, bool tied) {
     w.cols = cols;
     return w;
   };
-  LlamaWeights w;
+  ModelWeights w;
   w.token_embd = m(c.vocab_size, c.dim);
   if (!tied) w.output = m(c.vocab_size, c.dim);
-  LlamaLayerWeights l;
-  l.wq = m(c.q_dim(), c.dim);
-  l.wk = m(c.kv_dim(), c.dim);
-  l.wv = m(c.kv_dim(), c.dim);
-  l.wo = m(c.dim, c.q_dim());
-  l.w_gate = m(c.ffn_dim, c.dim);
-  l.w_up = m(c.ffn_dim, c.dim);
-  l.w_down = m(c.dim, c.ffn_dim);
+  LayerWeights l;
+  for (LayerRole role : layer_roles(c, 0)) {
+    const RoleShape shape = role_shape(c, role);
+    if (role_info(role).kind == RoleKind::Matrix) l[role] = m(shape.rows, shape.cols);
+  }
   w.layers.assign(size_t(c.n_layers), l);
   return w;
 }
@@ -69,7 +67,7 @@ TEST(DeviceMemoryPlan, DeviceLayoutSizes) {
 
 // Decode only (batch 1): one key split per wave of two blocks an SM per KV head, at least 64 keys each.
 TEST(DeviceMemoryPlan, DecodeActivationArena) {
-  const LlamaConfig c = llama70b();
+  const ModelSpec c = llama70b();
   for (const int sms : {132, 16}) {
     const uint64_t splits = std::min<uint64_t>(2 * sms / 8, 4096 / 64);
     const uint64_t partial_floats = splits * 64 * (128 + 2);
@@ -87,7 +85,7 @@ TEST(DeviceMemoryPlan, DecodeActivationArena) {
 // The folded norms' inputs hold a row per token of the chunk: a stepwise run
 // folds them for each of its rows, as one-token steps do for theirs.
 TEST(DeviceMemoryPlan, FoldedNormInputsHoldARowPerToken) {
-  const LlamaConfig c = llama70b();
+  const ModelSpec c = llama70b();
   const ActivationLayout a = layout_activations(c, 16, 4096, 132);
   EXPECT_EQ(a.norm_q8_scales - a.norm_q8, al(16 * 8192));
   EXPECT_EQ(a.norm_sumsq - a.norm_q8_scales, al(16 * 8 * 8192 / 32));
@@ -95,8 +93,8 @@ TEST(DeviceMemoryPlan, FoldedNormInputsHoldARowPerToken) {
 }
 
 TEST(DeviceMemoryPlan, BuffersAndReserve) {
-  const LlamaConfig c = llama70b();
-  const LlamaWeights w = q4k_weights(c, false);
+  const ModelSpec c = llama70b();
+  const ModelWeights w = q4k_weights(c, false);
   const RunnerBuffers one = runner_buffers(c, w, 4000, kv_cache_context(4000), 1, 1, 132);
   EXPECT_EQ(kv_cache_context(4000), 4000);
   EXPECT_EQ(one.kv, 80ull * 4000 * 1024 * 2 * 2);
@@ -133,8 +131,8 @@ TEST(DeviceMemoryPlan, BuffersAndReserve) {
 // GPU: the KV slots of its layers, the logits rows only with the head, and
 // the token embedding (always resident on the CUDA runner) on the first.
 TEST(DeviceMemoryPlan, StageBuffersAreWhatTheLayerSplitReserves) {
-  const LlamaConfig c = llama70b();
-  const LlamaWeights w = q4k_weights(c, false);
+  const ModelSpec c = llama70b();
+  const ModelWeights w = q4k_weights(c, false);
   std::vector<LayerRead> reads(80);
   for (auto& r : reads) r.staging_bytes = r.file_bytes = 500ull << 20;
   const ModelFootprint f = device_footprint(c, w, reads);
@@ -166,7 +164,7 @@ TEST(DeviceMemoryPlan, FreeVramIsSharedByTheStagesOfAGpu) {
   EXPECT_EQ(free_vram_budgets({3}, {kMemoryMarginBytes / 2}), (std::vector<uint64_t>{0}));
 }
 
-std::vector<LayerRead> reads_of(const LlamaConfig& c, uint64_t bytes) {
+std::vector<LayerRead> reads_of(const ModelSpec& c, uint64_t bytes) {
   std::vector<LayerRead> reads(size_t(c.n_layers));
   for (auto& r : reads) r.staging_bytes = r.file_bytes = bytes;
   return reads;
@@ -176,8 +174,8 @@ std::vector<LayerRead> reads_of(const LlamaConfig& c, uint64_t bytes) {
 // the KV slots of as many sequences as the target's, and the buffers its own
 // runner allocates at the default prefill chunk.
 TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
-  const LlamaConfig c = llama1b();
-  const LlamaWeights w = q4k_weights(c, true);
+  const ModelSpec c = llama1b();
+  const ModelWeights w = q4k_weights(c, true);
   const std::vector<LayerRead> reads = reads_of(c, 60ull << 20);
   const DraftVram d = draft_vram("draft.gguf", c, w, reads, 4000, 2, 132);
   const uint64_t layer = q4k_bytes(2048 + 2 * 512, 2048) + q4k_bytes(2048, 2048) + 3 * q4k_bytes(8192, 2048);
@@ -195,14 +193,14 @@ TEST(DeviceMemoryPlan, DraftTakesItsWholeResidentPlan) {
 
 // The 70B at a 4000-token context, and the 1B as its draft.
 struct TargetAndDraft {
-  LlamaConfig config = llama70b();
-  LlamaWeights weights = q4k_weights(config, false);
+  ModelSpec config = llama70b();
+  ModelWeights weights = q4k_weights(config, false);
   std::vector<LayerRead> reads = reads_of(config, 500ull << 20);
   RunnerBuffers buffers = runner_buffers(config, weights, 4000, kv_cache_context(4000), 1, 1, 132);
   DraftVram draft;
 
   explicit TargetAndDraft(const std::string& draft_path) {
-    const LlamaConfig dc = llama1b();
+    const ModelSpec dc = llama1b();
     draft = draft_vram(draft_path, dc, q4k_weights(dc, true), reads_of(dc, 60ull << 20), 4000, 1, 132);
   }
   DevicePlacement plan(uint64_t vram_budget, bool with_draft) const {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine/batch_scheduler.h"
 #include "engine/draft_tree.h"
@@ -53,7 +53,7 @@ class FakeRunner final : public ModelRunner {
     cache_.assign(size_t(kv_pages().page_count() * kv_pages().page_size()), -1);
   }
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override { return "fake"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   uint64_t kv_bytes_per_position() const override { return 0; }
@@ -123,7 +123,7 @@ class FakeRunner final : public ModelRunner {
     }
   }
 
-  LlamaConfig config_;
+  ModelSpec config_;
   std::vector<int32_t> cache_;  // the token at each physical position
 };
 

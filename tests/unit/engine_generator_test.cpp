@@ -35,7 +35,7 @@ class ScriptedRunner final : public ModelRunner {
     init_pages(KvPages(1, context, context));
   }
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override { return "scripted"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   uint64_t kv_bytes_per_position() const override { return 0; }
@@ -102,7 +102,7 @@ class ScriptedRunner final : public ModelRunner {
 
  private:
   std::vector<int32_t> script_;
-  LlamaConfig config_;
+  ModelSpec config_;
 };
 
 GenerationOptions options(int64_t max_tokens, std::vector<int32_t> stop_tokens = {},

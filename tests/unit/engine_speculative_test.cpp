@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine/draft_calibration.h"
 #include "engine/draft_tree.h"

@@ -36,7 +36,7 @@ class EchoRunner final : public ModelRunner {
     config_.context_length = 1000;
     init_pages(KvPages(1, 1000, 1000));
   }
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override { return "echo"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   uint64_t kv_bytes_per_position() const override { return 0; }
@@ -62,7 +62,7 @@ class EchoRunner final : public ModelRunner {
   std::vector<Call> calls;
 
  private:
-  LlamaConfig config_;
+  ModelSpec config_;
 };
 
 TEST(ForEachLogitRow, HandsOutEachPositionFromTheFirstInChunks) {

@@ -16,8 +16,8 @@
 namespace nt {
 namespace {
 
-LlamaConfig small_gqa() {
-  LlamaConfig c;
+ModelSpec small_gqa() {
+  ModelSpec c;
   c.n_layers = 1;
   c.dim = 24;
   c.n_heads = 6;
@@ -55,7 +55,7 @@ std::vector<double> times(const Matrix& m, const std::vector<double>& x) {
 }
 
 // The product `out * (in * x)` uncut, and summed over the shards' partial products.
-void expect_partials_add_up(const LlamaConfig& full, const std::vector<TensorShard>& shards, LayerMatrix in_kind,
+void expect_partials_add_up(const ModelSpec& full, const std::vector<TensorShard>& shards, LayerMatrix in_kind,
                             LayerMatrix out_kind, const Matrix& in, const Matrix& out, const std::vector<double>& x) {
   const std::vector<double> want = times(out, times(in, x));
   std::vector<double> got(want.size(), 0.0);
@@ -68,7 +68,7 @@ void expect_partials_add_up(const LlamaConfig& full, const std::vector<TensorSha
 }
 
 TEST(TensorShard, ColumnCutPartialsAddUpToTheUncutProduct) {
-  const LlamaConfig c = small_gqa();
+  const ModelSpec c = small_gqa();
   std::mt19937 rng(7);
   std::vector<double> x(size_t(c.dim));
   for (double& v : x) v = std::normal_distribution<double>()(rng);
@@ -82,9 +82,9 @@ TEST(TensorShard, ColumnCutPartialsAddUpToTheUncutProduct) {
 }
 
 TEST(TensorShard, ShardConfigKeepsEachKvHeadsQueryGroup) {
-  const LlamaConfig c = small_gqa();
+  const ModelSpec c = small_gqa();
   const TensorShard s{1, 2, 12, 8};
-  const LlamaConfig sc = shard_config(c, s);
+  const ModelSpec sc = shard_config(c, s);
   EXPECT_EQ(sc.n_kv_heads, 2);
   EXPECT_EQ(sc.n_heads, 4);
   EXPECT_EQ(sc.ffn_dim, 8);
@@ -99,7 +99,7 @@ TEST(TensorShard, ShardConfigKeepsEachKvHeadsQueryGroup) {
 }
 
 TEST(TensorShard, ShardsOutsideTheModelAreErrors) {
-  const LlamaConfig c = small_gqa();
+  const ModelSpec c = small_gqa();
   for (const TensorShard& s : {TensorShard{2, 2, 0, 8}, TensorShard{0, 0, 0, 8}, TensorShard{0, 1, 16, 8}}) {
     try {
       shard_config(c, s);

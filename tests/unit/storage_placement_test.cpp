@@ -164,7 +164,7 @@ TEST(StoragePlacement, RamTooSmallForStagingSaysHowMuchIsNeeded) {
 }
 
 TEST(StoragePlacement, AutomaticRamBudget) {
-  LlamaConfig c;
+  ModelSpec c;
   c.dim = 4096;
   c.vocab_size = 128256;
   const RamBudget r = automatic_ram_budget(48ull << 30, c, 16);

@@ -77,17 +77,21 @@ float scale_and_max(float* x, int64_t n, float scale) {
   return *std::max_element(lanes, lanes + 8);
 }
 
-// rows[p] = the cache row of positions [0, n) of the run, a page at a time.
-void cache_rows(const AttentionRun& run, int64_t n, int64_t* rows) {
+// rows[p - from] = the cache row of positions [from, to) of the run, a page at a time.
+void cache_rows(const AttentionRun& run, int64_t from, int64_t to, int64_t* rows) {
   if (!run.pages) {
-    for (int64_t p = 0; p < n; ++p) rows[p] = p;
+    for (int64_t p = from; p < to; ++p) rows[p - from] = p;
     return;
   }
-  for (int64_t first = 0, page = 0; first < n; first += run.page_size, ++page) {
-    const int64_t base = int64_t(run.pages[page]) * run.page_size;
-    for (int64_t p = first; p < std::min(n, first + run.page_size); ++p) rows[p] = base + (p - first);
+  for (int64_t p = from; p < to;) {
+    const int64_t page = p / run.page_size, end = std::min(to, (page + 1) * run.page_size);
+    const int64_t shift = (int64_t(run.pages[page]) - page) * run.page_size;
+    for (; p < end; ++p) rows[p - from] = p + shift;
   }
 }
+
+// The first position a query at `pos` sees.
+int64_t first_key(const AttentionShape& s, int64_t pos) { return s.window > 0 ? std::max<int64_t>(0, pos - s.window + 1) : 0; }
 
 // Scores of `heads` query heads (q, hd apart) against the K rows of cache
 // rows rows[j0..j1) of KV head kv_head, into scores[h * n + j].
@@ -125,19 +129,20 @@ void weigh_values(const float* weights, int heads, const KvView& v, const int64_
 }
 
 // `heads` consecutive query heads of one query row, all of KV head kv_head,
-// over the run's positions [0, n_ctx), then `extra`. Each head's scores,
+// over the run's positions [from, n_ctx), then `extra`. Each head's scores,
 // softmax and weighted sum are the one-head arithmetic in its order (so a
 // head's numbers do not depend on how many share the call); each K and V
 // row is read and converted once for all of them.
-void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, const AttentionRun& run, int64_t n_ctx,
-                  std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out, const Kernels& kn) {
+void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, const AttentionRun& run, int64_t from,
+                  int64_t n_ctx, std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out,
+                  const Kernels& kn) {
   static thread_local std::vector<float> scores;  // [heads][n]: the scores, then the weights
   static thread_local std::vector<int64_t> rows;
-  const int64_t n = n_ctx + int64_t(extra.size());
+  const int64_t prefix = n_ctx - from, n = prefix + int64_t(extra.size());
   if (scores.size() < size_t(heads * n)) scores.resize(size_t(heads * n));
   if (rows.size() < size_t(n)) rows.resize(size_t(n));
-  cache_rows(run, n_ctx, rows.data());
-  for (size_t i = 0; i < extra.size(); ++i) rows[n_ctx + int64_t(i)] = cache_row(run, extra[i]);
+  cache_rows(run, from, n_ctx, rows.data());
+  for (size_t i = 0; i < extra.size(); ++i) rows[prefix + int64_t(i)] = cache_row(run, extra[i]);
   score_keys(q, heads, k, rows.data(), 0, n, kv_head, s, scores.data(), n, kn);
   for (int h = 0; h < heads; ++h) softmax_weights(scores.data() + h * n, n, s, kn);
   weigh_values(scores.data(), heads, v, rows.data(), n, kv_head, s, out, 0, s.head_dim, kn);
@@ -182,11 +187,11 @@ void attend_spread(std::span<const AttentionRun> runs, int64_t most_keys, const 
   float* scores_at = scores.data();
   const int64_t width = int64_t(s.n_heads) * s.head_dim;
   for (const AttentionRun& run : runs) {
-    cache_rows(run, run.first_pos + run.n_tokens, cache_at);
+    cache_rows(run, 0, run.first_pos + run.n_tokens, cache_at);
     for (int t = 0; t < run.n_tokens; ++t) {
-      const int64_t keys = run.first_pos + t + 1;
-      rows.push_back({run.q + t * width, run.out + t * width, cache_at, keys, scores_at});
-      scores_at += s.n_heads * keys;
+      const int64_t pos = run.first_pos + t, from = first_key(s, pos);
+      rows.push_back({run.q + t * width, run.out + t * width, cache_at + from, pos + 1 - from, scores_at});
+      scores_at += s.n_heads * (pos + 1 - from);
     }
     cache_at += run.first_pos + run.n_tokens;
   }
@@ -246,6 +251,7 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
   // every thread several (prefill, big batches), else one head (decode).
   int64_t most_keys = 0;
   for (const AttentionRun& run : runs) most_keys = std::max(most_keys, run.first_pos + run.n_tokens);
+  if (s.window > 0) most_keys = std::min(most_keys, s.window);
   const bool few_tasks = rows * s.n_kv_heads < 4 * int64_t(pool.size());
   const bool causal = std::none_of(runs.begin(), runs.end(), [](const AttentionRun& r) { return r.path_start; });
   if (few_tasks && causal && most_keys >= kSpreadMinKeys) {
@@ -272,10 +278,17 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
       const int h = int(local % per_row) * heads_per_task;
       const int64_t offset = t * width + int64_t(h) * s.head_dim;
       if (run.path_start) {
-        const std::span<const int64_t> path{run.paths + run.path_start[t], run.paths + run.path_start[t + 1]};
-        attend_heads(run.q + offset, heads_per_task, k, v, run, run.tree_start, path, h / group, s, run.out + offset, kn);
+        // The path holds the row's ancestors and itself at depths 0, 1, ...
+        // after the prefix: a window cuts the prefix first, then the path.
+        std::span<const int64_t> path{run.paths + run.path_start[t], run.paths + run.path_start[t + 1]};
+        const int64_t from = first_key(s, run.tree_start + int64_t(path.size()) - 1);
+        path = path.subspan(size_t(std::max<int64_t>(0, from - run.tree_start)));
+        attend_heads(run.q + offset, heads_per_task, k, v, run, std::min(from, run.tree_start), run.tree_start, path, h / group,
+                     s, run.out + offset, kn);
       } else {
-        attend_heads(run.q + offset, heads_per_task, k, v, run, run.first_pos + t + 1, {}, h / group, s, run.out + offset, kn);
+        const int64_t pos = run.first_pos + t;
+        attend_heads(run.q + offset, heads_per_task, k, v, run, first_key(s, pos), pos + 1, {}, h / group, s, run.out + offset,
+                     kn);
       }
     }
   });

@@ -25,6 +25,7 @@ struct AttentionShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   float scale = 0;  // usually 1 / sqrt(head_dim)
+  int64_t window = 0;  // sliding window: a query at position p sees only (p - window, p]; 0 = all
 };
 
 // Queries of one sequence: n_tokens rows (row t at position first_pos + t,

@@ -12,8 +12,11 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv_rms * weight[i];
 }
 
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* freq) {
-  const int pairs = head_dim / 2;
+void rope(float* x, int n_heads, const RopeHeads& heads, int64_t pos, const float* freq) {
+  const int pairs = heads.rope_dim / 2;
+  // Pair i is (first + i * step, first + i * step + partner).
+  const bool adjacent = heads.style == RopeStyle::AdjacentPairs;
+  const int step = adjacent ? 2 : 1, partner = adjacent ? 1 : pairs;
   // Angles in double: pos * freq reaches thousands of radians at long contexts.
   static thread_local std::vector<float> cos_sin;
   cos_sin.resize(2 * size_t(pairs));
@@ -23,18 +26,28 @@ void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* freq) {
     cos_sin[2 * i + 1] = float(std::sin(angle));
   }
   for (int h = 0; h < n_heads; ++h) {
-    float* v = x + int64_t(h) * head_dim;
+    float* v = x + int64_t(h) * heads.head_dim;
     for (int i = 0; i < pairs; ++i) {
       const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * c - b * s;
-      v[2 * i + 1] = a * s + b * c;
+      float& a = v[i * step];
+      float& b = v[i * step + partner];
+      const float a0 = a, b0 = b;
+      a = a0 * c - b0 * s;
+      b = a0 * s + b0 * c;
     }
   }
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, const Kernels& k) {
   k.silu_mul(gate, up, out, n);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
 }
 
 void softmax(float* x, int64_t n, const Kernels& k) {

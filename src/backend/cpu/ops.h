@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/cpu/kernels.h"
+#include "model/arch/model_spec.h"
 
 namespace nt::cpu {
 
@@ -11,13 +12,25 @@ namespace nt::cpu {
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps,
              const Kernels& k = kernels());
 
-// Rotary embedding, GGUF/llama convention: the adjacent pair (x[2i], x[2i+1])
-// of every head turns by the angle pos * freq[i], i < head_dim / 2. The
-// caller's freq table carries any frequency scaling (e.g. Llama 3.1).
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* freq);
+// The heads RoPE turns: the first rope_dim of each head's head_dim values,
+// paired as `style` says.
+struct RopeHeads {
+  int head_dim = 0;
+  int rope_dim = 0;
+  RopeStyle style = RopeStyle::AdjacentPairs;
+};
+
+// Rotary embedding: pair i of every head (x[2i], x[2i+1] for adjacent pairs,
+// x[i], x[i + rope_dim/2] for halves) turns by the angle pos * freq[i],
+// i < rope_dim / 2; the values past rope_dim stay. The caller's freq table
+// carries any frequency scaling (e.g. Llama 3.1).
+void rope(float* x, int n_heads, const RopeHeads& heads, int64_t pos, const float* freq);
 
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); out may alias either input.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, const Kernels& k = kernels());
+
+// out = gelu(gate) * up with gelu's tanh approximation; out may alias either input.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 
 // In-place softmax over n values.
 void softmax(float* x, int64_t n, const Kernels& k = kernels());

@@ -50,7 +50,7 @@
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "core/env_setting.h"
-#include "model/llama_weights.h"
+#include "model/model_weights.h"
 #include "runtime/tree_mask.h"
 
 namespace nt {
@@ -64,7 +64,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options);
   ~CudaLlamaRunner() override;
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override { return weights_->bytes_per_token(); }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
@@ -147,7 +147,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
 
  private:
   // The KV caches, the GEMM workspace and the hybrid split's CPU layers, after the weights.
-  void allocate_caches(const LlamaWeights& weights, const RunnerBuffers& buffers);
+  void allocate_caches(const ModelWeights& weights, const RunnerBuffers& buffers);
   std::string tier_counts() const;
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming cannot be captured).
@@ -241,7 +241,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     return one_token_runs ? MatmulPaths{options_.decode_gemm_min_tokens, true} : MatmulPaths{options_.gemm_min_tokens, false};
   }
 
-  LlamaConfig config_;
+  ModelSpec config_;
   int64_t context_;
   int64_t cache_context_;  // context_ rounded up to whole KV tiles
   CudaRunnerOptions options_;
@@ -285,7 +285,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
       cache_context_(kv_cache_context(context)),
       options_(options),
       device_(require_cuda_device(options.device)) {
-  const LlamaConfig full = read_llama_config(file.header(), file.path());
+  const ModelSpec full = read_model_spec(file.header(), file.path());
   if (options_.stage && options_.stage->tensor) {
     tensor_ = options_.stage->tensor;
     if (!tensor_->reducer) fail("{}: tensor-split rank {} has no reducer", gpu_label(), tensor_->rank);
@@ -356,7 +356,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   init_pages(KvPages(KvPages::pool_pages(options_.kv_pool, options_.max_sequences, context_, kKvTile), kKvTile, context_,
                      options_.max_sequences));
   for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
-  const LlamaWeights weights = load_llama_weights(file, full);
+  const ModelWeights weights = load_model_weights(file, full);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
   // Compute first: streamed layers' re-lay kernels (layer_stream.h) fill the
   // SMs, and a hybrid pass waits on each GPU layer between two CPU ones.
@@ -420,7 +420,7 @@ std::string CudaLlamaRunner::description() const {
                      streamer_ ? ", storage " + streamer_->reader().description() : std::string());
 }
 
-void CudaLlamaRunner::allocate_caches(const LlamaWeights& weights, const RunnerBuffers& buffers) {
+void CudaLlamaRunner::allocate_caches(const ModelWeights& weights, const RunnerBuffers& buffers) {
   k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
   v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
   NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
@@ -515,7 +515,7 @@ void CudaLlamaRunner::sync_page_table(const KvPages& pages, std::span<const Sequ
 
 void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<const int32_t> layers, const HeadRows& head,
                                 bool may_fold) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   // Rows [0, m) run as one chunk, the stepwise rows [m, n) as one-token steps.
   const int64_t m = n - chunk.stepwise_rows;
   const auto stepwise_seqs =
@@ -766,7 +766,7 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
 cudaGraphExec_t CudaLlamaRunner::batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at,
                                                     int64_t n, std::span<const int32_t> layers,
                                                     const std::function<void()>& pass) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   // One sequence's steps take the single-sequence graphs, except on a tensor
   // rank, whose every pass is a batch.
   const int64_t fewest = tensor_ ? 1 : 2;
@@ -821,7 +821,7 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
 }
 
 KvRowsParams CudaLlamaRunner::cache_layout() const {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   KvRowsParams p;
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();

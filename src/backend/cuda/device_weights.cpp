@@ -47,7 +47,7 @@ LayerOnDevice LayerOnDevice::in_slot(uint64_t bytes) const {
   return l;
 }
 
-DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const LlamaWeights& w, int64_t context,
+DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const ModelWeights& w, int64_t context,
                              const RunnerBuffers& buffers, LayerRange range, const CudaDeviceInfo& device,
                              const CudaRunnerOptions& options)
     : config_(c), range_(range) {
@@ -88,7 +88,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
     int64_t rows() const { return cut.axis == ShardAxis::Rows ? cut.count : ref->rows; }
     int64_t cols() const { return cut.axis == ShardAxis::Rows ? ref->cols : cut.count; }
   };
-  const LlamaConfig full = tensor ? read_llama_config(file.header(), file.path()) : c;
+  const ModelSpec full = tensor ? read_model_spec(file.header(), file.path()) : c;
   const auto source = [&](const WeightRef* ref, LayerMatrix kind) {
     if (!tensor) return Source{ref, {ShardAxis::Rows, 0, ref->rows}};
     const MatrixShard cut = layer_matrix_shard(full, tensor->shard, kind);
@@ -129,7 +129,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
   std::vector<int64_t> streamed_layers;
   layers_.resize(size_t(c.n_layers));
   for (int64_t l = range.first; l < range.end; ++l) {
-    const LlamaLayerWeights& lw = w.layers[size_t(l)];
+    const LayerWeights& lw = w.layers[size_t(l)];
     LayerOnDevice& ld = layers_[size_t(l)];
     int streamed = -1;
     if (tier(l) != Tier::Vram) {
@@ -137,9 +137,9 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       streamed_layers.push_back(l);
       slot_plans.emplace_back();
     }
-    add_vector(&ld.attn_norm, lw.attn_norm.data, lw.attn_norm.bytes());
-    add_vector(&ld.ffn_norm, lw.ffn_norm.data, lw.ffn_norm.bytes());
-    const Source q = source(&lw.wq, LayerMatrix::Q), k = source(&lw.wk, LayerMatrix::K), v = source(&lw.wv, LayerMatrix::V);
+    add_vector(&ld.attn_norm, lw[LayerRole::AttnNorm].data, lw[LayerRole::AttnNorm].bytes());
+    add_vector(&ld.ffn_norm, lw[LayerRole::FfnNorm].data, lw[LayerRole::FfnNorm].bytes());
+    const Source q = source(&lw[LayerRole::AttnQ], LayerMatrix::Q), k = source(&lw[LayerRole::AttnK], LayerMatrix::K), v = source(&lw[LayerRole::AttnV], LayerMatrix::V);
     const bool fused = layer_matrix_groups(lw).size() == 5;
     ld.qkv.resize(fused ? 1 : 3);
     if (fused) {
@@ -151,13 +151,13 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const LlamaConfig& c, const L
       ld.qkv[1].out_offset = c.q_dim();
       ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
     }
-    const std::pair<DeviceMatrix*, Source> rest[] = {{&ld.wo, source(&lw.wo, LayerMatrix::Output)},
-                                                     {&ld.gate, source(&lw.w_gate, LayerMatrix::Gate)},
-                                                     {&ld.up, source(&lw.w_up, LayerMatrix::Up)},
-                                                     {&ld.down, source(&lw.w_down, LayerMatrix::Down)}};
+    const std::pair<DeviceMatrix*, Source> rest[] = {{&ld.wo, source(&lw[LayerRole::AttnOutput], LayerMatrix::Output)},
+                                                     {&ld.gate, source(&lw[LayerRole::FfnGate], LayerMatrix::Gate)},
+                                                     {&ld.up, source(&lw[LayerRole::FfnUp], LayerMatrix::Up)},
+                                                     {&ld.down, source(&lw[LayerRole::FfnDown], LayerMatrix::Down)}};
     for (const auto& [target, from] : rest) add_matrix(target, {from}, streamed);
     if (tensor) {  // the norms and the rank's cuts
-      bytes_per_token_ += lw.attn_norm.bytes() + lw.ffn_norm.bytes();
+      bytes_per_token_ += lw[LayerRole::AttnNorm].bytes() + lw[LayerRole::FfnNorm].bytes();
       for (const Pending& m : std::span(matrices).last(fused ? 5 : 7)) {
         for (const Source& p : m.parts) bytes_per_token_ += uint64_t(p.rows()) * row_bytes(p.ref->type, p.cols());
       }
@@ -327,7 +327,7 @@ DeviceWeights::~DeviceWeights() {
   if (streamer_) std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
 }
 
-std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& weights, int64_t pages,
+std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const ModelWeights& weights, int64_t pages,
                                                             const KvRowsParams& kv, int64_t max_rows, int threads) const {
   std::vector<int64_t> layers;
   std::vector<const uint8_t*> pinned;
@@ -337,7 +337,7 @@ std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const LlamaWeights& 
     pinned.push_back(streamer_->pinned_bytes(l));
   }
   if (layers.empty()) return nullptr;
-  return std::make_unique<HostLayers>(config_, weights, layers, pinned, reads_, inv_freq_host_, pages, kv, max_rows, threads);
+  return std::make_unique<HostLayers>(config_, weights, layers, pinned, reads_, weights.rope_freqs.info ? weights.rope_freqs.f32() : nullptr, pages, kv, max_rows, threads);
 }
 
 }  // namespace nt

@@ -18,8 +18,8 @@
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_stream.h"
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "runtime/device_memory_plan.h"
 #include "storage/layer_reads.h"
 
@@ -55,7 +55,7 @@ class DeviceWeights {
   // ring and the runner's `buffers` fit the GPU's free memory beside a draft
   // model, uploads the resident weights and opens the streamer for the rest.
   // Errors name the file, the GPU and the sizes.
-  DeviceWeights(const GgufFile& file, const LlamaConfig& config, const LlamaWeights& weights, int64_t context,
+  DeviceWeights(const GgufFile& file, const ModelSpec& config, const ModelWeights& weights, int64_t context,
                 const RunnerBuffers& buffers, LayerRange range, const CudaDeviceInfo& device,
                 const CudaRunnerOptions& options);
   ~DeviceWeights();  // says what the streamer moved
@@ -78,11 +78,11 @@ class DeviceWeights {
   // The hybrid split's CPU layers, computing on the streamer's pinned copies
   // with their caches laid out as the runner's (`pages` pages, `kv`); null
   // when the placement gives the CPU none.
-  std::unique_ptr<HostLayers> make_host_layers(const LlamaWeights& weights, int64_t pages, const KvRowsParams& kv,
+  std::unique_ptr<HostLayers> make_host_layers(const ModelWeights& weights, int64_t pages, const KvRowsParams& kv,
                                                int64_t max_rows, int threads) const;
 
  private:
-  LlamaConfig config_;
+  ModelSpec config_;
   LayerRange range_;
   std::vector<Tier> tiers_;
   std::vector<bool> on_cpu_;  // [layer - range.first]: the hybrid split computes it on the host

@@ -15,14 +15,14 @@ constexpr int64_t kMirrorRows = 128;  // rows per staging round trip
 
 }  // namespace
 
-HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
-                       std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
+HostLayers::HostLayers(const ModelSpec& config, const ModelWeights& file_weights, std::span<const int64_t> layers,
+                       std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, const float* rope_freq_factors,
                        int64_t pages, const KvRowsParams& device, int64_t max_rows, int threads)
     : config_(config),
       index_(size_t(config.n_layers), -1),
       pool_rows_(pages * device.page_size),
       pool_(threads),
-      layer_(config, std::move(inv_freqs), max_rows),
+      layer_(config, rope_freq_factors, max_rows),
       x_(size_t(max_rows) * size_t(config.dim) * sizeof(float), "the hybrid pass's hidden-state hand-off") {
   x_on_device_ = static_cast<float*>(x_.device_pointer());
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -30,12 +30,13 @@ HostLayers::HostLayers(const LlamaConfig& config, const LlamaWeights& file_weigh
     if (!pinned[i]) fail("layer {}: the CPU computes only layers with a pinned RAM-tier copy", l);
     std::map<const GgufTensorInfo*, uint64_t> offset;
     for (const LayerRead::Tensor& t : reads[size_t(l)].tensors) offset[t.info] = t.staging_offset;
-    LlamaLayerWeights w = file_weights.layers[size_t(l)];
-    for (WeightRef* ref : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
+    LayerWeights w = file_weights.layers[size_t(l)];
+    for (WeightRef& ref : w.by_role) {
+      if (!ref.info) continue;
       // A layer's read holds every "blk.N." tensor, norms included: the runner keeps no pointer into the file.
-      const auto at = offset.find(ref->info);
-      if (at == offset.end()) fail("layer {}: tensor {} is not in the layer's pinned copy", l, ref->info->name);
-      ref->data = pinned[i] + at->second;
+      const auto at = offset.find(ref.info);
+      if (at == offset.end()) fail("layer {}: tensor {} is not in the layer's pinned copy", l, ref.info->name);
+      ref.data = pinned[i] + at->second;
     }
     index_[size_t(l)] = int(weights_.size());
     all_ranks_.push_back(int64_t(weights_.size()));
@@ -177,7 +178,7 @@ void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n
     }
   }
   const cpu::LayerRows rows{n, runs, &pages, groups_, trees};
-  layer_.run(weights_[i], {k_cache_.data() + i * layer_elems, TensorType::F16},
+  layer_.run(layer_ids_[i], weights_[i], {k_cache_.data() + i * layer_elems, TensorType::F16},
              {v_cache_.data() + i * layer_elems, TensorType::F16}, rows, host_x(), pool_);
 }
 

@@ -1,5 +1,5 @@
 // The layers a hybrid split gives the host: the CPU computes them with the
-// CPU backend's kernels (cpu::LlamaLayer) straight from the RAM tier's pinned
+// CPU backend's kernels (cpu::DecoderLayer) straight from the RAM tier's pinned
 // copy that streaming would otherwise move, so nothing is copied twice, with
 // their K and V caches in host memory. The CUDA runner hands the hidden state
 // over at each switch (host_x, pinned), and the link streams the other
@@ -19,12 +19,12 @@
 #include <span>
 #include <vector>
 
-#include "backend/cpu/llama_layer.h"
+#include "backend/cpu/decoder_layer.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kv_rows.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "runtime/kv_pages.h"
 #include "storage/layer_reads.h"
 
@@ -36,8 +36,8 @@ class HostLayers {
   // rebased into `pinned[i]` (the staging layout of reads[layer]).
   // `device`: the runner's caches (layers, rows and staging unset), `pages`
   // pages of device.page_size positions each, as the host pool's pages hold.
-  HostLayers(const LlamaConfig& config, const LlamaWeights& file_weights, std::span<const int64_t> layers,
-             std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, std::vector<float> inv_freqs,
+  HostLayers(const ModelSpec& config, const ModelWeights& file_weights, std::span<const int64_t> layers,
+             std::span<const uint8_t* const> pinned, std::span<const LayerRead> reads, const float* rope_freq_factors,
              int64_t pages, const KvRowsParams& device, int64_t max_rows, int threads);
 
   bool computes(int64_t layer) const { return layer >= 0 && layer < int64_t(index_.size()) && index_[size_t(layer)] >= 0; }
@@ -45,7 +45,7 @@ class HostLayers {
   int64_t rank(int64_t layer) const { return index_[size_t(layer)]; }
   int64_t count() const { return int64_t(weights_.size()); }
   int threads() const { return pool_.size(); }
-  const LlamaConfig& config() const { return config_; }
+  const ModelSpec& config() const { return config_; }
 
   // Pinned [max_rows][dim]: the hidden state the runner copies in and back.
   float* host_x() { return x_.as<float>(); }
@@ -86,16 +86,16 @@ class HostLayers {
                  cudaStream_t stream);
   uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos);
 
-  LlamaConfig config_;
+  ModelSpec config_;
   std::vector<int> index_;                   // layer -> host index, -1 for the GPU's
   std::vector<int32_t> layer_ids_;           // host index -> layer
   std::vector<int64_t> all_ranks_;           // 0 to count() - 1
   std::vector<int64_t> gpu_ranks_;           // after_gpu_pass's complement of host_ranks
-  std::vector<LlamaLayerWeights> weights_;   // per host index, pointing into the pinned copies
+  std::vector<LayerWeights> weights_;   // per host index, pointing into the pinned copies
   int64_t pool_rows_;
   std::vector<uint16_t> k_cache_, v_cache_;  // [host index][pool row][kv_dim] F16
   cpu::ThreadPool pool_;
-  cpu::LlamaLayer layer_;
+  cpu::DecoderLayer layer_;
   std::vector<cpu::TokenGroup> groups_;  // run()'s rows by the kernels they take
   PinnedBuffer x_;
   float* x_on_device_ = nullptr;

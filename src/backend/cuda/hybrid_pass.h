@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/llama_layer.h"
+#include "backend/cpu/decoder_layer.h"
 #include "backend/cuda/host_layers.h"
 #include "backend/cuda/layer_pass.h"
 #include "backend/cuda/layer_stream.h"

@@ -6,7 +6,7 @@
 
 namespace nt {
 
-LayerPass::LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
+LayerPass::LayerPass(const ModelSpec& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
                      const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
                      cudaStream_t stream)
     : config_(config),
@@ -46,7 +46,7 @@ Input LayerPass::super_input(const float* x, int64_t n, int64_t cols) {
 }
 
 Input LayerPass::norm_input(const float* weight, int64_t n, bool use_gemm, bool super, bool normed_already) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   if (super && !normed_already) {  // one launch: each row read once, no f32 copy
     const NormSuperBlocks b = super_block_buffers(n, c.dim);
     rms_norm_super_blocks(act_.x, weight, n, c.dim, c.rms_eps, b, stream_);
@@ -117,7 +117,7 @@ uint16_t* LayerPass::v_cache_at(int64_t layer) const {
 }
 
 RopeKvParams LayerPass::rope_shape() const {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   RopeKvParams rope;
   rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
   rope.inv_freq = inv_freq_;
@@ -131,7 +131,7 @@ RopeKvParams LayerPass::rope_shape() const {
 }
 
 AttentionParams LayerPass::attention_shape() const {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   AttentionParams shape;
   shape.q_stride = c.q_dim() + 2 * c.kv_dim();
   shape.out_stride = c.q_dim();
@@ -143,7 +143,7 @@ AttentionParams LayerPass::attention_shape() const {
 }
 
 bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   RopeKvParams rope = rope_shape();
   const AttentionParams shape = attention_shape();
@@ -222,7 +222,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
 
 void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, bool fold, bool attn_folded,
                                   const ChunkRows& rows, const float* next_norm) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
   const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
@@ -297,7 +297,7 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
 
 void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
                                      bool attn_folded, const ChunkRows& rows, const float* next_norm) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   const int64_t s = n - first, dim = c.dim, qkv_width = c.q_dim() + 2 * c.kv_dim();
   float* x = act_.x + first * dim;
   // Row r's folded-norm input, and its plain normalized form.
@@ -434,7 +434,7 @@ bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool f
 
 void LayerPass::stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold,
                               int64_t to) {
-  const LlamaConfig& c = config_;
+  const ModelSpec& c = config_;
   const int64_t s = n - first, dim = c.dim;
   MatvecParams p;
   p.w = output;

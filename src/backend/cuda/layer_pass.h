@@ -27,7 +27,7 @@
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/quantized_gemm.h"
 #include "backend/cuda/residual_reducer.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 #include "runtime/kv_pages.h"
 
 namespace nt {
@@ -108,7 +108,7 @@ struct PassKernelChoices {
 
 class LayerPass {
  public:
-  LayerPass(const LlamaConfig& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
+  LayerPass(const ModelSpec& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
             const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
             cudaStream_t stream);
 
@@ -175,7 +175,7 @@ class LayerPass {
   RopeKvParams rope_shape() const;
   KvPaging paging(SeqId seq) const { return {pool_.table->row(seq), page_stride()}; }
 
-  LlamaConfig config_;
+  ModelSpec config_;
   int64_t context_;
   PassBuffers& act_;
   Gemm& gemm_;

@@ -4,7 +4,7 @@
 
 namespace nt {
 
-PassBuffers::PassBuffers(const LlamaConfig& c, int64_t max_batch, int64_t context, int multiprocessors, bool has_head) {
+PassBuffers::PassBuffers(const ModelSpec& c, int64_t max_batch, int64_t context, int multiprocessors, bool has_head) {
   const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors, has_head);
   buffer = DeviceBuffer(a.total, "activation buffers");
   auto* base = buffer.as<uint8_t>();

@@ -8,7 +8,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/top_logits.h"
-#include "model/llama_config.h"
+#include "model/arch/model_spec.h"
 
 namespace nt {
 
@@ -16,7 +16,7 @@ struct PassBuffers {
   PassBuffers() = default;
   // For chunks of up to max_batch tokens; without the head (a pipeline
   // stage before the last) there are no logits rows.
-  PassBuffers(const LlamaConfig& c, int64_t max_batch, int64_t context, int multiprocessors, bool has_head);
+  PassBuffers(const ModelSpec& c, int64_t max_batch, int64_t context, int multiprocessors, bool has_head);
 
   DeviceBuffer buffer;
   // The inputs (kInputsHeader, as staged on the host): the position, top_k, then the tokens.

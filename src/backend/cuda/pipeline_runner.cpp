@@ -13,7 +13,7 @@
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/runner_memory.h"
 #include "core/error.h"
-#include "model/llama_weights.h"
+#include "model/model_weights.h"
 #include "runtime/chained_progress.h"
 #include "runtime/device_memory_plan.h"
 #include "runtime/hand_off_slot.h"
@@ -37,7 +37,7 @@ class CudaPipelineRunner final : public ModelRunner {
  public:
   CudaPipelineRunner(const GgufFile& file, int64_t context, const CudaPipelineOptions& options, const MultiGpuPlan& plan);
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override;
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
@@ -66,7 +66,7 @@ class CudaPipelineRunner final : public ModelRunner {
   // first stage's error after stopping the others.
   void run_stages_overlapped(const Batch& batch, std::span<const SequenceRun> runs, BatchOutputs& out);
 
-  LlamaConfig config_;
+  ModelSpec config_;
   int64_t max_batch_;
   int micro_batches_;                                    // per decode step of several sequences
   std::vector<PassChunk> chunks_;                        // the running pass's chunks
@@ -79,7 +79,7 @@ class CudaPipelineRunner final : public ModelRunner {
 
 CudaPipelineRunner::CudaPipelineRunner(const GgufFile& file, int64_t context, const CudaPipelineOptions& options,
                                        const MultiGpuPlan& plan)
-    : config_(read_llama_config(file.header(), file.path())),
+    : config_(read_model_spec(file.header(), file.path())),
       max_batch_(options.runner.max_batch),
       micro_batches_(options.micro_batches > 0 ? options.micro_batches : int(plan.gpus.size())) {
   if (plan.split != Split::Layer) fail("the pipeline runs a layer split, not a {} split", split_name(plan.split));
@@ -202,8 +202,8 @@ CudaPipelineRequest cuda_pipeline_request(const GgufFile& file, int64_t context,
     fail("{} VRAM budgets for {} pipeline stages: give one per stage", o.vram_budgets.size(), o.gpus.size());
   }
   const std::vector<CudaDeviceInfo> gpus = require_gpus(o.gpus);
-  const LlamaConfig c = read_llama_config(file.header(), file.path());
-  const LlamaWeights w = load_llama_weights(file, c);
+  const ModelSpec c = read_model_spec(file.header(), file.path());
+  const ModelWeights w = load_model_weights(file, c);
   const OpenedReader opened = open_layer_reader(file.path(), o.runner);
   const std::vector<LayerRead> reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   // One reserve for every stage: the activations of the GPU with the most

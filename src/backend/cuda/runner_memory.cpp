@@ -18,8 +18,8 @@ namespace {
 // The draft model's VRAM, planned from its file as its own runner will plan it.
 DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunnerOptions& o) {
   const auto file = GgufFile::open(o.draft_model);
-  const LlamaConfig config = read_llama_config(file->header(), o.draft_model);
-  const LlamaWeights weights = load_llama_weights(*file, config);
+  const ModelSpec config = read_model_spec(file->header(), o.draft_model);
+  const ModelWeights weights = load_model_weights(*file, config);
   const OpenedReader opened = open_layer_reader(o.draft_model, o);
   const auto reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
   return draft_vram(o.draft_model, config, weights, reads, context, o.max_sequences, multiprocessors, o.kv_pool);
@@ -27,7 +27,7 @@ DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunne
 
 }  // namespace
 
-CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+CudaPlacement place_layers(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                            const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o) {
   uint64_t vram_budget = 0;
   if (o.vram_budget) {
@@ -50,8 +50,8 @@ OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions&
 }
 
 CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const CudaRunnerOptions& options) {
-  const LlamaConfig config = read_llama_config(file.header(), file.path());
-  const LlamaWeights weights = load_llama_weights(file, config);
+  const ModelSpec config = read_model_spec(file.header(), file.path());
+  const ModelWeights weights = load_model_weights(file, config);
   const CudaDeviceInfo device = require_cuda_device(options.device);
   NT_CUDA_CHECK(cudaSetDevice(device.index));
   const OpenedReader opened = open_layer_reader(file.path(), options);

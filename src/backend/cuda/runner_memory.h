@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_runner.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
 #include "runtime/device_memory_plan.h"
 #include "storage/io_reader.h"
 #include "storage/layer_reads.h"
@@ -19,7 +19,7 @@ namespace nt {
 // the free VRAM less kMemoryMarginBytes, without a RAM budget the automatic
 // one. With o.draft_model, that draft's VRAM for `context` positions a
 // sequence on this GPU (`multiprocessors` SMs) comes out of the budget.
-CudaPlacement place_layers(const LlamaConfig& c, const LlamaWeights& w, const std::vector<LayerRead>& reads,
+CudaPlacement place_layers(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                            const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o);
 
 // The storage reader of streamed layers (--io as given).

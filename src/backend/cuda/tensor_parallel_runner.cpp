@@ -16,7 +16,7 @@
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/residual_reducer.h"
 #include "core/error.h"
-#include "model/llama_weights.h"
+#include "model/model_weights.h"
 #include "runtime/chained_progress.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/rank_messages.h"
@@ -37,7 +37,7 @@ CudaRunnerOptions rank_options(CudaRunnerOptions rank, int gpu, int index, const
   return rank;
 }
 
-ModelCheck model_check(const GgufFile& file, const LlamaConfig& config) {
+ModelCheck model_check(const GgufFile& file, const ModelSpec& config) {
   return {config.n_layers, config.dim, config.vocab_size, file.file_size()};
 }
 
@@ -68,7 +68,7 @@ class CudaTensorParallelRunner final : public ModelRunner {
                            std::optional<RankLink> followers);
   ~CudaTensorParallelRunner() override;
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override;
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
@@ -97,7 +97,7 @@ class CudaTensorParallelRunner final : public ModelRunner {
     if (followers_.channel) followers_.channel->send(encode_rank_message(message));
   }
 
-  LlamaConfig config_;
+  ModelSpec config_;
   int64_t max_batch_;
   int n_ranks_ = 0;
   uint64_t follower_weight_bytes_ = 0;  // the other processes' shards, as planned
@@ -109,7 +109,7 @@ class CudaTensorParallelRunner final : public ModelRunner {
 
 CudaTensorParallelRunner::CudaTensorParallelRunner(const GgufFile& file, int64_t context, const CudaPipelineOptions& options,
                                                    const MultiGpuPlan& plan, std::optional<RankLink> followers)
-    : config_(read_llama_config(file.header(), file.path())), max_batch_(options.runner.max_batch), n_ranks_(int(plan.gpus.size())) {
+    : config_(read_model_spec(file.header(), file.path())), max_batch_(options.runner.max_batch), n_ranks_(int(plan.gpus.size())) {
   if (plan.split != Split::Tensor) fail("the tensor-parallel runner runs a tensor split, not a {} split", split_name(plan.split));
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (plan.gpus.empty()) fail("a tensor split needs at least one rank");
@@ -260,7 +260,7 @@ TensorRankFollower::TensorRankFollower(const GgufFile& file, int gpu, RankLink l
     const auto* setup = std::get_if<RankSetup>(&first);
     if (!setup) fail("tensor-split rank {}: rank 0's first message is not its setup", rank);
     watch_leader(*link_.channel, *setup);
-    const LlamaConfig config = read_llama_config(file.header(), file.path());
+    const ModelSpec config = read_model_spec(file.header(), file.path());
     const ModelCheck mine = model_check(file, config);
     if (!(mine == setup->model)) {
       fail("tensor-split rank {}: {} ({} layers, width {}, {} tokens, {} bytes) is not the model rank 0 runs ({} layers, "

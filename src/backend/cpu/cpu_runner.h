@@ -1,4 +1,4 @@
-// The Llama forward pass on the CPU: the correctness reference for every other
+// The forward pass on the CPU, every architecture a ModelSpec describes: the correctness reference for every other
 // backend, and fast enough to be the default everywhere.
 #pragma once
 

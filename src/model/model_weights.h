@@ -1,12 +1,13 @@
-// The tensors of a Llama model, located in a GGUF file and checked against the
-// config: every dtype and shape is validated at load, naming expected and actual.
+// The tensors of a model, located in a GGUF file by the roles its spec gives
+// each layer: every dtype and shape is validated at load, naming expected and
+// actual.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
+#include "model/arch/layer_roles.h"
 
 namespace nt {
 
@@ -24,25 +25,24 @@ struct WeightRef {
   uint64_t bytes() const { return info ? info->n_bytes : 0; }
 };
 
-struct LlamaLayerWeights {
-  WeightRef attn_norm;    // [dim] F32
-  WeightRef wq, wk, wv;   // [q_dim x dim], [kv_dim x dim], [kv_dim x dim]
-  WeightRef wo;           // [dim x q_dim]
-  WeightRef ffn_norm;     // [dim] F32
-  WeightRef w_gate, w_up; // [ffn_dim x dim]
-  WeightRef w_down;       // [dim x ffn_dim]
+// A layer's tensors by role; the roles its spec lacks are empty.
+struct LayerWeights {
+  std::array<WeightRef, kLayerRoleCount> by_role;
 
+  const WeightRef& operator[](LayerRole role) const { return by_role[size_t(role)]; }
+  WeightRef& operator[](LayerRole role) { return by_role[size_t(role)]; }
+  bool has(LayerRole role) const { return (*this)[role].cols > 0; }
   uint64_t bytes() const;
 };
 
-struct LlamaWeights {
+struct ModelWeights {
   WeightRef token_embd;   // [vocab x dim]
   WeightRef output_norm;  // [dim] F32
   WeightRef output;       // [vocab x dim]; token_embd when tied
   WeightRef rope_freqs;   // [rope_dim/2] F32, optional (Llama 3.1)
-  std::vector<LlamaLayerWeights> layers;
+  std::vector<LayerWeights> layers;
 };
 
-LlamaWeights load_llama_weights(const GgufFile& file, const LlamaConfig& config);
+ModelWeights load_model_weights(const GgufFile& file, const ModelSpec& spec);
 
 }  // namespace nt

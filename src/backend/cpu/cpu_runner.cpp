@@ -1,4 +1,4 @@
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/llama_layer.h"
+#include "backend/cpu/decoder_layer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/byte_size.h"
 #include "core/half.h"
-#include "model/llama_weights.h"
+#include "model/model_weights.h"
 #include "model/rope.h"
 #include "storage/host_memory.h"
 
@@ -39,16 +39,16 @@ void check_kv_fits(double kv_bytes, int64_t context, const CpuRunnerOptions& opt
        opt.kv_f32 ? " or drop --kv-f32" : "");
 }
 
-class CpuLlamaRunner final : public ModelRunner {
+class CpuRunner final : public ModelRunner {
  public:
-  CpuLlamaRunner(std::shared_ptr<const GgufFile> file, const CpuRunnerOptions& opt)
+  CpuRunner(std::shared_ptr<const GgufFile> file, const CpuRunnerOptions& opt)
       : file_(std::move(file)),
-        config_(read_llama_config(file_->header(), file_->path())),
-        weights_(load_llama_weights(*file_, config_)),
+        config_(read_model_spec(file_->header(), file_->path())),
+        weights_(load_model_weights(*file_, config_)),
         pool_(opt.threads),
         max_batch_(std::max<int64_t>(1, opt.max_batch)),
         kv_type_(opt.kv_f32 ? TensorType::F32 : TensorType::F16),
-        layer_(config_, rope_inv_freqs(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr), max_batch_) {
+        layer_(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr, max_batch_) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
     const int64_t pages = KvPages::pool_pages(opt.kv_pool, std::max<int64_t>(1, opt.sequences), context, kPageSize);
@@ -65,7 +65,7 @@ class CpuLlamaRunner final : public ModelRunner {
     head_rows_.resize(n);
   }
 
-  const LlamaConfig& config() const override { return config_; }
+  const ModelSpec& config() const override { return config_; }
 
   std::string description() const override {
     return fmt::format("cpu ({} threads, {}, {} KV cache of {} positions, context {})", pool_.size(),
@@ -148,12 +148,15 @@ class CpuLlamaRunner final : public ModelRunner {
     const int64_t n = int64_t(entries.size());
     // Embedding lookup, decoded from the table's format.
     for (int64_t t = 0; t < n; ++t) cpu::embedding_row(view(weights_.token_embd), entries[size_t(t)].token, &x_[size_t(t * c.dim)]);
+    if (c.embedding_scale != 1.0f) {
+      for (size_t i = 0; i < size_t(n * c.dim); ++i) x_[i] *= c.embedding_scale;
+    }
     LayerObserver* observer = layer_observer();
     const size_t values = size_t(n * c.dim);
     const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_, tree};
     for (const int32_t l : layers) {
       if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(values));
-      layer_.run(weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
+      layer_.run(l, weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
       if (observer) observer->observe(l, layer_input_, {x_.data(), values});
     }
   }
@@ -178,6 +181,10 @@ class CpuLlamaRunner final : public ModelRunner {
     if (rows == 0) return;
     head_logits_.resize(size_t(rows) * size_t(c.vocab_size));
     cpu::matmul_groups(view(weights_.output), xb_.data(), head_logits_.data(), head_groups_, pool_);
+    if (c.final_logit_softcap > 0.0f) {
+      const float cap = c.final_logit_softcap;
+      for (float& logit : head_logits_) logit = cap * std::tanh(logit / cap);
+    }
     for (int64_t i = 0; i < rows; ++i) {
       const size_t entry = size_t(head_rows_[size_t(i)]);
       const std::span<const float> row{head_logits_.data() + size_t(i) * size_t(c.vocab_size), size_t(c.vocab_size)};
@@ -212,14 +219,14 @@ class CpuLlamaRunner final : public ModelRunner {
   }
 
   std::shared_ptr<const GgufFile> file_;
-  LlamaConfig config_;
-  LlamaWeights weights_;
+  ModelSpec config_;
+  ModelWeights weights_;
   mutable cpu::ThreadPool pool_;
   int64_t max_batch_;
   TensorType kv_type_;
   int64_t pool_rows_ = 0;                   // positions the KV pool holds, over all sequences
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][pool row][kv_dim] in kv_type_
-  cpu::LlamaLayer layer_;                   // every layer's pass, with its scratch
+  cpu::DecoderLayer layer_;                   // every layer's pass, with its scratch
   std::vector<float> x_;            // residual stream [n][dim]
   std::vector<float> layer_input_;  // x_ before the layer, for a LayerObserver
   std::vector<float> xb_;           // the head's normed rows [n][dim]
@@ -236,7 +243,7 @@ class CpuLlamaRunner final : public ModelRunner {
 }  // namespace
 
 std::unique_ptr<ModelRunner> make_cpu_runner(std::shared_ptr<const GgufFile> file, const CpuRunnerOptions& options) {
-  return std::make_unique<CpuLlamaRunner>(std::move(file), options);
+  return std::make_unique<CpuRunner>(std::move(file), options);
 }
 
 }  // namespace nt

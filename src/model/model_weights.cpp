@@ -1,7 +1,6 @@
-#include "model/llama_weights.h"
+#include "model/model_weights.h"
 
 #include "core/error.h"
-#include "model/tensor_names.h"
 
 namespace nt {
 namespace {
@@ -53,31 +52,26 @@ class Locator {
 
 }  // namespace
 
-uint64_t LlamaLayerWeights::bytes() const {
-  return attn_norm.bytes() + wq.bytes() + wk.bytes() + wv.bytes() + wo.bytes() + ffn_norm.bytes() + w_gate.bytes() +
-         w_up.bytes() + w_down.bytes();
+uint64_t LayerWeights::bytes() const {
+  uint64_t total = 0;
+  for (const WeightRef& w : by_role) total += w.bytes();
+  return total;
 }
 
-LlamaWeights load_llama_weights(const GgufFile& file, const LlamaConfig& c) {
+ModelWeights load_model_weights(const GgufFile& file, const ModelSpec& c) {
   const Locator at(file);
-  LlamaWeights w;
+  ModelWeights w;
   w.token_embd = at.matrix("token_embd.weight", c.vocab_size, c.dim);
   w.output_norm = at.vector("output_norm.weight", c.dim);
   w.output = c.tied_embeddings ? w.token_embd : at.matrix("output.weight", c.vocab_size, c.dim);
   if (c.has_rope_freqs_tensor) w.rope_freqs = at.vector("rope_freqs.weight", c.rope_dim / 2);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto name = [&](const char* part) { return layer_tensor_name(l, part); };
-    LlamaLayerWeights lw;
-    lw.attn_norm = at.vector(name("attn_norm"), c.dim);
-    lw.wq = at.matrix(name("attn_q"), c.q_dim(), c.dim);
-    lw.wk = at.matrix(name("attn_k"), c.kv_dim(), c.dim);
-    lw.wv = at.matrix(name("attn_v"), c.kv_dim(), c.dim);
-    lw.wo = at.matrix(name("attn_output"), c.dim, c.q_dim());
-    lw.ffn_norm = at.vector(name("ffn_norm"), c.dim);
-    lw.w_gate = at.matrix(name("ffn_gate"), c.ffn_dim, c.dim);
-    lw.w_up = at.matrix(name("ffn_up"), c.ffn_dim, c.dim);
-    lw.w_down = at.matrix(name("ffn_down"), c.dim, c.ffn_dim);
-    w.layers.push_back(lw);
+    LayerWeights& lw = w.layers.emplace_back();
+    for (LayerRole role : layer_roles(c, l)) {
+      const RoleShape shape = role_shape(c, role);
+      const std::string name = role_tensor_name(l, role);
+      lw[role] = role_info(role).kind == RoleKind::Matrix ? at.matrix(name, shape.rows, shape.cols) : at.vector(name, shape.cols);
+    }
   }
   return w;
 }

@@ -1,0 +1,65 @@
+#include "model/arch/layer_roles.h"
+
+#include <fmt/format.h>
+
+namespace nt {
+namespace {
+
+using enum LayerRole;
+
+constexpr RoleInfo kRoles[kLayerRoleCount] = {
+    {AttnNorm, "attn_norm", "weight", RoleKind::Vector},
+    {AttnQ, "attn_q", "weight", RoleKind::Matrix},
+    {AttnK, "attn_k", "weight", RoleKind::Matrix},
+    {AttnV, "attn_v", "weight", RoleKind::Matrix},
+    {AttnQBias, "attn_q", "bias", RoleKind::Vector},
+    {AttnKBias, "attn_k", "bias", RoleKind::Vector},
+    {AttnVBias, "attn_v", "bias", RoleKind::Vector},
+    {AttnQNorm, "attn_q_norm", "weight", RoleKind::Vector},
+    {AttnKNorm, "attn_k_norm", "weight", RoleKind::Vector},
+    {AttnOutput, "attn_output", "weight", RoleKind::Matrix},
+    {PostAttnNorm, "post_attention_norm", "weight", RoleKind::Vector},
+    {FfnNorm, "ffn_norm", "weight", RoleKind::Vector},
+    {FfnGate, "ffn_gate", "weight", RoleKind::Matrix},
+    {FfnUp, "ffn_up", "weight", RoleKind::Matrix},
+    {FfnDown, "ffn_down", "weight", RoleKind::Matrix},
+    {PostFfnNorm, "post_ffw_norm", "weight", RoleKind::Vector},
+};
+
+}  // namespace
+
+const RoleInfo& role_info(LayerRole role) { return kRoles[size_t(role)]; }
+
+std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer) {
+  const LayerSpec& l = spec.layers[size_t(layer)];
+  std::vector<LayerRole> roles{AttnNorm, AttnQ, AttnK, AttnV};
+  if (l.attention.qkv_bias) roles.insert(roles.end(), {AttnQBias, AttnKBias, AttnVBias});
+  if (l.attention.qk_norm) roles.insert(roles.end(), {AttnQNorm, AttnKNorm});
+  roles.push_back(AttnOutput);
+  if (l.post_attention_norm) roles.push_back(PostAttnNorm);
+  roles.insert(roles.end(), {FfnNorm, FfnGate, FfnUp, FfnDown});
+  if (l.post_ffn_norm) roles.push_back(PostFfnNorm);
+  return roles;
+}
+
+RoleShape role_shape(const ModelSpec& c, LayerRole role) {
+  switch (role) {
+    case AttnNorm: case PostAttnNorm: case FfnNorm: case PostFfnNorm: return {1, c.dim};
+    case AttnQ: return {c.q_dim(), c.dim};
+    case AttnK: case AttnV: return {c.kv_dim(), c.dim};
+    case AttnQBias: return {1, c.q_dim()};
+    case AttnKBias: case AttnVBias: return {1, c.kv_dim()};
+    case AttnQNorm: case AttnKNorm: return {1, c.head_dim};
+    case AttnOutput: return {c.dim, c.q_dim()};
+    case FfnGate: case FfnUp: return {c.ffn_dim, c.dim};
+    case FfnDown: return {c.dim, c.ffn_dim};
+  }
+  return {};
+}
+
+std::string role_tensor_name(int64_t layer, LayerRole role) {
+  const RoleInfo& r = role_info(role);
+  return fmt::format("blk.{}.{}.{}", layer, r.gguf_part, r.gguf_suffix);
+}
+
+}  // namespace nt

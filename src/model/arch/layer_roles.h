@@ -1,0 +1,57 @@
+// The tensors of a decoder layer by role. A layer's spec says which roles it
+// has; the loader, the memory plan, the placement and upload, and the
+// synthetic writer loop over them instead of restating one family's list.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/arch/model_spec.h"
+
+namespace nt {
+
+enum class LayerRole : uint8_t {
+  AttnNorm,
+  AttnQ, AttnK, AttnV,
+  AttnQBias, AttnKBias, AttnVBias,
+  AttnQNorm, AttnKNorm,
+  AttnOutput,
+  PostAttnNorm,
+  FfnNorm,
+  FfnGate, FfnUp, FfnDown,
+  PostFfnNorm,
+};
+inline constexpr size_t kLayerRoleCount = size_t(LayerRole::PostFfnNorm) + 1;
+
+enum class RoleKind {
+  Matrix,  // rows x cols, any weight format
+  Vector,  // a norm weight or a bias, F32
+};
+
+struct RoleShape {
+  int64_t rows = 1;  // 1 for vectors
+  int64_t cols = 0;
+};
+
+struct RoleInfo {
+  LayerRole role;
+  std::string_view gguf_part;    // "attn_q": blk.N.attn_q.weight
+  std::string_view gguf_suffix;  // "weight" or "bias"
+  RoleKind kind;
+};
+
+const RoleInfo& role_info(LayerRole role);
+
+// The roles of layer `layer` of `spec`, in the order the forward pass uses them.
+std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer);
+
+// The shape a role's tensor must have under `spec`.
+RoleShape role_shape(const ModelSpec& spec, LayerRole role);
+
+// "blk.3.attn_q.bias"
+std::string role_tensor_name(int64_t layer, LayerRole role);
+
+}  // namespace nt
