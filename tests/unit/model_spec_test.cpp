@@ -1,0 +1,133 @@
+// The architecture builders: GGUF metadata into a ModelSpec, with the keys
+// each family's converters write and the defaults they leave out.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "error_text.h"
+#include "model/arch/layer_roles.h"
+#include "model/arch/model_spec.h"
+
+namespace nt {
+namespace {
+
+// A header of `arch` with the shared keys and the tensors the builders look at.
+struct Header {
+  GgufHeader h;
+  std::string p;
+
+  explicit Header(const std::string& arch, int64_t layers = 12) : p(arch + ".") {
+    set("general.architecture", GgufValue::of_string(arch));
+    set(p + "block_count", GgufValue::of_u32(uint32_t(layers)));
+    set(p + "embedding_length", GgufValue::of_u32(256));
+    set(p + "feed_forward_length", GgufValue::of_u32(768));
+    set(p + "attention.head_count", GgufValue::of_u32(4));
+    set(p + "attention.head_count_kv", GgufValue::of_u32(2));
+    set(p + "context_length", GgufValue::of_u32(2048));
+    tensor("token_embd.weight", {256, 1000});
+  }
+  void set(std::string key, GgufValue value) { h.metadata.push_back({std::move(key), std::move(value)}); }
+  void tensor(std::string name, std::vector<int64_t> shape) {
+    GgufTensorInfo t;
+    t.name = std::move(name);
+    t.shape = std::move(shape);
+    h.tensors.push_back(t);
+  }
+  ModelSpec spec() const { return read_model_spec(h, "model.gguf"); }
+};
+
+TEST(ModelSpec, LlamaLayersAreLlama) {
+  const ModelSpec s = Header("llama").spec();
+  EXPECT_TRUE(s.llama_layers());
+  EXPECT_EQ(s.rope_style, RopeStyle::AdjacentPairs);
+  EXPECT_FLOAT_EQ(s.attention_scale, 1.0f / 8.0f);  // head_dim 64
+  EXPECT_EQ(describe_layers(s), "llama");
+  EXPECT_EQ(layer_roles(s, 0).size(), 9u);
+}
+
+TEST(ModelSpec, Qwen2BiasesFollowTheFile) {
+  Header with("qwen2");
+  with.tensor("blk.0.attn_q.bias", {256});
+  const ModelSpec biased = with.spec();
+  EXPECT_TRUE(biased.layers[11].attention.qkv_bias);
+  EXPECT_EQ(biased.rope_style, RopeStyle::Halves);
+  EXPECT_FALSE(biased.llama_layers());
+  EXPECT_EQ(role_tensor_name(3, LayerRole::AttnKBias), "blk.3.attn_k.bias");
+  EXPECT_FALSE(Header("qwen2").spec().layers[0].attention.qkv_bias);
+}
+
+TEST(ModelSpec, Qwen3HeadWidthOfItsOwn) {
+  Header h("qwen3");
+  h.set("qwen3.attention.key_length", GgufValue::of_u32(128));
+  const ModelSpec s = h.spec();
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_EQ(s.q_dim(), 512);  // wider than the embedding
+  EXPECT_EQ(s.rope_dim, 128);
+  EXPECT_TRUE(s.layers[0].attention.qk_norm);
+  EXPECT_EQ(role_shape(s, LayerRole::AttnQNorm).cols, 128);
+  EXPECT_EQ(role_shape(s, LayerRole::AttnOutput).cols, 512);
+}
+
+TEST(ModelSpec, Gemma3LocalAndGlobalLayers) {
+  Header h("gemma3");
+  h.set("gemma3.attention.sliding_window", GgufValue::of_u32(1024));
+  h.set("gemma3.rope.freq_base", GgufValue::of_f32(1e6f));
+  h.set("gemma3.rope.scaling.factor", GgufValue::of_f32(8.0f));  // no type: linear
+  const ModelSpec s = h.spec();
+  EXPECT_FLOAT_EQ(s.embedding_scale, 16.0f);
+  EXPECT_EQ(s.rope_scaling.kind, RopeScaling::Kind::Linear);
+  for (int64_t l = 0; l < 12; ++l) {
+    const auto& a = s.layers[size_t(l)].attention;
+    const bool global = l == 5 || l == 11;
+    EXPECT_EQ(a.window, global ? 0 : 1024) << l;
+    EXPECT_FLOAT_EQ(a.rope.theta, global ? 1e6f : 10000.0f) << l;
+    EXPECT_EQ(a.rope.scaling.kind, global ? RopeScaling::Kind::Linear : RopeScaling::Kind::None) << l;
+  }
+  EXPECT_EQ(s.layers[0].activation, FfnActivation::GeluTanh);
+  EXPECT_EQ(layer_roles(s, 0).size(), 13u);
+}
+
+TEST(ModelSpec, Gemma3PatternFromTheFile) {
+  Header period("gemma3", 4);
+  period.set("gemma3.attention.sliding_window", GgufValue::of_u32(8));
+  period.set("gemma3.attention.sliding_window_pattern", GgufValue::of_u32(2));
+  const ModelSpec s = period.spec();
+  EXPECT_EQ(s.layers[0].attention.window, 8);
+  EXPECT_EQ(s.layers[1].attention.window, 0);
+
+  Header flags("gemma3", 3);
+  flags.set("gemma3.attention.sliding_window", GgufValue::of_u32(8));
+  flags.set("gemma3.attention.sliding_window_pattern",
+            GgufValue::of_array(GgufValueType::BOOL, {GgufValue::of_bool(false), GgufValue::of_bool(true),
+                                                      GgufValue::of_bool(false)}));
+  const ModelSpec f = flags.spec();
+  EXPECT_EQ(f.layers[0].attention.window, 0);
+  EXPECT_EQ(f.layers[1].attention.window, 8);
+
+  Header short_list("gemma3", 3);
+  short_list.set("gemma3.attention.sliding_window", GgufValue::of_u32(8));
+  short_list.set("gemma3.attention.sliding_window_pattern",
+                 GgufValue::of_array(GgufValueType::BOOL, {GgufValue::of_bool(true)}));
+  EXPECT_EQ(test::error_of([&] { short_list.spec(); }),
+            "model.gguf: metadata 'gemma3.attention.sliding_window_pattern' has 1 entries for 3 layers");
+}
+
+TEST(ModelSpec, Gemma3WithoutAWindowIsGlobal) {
+  const ModelSpec s = Header("gemma3").spec();
+  for (const LayerSpec& l : s.layers) EXPECT_EQ(l.attention.window, 0);
+}
+
+TEST(ModelSpec, UnsupportedArchitectureListsTheSupported) {
+  EXPECT_EQ(test::error_of([] { Header("mamba").spec(); }),
+            "model.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+}
+
+TEST(ModelSpec, ErrorsNameTheKey) {
+  Header h("qwen3");
+  h.h.metadata.erase(h.h.metadata.begin() + 2);  // qwen3.embedding_length
+  EXPECT_NE(test::error_of([&] { h.spec(); }).find("qwen3.embedding_length"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nt
