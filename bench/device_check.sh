@@ -37,3 +37,14 @@ served = json.loads((out / "completion.json").read_text())["choices"][0]["text"]
 ran = (out / "run.txt").read_text()[len("Hello"):]
 print("serve == run:", served == ran, repr(served[:60]), repr(ran[:60]))
 PY
+# The families beside Llama run on the CPU so far: auto falls back with a note,
+# --device cuda is refused by name.
+$nt make-model --preset tiny-qwen3 --type q8_0 --out /tmp/nt/qwen3.gguf 2>&1 | tail -1
+$nt run -m /tmp/nt/qwen3.gguf -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^note|tok/s" | head -3
+$nt run -m /tmp/nt/qwen3.gguf --device cuda -p "Hello" -n 8 2>&1 | tail -1
+# Llama decode and prefill after the layer became a description (earlier
+# H100 figures: 8B Q4_K_M 550-560 tok/s decode, docs/PERFORMANCE.md).
+if [[ "${NT_CHECK_8B:-1}" == 1 ]]; then
+  $nt make-model --preset llama3-8b --type q4_k_m --out /tmp/nt/8b.gguf 2>&1 | tail -1
+  $nt bench -m /tmp/nt/8b.gguf -p 512 -n 128 2>&1 | tail -4
+fi

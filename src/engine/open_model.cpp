@@ -54,8 +54,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
   }
   if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
     std::string why;
-    device = !o.gpus.empty() || (cuda_runs_it && probe_cuda_device(0, &why)) ? Device::Cuda : Device::Cpu;
-    if (!cuda_runs_it && probe_cuda_device(0, &why)) {
+    const bool gpu = !o.gpus.empty() || probe_cuda_device(0, &why);
+    device = gpu && cuda_runs_it ? Device::Cuda : Device::Cpu;
+    if (gpu && !cuda_runs_it) {
       m.device_note = fmt::format("note: architecture '{}' runs on the CPU: the CUDA backend runs Llama layers only so far",
                                   spec.architecture);
     }

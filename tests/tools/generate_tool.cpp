@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "gguf/gguf_file.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_llama.h"
+#include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
