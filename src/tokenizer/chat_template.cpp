@@ -283,10 +283,7 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
 
 std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat) {
   const Vocabulary& v = tokenizer.vocab();
-  std::vector<int32_t> ids;
-  for (int32_t id : {v.eos(), v.eot(), v.eom()}) {
-    if (id != kNoToken) ids.push_back(id);
-  }
+  std::vector<int32_t> ids = v.eog();
   if (std::string eot = chat.end_of_turn(); !eot.empty()) {
     if (int32_t id = v.find(eot); id != kNoToken) ids.push_back(id);
   }

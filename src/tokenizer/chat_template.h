@@ -90,8 +90,8 @@ class ChatTemplate {
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                  std::span<const ChatMessage> messages, bool add_generation_prompt);
 
-// Ids that end generation: EOS, EOT and EOM from the metadata, plus the template's
-// end-of-turn token. Sorted, without duplicates.
+// Ids that end generation: the vocabulary's (Vocabulary::eog: EOS, EOT, EOM and the known
+// end markers), plus the template's end-of-turn token. Sorted, without duplicates.
 std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat);
 
 }  // namespace nt

@@ -6,6 +6,7 @@
   the sentencepiece library, plus the Hugging Face tokenizer transformers builds from the GGUF.
 - Synthetic Llama-3-style and SmolLM2-style vocabularies (our generator) written to GGUF:
   the Hugging Face tokenizer transformers builds from that GGUF.
+- The pre-tokenizer splits themselves (qwen2, llama3) against the `tokenizers` Split they stand for.
 """
 
 
@@ -14,6 +15,8 @@ import pytest
 from project_paths import convert_stories260k
 from tokenizer_oracles import (
     FIXED_TEXTS,
+    LLAMA3_SPLIT,
+    QWEN2_SPLIT,
     SMOLLM2_GGUF,
     TokenizeTool,
     fresh_rng,
@@ -23,6 +26,7 @@ from tokenizer_oracles import (
     read_tokenizer_metadata,
     sentencepiece_processor,
     smollm_pre_tokenizer,
+    split_pre_tokenizer,
     tok512_spec,
     write_vocab_gguf,
 )
@@ -432,7 +436,44 @@ def test_llama3_long_runs(llama3, name):
 def test_smollm2_synthetic_encode(smollm2_synthetic):
     tool, hf, spec = smollm2_synthetic
     assert len(spec["tokens"]) == 49152 and spec["tokens"][:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    # llama.cpp ends generation at <|endoftext|>, <|im_end|> and the FIM repository marker <reponame>
+    assert tool.request(op="info")["eog"] == [0, 2, 4]
     rng = fresh_rng()
     for text in list(FIXED_TEXTS.values()) + random_texts(rng, 500):
         for parse_special in (False, True):
             assert tool.encode(text, parse_special=parse_special) == hf_encode(hf, text, parse_special), repr(text)
+
+
+# ---------------------------------------------------------------------------
+# Pre-tokenizer splits against the `tokenizers` Split they stand for
+
+SPLIT_RULES = {"qwen2": QWEN2_SPLIT, "llama-bpe": LLAMA3_SPLIT}
+
+# Numbers in other scripts (all \p{N}), case-folded contractions, and newline/space mixes.
+SPLIT_EDGE_TEXTS = [
+    "x1y22z333w4444", "\u0663\u0664\u0665 \u00bd\u00be \uff11\uff12\uff13 \u2460\u2461 \u2167",
+    "I'M HE'S they'RE we'Ve 'll 'D '\u017f", "a\r\n\r\n b  \n  c\t\n", "  12 345\n\n6", "...\n\n!!\r",
+]
+
+
+@pytest.fixture(scope="module")
+def splitter():
+    tool = TokenizeTool("--synthetic", "smollm2", 300)  # any vocabulary: `split` names its own rules
+    yield tool
+    tool.close()
+
+
+@pytest.mark.parametrize("pre", sorted(SPLIT_RULES))
+def test_pre_tokenizer_split_matches_hf(splitter, pre):
+    hf = split_pre_tokenizer(SPLIT_RULES[pre])
+    texts = list(FIXED_TEXTS.values()) + SPLIT_EDGE_TEXTS + random_texts(fresh_rng(), 2000)
+    for text in texts:
+        assert splitter.request(op="split", text=text, pre=pre)["pieces"] == [
+            piece for piece, _ in hf.pre_tokenize_str(text)
+        ], repr(text)
+
+
+def test_qwen2_rules_names(splitter):
+    for name in ("qwen2", "deepseek-r1-qwen", "megrez"):
+        assert splitter.request(op="split", text="abc 123", pre=name) == {
+            "pieces": ["abc", " ", "1", "2", "3"], "rules": "qwen2"}

@@ -11,6 +11,7 @@
 //   chat    messages [{role, content}], add_generation_prompt=true, template (name, optional),
 //           template_text (Jinja source, optional; default: the model's)
 //                                                            -> text, format, warning, ids, stop
+//   split  text, pre (a tokenizer.ggml.pre name)             -> pieces (the pre-tokenizer's), rules
 //   info                                                     -> vocabulary facts and warnings
 //   spec                                                     -> the VocabSpec (tokens, merges, ...)
 //   time_encode  text, repeat=1                              -> seconds (per encode), n_tokens
@@ -119,13 +120,20 @@ json handle(const nt::Tokenizer& tok, const json& req) {
             {"ids", nt::encode_chat(tok, chat, messages, gen)},
             {"stop", nt::chat_stop_tokens(tok, chat)}};
   }
+  if (op == "split") {
+    nt::PreTokenizer pre(req.at("pre").get<std::string>());
+    const std::string text = req.at("text");
+    std::vector<std::string_view> pieces;
+    pre.split(text, pieces);
+    return {{"pieces", std::vector<std::string>(pieces.begin(), pieces.end())}, {"rules", pre.rules()}};
+  }
   if (op == "info") {
     const nt::Vocabulary& v = tok.vocab();
     return {{"n_vocab", v.size()},         {"model", v.model_name()},     {"pre", v.pre()},
             {"rules", tok.rules()},        {"bos", optional_id(v.bos())}, {"eos", optional_id(v.eos())},
             {"eot", optional_id(v.eot())}, {"eom", optional_id(v.eom())}, {"unk", optional_id(v.unk())},
             {"add_bos", v.add_bos()},      {"add_eos", v.add_eos()},      {"add_space_prefix", v.add_space_prefix()},
-            {"warnings", tok.warnings()}};
+            {"eog", v.eog()},              {"warnings", tok.warnings()}};
   }
   if (op == "spec") return spec_json(tok.vocab().spec());
   if (op == "time_encode") {

@@ -122,7 +122,8 @@ TEST(ChatTemplate, SmolLM2StyleStopTokens) {
   auto chat = ChatTemplate::for_tokenizer(tok);
   ASSERT_EQ(chat.format(), ChatFormat::ChatML);
   EXPECT_EQ(chat.default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{2}));  // <|im_end|> is EOS
+  // <|im_end|> (EOS), and as llama.cpp infers them <|endoftext|> and the FIM marker <reponame>.
+  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{0, 2, 4}));
   auto ids = encode_chat(tok, chat, kSingleUser, true);
   EXPECT_EQ(ids.front(), 1);  // <|im_start|>, written by the template; add_bos is off
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);
