@@ -143,7 +143,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   w.add_metadata(p + "rope.dimension_count", GgufValue::of_u32(uint32_t(c.rope_dim)));
   w.add_metadata(p + "rope.freq_base", GgufValue::of_f32(c.rope_theta));
   w.add_metadata(p + "vocab_size", GgufValue::of_u32(uint32_t(c.vocab_size)));
-  add_vocab_metadata(w, make_synthetic_bpe_vocab(int32_t(c.vocab_size), preset.vocab));
+  add_vocab_metadata(w, make_synthetic_vocab(int32_t(c.vocab_size), preset.vocab));
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
   if (dry_run) {
     for (const auto& t : w.tensors()) {

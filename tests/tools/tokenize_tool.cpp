@@ -1,7 +1,7 @@
 // Drives the tokenizer for the Python oracle tests. One request per stdin line, one
 // JSON reply per stdout line:
 //   tokenize_tool MODEL.gguf            vocabulary from a GGUF file
-//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3)
+//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3 | qwen2 | qwen3 | gemma3)
 // A line that is not a JSON object is encoded as plain text (add_special, no parse_special).
 // Requests ({"op": ...}):
 //   encode  text, add_special=true, parse_special=false      -> ids
@@ -41,21 +41,23 @@ std::string to_hex(std::string_view bytes) {
   return out;
 }
 
+constexpr const char* kStyles = "smollm2|llama3|qwen2|qwen3|gemma3";
+
 nt::Tokenizer load(int argc, char** argv) {
   std::string first = argc > 1 ? argv[1] : "";
   if (first == "--synthetic" && argc == 4) {
-    std::string style = argv[2];
-    nt::SyntheticVocabStyle s;
-    if (style == "smollm2") {
-      s = nt::SyntheticVocabStyle::SmolLM2;
-    } else if (style == "llama3") {
-      s = nt::SyntheticVocabStyle::Llama3;
-    } else {
-      nt::fail("unknown synthetic style '{}' (smollm2 or llama3)", style);
+    const std::string style = argv[2];
+    const std::pair<const char*, nt::SyntheticVocabStyle> styles[] = {
+        {"smollm2", nt::SyntheticVocabStyle::SmolLM2}, {"llama3", nt::SyntheticVocabStyle::Llama3},
+        {"qwen2", nt::SyntheticVocabStyle::Qwen2},     {"qwen3", nt::SyntheticVocabStyle::Qwen3},
+        {"gemma3", nt::SyntheticVocabStyle::Gemma3},
+    };
+    for (const auto& [name, s] : styles) {
+      if (style == name) return nt::Tokenizer(nt::make_synthetic_vocab(std::stoi(argv[3]), s), "synthetic " + style);
     }
-    return nt::Tokenizer(nt::make_synthetic_bpe_vocab(std::stoi(argv[3]), s), "synthetic " + style);
+    nt::fail("unknown synthetic style '{}' ({})", style, kStyles);
   }
-  if (argc != 2) nt::fail("usage: tokenize_tool MODEL.gguf | tokenize_tool --synthetic smollm2|llama3 N_VOCAB");
+  if (argc != 2) nt::fail("usage: tokenize_tool MODEL.gguf | tokenize_tool --synthetic {} N_VOCAB", kStyles);
   auto file = nt::GgufFile::open(first);
   return nt::Tokenizer::from_gguf(file->header(), first);
 }

@@ -1,5 +1,6 @@
 // Chat template rendering. The expected strings were produced by rendering the real
-// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates) with
+// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates, Qwen2.5's
+// and Qwen3's) with
 // transformers' render_jinja_template; tests/python/test_tokenizer_chat.py re-checks
 // many more conversations against live Jinja rendering.
 #include <gtest/gtest.h>
@@ -70,6 +71,18 @@ TEST(ChatTemplate, Llama2) {
   // The reference template raises on turns that do not alternate.
   std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
   EXPECT_THROW(chat.apply(bad, true), Error);
+}
+
+TEST(ChatTemplate, QwenChatML) {
+  auto qwen25 = ChatTemplate::detect(kQwen25ChatTemplate, {"<|endoftext|>", "<|im_end|>"});
+  EXPECT_EQ(qwen25.format(), ChatFormat::ChatML);
+  EXPECT_EQ(qwen25.default_system_prompt(), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_EQ(qwen25.apply(kSingleUser, true),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  auto qwen3 = ChatTemplate::detect(kQwen3ChatTemplate, {"<|endoftext|>", "<|im_end|>"});
+  EXPECT_EQ(qwen3.format(), ChatFormat::ChatML);
+  EXPECT_EQ(qwen3.apply(kSingleUser, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, UnknownTemplateFallsBackToPlainWithWarning) {

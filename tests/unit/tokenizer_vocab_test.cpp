@@ -196,9 +196,10 @@ TEST(Vocabulary, EndOfTurnAndEndOfGenerationAreInferred) {
 // add_vocab_metadata is what the make-model tool writes; a file written with it must read
 // back to the same spec and the same tokenizer.
 TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
-  for (auto style : {SyntheticVocabStyle::SmolLM2, SyntheticVocabStyle::Llama3}) {
-    VocabSpec spec = make_synthetic_bpe_vocab(3000, style);
-    spec.scores.assign(spec.tokens.size(), -1.5f);
+  for (auto style : {SyntheticVocabStyle::SmolLM2, SyntheticVocabStyle::Llama3, SyntheticVocabStyle::Qwen3,
+                     SyntheticVocabStyle::Gemma3}) {
+    VocabSpec spec = make_synthetic_vocab(3000, style);
+    if (spec.scores.empty()) spec.scores.assign(spec.tokens.size(), -1.5f);
     const std::string path = ::testing::TempDir() + "nt_vocab_roundtrip_" + std::to_string(int(style)) + ".gguf";
     {
       GgufWriter w(path);
@@ -209,7 +210,7 @@ TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
     auto file = GgufFile::open(path);
     EXPECT_EQ(read_vocab_spec(file->header(), path), spec);
     Tokenizer a(spec), b = Tokenizer::from_gguf(file->header(), path);
-    const std::string text = "Hello <|im_start|> world, 12345 caf\xC3\xA9!";
+    const std::string text = "Hello <|im_start|> world,  12345 caf\xC3\xA9!<start_of_turn><think>\n\n";
     EXPECT_EQ(a.encode(text, true, true), b.encode(text, true, true));
     std::remove(path.c_str());
   }
