@@ -149,7 +149,7 @@ def test_smollm2_template_override(smollm2):
     assert reply["text"] == "System: Be brief.\nUser: What is 2+2?\nAssistant:"
     with pytest.raises(RuntimeError) as err:
         tool.request(op="chat", messages=messages, template="zephyr")
-    for name in ("zephyr", "chatml", "llama3", "llama2", "plain"):
+    for name in ("zephyr", "chatml", "llama3", "llama2", "gemma", "plain"):
         assert name in str(err.value)
 
 
@@ -303,6 +303,18 @@ def test_gemma3(gemma3, gen):
     tool, hf, _, template = gemma3
     for messages in llama2_conversations():  # Gemma's template, too, wants user and model turns to alternate
         reply = check_conversation(tool, hf, template, messages, gen, "<bos>", "<eos>", 2, add_bos=True)
+        assert reply["format"] == "gemma" and reply["warning"] == ""
         assert reply["ids"].count(2) == 1  # the template's <bos>, not doubled
         assert reply["stop"] == [1, 106]  # <eos>, and <end_of_turn> as llama.cpp infers it
+        # The built-in gemma format writes what Gemma 3's template does.
+        built_in = tool.request(op="chat", messages=messages, add_generation_prompt=gen, template="gemma")
+        assert (built_in["text"], built_in["ids"], built_in["stop"]) == (reply["text"], reply["ids"], reply["stop"])
 
+
+def test_gemma3_roles_must_alternate(gemma3):
+    tool, _, _, template = gemma3
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(TemplateError):
+        render(template, messages, True, "<bos>", "<eos>")
+    with pytest.raises(RuntimeError, match="alternate"):
+        tool.request(op="chat", messages=messages, template="gemma")

@@ -1,6 +1,6 @@
 // Chat template rendering. The expected strings were produced by rendering the real
-// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates, Qwen2.5's
-// and Qwen3's) with
+// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates, Qwen2.5's,
+// Qwen3's and Gemma 3's) with
 // transformers' render_jinja_template; tests/python/test_tokenizer_chat.py re-checks
 // many more conversations against live Jinja rendering.
 #include <gtest/gtest.h>
@@ -83,6 +83,31 @@ TEST(ChatTemplate, QwenChatML) {
   auto qwen3 = ChatTemplate::detect(kQwen3ChatTemplate, {"<|endoftext|>", "<|im_end|>"});
   EXPECT_EQ(qwen3.format(), ChatFormat::ChatML);
   EXPECT_EQ(qwen3.apply(kSingleUser, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Gemma) {
+  auto chat = ChatTemplate::detect(kGemma3ChatTemplate, {"<bos>", "<eos>"});
+  EXPECT_EQ(chat.format(), ChatFormat::Gemma);
+  EXPECT_EQ(chat.end_of_turn(), "<end_of_turn>");
+  EXPECT_EQ(chat.apply(kConversation, true),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>"
+            "\n<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(chat.apply(kSingleUser, false), "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+  std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
+  EXPECT_THROW(chat.apply(bad, true), Error);
+}
+
+TEST(ChatTemplate, StopTokensAndEncodingWithSyntheticGemma3) {
+  Tokenizer tok(make_synthetic_vocab(4000, SyntheticVocabStyle::Gemma3));
+  auto chat = ChatTemplate::for_tokenizer(tok);
+  ASSERT_EQ(chat.format(), ChatFormat::Gemma);
+  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{1, 106}));  // <eos>, <end_of_turn>
+  auto ids = encode_chat(tok, chat, kConversation, true);
+  EXPECT_EQ(ids.front(), 2);  // <bos>, written by the template, not doubled
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 105), 4);  // <start_of_turn>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 106), 3);  // <end_of_turn>
+  EXPECT_EQ(encode_chat(tok, ChatTemplate::for_tokenizer(tok, "gemma"), kConversation, true), ids);
 }
 
 TEST(ChatTemplate, UnknownTemplateFallsBackToPlainWithWarning) {
