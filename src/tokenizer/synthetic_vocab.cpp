@@ -604,9 +604,12 @@ void add_byte_level_seed_merges(MergeBuilder& b, SyntheticVocabStyle style, Rand
     b.add_with_prefixes(p);
   }
   // Llama 3 splits numbers into groups of up to three digits and has a token for each group.
-  // (Qwen and SmolLM2 split every digit apart, so they have none.)
-  if (style == SyntheticVocabStyle::Llama3) {
+  // Qwen's vocabulary has digit pairs too, though its split never lets them form; SmolLM2's has none.
+  if (style == SyntheticVocabStyle::Llama3 || style == SyntheticVocabStyle::Qwen2 ||
+      style == SyntheticVocabStyle::Qwen3) {
     for (int n = 0; n < 100; ++n) b.try_add(fmt::format("{:02d}", n));
+  }
+  if (style == SyntheticVocabStyle::Llama3) {
     for (int n = 0; n < 1000; ++n) b.try_add(fmt::format("{:03d}", n));
   }
   // Two-byte characters: Latin-1 supplement, Greek, Cyrillic (leads C3, CE-CF, D0-D1).

@@ -519,6 +519,7 @@ def test_qwen_vocab_shape(qwen):
         assert types[151665:151669] == [4, 4, 4, 4]
     assert tokens[151643 + n_added] == f"[PAD{151643 + n_added}]" and set(types[151643 + n_added:]) == {5}
     assert set(types[:151643]) == {1} and len(spec["merges"]) == 151643 - 256
+    assert "12" in tokens  # digit pairs exist, as in Qwen's vocabulary, but the split never forms them
     vocab = set(tokens)
     assert len(vocab) == QWEN_VOCAB
     for merge in spec["merges"]:
