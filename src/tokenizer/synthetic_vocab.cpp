@@ -791,7 +791,8 @@ VocabSpec make_gemma3_vocab(int32_t n_vocab) {
   const std::vector<std::string> runs = gemma3_whitespace_runs();
   const int64_t n_fixed = int64_t(leading.size() + runs.size()) + 256;
   Random rng(0x6E33A3ull);
-  const std::vector<std::string> chars = gemma3_characters(int64_t(n_vocab) - n_fixed - 95, rng);
+  constexpr int64_t kAlwaysCharacters = 95;  // printable ASCII and "▁"
+  const std::vector<std::string> chars = gemma3_characters(int64_t(n_vocab) - n_fixed - kAlwaysCharacters, rng);
   check_size(n_vocab, n_fixed + int64_t(chars.size()), style,
              fmt::format("{} special, {} whitespace runs, 256 bytes, {} characters", leading.size(), runs.size(),
                          chars.size()));
