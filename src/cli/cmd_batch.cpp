@@ -269,7 +269,7 @@ void add_batch_command(CLI::App& app) {
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                "Give every line the output `run` gives it alone, token for token (the GPU's batched kernels round "
                "differently): one-token kernels for each sequence's steps, one prompt chunk a pass, no shared prefixes");
-  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format for messages lines instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format for messages lines instead of the model's template: chatml, llama3, llama2, gemma, plain");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--stop", o.stop, "Stop string for lines without stop (repeatable)");

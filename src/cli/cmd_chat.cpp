@@ -166,7 +166,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o.n_predict, "Tokens per reply at most (-1: until end of text or a full context)")
       ->capture_default_str()
       ->check(within(limits::kMaxTokens));
-  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, gemma, plain");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Replies go on past the end-of-turn token, up to -n or a full context");

@@ -227,7 +227,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--raw", o.raw, "Plain completion: do not apply the chat template");
   cmd->add_flag_callback("--no-display-prompt", [] { o.display_prompt = false; },
                          "With --raw (or a model without a template): do not echo the prompt before its continuation");
-  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, gemma, plain");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--stop", o.stop, "Stop string (repeatable)");

@@ -106,7 +106,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(2 * kMinPromptChunk, int64_t(1) << 30));
   cmd->add_option("--api-key", o.api_key, "Require this key ('Authorization: Bearer KEY' or 'x-api-key: KEY')");
   cmd->add_option("--alias", o.alias, "The model name clients give (default: the file's name without .gguf)");
-  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, plain");
+  cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, gemma, plain");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--max-waiting", o.max_waiting, "Requests that may wait beyond the slots; past them 503 with Retry-After")

@@ -5,8 +5,7 @@ namespace nt {
 EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view text) {
   EncodedPrompt p;
   p.tokens = tokenizer.encode(text, true, false);
-  p.stop_tokens = {tokenizer.vocab().eos()};
-  if (tokenizer.vocab().eot() >= 0) p.stop_tokens.push_back(tokenizer.vocab().eot());
+  p.stop_tokens = tokenizer.vocab().eog();
   return p;
 }
 

@@ -17,7 +17,8 @@ struct EncodedPrompt {
   std::vector<int32_t> stop_tokens;
 };
 
-// Raw completion: the text as it is (BOS when the vocabulary wants one); EOS and EOT end it.
+// Raw completion: the text as it is (BOS when the vocabulary wants one); the vocabulary's
+// end-of-generation tokens (EOS, EOT, ...) end it.
 EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view text);
 
 // A conversation rendered by the chat template with the assistant's turn

@@ -174,7 +174,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
       break;
     }
   }
-  add_vocab_metadata(w, make_synthetic_bpe_vocab(int32_t(c.vocab_size), preset.vocab));
+  add_vocab_metadata(w, make_synthetic_vocab(int32_t(c.vocab_size), preset.vocab));
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
   if (dry_run) {
     for (const auto& t : w.tensors()) {

@@ -19,6 +19,8 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kStartHeader = "<|start_header_id|>";
 constexpr std::string_view kEndHeader = "<|end_header_id|>";
 constexpr std::string_view kEotId = "<|eot_id|>";
+constexpr std::string_view kStartOfTurn = "<start_of_turn>";
+constexpr std::string_view kEndOfTurn = "<end_of_turn>";
 
 struct NamedFormat {
   std::string_view name;
@@ -28,6 +30,7 @@ constexpr NamedFormat kFormats[] = {
     {"chatml", ChatFormat::ChatML},
     {"llama3", ChatFormat::Llama3},
     {"llama2", ChatFormat::Llama2},
+    {"gemma", ChatFormat::Gemma},
     {"plain", ChatFormat::Plain},
 };
 
@@ -100,6 +103,7 @@ ChatTemplate ChatTemplate::detect(std::string_view template_text, SpecialTexts s
   if (template_text.find(kImStart) != std::string_view::npos) return named("chatml", template_text, specials);
   if (template_text.find(kStartHeader) != std::string_view::npos) return named("llama3", template_text, specials);
   if (template_text.find("[INST]") != std::string_view::npos) return named("llama2", template_text, specials);
+  if (template_text.find(kStartOfTurn) != std::string_view::npos) return named("gemma", template_text, specials);
   ChatTemplate t = named("plain", template_text, std::move(specials));
   t.warning_ = template_text.empty()
                    ? "the model has no chat template (tokenizer.chat_template); using the plain format"
@@ -150,6 +154,7 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string
   std::vector<std::string_view> markers;
   if (chat.format_ == ChatFormat::ChatML) markers = {kImStart, kImEnd};
   if (chat.format_ == ChatFormat::Llama3) markers = {kStartHeader, kEndHeader, kEotId};
+  if (chat.format_ == ChatFormat::Gemma) markers = {kStartOfTurn, kEndOfTurn};
   std::string missing;
   for (const std::string_view marker : markers) {
     if (v.find(marker) == kNoToken) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", marker);
@@ -180,6 +185,7 @@ std::string ChatTemplate::end_of_turn() const {
     case ChatFormat::ChatML: return std::string(kImEnd);
     case ChatFormat::Llama3: return std::string(kEotId);
     case ChatFormat::Llama2: return specials_.eos;
+    case ChatFormat::Gemma: return std::string(kEndOfTurn);
     case ChatFormat::Plain: return {};
   }
   return {};
@@ -207,6 +213,7 @@ std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_
     case ChatFormat::ChatML: return apply_chatml(messages, add_generation_prompt);
     case ChatFormat::Llama3: return apply_llama3(messages, add_generation_prompt);
     case ChatFormat::Llama2: return apply_llama2(messages);
+    case ChatFormat::Gemma: return apply_gemma(messages, add_generation_prompt);
     case ChatFormat::Plain: return apply_plain(messages, add_generation_prompt);
   }
   return {};
@@ -265,6 +272,29 @@ std::string ChatTemplate::apply_llama2(std::span<const ChatMessage> messages) co
   return out;
 }
 
+// Google's Gemma 3 template: BOS once; a leading system message goes, as it is, before the
+// first user turn's trimmed content; the assistant is "model"; user and model turns alternate.
+std::string ChatTemplate::apply_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::span<const ChatMessage> turns = messages;
+  std::string first_user_prefix;
+  if (!messages.empty() && messages[0].role == "system") {
+    first_user_prefix = messages[0].content + "\n\n";
+    turns = messages.subspan(1);
+  }
+  std::string out = specials_.bos;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatMessage& m = turns[i];
+    if ((m.role == "user") != (i % 2 == 0)) {
+      fail("gemma chat template: conversation roles must alternate user/assistant/user/assistant/... (turn {} is '{}')",
+           i + 1, m.role);
+    }
+    out += fmt::format("{}{}\n{}{}{}\n", kStartOfTurn, m.role == "assistant" ? "model" : m.role,
+                       i == 0 ? first_user_prefix : "", strip(m.content), kEndOfTurn);
+  }
+  if (add_generation_prompt) out += fmt::format("{}model\n", kStartOfTurn);
+  return out;
+}
+
 std::string ChatTemplate::apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
   std::string out;
   for (const ChatMessage& m : messages) out += fmt::format("{}: {}\n", capitalized(m.role), m.content);
@@ -283,10 +313,7 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate&
 
 std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat) {
   const Vocabulary& v = tokenizer.vocab();
-  std::vector<int32_t> ids;
-  for (int32_t id : {v.eos(), v.eot(), v.eom()}) {
-    if (id != kNoToken) ids.push_back(id);
-  }
+  std::vector<int32_t> ids = v.eog();
   if (std::string eot = chat.end_of_turn(); !eot.empty()) {
     if (int32_t id = v.find(eot); id != kNoToken) ids.push_back(id);
   }

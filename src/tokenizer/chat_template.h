@@ -7,6 +7,7 @@
 //   chatml  "<|im_start|>role\ncontent<|im_end|>\n"   (SmolLM2, Qwen, ...)
 //   llama3  "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>"
 //   llama2  "<s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] reply </s>"
+//   gemma   "<bos><start_of_turn>user\ncontent<end_of_turn>\n<start_of_turn>model\n" (Gemma 3)
 //   plain   "User: content\n" lines, the fallback for anything unrecognised.
 #pragma once
 
@@ -30,7 +31,7 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFormat { ChatML, Llama3, Llama2, Plain };
+enum class ChatFormat { ChatML, Llama3, Llama2, Gemma, Plain };
 
 class ChatTemplate {
  public:
@@ -42,7 +43,7 @@ class ChatTemplate {
   // Recognises `template_text` (the Jinja source). Unrecognised or empty text selects
   // the plain format and sets warning().
   static ChatTemplate detect(std::string_view template_text, SpecialTexts specials);
-  // Selects a format by name ("chatml", "llama3", "llama2", "plain"); any other name is
+  // Selects a format by name ("chatml", "llama3", "llama2", "gemma", "plain"); any other name is
   // an error listing the valid ones. `template_text` still supplies details such as
   // ChatML's default system prompt.
   static ChatTemplate named(std::string_view name, std::string_view template_text, SpecialTexts specials);
@@ -60,7 +61,8 @@ class ChatTemplate {
   const std::string& warning() const { return warning_; }
   // ChatML only: the system prompt inserted when the conversation does not start with one.
   const std::string& default_system_prompt() const { return default_system_; }
-  // The token text that ends a turn ("<|im_end|>", "<|eot_id|>", EOS for llama2, "" for plain).
+  // The token text that ends a turn ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", EOS for
+  // llama2, "" for plain).
   std::string end_of_turn() const;
 
   // Renders the conversation; add_generation_prompt appends the opening of an assistant turn.
@@ -72,6 +74,7 @@ class ChatTemplate {
   std::string apply_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   std::string apply_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   std::string apply_llama2(std::span<const ChatMessage> messages) const;
+  std::string apply_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   std::string apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   // Renders the Jinja template through the engine, with the specials as bos_token and eos_token.
@@ -90,8 +93,8 @@ class ChatTemplate {
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                  std::span<const ChatMessage> messages, bool add_generation_prompt);
 
-// Ids that end generation: EOS, EOT and EOM from the metadata, plus the template's
-// end-of-turn token. Sorted, without duplicates.
+// Ids that end generation: the vocabulary's (Vocabulary::eog: EOS, EOT, EOM and the known
+// end markers), plus the template's end-of-turn token. Sorted, without duplicates.
 std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat);
 
 }  // namespace nt

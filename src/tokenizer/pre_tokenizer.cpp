@@ -19,6 +19,11 @@ constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}
 constexpr const char* kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen2's split (Qwen2, Qwen2.5, Qwen3 tokenizer.json): Llama 3's, except that every digit is
+// a piece of its own.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Each digit on its own (HF's Digits(individual_digits=true)), before GPT-2's split.
 constexpr const char* kSingleDigitPattern = R"(\p{N})";
 
@@ -31,6 +36,10 @@ struct RuleSet {
 std::optional<RuleSet> rule_set_for(std::string_view pre) {
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "dbrx" || pre == "smaug-bpe") {
     return RuleSet{"llama3", {kLlama3Pattern}, true};
+  }
+  // The names llama.cpp reads as Qwen2's rules (models fine-tuned from Qwen keep its tokenizer).
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "megrez" || pre == "kormo" || pre == "f2llmv2") {
+    return RuleSet{"qwen2", {kQwen2Pattern}, false};
   }
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r") {
     return RuleSet{"smollm", {kSingleDigitPattern, kGpt2Pattern}, false};

@@ -19,7 +19,7 @@ class PreTokenizer {
   PreTokenizer(PreTokenizer&&) noexcept;
   PreTokenizer& operator=(PreTokenizer&&) noexcept;
 
-  // The rule set in use: "gpt2", "llama3" or "smollm".
+  // The rule set in use: "gpt2", "llama3", "qwen2" or "smollm".
   const std::string& rules() const { return rules_; }
   // Whether a piece that is itself a token skips the merges (as Llama 3 does).
   bool ignore_merges() const { return ignore_merges_; }

@@ -21,6 +21,26 @@ bool pre_adds_bos_by_default(std::string_view pre) {
   return pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "dbrx" || pre == "smaug-bpe";
 }
 
+// "<｜end▁of▁sentence｜>" (DeepSeek), spelled in UTF-8.
+constexpr std::string_view kDeepSeekEnd = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+
+// End-of-turn markers, tried in this order for EOT when the file names none.
+constexpr std::string_view kEndOfTurnTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",      "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>",      "_<EOT>",     "[EOT]",   kDeepSeekEnd, "<end_of_utterance>",
+};
+
+// Tokens that end generation wherever they appear (llama.cpp's list): ends of turns and
+// texts, and the fill-in-the-middle padding, repository and file-separator markers.
+constexpr std::string_view kEndOfGenerationTexts[] = {
+    "<|eot_id|>",  "<|im_end|>",   "<|end|>",       "<|return|>",      "<|call|>",         "<|flush|>",
+    "<|calls|>",   "<end_of_turn>", "<|endoftext|>", "</s>",            "<|eom_id|>",       "<EOT>",
+    "_<EOT>",      "[EOT]",        "[EOS]",         "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+    "<turn|>",     "<|tool_response>", kDeepSeekEnd, "[e~[",
+    "<|fim_pad|>", "<fim-pad>",    "<fim_pad>",     "<PAD>",           "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",  "<REPO>",          "<reponame>",       "<|file_sep|>",
+};
+
 std::string what(std::string_view source, std::string_view key) {
   return fmt::format("{}: metadata '{}'", source, key);
 }
@@ -111,6 +131,7 @@ Vocabulary::Vocabulary(VocabSpec spec, std::string_view source) : spec_(std::mov
   index_tokens(source);
   if (model_ == VocabModel::ByteLevelBpe) index_merges(source);
   resolve_specials(source);
+  collect_end_of_generation();
 }
 
 TokenKind Vocabulary::kind(int32_t id) const {
@@ -192,6 +213,9 @@ void Vocabulary::resolve_specials(std::string_view source) {
   bos_ = resolve(spec_.bos_id, "tokenizer.ggml.bos_token_id", spm ? 1 : kNoToken);
   eos_ = resolve(spec_.eos_id, "tokenizer.ggml.eos_token_id", spm ? 2 : kNoToken);
   eot_ = resolve(spec_.eot_id, "tokenizer.ggml.eot_token_id", kNoToken);
+  for (size_t i = 0; !spec_.eot_id && eot_ == kNoToken && i < std::size(kEndOfTurnTexts); ++i) {
+    eot_ = find(kEndOfTurnTexts[i]);
+  }
   eom_ = resolve(spec_.eom_id, "tokenizer.ggml.eom_token_id", kNoToken);
   pad_ = resolve(spec_.pad_id, "tokenizer.ggml.padding_token_id", kNoToken);
 
@@ -211,6 +235,28 @@ void Vocabulary::resolve_specials(std::string_view source) {
         "missing",
         source);
   }
+}
+
+bool Vocabulary::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
+
+void Vocabulary::collect_end_of_generation() {
+  eog_.clear();
+  for (std::string_view text : kEndOfGenerationTexts) {
+    if (int32_t id = find(text); id != kNoToken) eog_.push_back(id);
+  }
+  for (int32_t id : {eos_, eot_, eom_}) {
+    if (id != kNoToken) eog_.push_back(id);
+  }
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+  // Two exceptions llama.cpp makes: "<|end|>" only closes a message where "<|return|>" and
+  // "<|call|>" end the turn (gpt-oss, Solar Open), and "</s>" is plain text beside Gemma 4's
+  // and PLaMo's own end markers.
+  auto has = [&](std::string_view text) { return is_eog(find(text)); };
+  auto drop = [&](std::string_view text) { std::erase(eog_, find(text)); };
+  const bool calls = has("<|call|>") || has("<|calls|>");
+  if ((has("<|return|>") && calls) || (calls && has("<|flush|>"))) drop("<|end|>");
+  if (has("<|tool_response>") || has("<|plamo:eos|>")) drop("</s>");
 }
 
 }  // namespace nt

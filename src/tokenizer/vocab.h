@@ -80,13 +80,20 @@ class Vocabulary {
   };
   std::optional<Merge> merge(int32_t left, int32_t right) const;
 
-  // Special ids resolved with defaults; kNoToken when the vocabulary has none.
+  // Special ids resolved with defaults; kNoToken when the vocabulary has none. Without
+  // tokenizer.ggml.eot_token_id, EOT is the first token found of "<|eot_id|>", "<|im_end|>",
+  // "<|end|>", "<end_of_turn>", "<|endoftext|>", ... (the end-of-turn markers llama.cpp knows).
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
   int32_t eot() const { return eot_; }
   int32_t eom() const { return eom_; }
   int32_t pad() const { return pad_; }
   int32_t unk() const { return unk_; }
+  // Every token that ends generation, sorted: EOS, EOT, EOM, and the tokens spelled as the
+  // end-of-text, end-of-turn and fill-in-the-middle stop markers llama.cpp recognises
+  // ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|fim_pad|>", "<|file_sep|>", ...).
+  const std::vector<int32_t>& eog() const { return eog_; }
+  bool is_eog(int32_t id) const;
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
@@ -104,6 +111,7 @@ class Vocabulary {
   void index_tokens(std::string_view source);
   void index_merges(std::string_view source);
   void resolve_specials(std::string_view source);
+  void collect_end_of_generation();
 
   VocabSpec spec_;
   VocabModel model_ = VocabModel::SentencePiece;
@@ -111,6 +119,7 @@ class Vocabulary {
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t byte_tokens_[256];
   int32_t bos_ = kNoToken, eos_ = kNoToken, eot_ = kNoToken, eom_ = kNoToken, pad_ = kNoToken, unk_ = kNoToken;
+  std::vector<int32_t> eog_;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
 };
 

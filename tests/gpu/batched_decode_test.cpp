@@ -155,7 +155,7 @@ TEST(BatchedDecode, Stories260KSequencesDecodeTogetherAsAlone) {
 // must compute what resident ones do: the same kernels on the same weights,
 // so the same tokens (random weights: every near-tie is reproduced too).
 TEST(BatchedDecode, StreamedBatchesDecodeAsResidentOnes) {
-  ModelSpec spec;
+  TestModel spec;
   spec.layers = 8;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_stream.gguf"));
   std::uniform_int_distribution<int32_t> dist(0, int32_t(spec.vocab - 1));
@@ -384,7 +384,7 @@ void expect_both_paths_keep_the_reference(const GgufFile& file, const BatchedSte
 // reference: both within the tolerance the runner's other logits keep, and
 // the super-block step rounding unlike the per-32 one (the option is on).
 TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
-  ModelSpec spec;
+  TestModel spec;
   spec.layers = 3;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_super.gguf"));
   CudaRunnerOptions per32, super;
@@ -399,7 +399,7 @@ TEST(BatchedDecode, SuperBlockActivationsKeepTheReferenceLogits) {
 // sequences within the reference's tolerance either way, and the two paths
 // rounding apart (the GEMM ran).
 TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
-  ModelSpec spec;
+  TestModel spec;
   spec.layers = 3;
   spec.wq = spec.wk = spec.wo = spec.gate = spec.up = TensorType::Q3_K;
   spec.wv = TensorType::Q4_K;
@@ -417,7 +417,7 @@ TEST(BatchedDecode, Q3KMatricesKeepTheReferenceLogitsThroughTheInt8Gemm) {
 TEST(BatchedDecode, FloatMatricesDecodeBatchesThroughCublas) {
   for (const TensorType type : {TensorType::F16, TensorType::BF16}) {
     SCOPED_TRACE(tensor_type_name(type));
-    ModelSpec spec;
+    TestModel spec;
     spec.layers = 2;
     spec.embd = spec.output = spec.wq = spec.wk = spec.wv = spec.wo = spec.gate = spec.up = spec.down = type;
     const auto file = GgufFile::open(write_model(spec, "nt_batched_float.gguf"));
@@ -481,7 +481,7 @@ TEST(BatchedDecode, ASharedPoolSmallerThanEveryContextDecodesAsAlone) {
 }
 
 TEST(BatchedDecode, PoolAndContextLimitsFailClearly) {
-  ModelSpec spec;
+  TestModel spec;
   const auto file = GgufFile::open(write_model(spec, "nt_batched_limits.gguf"));
   CudaRunnerOptions o;
   o.max_sequences = 2;

@@ -104,7 +104,7 @@ void check_all_paths(const std::string& path, const CudaRunnerOptions& options, 
 }
 
 TEST(CudaRunner, KQuantModelMatchesReference) {
-  check_all_paths(write_model(ModelSpec{}, "nt_cuda_kquant.gguf"), CudaRunnerOptions{}, true);
+  check_all_paths(write_model(TestModel{}, "nt_cuda_kquant.gguf"), CudaRunnerOptions{}, true);
 }
 
 // The one-token step as models too wide to fold run it (the 70B): a
@@ -112,11 +112,11 @@ TEST(CudaRunner, KQuantModelMatchesReference) {
 TEST(CudaRunner, KQuantModelUnfoldedMatchesReference) {
   CudaRunnerOptions options;
   options.fold_norms = false;
-  check_all_paths(write_model(ModelSpec{}, "nt_cuda_kquant_unfolded.gguf"), options, false);
+  check_all_paths(write_model(TestModel{}, "nt_cuda_kquant_unfolded.gguf"), options, false);
 }
 
 TEST(CudaRunner, LegacyTiedModelInSmallChunksMatchesReference) {
-  ModelSpec s;
+  TestModel s;
   s.dim = 128;
   s.ffn = 352;
   s.heads = 4;
@@ -136,7 +136,7 @@ TEST(CudaRunner, LegacyTiedModelInSmallChunksMatchesReference) {
 }
 
 TEST(CudaRunner, FloatModelWithoutGraphMatchesReference) {
-  ModelSpec s;
+  TestModel s;
   s.embd = TensorType::BF16;
   s.output = TensorType::F32;
   s.wq = s.wk = s.wv = s.wo = TensorType::F16;
@@ -153,7 +153,7 @@ TEST(CudaRunner, FloatModelWithoutGraphMatchesReference) {
 // logits, across the switch from the short-context graph to the full one,
 // and the same again after stopping early and resuming where it stopped.
 TEST(CudaRunner, GreedyDecodeFeedsPicksBackOnTheDevice) {
-  const auto file = GgufFile::open(write_model(ModelSpec{}, "nt_cuda_greedy.gguf"));
+  const auto file = GgufFile::open(write_model(TestModel{}, "nt_cuda_greedy.gguf"));
   const int64_t context = kShortDecodeMaxKeys + 100, start = kShortDecodeMaxKeys - 20, steps = 40;
   auto runner = make_cuda_runner(*file, context);
   const int64_t vocab = runner->config().vocab_size;
@@ -192,7 +192,7 @@ TEST(CudaRunner, GreedyDecodeFeedsPicksBackOnTheDevice) {
 // forward()'s row of the same step, for a prefill and for graph decode steps,
 // and through the host path beyond kMaxTopLogits.
 TEST(CudaRunner, SelectsTheTopOfTheRowAsTheSamplerWould) {
-  ModelSpec spec;
+  TestModel spec;
   spec.vocab = 700;
   const auto file = GgufFile::open(write_model(spec, "nt_cuda_top.gguf"));
   auto runner = make_cuda_runner(*file, 64);
@@ -228,7 +228,7 @@ TEST(CudaRunner, SelectsTheTopOfTheRowAsTheSamplerWould) {
 // or many candidates, across the switch from the short-context graph to the
 // full one.
 TEST(CudaRunner, SampledDecodeOnTheDeviceChoosesAsTheHostSampler) {
-  ModelSpec spec;
+  TestModel spec;
   spec.vocab = 700;
   const auto file = GgufFile::open(write_model(spec, "nt_cuda_sampled.gguf"));
   const int64_t context = kShortDecodeMaxKeys + 100, start = kShortDecodeMaxKeys - 20, steps = 40;
@@ -271,7 +271,7 @@ TEST(CudaRunner, SampledDecodeOnTheDeviceChoosesAsTheHostSampler) {
 // A NaN logit reaches the user as the sampler's error, from the selection on
 // the GPU and from sampling on the GPU alike.
 TEST(CudaRunner, SamplingRefusesAPoisonedRow) {
-  ModelSpec spec;
+  TestModel spec;
   spec.vocab = 700;
   spec.output = TensorType::F32;
   const std::string path = write_model(spec, "nt_cuda_poisoned.gguf");
@@ -304,7 +304,7 @@ TEST(CudaRunner, SamplingRefusesAPoisonedRow) {
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {
-  const auto file = GgufFile::open(write_model(ModelSpec{}, "nt_cuda_fit.gguf"));
+  const auto file = GgufFile::open(write_model(TestModel{}, "nt_cuda_fit.gguf"));
   try {
     make_cuda_runner(*file, int64_t(1) << 34);
     FAIL() << "expected an out-of-memory error";

@@ -27,8 +27,8 @@ namespace {
 
 // Eight layers, so budgets can split them over all three tiers with more
 // streamed layers than ring slots.
-ModelSpec streaming_spec() {
-  ModelSpec s;
+TestModel streaming_spec() {
+  TestModel s;
   s.layers = 8;
   return s;
 }
@@ -110,7 +110,7 @@ void expect_file_streams_like_resident(const std::string& path, int64_t layers, 
   }
 }
 
-void expect_streaming_matches_resident(const ModelSpec& spec, const std::string& name, const CudaRunnerOptions& base,
+void expect_streaming_matches_resident(const TestModel& spec, const std::string& name, const CudaRunnerOptions& base,
                                        std::vector<std::array<int64_t, 2>> splits) {
   expect_file_streams_like_resident(write_model(spec, name), spec.layers, spec.vocab, base, std::move(splits));
 }
@@ -122,7 +122,7 @@ TEST(LayerStreaming, MixedKQuantsMatchResidentAcrossTiers) {
 }
 
 TEST(LayerStreaming, FusedAndFloatLayersInSmallChunksMatchResident) {
-  ModelSpec s = streaming_spec();
+  TestModel s = streaming_spec();
   s.wq = s.wk = s.wv = TensorType::Q8_0;  // fused QKV
   s.up = TensorType::Q8_0;                // gate and up apart
   s.down = TensorType::F16;               // file layout kept: a plain device copy

@@ -198,7 +198,7 @@ constexpr Tier V = Tier::Vram, R = Tier::Ram, D = Tier::Disk;
 
 // Resident and streamed splits of 8 layers over the GPUs listed.
 void expect_splits_compute_what_one_runner_does(const std::vector<int>& gpus2, const std::vector<int>& gpus3) {
-  ModelSpec spec;
+  TestModel spec;
   spec.layers = 8;
   const auto file = GgufFile::open(write_model(spec, "nt_pipeline_script.gguf"));
   const std::vector<int32_t> tokens = script_tokens(spec.vocab);
@@ -235,7 +235,7 @@ TEST(Pipeline, StagesOnTwoGpusComputeWhatOneRunnerComputes) {
 // Schedules that skip layers, end inside a stage or leave later stages with
 // nothing but the hand-off and the head.
 TEST(Pipeline, LayerSchedulesSpanStagesAsOnOneRunner) {
-  ModelSpec spec;
+  TestModel spec;
   spec.layers = 8;
   const auto file = GgufFile::open(write_model(spec, "nt_pipeline_schedule.gguf"));
   const std::vector<int32_t> tokens = script_tokens(spec.vocab);
@@ -429,7 +429,7 @@ TEST(Pipeline, OpenModelRunsTheLayerSplit) {
 }
 
 TEST(Pipeline, ErrorsNameTheGpu) {
-  ModelSpec spec;
+  TestModel spec;
   const auto file = GgufFile::open(write_model(spec, "nt_pipeline_errors.gguf"));
   const auto message = [](const std::function<void()>& f) {
     try {

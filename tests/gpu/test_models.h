@@ -14,7 +14,7 @@
 
 namespace nt {
 
-struct ModelSpec {
+struct TestModel {
   int64_t dim = 256, ffn = 512, layers = 2, heads = 4, kv_heads = 2, vocab = 320;
   TensorType embd = TensorType::Q8_0, output = TensorType::Q8_0;  // output unused when tied
   TensorType wq = TensorType::Q4_K, wk = TensorType::Q4_K, wv = TensorType::Q6_K, wo = TensorType::Q5_K;
@@ -22,7 +22,7 @@ struct ModelSpec {
   bool tied = false;
 };
 
-inline std::string write_model(const ModelSpec& s, const std::string& name) {
+inline std::string write_model(const TestModel& s, const std::string& name) {
   const std::string path = (std::filesystem::path(testing::TempDir()) / name).string();
   GgufWriter w(path);
   w.add_metadata("general.architecture", GgufValue::of_string("llama"));

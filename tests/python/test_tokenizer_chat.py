@@ -4,24 +4,29 @@ against the Hugging Face tokenizer of the same GGUF.
 
 Templates: SmolLM2's, read out of its GGUF; Meta's Llama 3 and Llama 2 templates (copied
 below from Meta's tokenizer_config.json files), used with the synthetic Llama 3 vocabulary and
-llama2.c's tok512 SentencePiece vocabulary."""
+llama2.c's tok512 SentencePiece vocabulary; Qwen2.5's, Qwen3's and Gemma 3's (the corpus in
+tests/data/chat_templates), which the synthetic Qwen2, Qwen3 and Gemma3 vocabularies carry."""
 
 import pytest
 from jinja2.exceptions import TemplateError
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from project_paths import SOURCE_DIR
 from tokenizer_oracles import (
     SMOLLM2_GGUF,
     TokenizeTool,
     fresh_rng,
     hf_backend_from_gguf,
     hf_encode,
+    qwen2_pre_tokenizer,
     random_texts,
     read_tokenizer_metadata,
     smollm_pre_tokenizer,
     tok512_spec,
     write_vocab_gguf,
 )
+
+TEMPLATE_DIR = SOURCE_DIR / "tests" / "data" / "chat_templates"
 
 LLAMA3_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
@@ -116,7 +121,9 @@ def test_smollm2_chatml(smollm2, index, gen):
         tool, hf, template, FIXED_CONVERSATIONS[index], gen, "<|im_start|>", "<|im_end|>", 1, add_bos=False
     )
     assert reply["format"] == "chatml" and reply["warning"] == ""
-    assert reply["stop"] == [2]  # <|im_end|> is both EOS and the end of a turn
+    # <|im_end|> (EOS and the end of a turn), and as llama.cpp infers them <|endoftext|> and
+    # the fill-in-the-middle repository marker <reponame>
+    assert reply["stop"] == [0, 2, 4]
 
 
 def test_smollm2_chatml_random(smollm2):
@@ -142,7 +149,7 @@ def test_smollm2_template_override(smollm2):
     assert reply["text"] == "System: Be brief.\nUser: What is 2+2?\nAssistant:"
     with pytest.raises(RuntimeError) as err:
         tool.request(op="chat", messages=messages, template="zephyr")
-    for name in ("zephyr", "chatml", "llama3", "llama2", "plain"):
+    for name in ("zephyr", "chatml", "llama3", "llama2", "gemma", "plain"):
         assert name in str(err.value)
 
 
@@ -237,3 +244,77 @@ def test_unknown_template_falls_back_to_plain(llama2):
     # tok512 has no template at all
     reply = tool.request(op="chat", messages=FIXED_CONVERSATIONS[0])
     assert reply["format"] == "plain" and "no chat template" in reply["warning"]
+
+
+# ---------------------------------------------------------------------------
+# Qwen2.5, Qwen3 and Gemma 3 on their synthetic vocabularies, with their real templates
+
+def synthetic_gguf(tmp_path_factory, style, n_vocab):
+    gen = TokenizeTool("--synthetic", style, n_vocab)
+    spec = gen.request(op="spec")
+    gen.close()
+    path = tmp_path_factory.mktemp(style) / f"{style}.gguf"
+    write_vocab_gguf(path, spec, architecture=style)
+    return path, spec
+
+
+@pytest.fixture(scope="module", params=[("qwen2", "qwen2.5-instruct.jinja"), ("qwen3", "qwen3-0.6b.jinja")])
+def qwen(request, tmp_path_factory):
+    style, template_name = request.param
+    path, spec = synthetic_gguf(tmp_path_factory, style, 151936)
+    hf = hf_backend_from_gguf(path)
+    hf.pre_tokenizer = qwen2_pre_tokenizer()
+    tool = TokenizeTool(path)
+    yield tool, hf, spec, (TEMPLATE_DIR / template_name).read_text()
+    tool.close()
+
+
+def test_qwen_synthetic_carries_the_real_template(qwen):
+    _, _, spec, template = qwen
+    assert spec["chat_template"] == template
+
+
+@pytest.mark.parametrize("gen", [True, False])
+def test_qwen_chatml(qwen, gen):
+    tool, hf, _, template = qwen
+    for messages in FIXED_CONVERSATIONS + random_conversations(40):
+        reply = check_conversation(tool, hf, template, messages, gen, "<|endoftext|>", "<|im_end|>", 151643,
+                                   add_bos=False)
+        assert reply["format"] == "chatml" and reply["warning"] == ""
+        # <|endoftext|>, <|im_end|>, <|fim_pad|>, <|repo_name|>, <|file_sep|>: llama.cpp's end-of-generation set
+        assert reply["stop"] == [151643, 151645, 151662, 151663, 151664]
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    path, spec = synthetic_gguf(tmp_path_factory, "gemma3", 262144)
+    tool = TokenizeTool(path)
+    yield tool, hf_backend_from_gguf(path), spec, (TEMPLATE_DIR / "gemma-3-it.jinja").read_text()
+    tool.close()
+
+
+def test_gemma3_synthetic_carries_the_real_template(gemma3):
+    _, _, spec, template = gemma3
+    assert spec["chat_template"] == template
+
+
+@pytest.mark.parametrize("gen", [True, False])
+def test_gemma3(gemma3, gen):
+    tool, hf, _, template = gemma3
+    for messages in llama2_conversations():  # Gemma's template, too, wants user and model turns to alternate
+        reply = check_conversation(tool, hf, template, messages, gen, "<bos>", "<eos>", 2, add_bos=True)
+        assert reply["format"] == "gemma" and reply["warning"] == ""
+        assert reply["ids"].count(2) == 1  # the template's <bos>, not doubled
+        assert reply["stop"] == [1, 106]  # <eos>, and <end_of_turn> as llama.cpp infers it
+        # The built-in gemma format writes what Gemma 3's template does.
+        built_in = tool.request(op="chat", messages=messages, add_generation_prompt=gen, template="gemma")
+        assert (built_in["text"], built_in["ids"], built_in["stop"]) == (reply["text"], reply["ids"], reply["stop"])
+
+
+def test_gemma3_roles_must_alternate(gemma3):
+    tool, _, _, template = gemma3
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(TemplateError):
+        render(template, messages, True, "<bos>", "<eos>")
+    with pytest.raises(RuntimeError, match="alternate"):
+        tool.request(op="chat", messages=messages, template="gemma")

@@ -22,7 +22,7 @@ import pytest
 
 import gguf
 import numpy as np
-from tokenizers import pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 
 from project_paths import BUILD_DIR, MODELS_DIR, SHARED_MODELS
 SMOLLM2_GGUF = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -185,6 +185,31 @@ def smollm_pre_tokenizer():
     )
 
 
+# Qwen2's split, as its tokenizer.json writes it (Qwen2, Qwen2.5 and Qwen3 share it): Llama 3's,
+# but each digit on its own.
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def split_pre_tokenizer(pattern):
+    """The regex split alone (HF `Split(..., behavior="isolated")`), giving the raw pieces."""
+    return pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+
+
+def qwen2_pre_tokenizer():
+    """Qwen2's tokenizer.json pre-tokenizer: its split, then the byte-level mapping without a regex."""
+    return pre_tokenizers.Sequence(
+        [
+            split_pre_tokenizer(QWEN2_SPLIT),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+
+
 def hf_encode(backend, text, parse_special=True):
     backend.encode_special_tokens = not parse_special
     return backend.encode(text, add_special_tokens=False).ids
@@ -262,9 +287,10 @@ def _field(number, wire_type, payload):
     return key + _varint(len(payload)) + payload  # wire type 2: bytes / message
 
 
-def sentencepiece_model_proto(pieces, scores, types):
+def sentencepiece_model_proto(pieces, scores, types, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, add_dummy_prefix=True):
     """A serialized sentencepiece ModelProto for a BPE model with byte fallback, identity
-    normalization, the dummy-prefix space, and spaces kept as they are (no collapsing)."""
+    normalization, the dummy-prefix space (unless add_dummy_prefix is false), and spaces kept
+    as they are (no collapsing)."""
     body = b""
     for piece, score, kind in zip(pieces, scores, types):
         sp = _field(1, 2, piece.encode("utf-8")) + _field(2, 5, float(score)) + _field(3, 0, int(kind))
@@ -273,24 +299,41 @@ def sentencepiece_model_proto(pieces, scores, types):
         _field(3, 0, 2)  # model_type = BPE
         + _field(4, 0, len(pieces))  # vocab_size
         + _field(35, 0, 1)  # byte_fallback
-        + _field(40, 0, 0)  # unk_id
-        + _field(41, 0, 1)  # bos_id
-        + _field(42, 0, 2)  # eos_id
-        + _field(43, 0, -1)  # pad_id
+        + _field(40, 0, unk_id)
+        + _field(41, 0, bos_id)
+        + _field(42, 0, eos_id)
+        + _field(43, 0, pad_id)
     )
     normalizer = (
         _field(1, 2, b"identity")
-        + _field(3, 0, 1)  # add_dummy_prefix
+        + _field(3, 0, int(add_dummy_prefix))
         + _field(4, 0, 0)  # remove_extra_whitespaces = false
         + _field(5, 0, 1)  # escape_whitespaces
     )
     return body + _field(2, 2, trainer) + _field(3, 2, normalizer)
 
 
-def sentencepiece_processor(pieces, scores, types):
+def sentencepiece_processor(pieces, scores, types, **options):
     import sentencepiece
 
-    return sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model_proto(pieces, scores, types))
+    return sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model_proto(pieces, scores, types, **options))
+
+
+SPM_USER_DEFINED = 4
+
+
+def gemma_sentencepiece_processor(spec):
+    """The sentencepiece model a Gemma-style GGUF vocabulary stands for: Gemma's special ids, no
+    dummy prefix, and user-defined runs of spaces spelled with "\u2581" as sentencepiece stores
+    them (llama.cpp's converter writes real spaces into the GGUF)."""
+    pieces = [
+        t.replace(" ", "\u2581") if kind == SPM_USER_DEFINED else t
+        for t, kind in zip(spec["tokens"], spec["token_types"])
+    ]
+    return sentencepiece_processor(
+        pieces, spec["scores"], spec["token_types"], unk_id=spec["unk_id"], bos_id=spec["bos_id"],
+        eos_id=spec["eos_id"], pad_id=spec["pad_id"], add_dummy_prefix=spec["add_space_prefix"],
+    )
 
 
 # ---------------------------------------------------------------------------

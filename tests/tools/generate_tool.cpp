@@ -60,10 +60,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<const nt::GgufFile> file = nt::GgufFile::open(argv[1]);
   const auto tokenizer = nt::Tokenizer::from_gguf(file->header(), file->path());
   if (have_prompt) prompt_ids = tokenizer.encode(prompt, true, false);
-  if (!ignore_eos) {
-    gen.stop_tokens = {tokenizer.vocab().eos()};
-    if (tokenizer.vocab().eot() >= 0) gen.stop_tokens.push_back(tokenizer.vocab().eot());
-  }
+  if (!ignore_eos) gen.stop_tokens = tokenizer.vocab().eog();
   auto runner = nt::make_cpu_runner(file, runner_options);
   nt::Sampler sampler(sampling, runner->config().vocab_size);
   nt::Generator generator(*runner, tokenizer);

@@ -1,7 +1,7 @@
 // Drives the tokenizer for the Python oracle tests. One request per stdin line, one
 // JSON reply per stdout line:
 //   tokenize_tool MODEL.gguf            vocabulary from a GGUF file
-//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3)
+//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3 | qwen2 | qwen3 | gemma3)
 // A line that is not a JSON object is encoded as plain text (add_special, no parse_special).
 // Requests ({"op": ...}):
 //   encode  text, add_special=true, parse_special=false      -> ids
@@ -11,6 +11,7 @@
 //   chat    messages [{role, content}], add_generation_prompt=true, template (name, optional),
 //           template_text (Jinja source, optional; default: the model's)
 //                                                            -> text, format, warning, ids, stop
+//   split  text, pre (a tokenizer.ggml.pre name)             -> pieces (the pre-tokenizer's), rules
 //   info                                                     -> vocabulary facts and warnings
 //   spec                                                     -> the VocabSpec (tokens, merges, ...)
 //   time_encode  text, repeat=1                              -> seconds (per encode), n_tokens
@@ -40,21 +41,23 @@ std::string to_hex(std::string_view bytes) {
   return out;
 }
 
+constexpr const char* kStyles = "smollm2|llama3|qwen2|qwen3|gemma3";
+
 nt::Tokenizer load(int argc, char** argv) {
   std::string first = argc > 1 ? argv[1] : "";
   if (first == "--synthetic" && argc == 4) {
-    std::string style = argv[2];
-    nt::SyntheticVocabStyle s;
-    if (style == "smollm2") {
-      s = nt::SyntheticVocabStyle::SmolLM2;
-    } else if (style == "llama3") {
-      s = nt::SyntheticVocabStyle::Llama3;
-    } else {
-      nt::fail("unknown synthetic style '{}' (smollm2 or llama3)", style);
+    const std::string style = argv[2];
+    const std::pair<const char*, nt::SyntheticVocabStyle> styles[] = {
+        {"smollm2", nt::SyntheticVocabStyle::SmolLM2}, {"llama3", nt::SyntheticVocabStyle::Llama3},
+        {"qwen2", nt::SyntheticVocabStyle::Qwen2},     {"qwen3", nt::SyntheticVocabStyle::Qwen3},
+        {"gemma3", nt::SyntheticVocabStyle::Gemma3},
+    };
+    for (const auto& [name, s] : styles) {
+      if (style == name) return nt::Tokenizer(nt::make_synthetic_vocab(std::stoi(argv[3]), s), "synthetic " + style);
     }
-    return nt::Tokenizer(nt::make_synthetic_bpe_vocab(std::stoi(argv[3]), s), "synthetic " + style);
+    nt::fail("unknown synthetic style '{}' ({})", style, kStyles);
   }
-  if (argc != 2) nt::fail("usage: tokenize_tool MODEL.gguf | tokenize_tool --synthetic smollm2|llama3 N_VOCAB");
+  if (argc != 2) nt::fail("usage: tokenize_tool MODEL.gguf | tokenize_tool --synthetic {} N_VOCAB", kStyles);
   auto file = nt::GgufFile::open(first);
   return nt::Tokenizer::from_gguf(file->header(), first);
 }
@@ -119,13 +122,20 @@ json handle(const nt::Tokenizer& tok, const json& req) {
             {"ids", nt::encode_chat(tok, chat, messages, gen)},
             {"stop", nt::chat_stop_tokens(tok, chat)}};
   }
+  if (op == "split") {
+    nt::PreTokenizer pre(req.at("pre").get<std::string>());
+    const std::string text = req.at("text");
+    std::vector<std::string_view> pieces;
+    pre.split(text, pieces);
+    return {{"pieces", std::vector<std::string>(pieces.begin(), pieces.end())}, {"rules", pre.rules()}};
+  }
   if (op == "info") {
     const nt::Vocabulary& v = tok.vocab();
     return {{"n_vocab", v.size()},         {"model", v.model_name()},     {"pre", v.pre()},
             {"rules", tok.rules()},        {"bos", optional_id(v.bos())}, {"eos", optional_id(v.eos())},
             {"eot", optional_id(v.eot())}, {"eom", optional_id(v.eom())}, {"unk", optional_id(v.unk())},
             {"add_bos", v.add_bos()},      {"add_eos", v.add_eos()},      {"add_space_prefix", v.add_space_prefix()},
-            {"warnings", tok.warnings()}};
+            {"eog", v.eog()},              {"warnings", tok.warnings()}};
   }
   if (op == "spec") return spec_json(tok.vocab().spec());
   if (op == "time_encode") {

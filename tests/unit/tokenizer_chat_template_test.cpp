@@ -1,5 +1,6 @@
 // Chat template rendering. The expected strings were produced by rendering the real
-// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates) with
+// Jinja templates (SmolLM2's from its GGUF, Meta's Llama 3 and Llama 2 templates, Qwen2.5's,
+// Qwen3's and Gemma 3's) with
 // transformers' render_jinja_template; tests/python/test_tokenizer_chat.py re-checks
 // many more conversations against live Jinja rendering.
 #include <gtest/gtest.h>
@@ -72,6 +73,43 @@ TEST(ChatTemplate, Llama2) {
   EXPECT_THROW(chat.apply(bad, true), Error);
 }
 
+TEST(ChatTemplate, QwenChatML) {
+  auto qwen25 = ChatTemplate::detect(kQwen25ChatTemplate, {"<|endoftext|>", "<|im_end|>"});
+  EXPECT_EQ(qwen25.format(), ChatFormat::ChatML);
+  EXPECT_EQ(qwen25.default_system_prompt(), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_EQ(qwen25.apply(kSingleUser, true),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  auto qwen3 = ChatTemplate::detect(kQwen3ChatTemplate, {"<|endoftext|>", "<|im_end|>"});
+  EXPECT_EQ(qwen3.format(), ChatFormat::ChatML);
+  EXPECT_EQ(qwen3.apply(kSingleUser, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Gemma) {
+  auto chat = ChatTemplate::detect(kGemma3ChatTemplate, {"<bos>", "<eos>"});
+  EXPECT_EQ(chat.format(), ChatFormat::Gemma);
+  EXPECT_EQ(chat.end_of_turn(), "<end_of_turn>");
+  EXPECT_EQ(chat.apply(kConversation, true),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>"
+            "\n<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(chat.apply(kSingleUser, false), "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+  std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
+  EXPECT_THROW(chat.apply(bad, true), Error);
+}
+
+TEST(ChatTemplate, StopTokensAndEncodingWithSyntheticGemma3) {
+  Tokenizer tok(make_synthetic_vocab(4000, SyntheticVocabStyle::Gemma3));
+  auto chat = ChatTemplate::for_tokenizer(tok);
+  ASSERT_EQ(chat.format(), ChatFormat::Gemma);
+  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{1, 106}));  // <eos>, <end_of_turn>
+  auto ids = encode_chat(tok, chat, kConversation, true);
+  EXPECT_EQ(ids.front(), 2);  // <bos>, written by the template, not doubled
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 105), 4);  // <start_of_turn>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 106), 3);  // <end_of_turn>
+  EXPECT_EQ(encode_chat(tok, ChatTemplate::for_tokenizer(tok, "gemma"), kConversation, true), ids);
+}
+
 TEST(ChatTemplate, UnknownTemplateFallsBackToPlainWithWarning) {
   auto chat = ChatTemplate::detect("{{ messages[0]['content'] }} <weird>", {"<s>", "</s>"});
   EXPECT_EQ(chat.format(), ChatFormat::Plain);
@@ -122,7 +160,8 @@ TEST(ChatTemplate, SmolLM2StyleStopTokens) {
   auto chat = ChatTemplate::for_tokenizer(tok);
   ASSERT_EQ(chat.format(), ChatFormat::ChatML);
   EXPECT_EQ(chat.default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{2}));  // <|im_end|> is EOS
+  // <|im_end|> (EOS), and as llama.cpp infers them <|endoftext|> and the FIM marker <reponame>.
+  EXPECT_EQ(chat_stop_tokens(tok, chat), (std::vector<int32_t>{0, 2, 4}));
   auto ids = encode_chat(tok, chat, kSingleUser, true);
   EXPECT_EQ(ids.front(), 1);  // <|im_start|>, written by the template; add_bos is off
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);

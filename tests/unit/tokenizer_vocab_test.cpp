@@ -147,12 +147,59 @@ TEST(Vocabulary, UnknownPreTokenizerWarnsAndUsesGpt2Rules) {
   EXPECT_EQ(tok.rules(), "gpt2");
 }
 
+// small_bpe() with "<|sep|>" (no end marker) at id 3, then `specials` as control tokens from id 4.
+VocabSpec bpe_with_specials(std::vector<std::string> specials) {
+  VocabSpec s = small_bpe();
+  s.tokens[3] = "<|sep|>";
+  for (std::string& t : specials) {
+    s.tokens.push_back(std::move(t));
+    s.token_types.push_back(int32_t(TokenKind::Control));
+  }
+  return s;
+}
+
+// Without tokenizer.ggml.eot_token_id the end of a turn is found by its text, as llama.cpp
+// does, and every known end marker ends generation.
+TEST(Vocabulary, EndOfTurnAndEndOfGenerationAreInferred) {
+  Vocabulary gemma(bpe_with_specials({"<start_of_turn>", "<end_of_turn>", "<eos>"}));
+  EXPECT_EQ(gemma.eot(), 5);
+  EXPECT_EQ(gemma.eog(), (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(gemma.is_eog(5));
+  EXPECT_FALSE(gemma.is_eog(4));
+
+  // <|im_end|> is taken before <|endoftext|> as the end of a turn; both end generation, and
+  // so do Qwen's fill-in-the-middle padding, repository and file markers.
+  Vocabulary qwen(bpe_with_specials({"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_pad|>",
+                                     "<|repo_name|>", "<|file_sep|>"}));
+  EXPECT_EQ(qwen.eot(), 6);
+  EXPECT_EQ(qwen.eog(), (std::vector<int32_t>{4, 6, 8, 9, 10}));
+
+  // An explicit EOT wins and ends generation whatever its text, as EOS does.
+  VocabSpec spec = bpe_with_specials({"<end_of_turn>", "<custom_stop>"});
+  spec.eot_id = 5;
+  spec.eos_id = 0;
+  Vocabulary explicit_eot(spec);
+  EXPECT_EQ(explicit_eot.eot(), 5);
+  EXPECT_EQ(explicit_eot.eog(), (std::vector<int32_t>{0, 4, 5}));
+
+  // gpt-oss: "<|end|>" closes a message, not the reply, where "<|return|>" and "<|call|>" exist.
+  Vocabulary harmony(bpe_with_specials({"<|return|>", "<|call|>", "<|end|>"}));
+  EXPECT_EQ(harmony.eot(), 6);
+  EXPECT_EQ(harmony.eog(), (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(Vocabulary(small_bpe()).eog(), std::vector<int32_t>{3});  // "<|end|>" alone ends generation
+
+  Vocabulary plain(bpe_with_specials({}));
+  EXPECT_EQ(plain.eot(), kNoToken);
+  EXPECT_TRUE(plain.eog().empty());
+}
+
 // add_vocab_metadata is what the make-model tool writes; a file written with it must read
 // back to the same spec and the same tokenizer.
 TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
-  for (auto style : {SyntheticVocabStyle::SmolLM2, SyntheticVocabStyle::Llama3}) {
-    VocabSpec spec = make_synthetic_bpe_vocab(3000, style);
-    spec.scores.assign(spec.tokens.size(), -1.5f);
+  for (auto style : {SyntheticVocabStyle::SmolLM2, SyntheticVocabStyle::Llama3, SyntheticVocabStyle::Qwen3,
+                     SyntheticVocabStyle::Gemma3}) {
+    VocabSpec spec = make_synthetic_vocab(3000, style);
+    if (spec.scores.empty()) spec.scores.assign(spec.tokens.size(), -1.5f);
     const std::string path = ::testing::TempDir() + "nt_vocab_roundtrip_" + std::to_string(int(style)) + ".gguf";
     {
       GgufWriter w(path);
@@ -163,7 +210,7 @@ TEST(Vocabulary, SpecMetadataRoundTripsThroughAGgufFile) {
     auto file = GgufFile::open(path);
     EXPECT_EQ(read_vocab_spec(file->header(), path), spec);
     Tokenizer a(spec), b = Tokenizer::from_gguf(file->header(), path);
-    const std::string text = "Hello <|im_start|> world, 12345 caf\xC3\xA9!";
+    const std::string text = "Hello <|im_start|> world,  12345 caf\xC3\xA9!<start_of_turn><think>\n\n";
     EXPECT_EQ(a.encode(text, true, true), b.encode(text, true, true));
     std::remove(path.c_str());
   }
