@@ -34,6 +34,7 @@ struct ServeOptions {
   std::string chat_template_file;
   int max_waiting = 64;
   int64_t max_body_mib = 16;
+  std::string reasoning_format = "auto";
 };
 
 // Ctrl-C or SIGTERM stops the server: a thread waits on the interrupt pipe.
@@ -56,6 +57,7 @@ void serve(const ServeOptions& o) {
   so.max_waiting = o.max_waiting;
   so.max_body_bytes = size_t(o.max_body_mib) << 20;
   so.slots = o.parallel;
+  so.reasoning_inline = o.reasoning_format == "none";
   const std::string path = o.model.model.empty() ? default_model_path() : o.model.model;
   so.model_id = o.alias.empty() ? std::filesystem::path(path).stem().string() : o.alias;
 
@@ -109,6 +111,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", o.chat_template, "Use a built-in chat format instead of the model's template: chatml, llama3, llama2, gemma, plain");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Use this Jinja chat template instead of the model's")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--reasoning-format", o.reasoning_format,
+                  "auto: a reply's reasoning (<think>, gpt-oss's analysis) goes to reasoning_content and thinking "
+                  "blocks; none: it stays in the content (a request's reasoning_format overrides)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "deepseek", "none"}));
   cmd->add_option("--max-waiting", o.max_waiting, "Requests that may wait beyond the slots; past them 503 with Retry-After")
       ->capture_default_str()
       ->check(non_negative());

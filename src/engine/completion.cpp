@@ -18,6 +18,7 @@ std::string_view stop_reason_name(StopReason reason) {
 Completion::Completion(const Tokenizer& tokenizer, GenerationOptions options, int64_t context,
                        std::span<const int32_t> prompt)
     : options_(std::move(options)), context_(context), decoder_(tokenizer), stops_(options_.stop_strings) {
+  decoder_.keep_special(options_.kept_special);
   decoder_.continue_after(prompt);
 }
 

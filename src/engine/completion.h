@@ -27,6 +27,7 @@ struct GenerationOptions {
   int64_t max_tokens = 256;
   std::vector<int32_t> stop_tokens;      // EOS, EOT, end of turn
   std::vector<std::string> stop_strings;
+  std::vector<int32_t> kept_special;     // special tokens whose text stays in the output
   // Asked before each token is taken: true stops the generation there (Ctrl-C).
   std::function<bool()> interrupted;
 };

@@ -77,14 +77,17 @@ const ChatTemplate& Engine::chat_template() const {
 }
 
 RequestId Engine::submit(EngineRequest request, RequestSink sink) {
-  EncodedPrompt prompt = request.prompt ? encode_completion(*model_.tokenizer, *request.prompt)
-                                        : encode_conversation(*model_.tokenizer, chat_template(), request.messages);
+  EncodedPrompt prompt = request.prompt        ? encode_completion(*model_.tokenizer, *request.prompt)
+                         : request.chat_prompt ? encode_rendered_conversation(*model_.tokenizer, chat_template(),
+                                                                              *request.chat_prompt)
+                                               : encode_conversation(*model_.tokenizer, chat_template(), request.messages);
   GenerationRequest generation;
   generation.prompt = std::move(prompt.tokens);
   generation.sampling = request.sampling;
   generation.options.max_tokens = request.max_tokens;
   if (!request.ignore_eos) generation.options.stop_tokens = std::move(prompt.stop_tokens);
   generation.options.stop_strings = std::move(request.stop);
+  generation.options.kept_special = std::move(request.kept_special);
   generation.prediction = request.prediction.empty() ? options_.draft.prediction : std::move(request.prediction);
   const std::lock_guard lock(mutex_);
   const RequestId id = next_id_++;

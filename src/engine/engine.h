@@ -57,11 +57,16 @@ struct EngineStats {
 
 struct EngineRequest {
   std::optional<std::string> prompt;  // a raw completion, or
-  std::vector<ChatMessage> messages;  // a conversation, through the chat template
+  std::vector<ChatMessage> messages;  // a conversation, through the chat template, or
+  // a conversation the caller rendered through chat_template() (with tools, or with
+  // the start of the reply written ahead): tokenized with its special tokens, and
+  // ended by the template's stop tokens as a conversation is
+  std::optional<std::string> chat_prompt;
   SamplingParams sampling;
   int64_t max_tokens = 256;  // kNoTokenLimit: until end of text or a full context
   std::vector<std::string> stop;
   std::vector<int32_t> prediction;  // tokens the output is expected to resemble (drafts by lookup)
+  std::vector<int32_t> kept_special;  // special tokens whose text stays in the reply (tool-call markers)
   bool ignore_eos = false;
 };
 

@@ -14,4 +14,9 @@ EncodedPrompt encode_conversation(const Tokenizer& tokenizer, const ChatTemplate
   return {encode_chat(tokenizer, chat, messages, true), chat_stop_tokens(tokenizer, chat)};
 }
 
+EncodedPrompt encode_rendered_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                           std::string_view rendered) {
+  return {encode_chat_text(tokenizer, rendered), chat_stop_tokens(tokenizer, chat)};
+}
+
 }  // namespace nt

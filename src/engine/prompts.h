@@ -25,5 +25,8 @@ EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view tex
 // opened; the template's end-of-turn tokens end it.
 EncodedPrompt encode_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                   std::span<const ChatMessage> messages);
+// The same for a conversation already rendered through `chat`.
+EncodedPrompt encode_rendered_conversation(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                           std::string_view rendered);
 
 }  // namespace nt

@@ -35,6 +35,8 @@ std::string content_text(const json& content, const std::string& param) {
   return text;
 }
 
+std::vector<ChatToolCall> tool_calls(const json& calls, const std::string& param);
+
 std::vector<ChatMessage> chat_messages(const json& j) {
   if (!j.contains("messages")) bad("messages", "messages: missing");
   const json& messages = j["messages"];
@@ -52,11 +54,56 @@ std::vector<ChatMessage> chat_messages(const json& j) {
       bad(at + ".role", fmt::format("{}.role: '{}' is not a chat role (system, developer, user, assistant or tool)", at, role));
     }
     if (role == "developer") role = "system";  // OpenAI's newer name for the system message
-    if (m.contains("tool_calls") && !m["tool_calls"].empty()) {
-      bad(at + ".tool_calls", at + ".tool_calls: tool calls are not supported yet");
+    ChatMessage message{std::move(role), {}};
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (message.role != "assistant") bad(at + ".tool_calls", at + ".tool_calls: only an assistant's message makes calls");
+      message.tool_calls = tool_calls(m["tool_calls"], at + ".tool_calls");
     }
-    if (!m.contains("content")) bad(at + ".content", at + ".content: missing");
-    out.push_back({std::move(role), content_text(m["content"], at + ".content")});
+    if (!m.contains("content") && message.tool_calls.empty()) bad(at + ".content", at + ".content: missing");
+    message.content = content_text(m.value("content", json()), at + ".content");
+    if (message.role == "tool") {
+      if (!m.contains("tool_call_id")) bad(at + ".tool_call_id", at + ".tool_call_id: missing (the call this answers)");
+      message.tool_call_id = text_field(m["tool_call_id"], at + ".tool_call_id");
+    }
+    if (m.contains("name") && !m["name"].is_null()) message.name = text_field(m["name"], at + ".name");
+    if (m.contains("reasoning_content") && !m["reasoning_content"].is_null()) {
+      message.reasoning = text_field(m["reasoning_content"], at + ".reasoning_content");
+    }
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+// An assistant message's calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+std::vector<ChatToolCall> tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) bad(param, fmt::format("{}: expected a list of calls, got {}", param, shown(calls)));
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", param, i);
+    const json& c = calls[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) {
+      bad(at, fmt::format("{}: expected {{\"id\", \"type\": \"function\", \"function\": {{\"name\", "
+                          "\"arguments\"}}}}, got {}",
+                          at, shown(c)));
+    }
+    if (c.contains("type") && c["type"] != "function") {
+      bad(at + ".type", fmt::format("{}.type: only function calls are supported, got {}", at, shown(c["type"])));
+    }
+    const json& f = c["function"];
+    if (!f.contains("name")) bad(at + ".function.name", at + ".function.name: missing");
+    ChatToolCall call;
+    call.id = c.contains("id") && !c["id"].is_null() ? text_field(c["id"], at + ".id") : std::string();
+    call.name = text_field(f["name"], at + ".function.name");
+    const json arguments = f.value("arguments", json::object());
+    if (arguments.is_string()) {
+      call.arguments = arguments.get<std::string>();
+    } else if (arguments.is_object()) {
+      call.arguments = arguments.dump();
+    } else {
+      bad(at + ".function.arguments",
+          fmt::format("{}.function.arguments: expected the arguments as JSON text, got {}", at, shown(arguments)));
+    }
+    out.push_back(std::move(call));
   }
   return out;
 }
@@ -93,7 +140,11 @@ void refuse_unsupported(const json& j) {
   if (j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
     bad("top_logprobs", "top_logprobs: log probabilities are not supported yet");
   }
-  if (j.contains("tools") && !j["tools"].is_null() && !j["tools"].empty()) bad("tools", "tools: tool calls are not supported yet");
+  for (const char* legacy : {"functions", "function_call"}) {
+    if (j.contains(legacy) && !j[legacy].is_null()) {
+      bad(legacy, fmt::format("{}: the legacy function fields are not supported; give tools and tool_choice", legacy));
+    }
+  }
   if (j.contains("logit_bias") && !j["logit_bias"].is_null() && !j["logit_bias"].empty()) {
     bad("logit_bias", "logit_bias: not supported yet");
   }
@@ -105,6 +156,93 @@ void refuse_unsupported(const json& j) {
                                          shown(format)));
     }
   }
+}
+
+// tools, tool_choice, parallel_tool_calls: the tools as the client wrote them
+// (`ordered`, the body with its keys in order, is what the template shows).
+ToolRequest tool_request(const json& j, const nlohmann::ordered_json& ordered) {
+  ToolRequest t;
+  std::vector<std::string> names;
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    const json& tools = j["tools"];
+    if (!tools.is_array()) bad("tools", fmt::format("tools: expected a list of tools, got {}", shown(tools)));
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const std::string at = fmt::format("tools[{}]", i);
+      const json& tool = tools[i];
+      if (!tool.is_object() || tool.value("type", "") != "function") {
+        bad(at + ".type", fmt::format("{}.type: only {{\"type\": \"function\", \"function\": {{...}}}} tools are "
+                                      "supported, got {}",
+                                      at, shown(tool)));
+      }
+      if (!tool.contains("function") || !tool["function"].is_object()) bad(at + ".function", at + ".function: missing");
+      const json& f = tool["function"];
+      if (!f.contains("name")) bad(at + ".function.name", at + ".function.name: missing");
+      const std::string name = text_field(f["name"], at + ".function.name");
+      if (!valid_function_name(name)) {
+        bad(at + ".function.name",
+            fmt::format("{}.function.name: '{}' is not a function name (letters, digits, '_' and '-', at most 64)", at, name));
+      }
+      if (std::find(names.begin(), names.end(), name) != names.end()) {
+        bad(at + ".function.name", fmt::format("{}.function.name: '{}' is named twice", at, name));
+      }
+      if (f.contains("description") && !f["description"].is_null()) text_field(f["description"], at + ".function.description");
+      if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object()) {
+        bad(at + ".function.parameters",
+            fmt::format("{}.function.parameters: expected a JSON Schema object, got {}", at, shown(f["parameters"])));
+      }
+      names.push_back(name);
+      t.tools.push_back(ordered["tools"][i]);
+    }
+  }
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    const json& choice = j["tool_choice"];
+    if (choice == "auto") {
+      t.choice = ToolRequest::Choice::Auto;
+    } else if (choice == "none") {
+      t.choice = ToolRequest::Choice::None;
+    } else if (choice == "required") {
+      t.choice = ToolRequest::Choice::Required;
+    } else if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
+               choice["function"].is_object() && choice["function"].contains("name")) {
+      t.choice = ToolRequest::Choice::Named;
+      t.function = text_field(choice["function"]["name"], "tool_choice.function.name");
+      if (std::find(names.begin(), names.end(), t.function) == names.end()) {
+        bad("tool_choice", fmt::format("tool_choice: no tool is named '{}'", t.function));
+      }
+    } else {
+      bad("tool_choice", fmt::format("tool_choice: expected 'auto', 'none', 'required' or {{\"type\": \"function\", "
+                                     "\"function\": {{\"name\"}}}}, got {}",
+                                     shown(choice)));
+    }
+    if (t.choice == ToolRequest::Choice::Required && names.empty()) bad("tool_choice", "tool_choice: 'required' needs tools");
+  }
+  if (j.contains("parallel_tool_calls") && !j["parallel_tool_calls"].is_null()) {
+    t.parallel = bool_field(j["parallel_tool_calls"], "parallel_tool_calls");
+  }
+  read_reasoning_fields(j, t);
+  return t;
+}
+
+// A chat choice's message: the text as it is, or read for tool calls and reasoning.
+json chat_message(const ApiRequest& api, const std::string& text, bool* called) {
+  json message = {{"role", "assistant"}};
+  if (!api.reading) {
+    message["content"] = text;
+    *called = false;
+    return message;
+  }
+  const chat::Reply reply = api.reading->read(text);
+  *called = !reply.tool_calls.empty();
+  message["content"] = reply.content.empty() && *called ? json() : json(reply.content);
+  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+  if (*called) {
+    json calls = json::array();
+    for (const chat::ToolCall& c : reply.tool_calls) {
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
 }
 
 }  // namespace
@@ -170,6 +308,14 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
     }
     a.choices = int(n.get<int64_t>());
   }
+  if (endpoint == Endpoint::ChatCompletions) {
+    const bool ordered = j.contains("tools") && !j["tools"].is_null();
+    a.tools = tool_request(j, ordered ? nlohmann::ordered_json::parse(body) : nlohmann::ordered_json());
+  } else {
+    for (const char* field : {"tools", "tool_choice"}) {
+      if (j.contains(field) && !j[field].is_null()) bad(field, fmt::format("{}: tools are for /v1/chat/completions", field));
+    }
+  }
   if (j.contains("prediction") && !j["prediction"].is_null()) {
     const json& p = j["prediction"];
     if (!p.is_object() || p.value("type", "") != "content" || !p.contains("content")) {
@@ -180,8 +326,9 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
   return a;
 }
 
-std::string finish_reason(StopReason stop) {
-  return stop == StopReason::TokenLimit || stop == StopReason::ContextFull ? "length" : "stop";
+std::string finish_reason(StopReason stop, bool called) {
+  if (stop == StopReason::TokenLimit || stop == StopReason::ContextFull) return "length";
+  return called ? "tool_calls" : "stop";
 }
 
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
@@ -198,13 +345,15 @@ json completion_body(const ApiRequest& api, const std::string& id, int64_t creat
   int64_t prompt = 0, completion = 0, cached = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerationResult& r = results[i];
-    json choice = {{"index", i}, {"finish_reason", finish_reason(r.stop)}};
+    json choice = {{"index", i}};
+    bool called = false;
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+      choice["message"] = chat_message(api, r.text, &called);
     } else {
       choice["text"] = r.text;
       choice["logprobs"] = nullptr;
     }
+    choice["finish_reason"] = finish_reason(r.stop, called);
     choices.push_back(std::move(choice));
     prompt = r.prompt_tokens;  // every choice reads the same prompt
     cached = std::max(cached, r.shared_prompt_tokens);
@@ -218,24 +367,76 @@ json completion_body(const ApiRequest& api, const std::string& id, int64_t creat
           {"usage", usage_json(prompt, completion, cached)}};
 }
 
-json chunk_body(const ApiRequest& api, const std::string& id, int64_t created, int index, const std::string& text,
-                const std::optional<std::string>& finish, bool first) {
-  const bool chat = api.endpoint == Endpoint::ChatCompletions;
-  json choice = {{"index", index}, {"finish_reason", finish ? json(*finish) : json()}};
-  if (chat) {
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    if (!text.empty() || (first && !finish)) delta["content"] = text;
+ChoiceStream::ChoiceStream(const ApiRequest& api, std::string id, int64_t created, int index)
+    : chat_(api.endpoint == Endpoint::ChatCompletions),
+      model_(api.model),
+      id_(std::move(id)),
+      created_(created),
+      index_(index) {
+  if (chat_ && api.reading) parser_.emplace(api.reading->start(&prefilled_));
+}
+
+// `delta`: a chat delta's fields, or a completion's text as a JSON string.
+json ChoiceStream::chunk(json delta, const std::optional<std::string>& finish) {
+  json choice = {{"index", index_}, {"finish_reason", finish ? json(*finish) : json()}};
+  if (chat_) {
+    if (!started_) delta["role"] = "assistant";
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = text;
+    choice["text"] = delta.is_string() ? delta : json("");
     choice["logprobs"] = nullptr;
   }
-  return {{"id", id},
-          {"object", chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", created},
-          {"model", api.model},
+  started_ = true;
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
           {"choices", json::array({std::move(choice)})}};
+}
+
+void ChoiceStream::add(std::vector<chat::ReplyEvent> events, std::vector<json>& out) {
+  if (!prefilled_.empty()) {
+    events.insert(events.begin(), std::make_move_iterator(prefilled_.begin()), std::make_move_iterator(prefilled_.end()));
+    prefilled_.clear();
+  }
+  for (chat::ReplyEvent& e : events) {
+    using Kind = chat::ReplyEvent::Kind;
+    json delta;
+    switch (e.kind) {
+      case Kind::Content: delta["content"] = std::move(e.text); break;
+      case Kind::Reasoning: delta["reasoning_content"] = std::move(e.text); break;
+      case Kind::ToolCallStart:
+        called_ = true;
+        delta["tool_calls"] = json::array({{{"index", e.index},
+                                            {"id", std::move(e.id)},
+                                            {"type", "function"},
+                                            {"function", {{"name", std::move(e.text)}, {"arguments", ""}}}}});
+        break;
+      case Kind::ToolCallArguments:
+        delta["tool_calls"] = json::array({{{"index", e.index}, {"function", {{"arguments", std::move(e.text)}}}}});
+        break;
+    }
+    out.push_back(chunk(std::move(delta), std::nullopt));
+  }
+}
+
+std::vector<json> ChoiceStream::text(std::string_view piece) {
+  std::vector<json> out;
+  if (parser_) {
+    add(parser_->feed(piece), out);
+  } else if (!piece.empty()) {
+    out.push_back(chunk(chat_ ? json{{"content", std::string(piece)}} : json(std::string(piece)), std::nullopt));
+  }
+  return out;
+}
+
+std::vector<json> ChoiceStream::finish(const GenerationResult& result) {
+  std::vector<json> out;
+  if (parser_) add(parser_->finish(), out);
+  if (!started_) out.push_back(chunk(chat_ ? json{{"content", ""}} : json(""), std::nullopt));
+  const std::string reason = result.error.empty() ? finish_reason(result.stop, called_) : "error";
+  out.push_back(chunk(chat_ ? json::object() : json(""), reason));
+  return out;
 }
 
 json usage_chunk_body(const ApiRequest& api, const std::string& id, int64_t created, const json& usage) {

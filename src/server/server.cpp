@@ -186,15 +186,28 @@ struct Server::Impl {
     return std::nullopt;
   }
 
+  // Renders a chat request's prompt with its tools; how its replies are read.
+  // ApiError for what the template cannot serve; nt::Error for a conversation it refuses.
+  std::optional<ReplyReading> plan(EngineRequest& r, const ToolRequest& tools) {
+    ChatPlan plan = plan_chat(engine->chat_template(), engine->tokenizer(), r.messages, tools, o.reasoning_inline);
+    r.chat_prompt = std::move(plan.prompt);
+    r.kept_special = std::move(plan.kept_special);
+    return std::move(plan.reading);
+  }
+
   void openai(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     if (refuse_when_not_ready(res, Dialect::OpenAi)) return;
     ApiRequest api;
     try {
       api = parse_api_request(endpoint, req.body, o.model_id, o.sampling, o.max_tokens);
       if (!api.prediction.empty()) api.request.prediction = engine->tokenizer().encode(api.prediction, false);
+      if (endpoint == Endpoint::ChatCompletions) api.reading = plan(api.request, api.tools);
     } catch (const ApiError& e) {
       metrics.rejected();
       return send_error(res, Dialect::OpenAi, e.status, e.what(), e.param, e.type);
+    } catch (const Error& e) {  // a conversation the template cannot render
+      metrics.rejected();
+      return send_error(res, Dialect::OpenAi, 400, e.what(), "messages");
     }
     const auto channel = std::make_shared<Channel>();
     const auto ids = submit(api.request, api.choices, api.seeded, channel, res, Dialect::OpenAi);
@@ -218,14 +231,13 @@ struct Server::Impl {
   void stream_openai(const ApiRequest& api, const std::string& id, int64_t created, const std::shared_ptr<Channel>& channel,
                      const std::vector<RequestId>& ids, httplib::Response& res) {
     struct State {
-      std::vector<bool> started, finished;
+      std::vector<ChoiceStream> choices;
       int open_choices = 0;
       int64_t prompt = 0, completion = 0, cached = 0;
       bool closed = false;
     };
     auto state = std::make_shared<State>();
-    state->started.assign(size_t(api.choices), false);
-    state->finished.assign(size_t(api.choices), false);
+    for (int i = 0; i < api.choices; ++i) state->choices.emplace_back(api, id, created, i);
     state->open_choices = api.choices;
     const auto cancel_all = [this, ids] {
       for (const RequestId rid : ids) engine->cancel(rid);
@@ -237,15 +249,11 @@ struct Server::Impl {
           if (stopping) cancel_all();
           std::string out;
           for (Channel::Event& e : channel->take()) {
-            const size_t c = size_t(e.choice);
-            if (!e.text.empty() || (!state->started[c] && e.result)) {
-              out += sse(chunk_body(api, id, created, e.choice, e.text, std::nullopt, !state->started[c]));
-              state->started[c] = true;
-            }
+            ChoiceStream& choice = state->choices[size_t(e.choice)];
+            for (const json& chunk : choice.text(e.text)) out += sse(chunk);
             if (e.result) {
               const GenerationResult& r = *e.result;
-              const std::string reason = r.error.empty() ? finish_reason(r.stop) : "error";
-              out += sse(chunk_body(api, id, created, e.choice, "", reason, false));
+              for (const json& chunk : choice.finish(r)) out += sse(chunk);
               if (!r.error.empty()) out += sse(error_body(400, r.error));
               state->prompt = r.prompt_tokens;
               state->completion += r.completion_tokens;
@@ -281,9 +289,13 @@ struct Server::Impl {
     MessagesRequest m;
     try {
       m = parse_messages_request(req.body, o.model_id, o.sampling);
+      m.reading = plan(m.request, m.tools);
     } catch (const ApiError& e) {
       metrics.rejected();
       return send_error(res, Dialect::Anthropic, e.status, e.what());
+    } catch (const Error& e) {
+      metrics.rejected();
+      return send_error(res, Dialect::Anthropic, 400, e.what());
     }
     const auto channel = std::make_shared<Channel>();
     const auto ids = submit(m.request, 1, false, channel, res, Dialect::Anthropic);
@@ -302,23 +314,24 @@ struct Server::Impl {
     channel->put_back(std::move(first));
     auto started = std::make_shared<bool>(false);
     auto closed = std::make_shared<bool>(false);
+    auto stream = std::make_shared<MessageStream>(m, id);
     const RequestId rid = (*ids)[0];
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, m, id, channel, started, closed, rid](size_t, httplib::DataSink& sink) {
+        [this, stream, channel, started, closed, rid](size_t, httplib::DataSink& sink) {
           if (stopping) engine->cancel(rid);
           std::string out;
           bool done = false;
           for (Channel::Event& e : channel->take()) {
             if (!*started) {
               // The prompt's length is known only with the result; the start event reports 0 until then.
-              out += message_start_events(m, id, e.result ? e.result->prompt_tokens : 0);
+              out += stream->start(e.result ? e.result->prompt_tokens : 0);
               *started = true;
             }
-            if (!e.text.empty()) out += text_delta_event(e.text);
+            out += stream->text(e.text);
             if (e.result) {
-              out += message_end_events(m, *e.result);
+              out += stream->finish(*e.result);
               done = true;
             }
           }
@@ -437,8 +450,9 @@ struct Server::Impl {
   void apply_template(const httplib::Request& req, httplib::Response& res) {
     if (refuse_when_not_ready(res, Dialect::OpenAi)) return;
     try {
-      const ApiRequest api = parse_api_request(Endpoint::ChatCompletions, req.body, o.model_id, o.sampling, o.max_tokens);
-      send_json(res, {{"prompt", engine->chat_template().apply(api.request.messages, true)}});
+      ApiRequest api = parse_api_request(Endpoint::ChatCompletions, req.body, o.model_id, o.sampling, o.max_tokens);
+      plan(api.request, api.tools);
+      send_json(res, {{"prompt", *api.request.chat_prompt}});
     } catch (const ApiError& e) {
       send_error(res, Dialect::OpenAi, e.status, e.what(), e.param);
     } catch (const Error& e) {

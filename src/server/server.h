@@ -30,6 +30,7 @@ struct ServerOptions {
   size_t max_body_bytes = 16 << 20;
   int max_waiting = 64;             // requests waiting beyond the slots; past it 503
   int slots = 1;                    // sequences decoded at once (-np)
+  bool reasoning_inline = false;    // reasoning stays in the content (--reasoning-format none)
 };
 
 class Server {

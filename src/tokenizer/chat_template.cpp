@@ -131,7 +131,7 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string
     if (!override_name.empty()) fail("--chat-template {} and --chat-template-file {}: give one", override_name, template_file);
     const std::string text = read_file(template_file);
     ChatTemplate chat = detect(text, std::move(specials));
-    chat.jinja_ = std::make_shared<const chat::JinjaTemplate>(chat::JinjaTemplate::parse(text, template_file));
+    chat.use_jinja(text, template_file);
     chat.jinja_origin_ = template_file;
     chat.warning_.clear();
     return chat;
@@ -140,8 +140,7 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string
     ChatTemplate chat = detect(v.chat_template(), std::move(specials));
     if (v.chat_template().empty()) return chat;
     try {
-      chat.jinja_ = std::make_shared<const chat::JinjaTemplate>(
-          chat::JinjaTemplate::parse(v.chat_template(), "the model's chat template"));
+      chat.use_jinja(v.chat_template(), "the model's chat template");
       chat.jinja_origin_ = "the model's";
       chat.warning_.clear();
     } catch (const Error& e) {
@@ -196,19 +195,76 @@ std::string ChatTemplate::description() const {
   return fmt::format("{} (built in)", name());
 }
 
-std::string ChatTemplate::apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  nlohmann::ordered_json context;
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+void ChatTemplate::use_jinja(std::string_view source, std::string_view origin) {
+  jinja_ = std::make_shared<const chat::JinjaTemplate>(chat::JinjaTemplate::parse(source, origin));
+  reply_format_ = chat::detect_reply_format(source);
+  if (reply_format_.tools == chat::ToolSyntax::None) return;
+  // Most templates write a call's arguments with tojson and need the object; one that
+  // concatenates them as text fails on an object, and gets the text.
+  const std::vector<ChatMessage> probe = {
+      {"user", "What is the weather?"},
+      {"assistant", "", {{"call00001", "probe_tool", "{\"probe_arg\": \"probe_value\"}"}}},
+      {"tool", "sunny", {}, "call00001", "probe_tool"},
+  };
+  const ChatInputs inputs{
+      R"([{"type": "function", "function": {"name": "probe_tool", "description": "A probe.", "parameters": )"
+      R"({"type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}])",
+      {}};
+  try {
+    const std::string rendered = apply_jinja(probe, true, inputs);
+    // As an object: {"probe_arg": "probe_value"}; as escaped text: "{\"probe_arg\": \"probe_value\"}".
+    object_arguments_ = rendered.find("\"probe_value\"") != std::string::npos;
+  } catch (const std::exception&) {
+    object_arguments_ = false;
+  }
+}
+
+std::string ChatTemplate::apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                      const ChatInputs& inputs) const {
+  using nlohmann::ordered_json;
+  // JSON the request carried as text; `what` names it when it is not JSON.
+  const auto parse = [](const std::string& text, std::string_view what) {
+    ordered_json j = ordered_json::parse(text, nullptr, false);
+    if (j.is_discarded()) fail("chat template input: {} is not JSON", what);
+    return j;
+  };
+  ordered_json context;
+  ordered_json list = ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    ordered_json message = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      ordered_json calls = ordered_json::array();
+      for (const ChatToolCall& c : m.tool_calls) {
+        ordered_json arguments = ordered_json::parse(c.arguments, nullptr, false);
+        if (!object_arguments_ || arguments.is_discarded()) arguments = c.arguments;
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) message["name"] = m.name;
+    if (!m.reasoning.empty()) {  // as transformers passes it: under both names templates read
+      message["reasoning_content"] = m.reasoning;
+      message["thinking"] = m.reasoning;
+    }
+    list.push_back(std::move(message));
+  }
+  if (!inputs.variables.empty()) {
+    const ordered_json variables = parse(inputs.variables, "the template variables");
+    if (!variables.is_object()) fail("chat template input: the template variables are not a JSON object");
+    for (const auto& [key, value] : variables.items()) context[key] = value;
+  }
   context["messages"] = std::move(list);
+  if (!inputs.tools.empty()) context["tools"] = parse(inputs.tools, "tools");
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = specials_.bos;
   context["eos_token"] = specials_.eos;
   return jinja_->render(context);
 }
 
-std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  if (jinja_) return apply_jinja(messages, add_generation_prompt);
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                const ChatInputs& inputs) const {
+  if (jinja_) return apply_jinja(messages, add_generation_prompt, inputs);
   switch (format_) {
     case ChatFormat::ChatML: return apply_chatml(messages, add_generation_prompt);
     case ChatFormat::Llama3: return apply_llama3(messages, add_generation_prompt);
@@ -304,8 +360,11 @@ std::string ChatTemplate::apply_plain(std::span<const ChatMessage> messages, boo
 
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                  std::span<const ChatMessage> messages, bool add_generation_prompt) {
-  std::vector<int32_t> ids =
-      tokenizer.encode(chat.apply(messages, add_generation_prompt), /*add_special=*/false, /*parse_special=*/true);
+  return encode_chat_text(tokenizer, chat.apply(messages, add_generation_prompt));
+}
+
+std::vector<int32_t> encode_chat_text(const Tokenizer& tokenizer, std::string_view rendered) {
+  std::vector<int32_t> ids = tokenizer.encode(rendered, /*add_special=*/false, /*parse_special=*/true);
   const Vocabulary& v = tokenizer.vocab();
   if (v.add_bos() && (ids.empty() || ids.front() != v.bos())) ids.insert(ids.begin(), v.bos());
   return ids;
@@ -316,6 +375,13 @@ std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemp
   std::vector<int32_t> ids = v.eog();
   if (std::string eot = chat.end_of_turn(); !eot.empty()) {
     if (int32_t id = v.find(eot); id != kNoToken) ids.push_back(id);
+  }
+  const chat::StopTokenTexts adjusted = chat::reply_stop_tokens(chat.reply_format());
+  for (const std::string_view text : adjusted.added) {
+    if (int32_t id = v.find(text); id != kNoToken) ids.push_back(id);
+  }
+  for (const std::string_view text : adjusted.removed) {
+    if (int32_t id = v.find(text); id != kNoToken) std::erase(ids, id);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/reply_parser.h"
+
 namespace nt {
 
 namespace chat {
@@ -26,9 +28,26 @@ class JinjaTemplate;
 
 class Tokenizer;
 
+// A call the assistant made, as a conversation's history carries it.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // an assistant's calls
+  std::string tool_call_id = {};              // a tool's result: the call it answers
+  std::string name = {};                      // a tool's result: the function that gave it
+  std::string reasoning = {};                 // an assistant's reasoning (reasoning_content)
+};
+
+// What a request gives the template besides the conversation (Jinja only).
+struct ChatInputs {
+  std::string tools;      // a JSON list of {"type": "function", "function": {...}}; empty: none
+  std::string variables;  // a JSON object of further template variables (enable_thinking, ...); empty: none
 };
 
 enum class ChatFormat { ChatML, Llama3, Llama2, Gemma, Plain };
@@ -66,7 +85,15 @@ class ChatTemplate {
   std::string end_of_turn() const;
 
   // Renders the conversation; add_generation_prompt appends the opening of an assistant turn.
-  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // A Jinja template gets `inputs` (tools, variables) and each message's tool calls, tool
+  // call id, name and reasoning; a call's arguments are the JSON object they spell when the
+  // template renders objects (most do), else the JSON text. The built-in formats render
+  // role and content alone.
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                    const ChatInputs& inputs = {}) const;
+
+  // How replies to this template spell tool calls and reasoning (none for the built-in formats).
+  const chat::ReplyFormat& reply_format() const { return reply_format_; }
 
  private:
   ChatTemplate(ChatFormat format, SpecialTexts specials) : format_(format), specials_(std::move(specials)) {}
@@ -78,7 +105,11 @@ class ChatTemplate {
   std::string apply_plain(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   // Renders the Jinja template through the engine, with the specials as bos_token and eos_token.
-  std::string apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string apply_jinja(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                          const ChatInputs& inputs) const;
+  // Sets jinja_ and what is learnt from its source: the reply format, and whether a call's
+  // arguments render as an object (a probe conversation is rendered both ways).
+  void use_jinja(std::string_view source, std::string_view origin);
 
   ChatFormat format_;
   SpecialTexts specials_;
@@ -86,15 +117,20 @@ class ChatTemplate {
   std::string jinja_origin_;
   std::string default_system_;
   std::string warning_;
+  chat::ReplyFormat reply_format_;
+  bool object_arguments_ = true;
 };
 
 // Renders and tokenizes a prompt: special-token text in the rendering becomes those
 // tokens, and BOS is added when the vocabulary wants one and the template did not write it.
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                  std::span<const ChatMessage> messages, bool add_generation_prompt);
+// The same for a prompt the template already rendered.
+std::vector<int32_t> encode_chat_text(const Tokenizer& tokenizer, std::string_view rendered);
 
 // Ids that end generation: the vocabulary's (Vocabulary::eog: EOS, EOT, EOM and the known
-// end markers), plus the template's end-of-turn token. Sorted, without duplicates.
+// end markers), plus the template's end-of-turn token, as the reply format adjusts them
+// (gpt-oss ends on <|return|> and <|call|>, not <|end|>). Sorted, without duplicates.
 std::vector<int32_t> chat_stop_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat);
 
 }  // namespace nt

@@ -1,5 +1,7 @@
 #include "tokenizer/token_stream_decoder.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace nt {
@@ -8,7 +10,13 @@ TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_spe
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 
 bool TokenStreamDecoder::skipped(int32_t id) const {
-  return skip_special_ && tokenizer_->vocab().contains(id) && tokenizer_->is_special(id);
+  return skip_special_ && tokenizer_->vocab().contains(id) && tokenizer_->is_special(id) &&
+         !std::binary_search(kept_.begin(), kept_.end(), id);
+}
+
+void TokenStreamDecoder::keep_special(std::span<const int32_t> ids) {
+  kept_.assign(ids.begin(), ids.end());
+  std::sort(kept_.begin(), kept_.end());
 }
 
 void TokenStreamDecoder::continue_after(std::span<const int32_t> context) {

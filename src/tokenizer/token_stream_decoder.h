@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
@@ -19,6 +20,8 @@ class TokenStreamDecoder {
   // The tokenizer must outlive the decoder. skip_special as in Tokenizer::decode.
   explicit TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special = true);
 
+  // Special tokens that are not skipped: their text is output (a reply parser reads them).
+  void keep_special(std::span<const int32_t> ids);
   // The tokens pushed next continue `context` (e.g. the prompt they were generated
   // from): they decode as the end of Tokenizer::decode(context + pushed), past the
   // context's own text. A context of skipped special tokens only (BOS) starts no text.
@@ -33,6 +36,7 @@ class TokenStreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
+  std::vector<int32_t> kept_;  // sorted
   bool skipped(int32_t id) const;
 
   bool at_start_ = true;  // the next token is the first piece of the text
