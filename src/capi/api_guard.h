@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +46,17 @@ T* need(T* pointer, const char* function, const char* name) {
 }
 
 nt_status status_of_current_exception() noexcept;
+
+// The int a C caller stored in an enum field or argument. C lets any int
+// through; in C++ loading a value outside the enumerators' range is
+// undefined, so the value is read from the object's bytes instead.
+template <class Enum>
+int32_t enum_value(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int32_t));
+  int32_t value;
+  std::memcpy(&value, &e, sizeof value);
+  return value;
+}
 
 template <class Body>
 nt_status guard(Body&& body) noexcept {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <span>
 
 #include "capi/api_guard.h"
 #include "capi/context_internal.h"
@@ -90,6 +92,42 @@ const float* logits_row(nt_context& ctx, int32_t i, const char* function) {
 
 }  // namespace nt::capi
 
+namespace {
+
+// A run of a batch: positions [pos, end) of a runner sequence.
+struct RunSpan {
+  nt::SeqId seq;
+  int64_t pos, end;
+};
+
+// How many pages the KV pool lacks for the runs (0: they fit), counted as
+// KvPages::write takes them: fresh pages past the kept ones; a copy of a page
+// a run writes into while another sequence holds it too (when all its
+// holders write into it, the last keeps it); less the pages an overwrite
+// frees (those no other sequence holds).
+int64_t pages_short(const nt_context& ctx, const std::vector<RunSpan>& runs) {
+  const nt::KvPages& pages = ctx.runner->kv_pages();
+  std::map<int32_t, int64_t> holders, writers;
+  for (const nt::SeqId s : ctx.sequences) {
+    for (const int32_t page : pages.pages(s)) ++holders[page];
+  }
+  int64_t needed = 0, freed = 0;
+  for (const RunSpan& r : runs) {
+    const std::span<const int32_t> held = pages.pages(r.seq);
+    const int64_t kept = pages.pages_for(r.pos);
+    needed += pages.pages_for(r.end) - kept;
+    for (int64_t i = kept; i < int64_t(held.size()); ++i) freed += holders[held[size_t(i)]] == 1 ? 1 : 0;
+    if (r.pos % pages.page_size() != 0) ++writers[held[size_t(kept - 1)]];
+  }
+  for (const auto& [page, count] : writers) {
+    const int64_t h = holders[page];
+    if (h > 1) needed += count < h ? count : count - 1;
+  }
+  return std::max<int64_t>(0, needed - freed - pages.free_pages());
+}
+
+}  // namespace
+
 using namespace nt::capi;
 
 extern "C" {
@@ -116,8 +154,9 @@ nt_status nt_context_new(nt_model* model, const nt_context_params* params, nt_co
     }
     if (p.n_batch < 1) refuse(NT_STATUS_INVALID_ARGUMENT, "nt_context_new: n_batch 0: at least 1");
     if (p.n_ctx > uint32_t(INT32_MAX)) refuse(NT_STATUS_INVALID_ARGUMENT, "nt_context_new: n_ctx {} is over 2^31", p.n_ctx);
-    if (p.kv_type != NT_KV_F16 && p.kv_type != NT_KV_F32) {
-      refuse(NT_STATUS_INVALID_ARGUMENT, "nt_context_new: kv_type {} is neither NT_KV_F16 nor NT_KV_F32", int(p.kv_type));
+    const int32_t kv_type = enum_value(p.kv_type);
+    if (kv_type != NT_KV_F16 && kv_type != NT_KV_F32) {
+      refuse(NT_STATUS_INVALID_ARGUMENT, "nt_context_new: kv_type {} is neither NT_KV_F16 nor NT_KV_F32", kv_type);
     }
     if (p.n_threads < 0) refuse(NT_STATUS_INVALID_ARGUMENT, "nt_context_new: n_threads {} is negative", p.n_threads);
     const nt_model_params& mp = model->params;
@@ -284,8 +323,7 @@ nt_status nt_decode(nt_context* ctx_arg, const nt_batch* batch_arg) {
       return first_seen[size_t(b.entries[a].seq)] < first_seen[size_t(b.entries[c].seq)];
     });
     // Each run continues its sequence at consecutive positions; the KV pool holds them.
-    const nt::KvPages& pages = ctx.runner->kv_pages();
-    int64_t pages_needed = 0, pages_dropped = 0;
+    std::vector<RunSpan> runs;
     for (size_t k = 0; k < n;) {
       const nt_batch::Entry& head = b.entries[order[k]];
       const int64_t length = ctx.runner->seq_length(ctx.sequences[size_t(head.seq)]);
@@ -302,18 +340,13 @@ nt_status nt_decode(nt_context* ctx_arg, const nt_batch* batch_arg) {
                  "entries take consecutive positions)", order[end], e.seq, expected, e.pos);
         }
       }
-      // New pages past the kept ones, a copy of a shared page the run writes
-      // into, and the pages its overwrite gives back.
-      const nt::SeqId rs = ctx.sequences[size_t(head.seq)];
-      const int64_t last = b.entries[order[end - 1]].pos + 1;
-      pages_needed += pages.pages_for(last) - pages.pages_for(head.pos);
-      if (head.pos % pages.page_size() != 0 && pages.shared(rs, head.pos - 1)) ++pages_needed;
-      pages_dropped += std::max<int64_t>(0, int64_t(pages.pages(rs).size()) - pages.pages_for(head.pos));
+      runs.push_back({ctx.sequences[size_t(head.seq)], head.pos, b.entries[order[end - 1]].pos + 1});
       k = end;
     }
-    if (pages_needed > pages.free_pages() + pages_dropped) {
-      refuse(NT_STATUS_NO_MEMORY, "nt_decode: the batch needs {} more KV pages, the pool has {} free of {}",
-             pages_needed - pages_dropped, pages.free_pages(), pages.page_count());
+    if (const int64_t short_by = pages_short(ctx, runs); short_by > 0) {
+      const nt::KvPages& pages = ctx.runner->kv_pages();
+      refuse(NT_STATUS_NO_MEMORY, "nt_decode: the KV pool lacks {} of the pages the batch needs ({} free of {})", short_by,
+             pages.free_pages(), pages.page_count());
     }
     ctx.batch.clear();
     std::vector<int64_t> entry_of_slot(n);

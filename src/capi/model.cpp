@@ -117,7 +117,7 @@ extern "C" {
 const char* nt_last_error(void) { return nt::capi::last_error().c_str(); }
 
 const char* nt_status_name(nt_status status) {
-  switch (status) {
+  switch (nt::capi::enum_value(status)) {
     case NT_STATUS_OK: return "NT_STATUS_OK";
     case NT_STATUS_INVALID_ARGUMENT: return "NT_STATUS_INVALID_ARGUMENT";
     case NT_STATUS_OUT_OF_RANGE: return "NT_STATUS_OUT_OF_RANGE";
@@ -153,9 +153,9 @@ nt_status nt_model_load(const nt_model_params* params, nt_model** out) {
     need(params, "nt_model_load", "params");
     need(out, "nt_model_load", "out");
     need(params->path, "nt_model_load", "params->path");
-    if (params->device != NT_DEVICE_AUTO && params->device != NT_DEVICE_CPU && params->device != NT_DEVICE_CUDA) {
-      refuse(NT_STATUS_INVALID_ARGUMENT, "nt_model_load: device {} is none of NT_DEVICE_AUTO, _CPU, _CUDA",
-             int(params->device));
+    const int32_t device = nt::capi::enum_value(params->device);
+    if (device != NT_DEVICE_AUTO && device != NT_DEVICE_CPU && device != NT_DEVICE_CUDA) {
+      refuse(NT_STATUS_INVALID_ARGUMENT, "nt_model_load: device {} is none of NT_DEVICE_AUTO, _CPU, _CUDA", device);
     }
     std::error_code ec;
     if (!std::filesystem::is_regular_file(params->path, ec)) {

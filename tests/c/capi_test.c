@@ -500,6 +500,31 @@ static void test_decode(nt_model* model) {
   OK(nt_context_free(ctx));
 }
 
+/* A pool that holds the batch exactly: two sequences of one 32-position page
+ * each, sharing the prompt's page; a step of both copies it once (the last
+ * to write keeps the original). */
+static void test_shared_page_fits(nt_model* model) {
+  nt_context* ctx = new_context(model, 32, 2, NT_KV_F16);
+  nt_token prompt[32];
+  int32_t n = 0;
+  OK(nt_tokenize(model, "Once upon a time", -1, prompt, 32, true, false, &n));
+  nt_batch* batch;
+  OK(nt_batch_init(32, &batch));
+  OK(decode_prompt(ctx, batch, prompt, n, 0));
+  OK(nt_seq_cp(ctx, 0, 1, 0, -1));
+  for (nt_pos pos = n; pos < 32; ++pos) {
+    nt_batch_clear(batch);
+    nt_batch_add(batch, prompt[1], pos, 0, true);
+    nt_batch_add(batch, prompt[2], pos, 1, true);
+    OK(nt_decode(ctx, batch));
+  }
+  nt_pos len = 0;
+  OK(nt_seq_length(ctx, 1, &len));
+  EXPECT(len == 32);
+  nt_batch_free(batch);
+  nt_context_free(ctx);
+}
+
 static void test_sampler_chain(nt_model* model) {
   nt_sampler* chain = NULL;
   FAILS(NT_STATUS_INVALID_ARGUMENT, nt_sampler_chain_new(NULL));
@@ -889,6 +914,7 @@ int main(int argc, char** argv) {
   test_context_errors(model);
   test_batch_errors();
   test_decode(model);
+  test_shared_page_fits(model);
   test_sampler_chain(model);
   test_state(model);
   test_requests(model);

@@ -101,6 +101,19 @@ def test_examples_simple_prints_what_run_prints(models, tmp_path, name, prompt):
     assert result.stdout.rstrip("\n") == text.rstrip("\n")
 
 
+def test_examples_batched_decodes_four_sequences(models):
+    batched = BUILD_DIR / "examples" / "c" / "batched"
+    require_built(batched)
+    result = subprocess.run([str(batched), str(models["stories"]), "Once upon a time", "24"], capture_output=True,
+                            text=True, timeout=300, check=True)
+    lines = result.stdout.splitlines()
+    assert [line[:4] for line in lines] == ["[0] ", "[1] ", "[2] ", "[3] "]
+    assert all(line[4:].startswith("Once upon a time") for line in lines)
+    assert len(set(lines)) > 1  # four seeds, four stories
+    # One pass for the prompt, then one per step for all four sequences together.
+    assert result.stderr.startswith("24 passes")
+
+
 def test_chat_is_run_with_the_template(nt, models, tmp_path):
     path = model_path(models, "smollm2")
     question = "Name three colors."
