@@ -219,7 +219,7 @@ class Batch:
         return n.value
 
     def close(self):
-        if self._handle:
+        if getattr(self, "_handle", None):
             self._lib.nt_batch_free(self._handle)
             self._handle = ctypes.c_void_p()
 
@@ -260,7 +260,7 @@ class Sampler:
         _check(self._lib.nt_sampler_reset(self._handle))
 
     def close(self):
-        if self._handle:
+        if getattr(self, "_handle", None):
             self._lib.nt_sampler_free(self._handle)
             self._handle = ctypes.c_void_p()
 
