@@ -10,11 +10,15 @@
 namespace nt {
 
 std::unique_ptr<Engine> Engine::open(EngineOptions options) {
-  return std::unique_ptr<Engine>(new Engine(std::move(options)));
+  return std::unique_ptr<Engine>(new Engine(std::move(options), std::nullopt));
 }
 
-Engine::Engine(EngineOptions options) : options_(std::move(options)) {
-  model_ = open_model(target_open_options(options_.model, options_.draft));
+std::unique_ptr<Engine> Engine::open(EngineOptions options, OpenedModel model) {
+  return std::unique_ptr<Engine>(new Engine(std::move(options), std::move(model)));
+}
+
+Engine::Engine(EngineOptions options, std::optional<OpenedModel> model) : options_(std::move(options)) {
+  model_ = model ? std::move(*model) : open_model(target_open_options(options_.model, options_.draft));
   options_.model.on_load_progress = nullptr;  // the caller's progress line ends with the load
   const auto note = [this](const std::string& text) {
     if (options_.on_note) options_.on_note(text);

@@ -79,6 +79,9 @@ struct RequestSink {
 class Engine {
  public:
   static std::unique_ptr<Engine> open(EngineOptions options);
+  // An engine over a model already open (the C API's context): options.model
+  // then gives only the sequences, which must be those the runner was opened with.
+  static std::unique_ptr<Engine> open(EngineOptions options, OpenedModel model);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -109,7 +112,7 @@ class Engine {
   bool speculates() const { return options_.draft.enabled(); }
 
  private:
-  explicit Engine(EngineOptions options);
+  Engine(EngineOptions options, std::optional<OpenedModel> model);
   std::unique_ptr<DraftSource> draft_for(SeqId seq, const GenerationRequest& request);
   // Moves queued submissions and cancellations into the scheduler.
   void take_queued();

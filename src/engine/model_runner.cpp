@@ -61,6 +61,36 @@ void ModelRunner::seq_keep(SeqId seq, int64_t start, std::span<const int64_t> ke
   pages_->truncate(seq, start + int64_t(kept.size()));
 }
 
+std::vector<uint8_t> ModelRunner::seq_save_rows(SeqId seq) const {
+  if (!saves_kv_rows()) fail("{}: this backend cannot read its KV cache rows back", description());
+  std::vector<int64_t> rows(static_cast<size_t>(pages_->length(seq)));
+  for (size_t p = 0; p < rows.size(); ++p) rows[p] = pages_->slot(seq, int64_t(p));
+  std::vector<uint8_t> bytes(rows.size() * kv_bytes_per_position());
+  read_rows(rows, bytes);
+  return bytes;
+}
+
+void ModelRunner::seq_load_rows(SeqId seq, int64_t length, std::span<const uint8_t> bytes) {
+  if (!saves_kv_rows()) fail("{}: this backend cannot write KV cache rows", description());
+  if (length < 0 || bytes.size() != uint64_t(length) * kv_bytes_per_position()) {
+    fail("sequence {}: {} bytes of KV rows are not {} positions of {} bytes", seq, bytes.size(), length,
+         kv_bytes_per_position());
+  }
+  pages_->truncate(seq, 0);
+  pages_->write(seq, 0, length);  // fresh pages: an emptied sequence shares none to copy
+  std::vector<int64_t> rows(static_cast<size_t>(length));
+  for (size_t p = 0; p < rows.size(); ++p) rows[p] = pages_->slot(seq, int64_t(p));
+  write_rows(rows, bytes);
+}
+
+void ModelRunner::read_rows(std::span<const int64_t>, std::span<uint8_t>) const {
+  fail("{}: this backend cannot read its KV cache rows back", description());
+}
+
+void ModelRunner::write_rows(std::span<const int64_t>, std::span<const uint8_t>) {
+  fail("{}: this backend cannot write KV cache rows", description());
+}
+
 void ModelRunner::forward(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule) {
   const std::vector<SequenceRun> runs = sequence_runs(batch);
   const std::vector<int32_t> layers = scheduled_layers(schedule, config().n_layers);

@@ -101,6 +101,14 @@ class ModelRunner {
   void seq_keep(SeqId seq, int64_t start, std::span<const int64_t> kept);
   int64_t seq_length(SeqId seq) const { return pages_->length(seq); }
   const KvPages& kv_pages() const { return *pages_; }
+  // A sequence's cache as bytes (kv_bytes_per_position() per position, in
+  // position order, in the backend's own layout and KV type): what a saved
+  // sequence state holds, so that loading it needs no pass. Backends that
+  // cannot read their cache rows back (saves_kv_rows() false) throw nt::Error.
+  virtual bool saves_kv_rows() const { return false; }
+  std::vector<uint8_t> seq_save_rows(SeqId seq) const;
+  // Makes seq (emptied first) hold `length` positions from seq_save_rows bytes.
+  void seq_load_rows(SeqId seq, int64_t length, std::span<const uint8_t> bytes);
 
   // --- The default sequence ---
   // Runs `tokens` at positions pos, pos+1, ... (overwriting any cached
@@ -160,6 +168,10 @@ class ModelRunner {
   // Copies every layer's K and V of each `from` row to its `to` row, one
   // copy after the other (a later copy may read what an earlier one wrote).
   virtual void copy_rows(std::span<const RowCopy> copies) = 0;
+  // Every layer's K and V of the physical rows `rows` to or from
+  // kv_bytes_per_position() bytes each, in order (saves_kv_rows() backends).
+  virtual void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const;
+  virtual void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in);
   // Records that a single-sequence method writes positions [pos, pos + count)
   // of the default sequence (nt::Error on a context overflow, nothing written).
   void claim_default(int64_t pos, int64_t count);

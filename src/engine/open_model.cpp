@@ -32,7 +32,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   if (o.sequences < 1) fail("{} parallel sequences: at least 1", o.sequences);
   OpenedModel m;
   m.path = o.path.empty() ? default_model_path() : o.path;
-  m.file = GgufFile::open(m.path);
+  m.file = o.file ? o.file : GgufFile::open(m.path);
   // The architecture first: an unsupported one is named before anything else is read.
   const ModelSpec spec = read_model_spec(m.file->header(), m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));

@@ -23,6 +23,9 @@ Device parse_device(const std::string& name, const std::string& flag);
 
 struct OpenModelOptions {
   std::string path;            // empty: the default model
+  // The file already open at `path` (the C API's model, opening a context):
+  // its mapping is shared instead of mapping the file again. Null: open it.
+  std::shared_ptr<const GgufFile> file;
   Device device = Device::Auto;  // Auto: CUDA when a usable GPU is there
   int64_t context = 0;         // positions of one sequence; 0: the model's, at most 4096
   int sequences = 1;           // sequences whose KV caches are held at once

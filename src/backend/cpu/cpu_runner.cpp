@@ -137,6 +137,34 @@ class CpuRunner final : public ModelRunner {
     });
   }
 
+  bool saves_kv_rows() const override { return true; }
+
+  // A position's bytes: every layer's K row, then every layer's V row.
+  void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const override {
+    const size_t bytes = row_bytes();
+    const size_t layer_bytes = size_t(pool_rows_) * bytes;
+    size_t part = 0;
+    for (const auto* cache : {&k_cache_, &v_cache_}) {
+      for (int64_t l = 0; l < config_.n_layers; ++l, ++part) {
+        const uint8_t* base = cache->data() + size_t(l) * layer_bytes;
+        for (size_t r = 0; r < rows.size(); ++r) {
+          std::memcpy(&out[(r * 2 * size_t(config_.n_layers) + part) * bytes], base + size_t(rows[r]) * bytes, bytes);
+        }
+      }
+    }
+  }
+
+  void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) override {
+    const size_t bytes = row_bytes();
+    size_t part = 0;
+    for_each_layer_cache([&](uint8_t* base) {
+      for (size_t r = 0; r < rows.size(); ++r) {
+        std::memcpy(base + size_t(rows[r]) * bytes, &in[(r * 2 * size_t(config_.n_layers) + part) * bytes], bytes);
+      }
+      ++part;
+    });
+  }
+
  private:
   static constexpr int64_t kPageSize = 32;
 
