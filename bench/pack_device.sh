@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Packs this build's binaries (a CUDA build: `NT_CUDA=ON scripts/setup.sh`
-# on a machine without a GPU, then `cmake --build build`) for a device call (the device has no -dev
+# Packs this build's binaries (a CUDA build for the device's sm_90 that carries
+# fmt inside: `NT_CUDA=ON scripts/setup.sh` on a machine without a GPU, then
+# `cmake -B build -DNT_FMT_HEADER_ONLY=ON && cmake --build build`) for a device call (the device has no -dev
 # packages, and a call carries at most 64 MiB): the ones named (ntransformer,
 # nt_gpu_tests, cuda_bench; default the first two), stripped, as
 # .devdata/bin.txz laid out as build/ is, so the device's scripts take /tmp/nt
@@ -21,6 +22,10 @@ done
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 for bin in "${bins[@]}"; do
+  if ldd "build/$bin" | grep -q libfmt; then
+    echo "pack_device: build/$bin links libfmt.so, which the device lacks; reconfigure with -DNT_FMT_HEADER_ONLY=ON" >&2
+    exit 2
+  fi
   mkdir -p "$stage/$(dirname "$bin")"
   strip -o "$stage/$bin" "build/$bin"
 done
