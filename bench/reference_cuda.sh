@@ -6,6 +6,8 @@
 # ggml. llama-bench and llama-batched-bench become one binary that runs as
 # either by its name, so the CUDA code travels once: OUT_DIR/ref-cuda.txz (~42 MB
 # with xz) holds bin/llama-bench, the llama-batched-bench link and libgomp.
+# llama-server (no web UI) carries the CUDA code too, so it travels apart:
+# OUT_DIR/ref-server.txz holds bin/llama-server and libgomp.
 #   bench/reference_cuda.sh SRC_DIR OUT_DIR   (SRC_DIR from ../shared/tools/reference-engine.sh fetch; ~30 min on 2 cores)
 # On the device: tar xJf ref-cuda.txz -C DIR; LD_LIBRARY_PATH=DIR/bin plus the CUDA libraries and
 # libnccl.so.2's folder (ggml links NCCL); then DIR/bin/llama-bench -ngl 40 ... or DIR/bin/llama-batched-bench ...
@@ -16,8 +18,8 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CU
   -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON \
   -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON \
   -DGGML_AMX_BF16=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$build.log" 2>&1
-cmake --build "$build" -j"$(nproc)" --target llama-bench llama-batched-bench >> "$build.log" 2>&1
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF > "$build.log" 2>&1
+cmake --build "$build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server >> "$build.log" 2>&1
 # The two benches' own link line, with both entry points and a main that picks one by name.
 cat > "$out/bench_by_name.cpp" <<'CPP'
 #include <cstring>
@@ -37,3 +39,8 @@ ln -sf llama-bench "$out/pack/bin/llama-batched-bench"
 cp "$(gcc -print-file-name=libgomp.so.1)" "$out/pack/bin/"
 tar cJf "$out/ref-cuda.txz" -C "$out/pack" bin
 ls -la "$out/ref-cuda.txz"
+mkdir -p "$out/server/bin"
+strip -o "$out/server/bin/llama-server" "$build/bin/llama-server"
+cp "$(gcc -print-file-name=libgomp.so.1)" "$out/server/bin/"
+tar cJf "$out/ref-server.txz" -C "$out/server" bin
+ls -la "$out/ref-server.txz"
