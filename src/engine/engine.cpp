@@ -82,6 +82,7 @@ const ChatTemplate& Engine::chat_template() const {
 
 RequestId Engine::submit(EngineRequest request, RequestSink sink) {
   EncodedPrompt prompt = request.prompt        ? encode_completion(*model_.tokenizer, *request.prompt)
+                         : request.prompt_ids  ? encode_completion_ids(*model_.tokenizer, *request.prompt_ids)
                          : request.chat_prompt ? encode_rendered_conversation(*model_.tokenizer, chat_template(),
                                                                               *request.chat_prompt)
                                                : encode_conversation(*model_.tokenizer, chat_template(), request.messages);

@@ -57,6 +57,7 @@ struct EngineStats {
 
 struct EngineRequest {
   std::optional<std::string> prompt;  // a raw completion, or
+  std::optional<std::vector<int32_t>> prompt_ids;  // one given as token ids, or
   std::vector<ChatMessage> messages;  // a conversation, through the chat template, or
   // a conversation the caller rendered through chat_template() (with tools, or with
   // the start of the reply written ahead): tokenized with its special tokens, and

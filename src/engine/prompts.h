@@ -20,6 +20,9 @@ struct EncodedPrompt {
 // Raw completion: the text as it is (BOS when the vocabulary wants one); the vocabulary's
 // end-of-generation tokens (EOS, EOT, ...) end it.
 EncodedPrompt encode_completion(const Tokenizer& tokenizer, std::string_view text);
+// The same for a prompt given as token ids, taken as they are (no BOS added);
+// nt::Error naming the first id outside the vocabulary.
+EncodedPrompt encode_completion_ids(const Tokenizer& tokenizer, std::span<const int32_t> ids);
 
 // A conversation rendered by the chat template with the assistant's turn
 // opened; the template's end-of-turn tokens end it.

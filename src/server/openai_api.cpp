@@ -108,14 +108,38 @@ std::vector<ChatToolCall> tool_calls(const json& calls, const std::string& param
   return out;
 }
 
-std::string completion_prompt(const json& j) {
+bool is_token_list(const json& value) {
+  return value.is_array() && !value.empty() && value[0].is_number();
+}
+
+std::vector<int32_t> token_list(const json& value, const std::string& at) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& id = value[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      bad("prompt", fmt::format("{}[{}]: expected a token id, got {}", at, i, shown(id)));
+    }
+    ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+// OpenAI's forms of one prompt: a text, token ids, or a list of one of either.
+void read_completion_prompt(const json& j, EngineRequest& r) {
   if (!j.contains("prompt")) bad("prompt", "prompt: missing");
   const json& prompt = j["prompt"];
-  if (prompt.is_array()) {
-    if (prompt.size() != 1) bad("prompt", "prompt: give one prompt per request (a string, or a list of one string)");
-    return text_field(prompt[0], "prompt[0]");
+  if (is_token_list(prompt)) {
+    r.prompt_ids = token_list(prompt, "prompt");
+  } else if (prompt.is_array()) {
+    if (prompt.size() != 1) bad("prompt", "prompt: give one prompt per request (a text or token ids, or a list of one)");
+    if (is_token_list(prompt[0])) {
+      r.prompt_ids = token_list(prompt[0], "prompt[0]");
+    } else {
+      r.prompt = text_field(prompt[0], "prompt[0]");
+    }
+  } else {
+    r.prompt = text_field(prompt, "prompt");
   }
-  return text_field(prompt, "prompt");
 }
 
 std::vector<std::string> stop_strings(const json& value) {
@@ -263,7 +287,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
   if (endpoint == Endpoint::ChatCompletions) {
     r.messages = chat_messages(j);
   } else {
-    r.prompt = completion_prompt(j);
+    read_completion_prompt(j, r);
   }
   namespace l = limits;
   r.max_tokens = default_max_tokens;
@@ -295,6 +319,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
     s.seed = random_seed();
   }
   if (j.contains("stop")) r.stop = stop_strings(j["stop"]);
+  // llama-server's extension, for benchmarks that need replies of a set length.
+  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) r.ignore_eos = bool_field(j["ignore_eos"], "ignore_eos");
   if (j.contains("stream") && !j["stream"].is_null()) a.stream = bool_field(j["stream"], "stream");
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const json& options = j["stream_options"];

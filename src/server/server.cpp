@@ -149,10 +149,10 @@ struct Server::Impl {
         };
         ids.push_back(engine->submit(std::move(choice), std::move(sink)));
       }
-    } catch (const Error& e) {  // a conversation the template cannot render
+    } catch (const Error& e) {  // a conversation the template cannot render, a token id outside the vocabulary
       for (const RequestId id : ids) engine->cancel(id);
       --in_flight;
-      send_error(res, dialect, 400, e.what(), "messages");
+      send_error(res, dialect, 400, e.what(), request.prompt_ids ? "prompt" : "messages");
       return std::nullopt;
     }
     metrics.accepted();

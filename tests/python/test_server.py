@@ -136,6 +136,31 @@ def test_stop_strings_end_the_reply_before_them(server):
     assert cut.choices[0].text == text[:text.index(",")] and cut.choices[0].finish_reason == "stop"
 
 
+def test_a_prompt_of_token_ids_is_the_prompt_those_ids_encode(server):
+    text = "The capital of France is"
+    shown = run_cli("--raw", "-p", text, "-n", 0, "--show-ids").stderr
+    ids = json.loads(re.search(r"prompt ids: (\[.*\])", shown)[1])
+    client = server.openai()
+    expected = client.completions.create(model=MODEL_ID, prompt=text, max_tokens=12, temperature=0)
+    for prompt in (ids, [ids]):
+        reply = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
+        assert reply.choices[0].text == expected.choices[0].text
+        assert reply.usage.prompt_tokens == len(ids)
+    status, body, _ = server.request("POST", "/v1/completions", {"prompt": [ids[0], 10 ** 9], "max_tokens": 2})
+    error = json.loads(body)["error"]
+    assert status == 400 and "outside the vocabulary" in error["message"] and error["param"] == "prompt"
+    status, body, _ = server.request("POST", "/v1/completions", {"prompt": [1, "two"], "max_tokens": 2})
+    assert status == 400 and "expected a token id" in json.loads(body)["error"]["message"]
+
+
+def test_ignore_eos_generates_past_the_end_of_the_reply(server):
+    ended = chat(server.openai(), "Say hi.", max_tokens=64)
+    assert ended.choices[0].finish_reason == "stop" and ended.usage.completion_tokens < 64  # the model's own end
+    longer = chat(server.openai(), "Say hi.", max_tokens=64, extra_body={"ignore_eos": True})
+    assert longer.choices[0].finish_reason == "length" and longer.usage.completion_tokens == 64
+    assert longer.choices[0].message.content.startswith(ended.choices[0].message.content)
+
+
 def test_n_choices_sample_apart_and_a_seed_repeats_them(server):
     client = server.openai()
     first = chat(client, "Tell me a word.", max_tokens=12, n=3, seed=7, temperature=1.0)
