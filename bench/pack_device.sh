@@ -9,8 +9,10 @@
 # into each). With `smol`, also the default model in 42 MB pieces
 # (bench/device_stage.sh joins them on the device).
 #   bench/pack_device.sh [ntransformer] [nt_gpu_tests] [cuda_bench] [smol]   (.devdata/ stays out of git)
+# NT_BUILD_DIR names another build dir than build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=${NT_BUILD_DIR:-build}
 grep -qx '/.devdata/' .git/info/exclude 2>/dev/null || echo '/.devdata/' >> .git/info/exclude
 declare -A path=([ntransformer]=src/ntransformer [nt_gpu_tests]=tests/nt_gpu_tests [cuda_bench]=bench/cuda_bench)
 bins=() smol=
@@ -22,19 +24,19 @@ done
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 for bin in "${bins[@]}"; do
-  if ldd "build/$bin" | grep -q libfmt; then
-    echo "pack_device: build/$bin links libfmt.so, which the device lacks; reconfigure with -DNT_FMT_HEADER_ONLY=ON" >&2
+  if ldd "$build/$bin" | grep -q libfmt; then
+    echo "pack_device: $build/$bin links libfmt.so, which the device lacks; reconfigure with -DNT_FMT_HEADER_ONLY=ON" >&2
     exit 2
   fi
   mkdir -p "$stage/$(dirname "$bin")"
-  strip -o "$stage/$bin" "build/$bin"
+  strip -o "$stage/$bin" "$build/$bin"
 done
 # The device has no -dev packages: the shared libraries ntransformer links
 # beyond the base system (cpp-httplib and the brotli it needs) go beside it,
 # in lib/, where its run path looks.
 if [[ " ${bins[*]} " == *" src/ntransformer "* ]]; then
   mkdir -p "$stage/src/lib"
-  for lib in $(ldd build/src/ntransformer | awk '/cpp-httplib|brotli/ { print $3 }'); do cp -L "$lib" "$stage/src/lib/"; done
+  for lib in $(ldd "$build/src/ntransformer" | awk '/cpp-httplib|brotli/ { print $3 }'); do cp -L "$lib" "$stage/src/lib/"; done
   for lib in $(ldd "$stage"/src/lib/libcpp-httplib* | awk '/brotli/ { print $3 }'); do cp -Ln "$lib" "$stage/src/lib/"; done
 fi
 mkdir -p .devdata
