@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Batched decode on the GPU (docs/PERFORMANCE.md, "Many sequences per pass"),
+# Batched decode on the GPU (docs/PERFORMANCE.md, "Batched decode on the GPU"),
 # in one device call: for each model, our `bench` batched mode (aggregate
 # prefill and decode tok/s at several batch sizes) and the reference engine's
 # llama-batched-bench on the same file, plus the single-sequence decode of the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 22's CPU figures in one device call (docs/PERFORMANCE.md, "Prefetch and
-# 512-bit K-quant dots"): the host's read rate and one core's kernel rates;
+# The CPU-tier figures in one device call (docs/PERFORMANCE.md, "CPU kernels on
+# the 16-core host"): the host's read rate and one core's kernel rates;
 # on a smaller model, the decode prefetch distance and the prefill GEMM
 # threshold swept; on the main model, our CPU decode and pp16 at 16 threads,
 # the reference's llama-bench -ngl 0 on the same file (bench/reference_cpu.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resident-model benchmarks on the GPU (docs/PERFORMANCE.md, CUDA table), in one
+# Resident-model benchmarks on the GPU (docs/PERFORMANCE.md, "GPU resident decode and prefill"), in one
 # device call: measures the device-to-device copy ceiling, writes each synthetic
 # model with make-model on the local disk, runs `ntransformer bench` on it
 # (pp512; decode at 512 and 4096 cached tokens) and prints decode GB/s as a

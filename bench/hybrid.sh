@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU as a fourth tier (docs/PERFORMANCE.md, "Hybrid split (issue 22)"),
+# The CPU as a fourth tier (docs/PERFORMANCE.md, "CPU as a fourth tier: the hybrid split"),
 # in one device call: the planner's four-tier plan (with the CPU rate it
 # measures on the model's own layers), then decode and prefill of a model at
 # a VRAM budget with --cpu-layers 0 (streaming only), auto and fixed counts,

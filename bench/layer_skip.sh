@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layer skip on the CPU (docs/PERFORMANCE.md, "Layer skip (issue 24)"):
+# Layer skip on the CPU (docs/PERFORMANCE.md, "Layer skip"):
 # calibrates on bench/texts/calibration.txt, then for each skip count the
 # perplexity of the held-out bench/texts/heldout.txt and bench's prefill and
 # decode tok/s; then self-speculation's tokens per pass drafting with the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What a speculative verification pass costs (docs/PERFORMANCE.md, issue 24):
+# What a speculative verification pass costs (docs/PERFORMANCE.md, "What a
+# verification pass costs on a streamed 70B"):
 # one forward pass of T tokens against T = 1 for a model at a VRAM budget,
 # the weights streamed (--cpu-layers 0), in one device call.
 #   bench/pass_cost.sh BUILD_DIR [PRESET:TYPE:BUDGET] [TOKEN COUNTS]

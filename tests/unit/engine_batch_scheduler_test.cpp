@@ -1107,7 +1107,7 @@ void expect_smollm2_batched_greedy_is_alone(const std::string& path, const Runne
     std::printf("prompt %zu (\"%s\") differs from token %td: batched %s | alone %s\n", i, prompts[i].c_str(),
                 a - got.begin(), r.batched[i].text.c_str(), r.alone[i].text.c_str());
   }
-  // The issue allows one near-tie flip in 8; the CPU runner gives a batched
+  // The GPU target allows one near-tie flip in 8; the CPU runner gives a batched
   // run its single-sequence kernels (cpu::matmul_groups), so none may flip.
   EXPECT_EQ(same, 8);
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.batched[i].completion_tokens, 64) << i;

@@ -187,7 +187,7 @@ TEST(StorageHybridPlan, ChoiceMatchesBruteForceOverAllAssignments) {
 }
 
 TEST(StorageHybridPlan, MoreTokensPerPassGiveTheCpuFewerLayers) {
-  // The 70B at 24 GiB: 40 resident, 40 in RAM (0.51 GB each), a
+  // The benchmarked 70B at 24 GiB: 40 resident, 40 in RAM (0.51 GB each), a
   // 55 GB/s link, a CPU at 52 GB/s for one token and 11.4 GB/s at 16.
   const ModelFootprint m = equal_layers(80, 510'000'000);
   const PlacementPlan base = plan_placement(m, budgets(m, 40, 40));

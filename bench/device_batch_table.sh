@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Issue 21's benchmark table in one device call, on the card the issue names:
+# The batched-decode table (docs/PERFORMANCE.md, "Batched decode on the GPU") in one
+# device call, on the card it is measured on (an H200):
 # our batched decode and the reference's llama-batched-bench on the same
 # make-model files (8B Q4_K and 70B Q4_K_M resident, -npp 128 -ntg 64
 # -npl 1,4,16,64), then the 70B at a 24 GiB VRAM budget (-npp 64 -ntg 16)
 # against the reference's -ngl 40 -t 16. On another card it runs nothing and
 # exits 3 within seconds, so a call that lands on the wrong machine costs
 # little (NT_GPU_NEEDED= runs anywhere).
-#   bench/device_issue21.sh [resident] [streamed]   (default both; one call holds at most 10 minutes, so
+#   bench/device_batch_table.sh [resident] [streamed]   (default both; one call holds at most 10 minutes, so
 #   the parts can run as two calls on the same warm machine, which keeps the model files in /tmp/nt-bench)
 # Carry: .devdata/bin.txz (bench/pack_device.sh ntransformer), .devdata/ref-cuda.txz
 # (bench/reference_cuda.sh), this script and bench/batched.sh. Logs in $OUT.
@@ -30,7 +31,7 @@ done
 export LD_LIBRARY_PATH="/tmp/ref/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 parts=" ${*:-resident streamed} "
 if [[ "$parts" == *" resident "* ]]; then
-  # NT_RESIDENT_MODELS picks the rows when little device time is left.
+  # NT_RESIDENT_MODELS picks the rows when a call has little time left.
   NT_RUN="ours ref" bash bench/batched.sh /tmp/nt /tmp/ref/bin - ${NT_RESIDENT_MODELS:-llama3-8b:q4_k llama3-70b:q4_k_m}
 fi
 if [[ "$parts" == *" streamed "* ]]; then
