@@ -3,7 +3,8 @@
 # "Serving"), ours and the reference engine's llama-server on the same file in
 # one device call: the 70B Q4_K_M from make-model at a 24 GiB VRAM budget (the
 # reference: -ngl 40, the same split), 128-token prompts and 128-token replies
-# at N = 1, 8 and 32 clients (bench/server_load.py), ours' ceiling for the same
+# at N = 1, 8 and 32 clients (bench/server_load.py; the reference at N = 1,
+# and both at N = 32 with 32-token replies), ours' ceiling for the same
 # work (`bench -npp 128 -ntg 128 -npl 32`), and the prefix cache: 16 clients
 # share a 2,000-token system prompt, two waves.
 #   bench/device_server.sh BUILD_DIR REF_DIR   (REF_DIR/bin/llama-server: bench/reference_cuda.sh's ref-server.txz)
@@ -27,6 +28,7 @@ model="$work/llama3-70b-q4_k_m.gguf"
 # over its slots.
 budget=24GiB slots=32 ctx=2304 pool=8448 ref_ctx=9216
 log() { echo "== $* ($SECONDS s)"; }
+fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
 
 if [[ $stages == *" make "* && ! -s $model ]]; then
   log "make-model llama3-70b q4_k_m"
@@ -43,7 +45,7 @@ start_server() {
   "$@" > "$out/$name.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null && return 0
+    fetch "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
     kill -0 $server_pid 2>/dev/null || { echo "$name exited"; tail -20 "$out/$name.log"; return 1; }
     sleep 1
   done
@@ -55,12 +57,15 @@ load() { python3 "$here/server_load.py" "$@" 2>&1 | tee -a "$out/load.jsonl"; }
 if [[ $stages == *" ours "* || $stages == *" prefix "* ]]; then
   log "ours: serve"
   if start_server 8080 serve "$nt" serve -m "$model" --vram-budget $budget -c $ctx --kv-pool $pool -np $slots --port 8080; then
-    [[ $stages == *" ours "* ]] && load --url http://127.0.0.1:8080 --clients 1,8,32 --label "ours "
+    if [[ $stages == *" ours "* ]]; then
+      load --url http://127.0.0.1:8080 --clients 1,8,32 --label "ours "
+      load --url http://127.0.0.1:8080 --clients 32 --max-tokens 32 --label "ours short "
+    fi
     if [[ $stages == *" prefix "* ]]; then
       log "ours: prefix cache"
       load --url http://127.0.0.1:8080 --clients 16 --shared-prefix 2000 --max-tokens 16 --waves 2 --label "ours prefix "
     fi
-    curl -s http://127.0.0.1:8080/metrics > "$out/metrics.txt"
+    fetch http://127.0.0.1:8080/metrics > "$out/metrics.txt"
     stop_server
   fi
 fi
@@ -69,8 +74,10 @@ if [[ $stages == *" reference "* ]]; then
   export LD_LIBRARY_PATH="$ref/bin:$LD_LIBRARY_PATH"
   if start_server 8081 llama-server "$ref/bin/llama-server" -m "$model" -ngl 40 -t 16 -c $ref_ctx -np $slots -fa on \
       --port 8081 --host 127.0.0.1; then
-    load --url http://127.0.0.1:8081 --clients ${NT_REFERENCE_CLIENTS:-1,32} --label "reference " \
-      --max-tokens ${NT_REFERENCE_MAX_TOKENS:-128} --timeout 500
+    # Its CPU half makes 32 replies of 128 tokens outlast a call: at N = 32 it
+    # gets 32-token replies, against ours' "short" run of the same.
+    load --url http://127.0.0.1:8081 --clients 1 --label "reference " --timeout 300
+    load --url http://127.0.0.1:8081 --clients 32 --max-tokens 32 --label "reference short " --timeout 300
     stop_server
   fi
 fi

@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${NT_BUILD_DIR:-build}
-grep -qx '/.devdata/' .git/info/exclude 2>/dev/null || echo '/.devdata/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+grep -qx '/.devdata/' "$exclude" 2>/dev/null || echo '/.devdata/' >> "$exclude"
 declare -A path=([ntransformer]=src/ntransformer [nt_gpu_tests]=tests/nt_gpu_tests [cuda_bench]=bench/cuda_bench)
 bins=() smol=
 for arg in "$@"; do
