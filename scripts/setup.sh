@@ -25,7 +25,7 @@ if ((${#missing[@]})); then
 fi
 
 # Oracles for the tests: gguf (quant formats), numpy (float64 reference), transformers/tokenizers (tokenizer ids).
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers, sentencepiece, jinja2, openai, anthropic" 2>/dev/null; then
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import gguf, numpy, pytest, transformers, tokenizers, sentencepiece, jinja2, openai, anthropic, websocket" 2>/dev/null; then
   step "creating .venv with the test oracles (tests/requirements.txt)"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip

@@ -265,7 +265,8 @@ nt_status nt_request_submit(nt_context* ctx, const char* prompt, const char* mes
     // held here until the record has its id: they never see it unset.
     auto id_slot = std::make_shared<nt_request_id>(0);
     nt::RequestSink sink;
-    sink.on_text = [&c, record, id_slot](std::string_view text) {
+    sink.on_text = [&c, record, id_slot](std::string_view text, std::span<const nt::TokenLogprobs>) {
+      if (text.empty()) return;  // log-probabilities alone, which this API does not ask for
       nt_request_id id;
       {
         const std::lock_guard lock(c.requests_mutex);

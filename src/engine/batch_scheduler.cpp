@@ -110,6 +110,9 @@ std::string BatchScheduler::check(const GenerationRequest& request) const {
     }
   }
   if (request.options.max_tokens < 0) return fmt::format("max_tokens {}: at least 0", request.options.max_tokens);
+  if (request.logprobs && (*request.logprobs < 0 || *request.logprobs >= vocab)) {
+    return fmt::format("logprobs: {} likeliest tokens of a vocabulary of {}", *request.logprobs, vocab);
+  }
   try {
     Sampler(request.sampling, vocab);
   } catch (const Error& e) {
@@ -191,12 +194,14 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   Sampler sampler(r.sampling, runner_.config().vocab_size);
   // The penalty window holds the prompt before its last token is evaluated, as in the Generator.
   for (const int32_t t : r.prompt) sampler.accept(t);
+  // Held until deliver(), which hands it on with the log-probabilities it accounts for.
   TextSink sink = [this, request](std::string_view piece) {
-    record(request).result.text += piece;
-    if (callbacks_.on_text) callbacks_.on_text(request, piece);
+    Record& rec = record(request);
+    rec.result.text += piece;
+    rec.unsent += piece;
   };
   std::optional<Drafting> drafting;
-  if (options_.draft) {
+  if (options_.draft && !r.logprobs) {
     if (auto source = options_.draft(slots_[slot].seq, r)) drafting = Drafting{std::move(source), r.prompt, {}, {}, 0};
   }
   // Continue from what the slot kept of its last prompt, if this one begins alike.
@@ -208,15 +213,18 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   progress_.shared_prompt_tokens += kept;
   running_.push_back({request, slot, claim, std::move(sampler),
                       Completion(tokenizer_, r.options, runner_.context_size(), r.prompt), std::move(sink),
-                      std::chrono::steady_clock::now(), kept, std::nullopt, std::move(drafting)});
+                      std::chrono::steady_clock::now(), kept, std::nullopt, std::move(drafting), std::nullopt, 0});
   s.busy = true;
   claimed_ += claim;
   ++progress_.running;
 }
 
-Output BatchScheduler::output_for(const Sampler& sampler) {
+Output BatchScheduler::output_for(const Running& r) {
   // Only what the chain needs crosses from the backend: the best token, the
-  // top (one list length serves the batch; a longer one samples the same), or the row.
+  // top (one list length serves the batch; a longer one samples the same), or
+  // the row, which log-probabilities always need.
+  if (record(r.request).request.logprobs) return Output::Logits;
+  const Sampler& sampler = r.sampler;
   if (sampler.picks_highest_logit()) return Output::Argmax;
   if (const int64_t needed = sampler.top_needed(); needed > 0) {
     batch_.top_k = std::max(batch_.top_k, needed);
@@ -265,7 +273,7 @@ void BatchScheduler::add_decode_steps() {
       add_verification_run(i);
       continue;
     }
-    batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r.sampler), options_.batch_invariant);
+    batch_.add(*r.next, r.cached, slots_[r.slot].seq, output_for(r), options_.batch_invariant);
     owner_.push_back(i);
   }
 }
@@ -285,7 +293,7 @@ void BatchScheduler::add_prompt_chunks() {
     if (n == 0) continue;
     const bool last = r.cached + n == int64_t(prompt.size());
     batch_.add_run(std::span(prompt).subspan(size_t(r.cached), size_t(n)), r.cached, slots_[r.slot].seq,
-                   last ? output_for(r.sampler) : Output::None);
+                   last ? output_for(r) : Output::None);
     owner_.insert(owner_.end(), size_t(n), i);
     budget -= n;
     progress_.prompt_tokens += n;
@@ -325,18 +333,19 @@ void BatchScheduler::run_batch() {
     try {
       if (verifying) {
         if (!verify(r)) done.push_back(owner_[e]);
-        continue;
-      }
-      const int32_t token = sample(r, e);
-      if (take(r, token, r.cached)) {
-        r.next = token;
       } else {
-        done.push_back(owner_[e]);
+        const int32_t token = sample(r, e);
+        if (take(r, token, r.cached)) {
+          r.next = token;
+        } else {
+          done.push_back(owner_[e]);
+        }
       }
     } catch (const Error& ex) {
       record(r.request).result.error = ex.what();
       done.push_back(owner_[e]);
     }
+    deliver(r);
   }
   // From the back, so the indices still to erase stay valid.
   std::sort(done.begin(), done.end());
@@ -410,8 +419,23 @@ bool BatchScheduler::verify(Running& r) {
 bool BatchScheduler::take(Running& r, int32_t token, int64_t cached) {
   const int64_t before = int64_t(r.completion.generated().size());
   const bool more = r.completion.take(token, cached, r.sampler, r.sink);
-  progress_.generated_tokens += int64_t(r.completion.generated().size()) - before;
+  const int64_t taken = int64_t(r.completion.generated().size()) - before;
+  progress_.generated_tokens += taken;
+  if (r.sampled && taken > 0) record(r.request).result.logprobs.push_back(std::move(*r.sampled));
+  r.sampled.reset();
   return more;
+}
+
+void BatchScheduler::deliver(Running& r) {
+  Record& rec = record(r.request);
+  std::vector<TokenLogprobs>& logprobs = rec.result.logprobs;
+  const size_t settled = std::min(r.completion.settled_tokens(), logprobs.size());
+  for (size_t i = r.reported; i < settled; ++i) logprobs[i].text_offset = r.completion.text_offset(i);
+  const std::span<const TokenLogprobs> fresh(logprobs.data() + r.reported, settled - r.reported);
+  if (rec.unsent.empty() && fresh.empty()) return;
+  if (callbacks_.on_text) callbacks_.on_text(r.request, rec.unsent, fresh);
+  rec.unsent.clear();
+  r.reported = settled;
 }
 
 int32_t BatchScheduler::sample(Running& r, size_t entry) {
@@ -421,7 +445,14 @@ int32_t BatchScheduler::sample(Running& r, size_t entry) {
     case Output::Top: return r.sampler.sample_top(out_.top[slot]);
     case Output::Logits: {
       const size_t vocab = size_t(runner_.config().vocab_size);
-      return r.sampler.sample(std::span(out_.logits).subspan(slot * vocab, vocab));
+      const std::span<float> row = std::span(out_.logits).subspan(slot * vocab, vocab);
+      const std::optional<int32_t> top = record(r.request).request.logprobs;
+      if (!top) return r.sampler.sample(row);
+      // Of the raw row: the sampler penalises it in place.
+      std::vector<float> raw(row.begin(), row.end());
+      const int32_t token = r.sampler.sample(row);
+      r.sampled = token_logprobs(raw, token, *top);
+      return token;
     }
     case Output::None: break;
   }
@@ -432,6 +463,8 @@ void BatchScheduler::finish(size_t running_index) {
   Running& r = running_[running_index];
   GenerationResult& result = record(r.request).result;
   if (result.error.empty()) r.completion.finish(r.sink);
+  deliver(r);
+  result.logprobs.resize(r.reported);  // the tokens of a stop string alone are not reported
   result.tokens = r.completion.generated();
   result.completion_tokens = int64_t(result.tokens.size());
   result.stop = record(r.request).cancelled ? StopReason::Interrupted : r.completion.stop();
@@ -451,6 +484,23 @@ void BatchScheduler::finish(size_t running_index) {
   --progress_.running;
   ++progress_.finished;
   if (callbacks_.on_finish) callbacks_.on_finish(request, result);
+}
+
+std::vector<SlotState> BatchScheduler::slot_states() const {
+  std::vector<SlotState> states(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) states[i].cached = int64_t(slots_[i].kept.size());
+  for (const Running& r : running_) {
+    const Record& rec = record(r.request);
+    SlotState& s = states[r.slot];
+    s.busy = true;
+    s.request = r.request;
+    s.prompt_tokens = rec.result.prompt_tokens;
+    s.shared_prompt_tokens = rec.result.shared_prompt_tokens;
+    s.generated_tokens = int64_t(r.completion.generated().size());
+    s.max_tokens = rec.request.options.max_tokens;
+    s.cached = r.cached;
+  }
+  return states;
 }
 
 void BatchScheduler::release(size_t request) {

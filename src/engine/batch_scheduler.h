@@ -43,6 +43,7 @@
 #include "engine/model_runner.h"
 #include "engine/speculative.h"
 #include "sampling/sampler.h"
+#include "sampling/token_logprobs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {
@@ -52,6 +53,10 @@ struct GenerationRequest {
   SamplingParams sampling;      // the request's own sampler is seeded with sampling.seed
   GenerationOptions options;    // max_tokens, stop tokens, stop strings
   std::vector<int32_t> prediction;  // tokens the output is expected to resemble (a lookup draft reads them)
+  // Set: each generated token's log-probability and those of this many
+  // likeliest tokens (sampling/token_logprobs.h). Such a request samples from
+  // the whole row of logits, copied from the backend, and does not draft.
+  std::optional<int32_t> logprobs;
 };
 
 struct GenerationResult {
@@ -64,6 +69,9 @@ struct GenerationResult {
   double seconds = 0;  // from admission to the end
   std::string error;   // why the request could not run or went wrong; empty when it ran
   SpeculationStats speculation;  // passes: its verification runs; zero without a draft
+  // With GenerationRequest::logprobs: one per token of `tokens` whose text is
+  // in `text` (Completion::settled_tokens: a stop string's own tokens are left out).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 struct SchedulerProgress {
@@ -108,8 +116,22 @@ struct SchedulerOptions {
   bool batch_invariant = false;
 };
 
+// What a sequence slot holds and does, for a status report.
+struct SlotState {
+  bool busy = false;
+  size_t request = 0;                // busy: the request it runs
+  int64_t prompt_tokens = 0;         // busy: the request's prompt
+  int64_t shared_prompt_tokens = 0;  // busy: of them, taken from a cache instead of evaluated
+  int64_t generated_tokens = 0;      // busy: so far
+  int64_t max_tokens = 0;            // busy: the request's limit
+  int64_t cached = 0;                // positions its cache holds (free: the prompt kept for a later request)
+};
+
 struct SchedulerCallbacks {
-  std::function<void(size_t request, std::string_view text)> on_text;  // complete UTF-8 pieces as they come
+  // Complete UTF-8 pieces as they come, with the log-probabilities of the
+  // tokens the text so far accounts for (GenerationRequest::logprobs; empty
+  // when not asked for). Either may be empty, not both.
+  std::function<void(size_t request, std::string_view text, std::span<const TokenLogprobs> logprobs)> on_text;
   std::function<void(size_t request, const GenerationResult& result)> on_finish;
   std::function<void(const SchedulerProgress& progress)> on_progress;  // after each step
 };
@@ -152,6 +174,8 @@ class BatchScheduler {
   // Requests held: from the first not released to the last submitted.
   size_t held() const { return records_.size(); }
   const SchedulerProgress& progress() const { return progress_; }
+  // Each slot's state, in slot order.
+  std::vector<SlotState> slot_states() const;
 
  private:
   struct Slot {
@@ -180,6 +204,8 @@ class BatchScheduler {
     int64_t cached = 0;  // positions in its sequence's cache
     std::optional<int32_t> next;  // the sampled token to evaluate; empty while prefilling
     std::optional<Drafting> drafting;  // absent: plain decoding
+    std::optional<TokenLogprobs> sampled;  // the log-probabilities of the token sampled last, until it is taken
+    size_t reported = 0;                   // result.logprobs handed to on_text so far
   };
 
   // Ends the requests cancel() marked.
@@ -207,7 +233,7 @@ class BatchScheduler {
   // Why the request can never run, or empty.
   std::string check(const GenerationRequest& request) const;
   void start(size_t request, size_t slot, int64_t claim);
-  Output output_for(const Sampler& sampler);
+  Output output_for(const Running& r);
   void run_batch();
   // This pass's next token of every decoding request (or its verification run).
   void add_decode_steps();
@@ -221,6 +247,8 @@ class BatchScheduler {
   bool verify(Running& r);
   // Hands r's completion the token sampled after `cached` positions; whether generation goes on.
   bool take(Running& r, int32_t token, int64_t cached);
+  // Hands on_text what r's completion released since the last call, with the log-probabilities it settled.
+  void deliver(Running& r);
   void finish(size_t running_index);
   void end_waiting(size_t request);
 
@@ -235,6 +263,7 @@ class BatchScheduler {
   struct Record {
     GenerationRequest request;  // its prompt is dropped once it finishes
     GenerationResult result;
+    std::string unsent;  // text released and not yet handed to on_text
     bool finished = false;
     bool released = false;
     bool cancelled = false;

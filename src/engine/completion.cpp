@@ -36,12 +36,15 @@ bool Completion::take(int32_t token, int64_t cached, Sampler& sampler, const Tex
   }
   sampler.accept(token);
   generated_.push_back(token);
-  const auto step = stops_.feed(decoder_.push(token));
+  const std::string piece = decoder_.push(token);
+  decoded_ += int64_t(piece.size());
+  token_end_.push_back(decoded_);
+  const auto step = stops_.feed(piece);
+  released_ += int64_t(step.released.size());
+  if (step.stopped) stop_ = StopReason::StopString;
+  settle();
   if (!step.released.empty()) on_text(step.released);
-  if (step.stopped) {
-    stop_ = StopReason::StopString;
-    return false;
-  }
+  if (step.stopped) return false;
   if (taken + 1 == options_.max_tokens) return false;
   if (cached >= context_) {
     stop_ = StopReason::ContextFull;
@@ -53,7 +56,17 @@ bool Completion::take(int32_t token, int64_t cached, Sampler& sampler, const Tex
 void Completion::finish(const TextSink& on_text) {
   if (stop_ == StopReason::StopString) return;
   const auto rest = stops_.feed(decoder_.flush()).released + stops_.flush();
+  released_ += int64_t(rest.size());
+  settled_ = generated_.size();  // all the text is out
   if (!rest.empty()) on_text(rest);
+}
+
+void Completion::settle() {
+  if (stop_ == StopReason::StopString) {
+    while (settled_ < generated_.size() && text_offset(settled_) < released_) ++settled_;
+  } else {
+    while (settled_ < generated_.size() && token_end_[settled_] <= released_) ++settled_;
+  }
 }
 
 }  // namespace nt

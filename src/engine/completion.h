@@ -56,13 +56,29 @@ class Completion {
   StopReason stop() const { return stop_; }
   const std::vector<int32_t>& generated() const { return generated_; }
 
+  // How many generated tokens the text released so far accounts for: those
+  // whose text is all out (after a stop string, those whose text begins
+  // before it; the tokens of the stop string alone never count), and every
+  // one once finish() released the rest. A caller reports per-token data
+  // (log-probabilities) for these beside the text.
+  size_t settled_tokens() const { return settled_; }
+  // Where generated token i's text begins in the released text.
+  int64_t text_offset(size_t token) const { return token == 0 ? 0 : token_end_[token - 1]; }
+
  private:
   GenerationOptions options_;
   int64_t context_;
   TokenStreamDecoder decoder_;
   StopStringMatcher stops_;
   std::vector<int32_t> generated_;
+  std::vector<int64_t> token_end_;  // per generated token: the decoded bytes up to its end
+  int64_t decoded_ = 0;             // bytes the decoder gave out
+  int64_t released_ = 0;            // bytes the stop strings let through
+  size_t settled_ = 0;
   StopReason stop_ = StopReason::TokenLimit;
+
+  // Advances settled_ over what the released text now accounts for.
+  void settle();
 };
 
 }  // namespace nt

@@ -46,18 +46,18 @@ Engine::Engine(EngineOptions options, std::optional<OpenedModel> model) : option
     warm_up_verification(*model_.runner, 0, so.draft_max, so.draft_tree > 0);
   }
   SchedulerCallbacks callbacks;
-  callbacks.on_text = [this](size_t request, std::string_view text) {
+  callbacks.on_text = [this](size_t request, std::string_view text, std::span<const TokenLogprobs> logprobs) {
     const auto found = sinks_.find(request);
-    if (found != sinks_.end() && found->second.second.on_text) found->second.second.on_text(text);
+    if (found != sinks_.end() && found->second.sink.on_text) found->second.sink.on_text(text, logprobs);
   };
   callbacks.on_finish = [this](size_t request, const GenerationResult& result) {
     const auto found = sinks_.find(request);
     if (found == sinks_.end()) return;
-    const auto [id, sink] = std::move(found->second);
+    const Active active = std::move(found->second);
     sinks_.erase(found);
-    scheduled_.erase(id);
+    scheduled_.erase(active.id);
     finished_.push_back(request);
-    if (sink.on_finish) sink.on_finish(result);
+    if (active.sink.on_finish) active.sink.on_finish(result);
   };
   scheduler_ = std::make_unique<BatchScheduler>(*model_.runner, *model_.tokenizer, so, std::move(callbacks));
 }
@@ -94,10 +94,11 @@ RequestId Engine::submit(EngineRequest request, RequestSink sink) {
   generation.options.stop_strings = std::move(request.stop);
   generation.options.kept_special = std::move(request.kept_special);
   generation.prediction = request.prediction.empty() ? options_.draft.prediction : std::move(request.prediction);
+  generation.logprobs = request.logprobs;
   const std::lock_guard lock(mutex_);
   const RequestId id = next_id_++;
   ++stats_.queued;
-  queued_.push_back({id, std::move(generation), std::move(sink)});
+  queued_.push_back({{id, std::move(request.name), std::move(sink)}, std::move(generation)});
   work_.notify_one();
   return id;
 }
@@ -129,18 +130,18 @@ void Engine::take_queued() {
     cancelled.swap(cancelled_);
   }
   for (Queued& q : queued) {
-    if (std::find(cancelled.begin(), cancelled.end(), q.id) != cancelled.end()) {
+    if (std::find(cancelled.begin(), cancelled.end(), q.active.id) != cancelled.end()) {
       // Cancelled before it reached the scheduler: it ends without running.
       GenerationResult result;
       result.prompt_tokens = int64_t(q.request.prompt.size());
       result.stop = StopReason::Interrupted;
-      if (q.sink.on_finish) q.sink.on_finish(result);
+      if (q.active.sink.on_finish) q.active.sink.on_finish(result);
       continue;
     }
-    const RequestId id = q.id;
+    const RequestId id = q.active.id;
     const size_t index = scheduler_->submit(std::move(q.request));
     scheduled_.emplace(id, index);
-    sinks_.emplace(index, std::pair{id, std::move(q.sink)});
+    sinks_.emplace(index, std::move(q.active));
   }
   for (const RequestId id : cancelled) {
     if (const auto found = scheduled_.find(id); found != scheduled_.end()) scheduler_->cancel(found->second);
@@ -159,6 +160,16 @@ bool Engine::step() {
   stats_.kv_pages = model_.runner->kv_pages().page_count();
   stats_.kv_pages_free = model_.runner->kv_pages().free_pages();
   stats_.weight_bytes_per_token = model_.runner->weight_bytes_per_token();
+  stats_.slots.clear();
+  for (const SlotState& state : scheduler_->slot_states()) {
+    EngineSlot& slot = stats_.slots.emplace_back();
+    slot.state = state;
+    const auto active = state.busy ? sinks_.find(state.request) : sinks_.end();
+    if (active != sinks_.end()) {
+      slot.request = active->second.id;
+      slot.name = active->second.name;
+    }
+  }
   return busy || !queued_.empty() || !cancelled_.empty();
 }
 

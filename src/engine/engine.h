@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +47,13 @@ struct EngineOptions {
 
 using RequestId = uint64_t;
 
+// A sequence slot as of the engine's last step.
+struct EngineSlot {
+  SlotState state;
+  RequestId request = 0;  // busy: the request it runs
+  std::string name;       // busy: the caller's name for that request (EngineRequest::name)
+};
+
 // What the engine has done, as of its last step: readable from any thread.
 struct EngineStats {
   SchedulerProgress progress;
@@ -53,6 +61,7 @@ struct EngineStats {
   int64_t queued = 0;        // submitted, not yet taken by a step
   int64_t kv_pages = 0, kv_pages_free = 0;  // the KV pool (finished prompts' pages count as used until needed)
   uint64_t weight_bytes_per_token = 0;      // what one pass reads of the weights (streamed ones cross the link)
+  std::vector<EngineSlot> slots;            // in slot order
 };
 
 struct EngineRequest {
@@ -69,11 +78,15 @@ struct EngineRequest {
   std::vector<int32_t> prediction;  // tokens the output is expected to resemble (drafts by lookup)
   std::vector<int32_t> kept_special;  // special tokens whose text stays in the reply (tool-call markers)
   bool ignore_eos = false;
+  std::optional<int32_t> logprobs;  // GenerationRequest::logprobs
+  std::string name;                 // the caller's name for it, shown in stats().slots (an HTTP reply's id)
 };
 
 // Called on the engine thread.
 struct RequestSink {
-  std::function<void(std::string_view text)> on_text;           // complete UTF-8 pieces as they come
+  // Complete UTF-8 pieces as they come, with the log-probabilities of the
+  // tokens they account for when the request asked for them (SchedulerCallbacks::on_text).
+  std::function<void(std::string_view text, std::span<const TokenLogprobs> logprobs)> on_text;
   std::function<void(const GenerationResult& result)> on_finish; // once, last
 };
 
@@ -125,10 +138,15 @@ class Engine {
   std::optional<DraftModelSequences> draft_model_;
   std::unique_ptr<BatchScheduler> scheduler_;
 
-  struct Queued {
+  // A request between submit() and its result.
+  struct Active {
     RequestId id;
-    GenerationRequest request;
+    std::string name;
     RequestSink sink;
+  };
+  struct Queued {
+    Active active;
+    GenerationRequest request;
   };
   mutable std::mutex mutex_;  // guards the queue, the cancellations, next_id_ and stats_
   std::condition_variable work_;
@@ -140,7 +158,7 @@ class Engine {
 
   // The engine thread's own: the scheduler's index of each request in flight.
   std::unordered_map<RequestId, size_t> scheduled_;
-  std::unordered_map<size_t, std::pair<RequestId, RequestSink>> sinks_;
+  std::unordered_map<size_t, Active> sinks_;
   std::vector<size_t> finished_;  // released after the step that finished them
 };
 

@@ -26,6 +26,20 @@ std::vector<int32_t> ModelRunner::resident_layers() const {
   return layers;
 }
 
+std::string_view layer_place_name(LayerPlace place) {
+  switch (place) {
+    case LayerPlace::Vram: return "vram";
+    case LayerPlace::Ram: return "ram";
+    case LayerPlace::Disk: return "disk";
+    case LayerPlace::Cpu: return "cpu";
+  }
+  return "?";
+}
+
+std::vector<LayerPlace> ModelRunner::layer_places() const {
+  return std::vector<LayerPlace>(size_t(config().n_layers), LayerPlace::Cpu);
+}
+
 void ModelRunner::init_pages(KvPages pages) {
   pages_.emplace(std::move(pages));
   pages_->allocate();  // the default sequence, id 0

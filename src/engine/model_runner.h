@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/arch/model_spec.h"
@@ -36,6 +37,11 @@ class LayerObserver {
   virtual void observe(int32_t layer, std::span<const float> input, std::span<const float> output) = 0;
 };
 
+// A layer in a pass: computed by the GPU from VRAM, or from weights streamed
+// to it from pinned host RAM or from storage; or computed by the CPU from host memory.
+enum class LayerPlace { Vram, Ram, Disk, Cpu };
+std::string_view layer_place_name(LayerPlace place);  // "vram", "ram", "disk", "cpu"
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -53,6 +59,9 @@ class ModelRunner {
   // The layers a pass computes without moving their weights first: all of
   // them unless the runner streams some (then its VRAM-resident ones).
   virtual std::vector<int32_t> resident_layers() const;
+  // Where each layer's weights come from in a pass and what computes it, in
+  // layer order: the CPU's (every layer on the CPU) unless a GPU runner says otherwise.
+  virtual std::vector<LayerPlace> layer_places() const;
 
   // --- Many sequences ---
   // Whether a token tree of `tokens` entries (the pending token and its

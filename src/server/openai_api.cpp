@@ -6,6 +6,7 @@
 
 #include "sampling/setting_limits.h"
 #include "server/json_fields.h"
+#include "server/logprobs_json.h"
 
 namespace nt::server {
 namespace {
@@ -156,14 +157,33 @@ std::vector<std::string> stop_strings(const json& value) {
   return stops;
 }
 
+// The likeliest tokens' count of top_logprobs, or of a legacy completion's logprobs.
+int32_t top_logprobs_field(const json& value, const std::string& param) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTopLogprobs) {
+    bad(param, fmt::format("{}: expected an integer from 0 to {}, got {}", param, kMaxTopLogprobs, shown(value)));
+  }
+  return int32_t(value.get<int64_t>());
+}
+
+// logprobs and top_logprobs of a chat request; a completion's logprobs: N.
+std::optional<int32_t> logprobs_request(Endpoint endpoint, const json& j) {
+  const auto given = [&](const char* field) { return j.contains(field) && !j[field].is_null(); };
+  if (endpoint == Endpoint::Completions) {
+    if (given("top_logprobs")) {
+      bad("top_logprobs", "top_logprobs: a chat field; /v1/completions takes logprobs: N (the likeliest tokens' count)");
+    }
+    if (!given("logprobs")) return std::nullopt;
+    return top_logprobs_field(j["logprobs"], "logprobs");
+  }
+  const bool wanted = given("logprobs") && bool_field(j["logprobs"], "logprobs");
+  if (!given("top_logprobs")) return wanted ? std::optional<int32_t>(0) : std::nullopt;
+  const int32_t top = top_logprobs_field(j["top_logprobs"], "top_logprobs");
+  if (!wanted) bad("top_logprobs", "top_logprobs: needs logprobs: true");
+  return top;
+}
+
 // What the engine cannot do yet is refused by name rather than ignored.
 void refuse_unsupported(const json& j) {
-  if (j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false && j["logprobs"] != 0) {
-    bad("logprobs", "logprobs: log probabilities are not supported yet");
-  }
-  if (j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
-    bad("top_logprobs", "top_logprobs: log probabilities are not supported yet");
-  }
   for (const char* legacy : {"functions", "function_call"}) {
     if (j.contains(legacy) && !j[legacy].is_null()) {
       bad(legacy, fmt::format("{}: the legacy function fields are not supported; give tools and tool_choice", legacy));
@@ -321,6 +341,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
   if (j.contains("stop")) r.stop = stop_strings(j["stop"]);
   // llama-server's extension, for benchmarks that need replies of a set length.
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) r.ignore_eos = bool_field(j["ignore_eos"], "ignore_eos");
+  r.logprobs = logprobs_request(endpoint, j);
   if (j.contains("stream") && !j["stream"].is_null()) a.stream = bool_field(j["stream"], "stream");
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const json& options = j["stream_options"];
@@ -365,7 +386,7 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached
 }
 
 json completion_body(const ApiRequest& api, const std::string& id, int64_t created,
-                     const std::vector<GenerationResult>& results) {
+                     const std::vector<GenerationResult>& results, const Tokenizer& tokenizer) {
   const bool chat = api.endpoint == Endpoint::ChatCompletions;
   json choices = json::array();
   int64_t prompt = 0, completion = 0, cached = 0;
@@ -375,9 +396,12 @@ json completion_body(const ApiRequest& api, const std::string& id, int64_t creat
     bool called = false;
     if (chat) {
       choice["message"] = chat_message(api, r.text, &called);
+      choice["logprobs"] = api.request.logprobs
+                               ? json{{"content", chat_logprobs_content(tokenizer, r.logprobs)}, {"refusal", nullptr}}
+                               : json();
     } else {
       choice["text"] = r.text;
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = api.request.logprobs ? completion_logprobs(tokenizer, r.logprobs) : json();
     }
     choice["finish_reason"] = finish_reason(r.stop, called);
     choices.push_back(std::move(choice));
@@ -393,8 +417,9 @@ json completion_body(const ApiRequest& api, const std::string& id, int64_t creat
           {"usage", usage_json(prompt, completion, cached)}};
 }
 
-ChoiceStream::ChoiceStream(const ApiRequest& api, std::string id, int64_t created, int index)
-    : chat_(api.endpoint == Endpoint::ChatCompletions),
+ChoiceStream::ChoiceStream(const ApiRequest& api, std::string id, int64_t created, int index, const Tokenizer& tokenizer)
+    : tokenizer_(tokenizer),
+      chat_(api.endpoint == Endpoint::ChatCompletions),
       model_(api.model),
       id_(std::move(id)),
       created_(created),
@@ -410,8 +435,8 @@ json ChoiceStream::chunk(json delta, const std::optional<std::string>& finish) {
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = delta.is_string() ? delta : json("");
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = nullptr;
   started_ = true;
   return {{"id", id_},
           {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
@@ -446,13 +471,15 @@ void ChoiceStream::add(std::vector<chat::ReplyEvent> events, std::vector<json>& 
   }
 }
 
-std::vector<json> ChoiceStream::text(std::string_view piece) {
+std::vector<json> ChoiceStream::text(std::string_view piece, std::span<const TokenLogprobs> logprobs) {
+  unsent_logprobs_.insert(unsent_logprobs_.end(), logprobs.begin(), logprobs.end());
   std::vector<json> out;
   if (parser_) {
     add(parser_->feed(piece), out);
   } else if (!piece.empty()) {
     out.push_back(chunk(chat_ ? json{{"content", std::string(piece)}} : json(std::string(piece)), std::nullopt));
   }
+  attach_logprobs(out);
   return out;
 }
 
@@ -462,7 +489,16 @@ std::vector<json> ChoiceStream::finish(const GenerationResult& result) {
   if (!started_) out.push_back(chunk(chat_ ? json{{"content", ""}} : json(""), std::nullopt));
   const std::string reason = result.error.empty() ? finish_reason(result.stop, called_) : "error";
   out.push_back(chunk(chat_ ? json::object() : json(""), reason));
+  attach_logprobs(out);
   return out;
+}
+
+void ChoiceStream::attach_logprobs(std::vector<json>& chunks) {
+  if (unsent_logprobs_.empty() || chunks.empty()) return;
+  json& choice = chunks.back()["choices"][0];
+  choice["logprobs"] = chat_ ? json{{"content", chat_logprobs_content(tokenizer_, unsent_logprobs_)}, {"refusal", nullptr}}
+                             : completion_logprobs(tokenizer_, unsent_logprobs_);
+  unsent_logprobs_.clear();
 }
 
 json usage_chunk_body(const ApiRequest& api, const std::string& id, int64_t created, const json& usage) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -57,23 +58,29 @@ std::string finish_reason(StopReason stop, bool called = false);
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
-// The whole reply of a request that did not stream.
+// The whole reply of a request that did not stream; `tokenizer` spells the
+// tokens of its log-probabilities.
 nlohmann::json completion_body(const ApiRequest& api, const std::string& id, int64_t created,
-                               const std::vector<GenerationResult>& results);
+                               const std::vector<GenerationResult>& results, const Tokenizer& tokenizer);
 
 // One choice of a streamed reply: its text pieces in, its chunks out. The
-// role comes with a chat choice's first chunk.
+// role comes with a chat choice's first chunk; log-probabilities ride on the
+// next chunk sent once their tokens' text is in (the text a reply parser
+// holds back delays them with it).
 class ChoiceStream {
  public:
-  ChoiceStream(const ApiRequest& api, std::string id, int64_t created, int index);
-  std::vector<nlohmann::json> text(std::string_view piece);
+  ChoiceStream(const ApiRequest& api, std::string id, int64_t created, int index, const Tokenizer& tokenizer);
+  std::vector<nlohmann::json> text(std::string_view piece, std::span<const TokenLogprobs> logprobs = {});
   // What was held back, then the chunk with the finish_reason ("error" for a failed choice).
   std::vector<nlohmann::json> finish(const GenerationResult& result);
 
  private:
   nlohmann::json chunk(nlohmann::json delta, const std::optional<std::string>& finish);
   void add(std::vector<chat::ReplyEvent> events, std::vector<nlohmann::json>& out);
+  // Puts the log-probabilities not yet sent on the last of `chunks`, if any.
+  void attach_logprobs(std::vector<nlohmann::json>& chunks);
 
+  const Tokenizer& tokenizer_;
   bool chat_;
   std::string model_, id_;
   int64_t created_;
@@ -82,6 +89,7 @@ class ChoiceStream {
   bool called_ = false;  // a tool call was streamed
   std::optional<chat::ReplyParser> parser_;
   std::vector<chat::ReplyEvent> prefilled_;  // what the prefill told, sent with the first text
+  std::vector<TokenLogprobs> unsent_logprobs_;
 };
 // The closing chunk of stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_body(const ApiRequest& api, const std::string& id, int64_t created,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -13,6 +14,8 @@
 #include "server/anthropic_api.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/status_json.h"
+#include "server/web_page.h"
 
 namespace nt::server {
 namespace {
@@ -30,6 +33,7 @@ class Channel {
   struct Event {
     int choice = 0;
     std::string text;
+    std::vector<TokenLogprobs> logprobs;     // of the tokens `text` completes, when asked for
     std::optional<GenerationResult> result;  // set: the choice ended
   };
 
@@ -101,6 +105,9 @@ struct Server::Impl {
   std::atomic<int> in_flight{0};  // generation requests accepted and not answered
   std::atomic<uint64_t> next_id{0};
   Metrics metrics;
+  // Set on the engine thread before `ready`: GET /props, and a sequence's context.
+  nlohmann::json props;
+  int64_t context = 0;
 
   // Waits for the first events of a stream: a request that fails at once
   // (a prompt over the context) is answered with an error status, not a stream.
@@ -142,10 +149,12 @@ struct Server::Impl {
         EngineRequest choice = request;
         if (vary_seed) choice.sampling.seed += uint64_t(i);
         RequestSink sink;
-        sink.on_text = [channel, i](std::string_view text) { channel->push({i, std::string(text), std::nullopt}); };
+        sink.on_text = [channel, i](std::string_view text, std::span<const TokenLogprobs> logprobs) {
+          channel->push({i, std::string(text), {logprobs.begin(), logprobs.end()}, std::nullopt});
+        };
         sink.on_finish = [this, channel, i](const GenerationResult& r) {
           metrics.finished(r);
-          channel->push({i, {}, r});
+          channel->push({i, {}, {}, r});
         };
         ids.push_back(engine->submit(std::move(choice), std::move(sink)));
       }
@@ -210,14 +219,15 @@ struct Server::Impl {
       return send_error(res, Dialect::OpenAi, 400, e.what(), "messages");
     }
     const auto channel = std::make_shared<Channel>();
+    const std::string id = reply_id(endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl");
+    api.request.name = id;
     const auto ids = submit(api.request, api.choices, api.seeded, channel, res, Dialect::OpenAi);
     if (!ids) return;
-    const std::string id = reply_id(endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl");
     const int64_t created = unix_seconds();
     if (!api.stream) {
       const std::vector<GenerationResult> results = wait_all(*channel, api.choices, *ids);
       if (const auto error = failure(results)) return send_error(res, Dialect::OpenAi, 400, *error);
-      return send_json(res, completion_body(api, id, created, results));
+      return send_json(res, completion_body(api, id, created, results, engine->tokenizer()));
     }
     std::deque<Channel::Event> first = first_events(*channel, *ids);
     if (api.choices == 1 && first.front().result && !first.front().result->error.empty()) {
@@ -237,7 +247,7 @@ struct Server::Impl {
       bool closed = false;
     };
     auto state = std::make_shared<State>();
-    for (int i = 0; i < api.choices; ++i) state->choices.emplace_back(api, id, created, i);
+    for (int i = 0; i < api.choices; ++i) state->choices.emplace_back(api, id, created, i, engine->tokenizer());
     state->open_choices = api.choices;
     const auto cancel_all = [this, ids] {
       for (const RequestId rid : ids) engine->cancel(rid);
@@ -250,7 +260,7 @@ struct Server::Impl {
           std::string out;
           for (Channel::Event& e : channel->take()) {
             ChoiceStream& choice = state->choices[size_t(e.choice)];
-            for (const json& chunk : choice.text(e.text)) out += sse(chunk);
+            for (const json& chunk : choice.text(e.text, e.logprobs)) out += sse(chunk);
             if (e.result) {
               const GenerationResult& r = *e.result;
               for (const json& chunk : choice.finish(r)) out += sse(chunk);
@@ -298,9 +308,10 @@ struct Server::Impl {
       return send_error(res, Dialect::Anthropic, 400, e.what());
     }
     const auto channel = std::make_shared<Channel>();
+    const std::string id = reply_id("msg");
+    m.request.name = id;
     const auto ids = submit(m.request, 1, false, channel, res, Dialect::Anthropic);
     if (!ids) return;
-    const std::string id = reply_id("msg");
     if (!m.stream) {
       const std::vector<GenerationResult> results = wait_all(*channel, 1, *ids);
       if (const auto error = failure(results)) return send_error(res, Dialect::Anthropic, 400, *error);
@@ -354,7 +365,9 @@ struct Server::Impl {
   void routes() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics.http_request();
-      if (o.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      // The page holds no data: it asks for the key and sends it with its own requests.
+      const bool open_path = req.path == "/health" || (req.path == "/" && req.method == "GET");
+      if (o.api_key.empty() || open_path) return httplib::Server::HandlerResponse::Unhandled;
       std::string given = req.get_header_value("x-api-key");
       const std::string bearer = req.get_header_value("Authorization");
       if (bearer.rfind("Bearer ", 0) == 0) given = bearer.substr(7);
@@ -392,6 +405,23 @@ struct Server::Impl {
         return send_json(res, {{"status", "loading model"}});
       }
       send_json(res, {{"status", "ok"}});
+    });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(web_page().data(), web_page().size(), "text/html; charset=utf-8");
+    });
+    http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+      if (refuse_when_not_ready(res, Dialect::OpenAi)) return;
+      send_json(res, props);
+    });
+    http.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+      if (refuse_when_not_ready(res, Dialect::OpenAi)) return;
+      const EngineStats stats = engine->stats();
+      const bool none_idle = std::all_of(stats.slots.begin(), stats.slots.end(),
+                                         [](const EngineSlot& s) { return s.state.busy; });
+      if (req.get_param_value("fail_on_no_slot") == "1" && none_idle) {
+        return send_error(res, Dialect::OpenAi, 503, "no slot is idle", {}, "unavailable_error");
+      }
+      send_json(res, slots_json(stats, context));
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, {{"object", "list"},
@@ -490,6 +520,8 @@ void Server::run(const std::function<void(const std::string&)>& on_listening) {
   if (on_listening) on_listening(fmt::format("http://{}:{}", s.o.host, port_.load()));
   try {
     s.engine = s.open();
+    s.props = props_json(*s.engine, s.o);
+    s.context = s.engine->model().runner->context_size();
   } catch (...) {
     s.http.stop();
     listener.join();

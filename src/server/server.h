@@ -1,6 +1,8 @@
 // `ntransformer serve`: the OpenAI (/v1/chat/completions, /v1/completions,
 // /v1/models) and Anthropic (/v1/messages) HTTP APIs over the engine facade,
-// with /health, /tokenize, /detokenize, /apply-template and /metrics.
+// with /health, /tokenize, /detokenize, /apply-template, /metrics, /props
+// (the model and its placement), /slots (each sequence slot's request) and
+// a chat page at /.
 //
 // HTTP threads parse and check each request, hand it to the engine thread
 // through Engine::submit, and wait on the request's own channel for its text

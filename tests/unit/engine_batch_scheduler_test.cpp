@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -600,7 +601,7 @@ TEST_F(BatchSchedulerTest, StreamsEachRequestsTextAndCountsProgress) {
   options.parallel = 2;
   std::map<size_t, std::string> streamed;
   SchedulerCallbacks callbacks;
-  callbacks.on_text = [&](size_t i, std::string_view piece) { streamed[i] += piece; };
+  callbacks.on_text = [&](size_t i, std::string_view piece, std::span<const TokenLogprobs>) { streamed[i] += piece; };
   BatchScheduler scheduler(runner, tokenizer, options, callbacks);
   int64_t prompt_tokens = 0;
   for (int32_t i = 0; i < 5; ++i) {
@@ -620,6 +621,116 @@ TEST_F(BatchSchedulerTest, StreamsEachRequestsTextAndCountsProgress) {
   EXPECT_EQ(p.prompt_tokens, prompt_tokens);
   EXPECT_EQ(p.generated_tokens, generated);
   EXPECT_EQ(p.passes, int64_t(runner.batches.size()));
+}
+
+// The log-softmax of a row in double, as the test computes it.
+std::vector<double> log_softmax(std::span<const float> row) {
+  double highest = -INFINITY;
+  for (const float x : row) highest = std::max(highest, double(x));
+  double sum = 0.0;
+  for (const float x : row) sum += std::exp(double(x) - highest);
+  std::vector<double> out;
+  for (const float x : row) out.push_back(double(x) - highest - std::log(sum));
+  return out;
+}
+
+TEST_F(BatchSchedulerTest, LogprobsAreTheRowsLogSoftmaxAndLeaveTheOutputAlone) {
+  const int64_t context = 64;
+  const auto make_runner = [&] { return std::make_unique<FakeRunner>(context, context); };
+  SamplingParams penalised = top_k_sampling(5);
+  penalised.repeat_penalty = 1.5f;  // applied in place on the row: the reported values must be the raw row's
+  std::vector<GenerationRequest> requests = {
+      request(prompt_of(4, 1), greedy(), 12),
+      request(prompt_of(7, 2), penalised, 14),
+      request(prompt_of(5, 3), top_k_sampling(6), 10),  // no logprobs: its chain's least output
+      request(prompt_of(6, 4), greedy(), 16),
+  };
+  requests[0].logprobs = 5;
+  requests[1].logprobs = 3;
+  requests[3].logprobs = 0;
+  // A stop string from request 3's own text: the text of a token past its middle that occurs there first.
+  const GenerationResult free3 = alone(make_runner, tokenizer, requests[3]);
+  size_t stop_at = free3.tokens.size() / 2;
+  for (; stop_at < free3.tokens.size(); ++stop_at) {
+    const std::string piece = tokenizer.token_bytes(free3.tokens[stop_at]);
+    const size_t offset = tokenizer.decode(std::span(free3.tokens).first(stop_at)).size();
+    if (!piece.empty() && free3.text.find(piece) == offset) break;
+  }
+  ASSERT_LT(stop_at, free3.tokens.size());
+  requests[3].options.stop_strings = {tokenizer.token_bytes(free3.tokens[stop_at])};
+
+  FakeRunner runner(context, 4 * context);
+  SchedulerOptions options;
+  options.parallel = 4;
+  std::map<size_t, std::string> streamed_text;
+  std::map<size_t, std::vector<TokenLogprobs>> streamed;
+  SchedulerCallbacks callbacks;
+  callbacks.on_text = [&](size_t i, std::string_view piece, std::span<const TokenLogprobs> logprobs) {
+    EXPECT_FALSE(piece.empty() && logprobs.empty()) << i;
+    streamed_text[i] += piece;
+    streamed[i].insert(streamed[i].end(), logprobs.begin(), logprobs.end());
+  };
+  BatchScheduler scheduler(runner, tokenizer, options, callbacks);
+  for (const auto& r : requests) scheduler.submit(r);
+  scheduler.run();
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationResult& got = scheduler.result(i);
+    expect_same(got, alone(make_runner, tokenizer, requests[i]), i);
+    EXPECT_EQ(streamed_text[i], got.text) << i;
+    ASSERT_EQ(streamed[i].size(), got.logprobs.size()) << i;
+    if (!requests[i].logprobs) {
+      EXPECT_TRUE(got.logprobs.empty()) << i;
+      continue;
+    }
+    if (got.stop != StopReason::StopString) {
+      ASSERT_EQ(got.logprobs.size(), got.tokens.size()) << i;
+    }
+    // Each reported value against the row the token was sampled from, recomputed on a fresh runner.
+    auto reference = make_runner();
+    std::vector<int32_t> context_tokens = requests[i].prompt;
+    std::vector<float> row(kVocab);
+    int64_t previous_offset = 0;
+    for (size_t t = 0; t < got.logprobs.size(); ++t) {
+      const TokenLogprobs& lp = got.logprobs[t];
+      EXPECT_EQ(streamed[i][t].chosen.id, lp.chosen.id);
+      ASSERT_EQ(lp.chosen.id, got.tokens[t]) << i << " token " << t;
+      reference->seq_truncate(0, 0);
+      reference->forward(context_tokens, 0, row.data(), false);
+      const std::vector<double> expected = log_softmax(row);
+      EXPECT_NEAR(lp.chosen.logprob, expected[size_t(lp.chosen.id)], 1e-5) << i << " token " << t;
+      ASSERT_EQ(int64_t(lp.top.size()), *requests[i].logprobs);
+      std::vector<double> sorted = expected;
+      std::sort(sorted.rbegin(), sorted.rend());
+      double mass = 0.0;
+      for (size_t k = 0; k < lp.top.size(); ++k) {
+        EXPECT_NEAR(lp.top[k].logprob, expected[size_t(lp.top[k].id)], 1e-5);
+        EXPECT_NEAR(lp.top[k].logprob, sorted[k], 1e-5) << "the " << k << "th likeliest";
+        mass += std::exp(lp.top[k].logprob);
+      }
+      EXPECT_LE(mass, 1.0 + 1e-6);
+      if (requests[i].sampling.temperature == 0.0f && !lp.top.empty()) {
+        EXPECT_EQ(lp.chosen.id, lp.top[0].id);
+      }
+      EXPECT_GE(lp.text_offset, previous_offset);
+      EXPECT_LT(lp.text_offset, std::max<int64_t>(1, int64_t(got.text.size())));
+      previous_offset = lp.text_offset;
+      context_tokens.push_back(lp.chosen.id);
+    }
+  }
+  // The stop string's own token is not reported; every one before it is.
+  const GenerationResult& cut = scheduler.result(3);
+  ASSERT_EQ(cut.stop, StopReason::StopString);
+  EXPECT_EQ(cut.tokens.size(), stop_at + 1);
+  EXPECT_EQ(cut.logprobs.size(), stop_at);
+  // Requests with logprobs asked for the whole row; the greedy one without would have asked for the argmax.
+  for (const Batch& b : runner.batches) {
+    for (const BatchEntry& e : b.entries) {
+      if (e.output != Output::None && e.seq != 2) {
+        EXPECT_EQ(e.output, Output::Logits);
+      }
+    }
+  }
 }
 
 // --- Speculation ---

@@ -55,7 +55,7 @@ TEST(EngineFacade, RequestsFromOtherThreadsGetWhatTheGeneratorGivesAlone) {
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     clients.emplace_back([&, i] {
       RequestSink sink;
-      sink.on_text = [&, i](std::string_view text) { answers[i].streamed += text; };
+      sink.on_text = [&, i](std::string_view text, std::span<const TokenLogprobs>) { answers[i].streamed += text; };
       sink.on_finish = [&, i](const GenerationResult& r) {
         answers[i].result = r;
         ++answers[i].finishes;

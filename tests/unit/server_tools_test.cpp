@@ -142,7 +142,7 @@ TEST(ServerTools, ToolChoiceWritesTheStartOfTheCall) {
   EXPECT_TRUE(named.request.chat_prompt->ends_with(
       "<|im_start|>assistant\n<tool_call>\n{\"name\": \"search\", \"arguments\": "));
   // The model writes the arguments on: the reply reads as a call of the named function.
-  const json body = completion_body(named, "id", 0, {result("{\"query\": \"paris\"}}\n</tool_call>")});
+  const json body = completion_body(named, "id", 0, {result("{\"query\": \"paris\"}}\n</tool_call>")}, smollm2());
   const json& message = body["choices"][0]["message"];
   EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "search");
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"query\": \"paris\"}");
@@ -197,7 +197,7 @@ TEST(ServerTools, BadToolFieldsAreNamed) {
 TEST(ServerTools, ACallInTheReplyBecomesToolCalls) {
   const ChatTemplate chat = template_for(smollm2(), "qwen2.5-instruct.jinja");
   const ApiRequest api = planned(smollm2(), chat, chat_body());
-  const json body = completion_body(api, "chatcmpl-1", 0, {result("Let me check.\n" + kQwenCall)});
+  const json body = completion_body(api, "chatcmpl-1", 0, {result("Let me check.\n" + kQwenCall)}, smollm2());
   const json& choice = body["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
   EXPECT_EQ(choice["message"]["content"], "Let me check.");
@@ -207,18 +207,18 @@ TEST(ServerTools, ACallInTheReplyBecomesToolCalls) {
   EXPECT_EQ(call["function"]["name"], "get_weather");
   EXPECT_EQ(call["function"]["arguments"], "{\"city\": \"Paris\", \"unit\": \"celsius\"}");
 
-  const json only = completion_body(api, "chatcmpl-1", 0, {result(kQwenCall)});
+  const json only = completion_body(api, "chatcmpl-1", 0, {result(kQwenCall)}, smollm2());
   EXPECT_TRUE(only["choices"][0]["message"]["content"].is_null());
-  const json cut = completion_body(api, "chatcmpl-1", 0, {result(kQwenCall.substr(0, 60), StopReason::TokenLimit)});
+  const json cut = completion_body(api, "chatcmpl-1", 0, {result(kQwenCall.substr(0, 60), StopReason::TokenLimit)}, smollm2());
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
-  const json plain = completion_body(api, "chatcmpl-1", 0, {result("It is sunny.")});
+  const json plain = completion_body(api, "chatcmpl-1", 0, {result("It is sunny.")}, smollm2());
   EXPECT_EQ(plain["choices"][0]["message"], (json{{"role", "assistant"}, {"content", "It is sunny."}}));
   EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
 }
 
 // Streams `text` in pieces of `piece` bytes; the chunks.
 std::vector<json> stream_chunks(const ApiRequest& api, const std::string& text, size_t piece, StopReason stop) {
-  ChoiceStream stream(api, "chatcmpl-1", 0, 0);
+  ChoiceStream stream(api, "chatcmpl-1", 0, 0, smollm2());
   std::vector<json> chunks;
   for (size_t at = 0; at < text.size(); at += piece) {
     for (json& c : stream.text(std::string_view(text).substr(at, piece))) chunks.push_back(std::move(c));
@@ -279,7 +279,7 @@ TEST(ServerTools, ReasoningGoesToReasoningContent) {
   ASSERT_TRUE(api.reading);
   EXPECT_TRUE(api.reading->options.in_reasoning);
   const std::string reply = "Two and two.\n</think>\n\nFour.";
-  const json message = completion_body(api, "c", 0, {result(reply)})["choices"][0]["message"];
+  const json message = completion_body(api, "c", 0, {result(reply)}, smollm2())["choices"][0]["message"];
   EXPECT_EQ(message["reasoning_content"], "Two and two.");
   EXPECT_EQ(message["content"], "Four.");
   std::string reasoning, content;
@@ -294,7 +294,7 @@ TEST(ServerTools, ReasoningGoesToReasoningContent) {
   const ApiRequest kept = planned(smollm2(), chat, R"({"messages": [{"role": "user", "content": "2+2?"}],
     "reasoning_format": "none"})");
   EXPECT_FALSE(kept.reading);
-  EXPECT_EQ(completion_body(kept, "c", 0, {result(reply)})["choices"][0]["message"]["content"], reply);
+  EXPECT_EQ(completion_body(kept, "c", 0, {result(reply)}, smollm2())["choices"][0]["message"]["content"], reply);
   EXPECT_FALSE(planned(smollm2(), chat, body, true).reading);
 }
 
@@ -330,7 +330,7 @@ TEST(ServerTools, HarmonyStopsAndKeepsItsMarkers) {
 
   const json message = completion_body(api, "c", 0, {result(
       "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
-      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}")})["choices"][0]["message"];
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}")}, smollm2())["choices"][0]["message"];
   EXPECT_EQ(message["reasoning_content"], "Need the weather.");
   EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");

@@ -68,6 +68,17 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override { return weights_->bytes_per_token(); }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
+  std::vector<LayerPlace> layer_places() const override {
+    std::vector<LayerPlace> places;
+    for (int64_t l = first_layer_; l < end_layer_; ++l) {
+      const Tier tier = weights_->tier(l);
+      places.push_back(on_host(l)             ? LayerPlace::Cpu
+                       : tier == Tier::Vram ? LayerPlace::Vram
+                       : tier == Tier::Ram  ? LayerPlace::Ram
+                                            : LayerPlace::Disk);
+    }
+    return places;
+  }
   std::vector<int32_t> resident_layers() const override {
     if (!weights_->streamer() && !hybrid_) return ModelRunner::resident_layers();
     std::vector<int32_t> layers;

@@ -40,6 +40,14 @@ class CudaPipelineRunner final : public ModelRunner {
   const ModelSpec& config() const override { return config_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override;
+  std::vector<LayerPlace> layer_places() const override {
+    std::vector<LayerPlace> places;
+    for (const auto& stage : stages_) {
+      const std::vector<LayerPlace> own = stage->layer_places();
+      places.insert(places.end(), own.begin(), own.end());
+    }
+    return places;
+  }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
   int64_t pass_chunk_entries() const override { return max_batch_; }
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {

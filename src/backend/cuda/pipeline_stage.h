@@ -25,6 +25,8 @@ class PipelineStage {
 
   virtual std::string description() const = 0;
   virtual uint64_t weight_bytes_per_token() const = 0;
+  // ModelRunner::layer_places for the stage's own layers, in order.
+  virtual std::vector<LayerPlace> layer_places() const = 0;
   virtual int device() const = 0;
   // The compute stream: a chunk's hidden state is complete in hidden() once
   // the work queued on it is.

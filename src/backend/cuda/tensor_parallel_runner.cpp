@@ -71,6 +71,8 @@ class CudaTensorParallelRunner final : public ModelRunner {
   const ModelSpec& config() const override { return config_; }
   std::string description() const override;
   uint64_t weight_bytes_per_token() const override;
+  // Rank 0's: every rank holds a shard of every layer and places its own (even shards alike).
+  std::vector<LayerPlace> layer_places() const override { return ranks_.front()->layer_places(); }
   uint64_t kv_bytes_per_position() const override { return cache_bytes_per_position(config_); }
   int64_t pass_chunk_entries() const override { return max_batch_; }
   bool verifies_trees_exactly(int64_t pos, int64_t tokens) const override {
