@@ -85,7 +85,12 @@ def test_bench_holds_decode_against_the_memory_ceiling_measured_now(tmp_path):
     # GB to 3 significant digits, ms to thousandths, GB/s to tenths.
     low, high = gb * (1 - 5e-3) / (line_ms + 5e-4) * 1e3, gb * (1 + 5e-3) / max(line_ms - 5e-4, 1e-9) * 1e3
     assert low - 0.05 <= reached <= high + 0.05, m[0]
-    assert ceiling > 0 and percent == pytest.approx(100 * reached / ceiling, abs=1), m[0]
+    # The share comes from the unrounded figures: it lies within what the tenths
+    # allow (a slow ceiling on a loaded machine widens that range).
+    assert ceiling > 0.05, m[0]
+    lowest = 100 * max(reached - 0.05, 0) / (ceiling + 0.05) - 0.5
+    highest = 100 * (reached + 0.05) / (ceiling - 0.05) + 0.5
+    assert lowest <= percent <= highest, m[0]
 
 
 def test_batched_bench_rows_and_their_share_of_the_ceiling(tmp_path):
