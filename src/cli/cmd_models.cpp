@@ -35,6 +35,7 @@ void add_make_model_command(CLI::App& app) {
   static std::string preset, type = "q4_k_m", out;
   static uint64_t seed = 1;
   static bool dry_run = false;
+  static float router_skew = 0.0f;
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   cmd->add_option("--preset", preset, presets)->required();
@@ -42,10 +43,14 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--out", out, "Output GGUF")->required();
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_flag("--dry-run", dry_run, "Print the tensor directory and file size without writing");
+  cmd->add_option("--router-skew", router_skew,
+                  "Mixtures of experts: favour a few experts by about this many router standard deviations, "
+                  "more after some tokens than others (0: uniform random routing)")
+      ->capture_default_str();
   cmd->callback([] {
     const auto p = find_model_preset(preset);
     if (!p) fail("unknown --preset '{}'", preset);
-    write_synthetic_model(*p, parse_scheme(type), seed, out, dry_run);
+    write_synthetic_model(*p, parse_scheme(type), seed, out, dry_run, router_skew);
   });
 }
 

@@ -47,18 +47,17 @@ OpenedModel open_model(const OpenModelOptions& o) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
 #ifdef NT_HAVE_CUDA
-  // The CUDA backend runs Llama layers so far; the other families run on the CPU.
-  const bool cuda_runs_it = spec.llama_layers();
-  if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) {
-    fail("{}: architecture '{}' runs on the CPU only in this version (--device cpu)", m.path, spec.architecture);
-  }
+  // The CUDA backend runs Llama layers so far; the other families, and
+  // mixtures of experts, run on the CPU.
+  const std::string cpu_only = cpu_only_reason(spec);
+  const bool cuda_runs_it = cpu_only.empty();
+  if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) fail("{}: {} (--device cpu)", m.path, cpu_only);
   if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
     std::string why;
     const bool gpu = !o.gpus.empty() || probe_cuda_device(0, &why);
     device = gpu && cuda_runs_it ? Device::Cuda : Device::Cpu;
     if (gpu && !cuda_runs_it) {
-      m.device_note = fmt::format("note: architecture '{}' runs on the CPU: the CUDA backend runs Llama layers only so far",
-                                  spec.architecture);
+      m.device_note = fmt::format("note: running on the CPU: {}", cpu_only);
     }
   }
   if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");

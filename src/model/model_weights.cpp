@@ -15,10 +15,21 @@ class Locator {
     if (t.shape.size() != 2 || t.shape[0] != cols || t.shape[1] != rows) {
       fail("{}: tensor '{}' has shape {} but the config implies [{}, {}]", file_.path(), name, shape_of(t), cols, rows);
     }
-    if (!tensor_type_info(t.type).weight_format) {
-      fail("{}: tensor '{}' has type {}, which is not a supported weight format", file_.path(), name, tensor_type_name(t.type));
-    }
+    check_weight_format(t);
     return ref(t, rows, cols);
+  }
+
+  // `experts` matrices of `rows` x `cols` stacked in one 3-D tensor.
+  WeightRef stack(const std::string& name, int64_t experts, int64_t rows, int64_t cols) const {
+    const auto& t = require(name);
+    if (t.shape.size() != 3 || t.shape[0] != cols || t.shape[1] != rows || t.shape[2] != experts) {
+      fail("{}: tensor '{}' has shape {} but the config implies [{}, {}, {}] ({} experts of {} x {})", file_.path(), name,
+           shape_of(t), cols, rows, experts, experts, rows, cols);
+    }
+    check_weight_format(t);
+    WeightRef r = ref(t, experts * rows, cols);
+    r.experts = experts;
+    return r;
   }
 
   // A norm or factor vector, which must be F32.
@@ -39,6 +50,11 @@ class Locator {
     if (!t) fail("{}: missing tensor '{}'", file_.path(), name);
     return *t;
   }
+  void check_weight_format(const GgufTensorInfo& t) const {
+    if (!tensor_type_info(t.type).weight_format) {
+      fail("{}: tensor '{}' has type {}, which is not a supported weight format", file_.path(), t.name, tensor_type_name(t.type));
+    }
+  }
   static std::string shape_of(const GgufTensorInfo& t) {
     std::string s = "[";
     for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
@@ -51,6 +67,15 @@ class Locator {
 };
 
 }  // namespace
+
+WeightRef WeightRef::expert(int64_t e) const {
+  const int64_t expert_rows = rows / experts;
+  WeightRef view = *this;
+  view.data = data + size_t(e) * size_t(expert_rows) * row_stride();
+  view.rows = expert_rows;
+  view.experts = 0;
+  return view;
+}
 
 uint64_t LayerWeights::bytes() const {
   uint64_t total = 0;
@@ -68,9 +93,15 @@ ModelWeights load_model_weights(const GgufFile& file, const ModelSpec& c) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers.emplace_back();
     for (LayerRole role : layer_roles(c, l)) {
-      const RoleShape shape = role_shape(c, role);
+      const RoleShape shape = role_shape(c, role, l);
       const std::string name = role_tensor_name(l, role);
-      lw[role] = role_info(role).kind == RoleKind::Matrix ? at.matrix(name, shape.rows, shape.cols) : at.vector(name, shape.cols);
+      if (shape.experts > 0) {
+        lw[role] = at.stack(name, shape.experts, shape.rows, shape.cols);
+      } else if (role_info(role).kind == RoleKind::Matrix) {
+        lw[role] = at.matrix(name, shape.rows, shape.cols);
+      } else {
+        lw[role] = at.vector(name, shape.cols);
+      }
     }
   }
   return w;

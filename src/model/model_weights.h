@@ -12,17 +12,24 @@
 namespace nt {
 
 // A weight matrix (or vector) in file memory. rows x cols with each row of
-// `cols` contiguous elements: GGUF shape [cols, rows].
+// `cols` contiguous elements: GGUF shape [cols, rows]. A stack of expert
+// matrices (GGUF shape [cols, rows / experts, experts]) is the matrix of all
+// their rows, expert after expert.
 struct WeightRef {
   const GgufTensorInfo* info = nullptr;
   const uint8_t* data = nullptr;
   TensorType type = TensorType::F32;
   int64_t rows = 0, cols = 0;
+  int64_t experts = 0;  // > 0: a stack of that many matrices
 
   size_t row_stride() const { return row_bytes(type, cols); }
   // Norm vectors are validated as F32 at load.
   const float* f32() const { return reinterpret_cast<const float*>(data); }
+  // The whole tensor's bytes (a stack's, for an expert's view too).
   uint64_t bytes() const { return info ? info->n_bytes : 0; }
+  // Expert e's matrix of a stack: its rows / experts rows, each expert's rows
+  // being whole rows of quant blocks.
+  WeightRef expert(int64_t e) const;
 };
 
 // A layer's tensors by role; the roles its spec lacks are empty.

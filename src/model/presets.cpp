@@ -60,6 +60,22 @@ ModelSpec qwen3(const Shape& s) {
   return c;
 }
 
+// A mixture of `experts` experts, `used` of them per token, each `width` wide, in every layer.
+ModelSpec with_experts(ModelSpec c, int64_t experts, int64_t used, int64_t width) {
+  for (LayerSpec& l : c.layers) l.moe = {experts, used, width};
+  return c;
+}
+
+// Mixtral: Llama layers whose FFN is a mixture of experts as wide as feed_forward_length.
+ModelSpec mixtral(const Shape& s, int64_t experts, int64_t used) { return with_experts(llama(s), experts, used, s.ffn); }
+
+// Qwen3-MoE: Qwen3's attention and a mixture of experts of their own width.
+ModelSpec qwen3moe(const Shape& s, int64_t experts, int64_t used, int64_t width) {
+  ModelSpec c = qwen3(s);
+  c.architecture = "qwen3moe";
+  return with_experts(std::move(c), experts, used, width);
+}
+
 // Gemma 3 with its sliding window and its global layers' linear RoPE scaling
 // (the family's builder supplies the rest: see model/arch/gemma3.cpp).
 ModelSpec gemma3(const Shape& s, int64_t window, float rope_factor, float query_scale_dim) {
@@ -90,6 +106,9 @@ std::vector<ModelPreset> presets() {
       // Six layers: five local ones with a window of 16, then a global one. Untied: a
       // tied random head would mostly predict the current token again.
       {"tiny-gemma3", gemma3({6, 256, 768, 4, 2, 64, 4096, 2048, 1000000.0f, 1e-6f, false}, 16, 8.0f, 64.0f), Llama3},
+      // Mixtures of 8 experts, 2 per token, 256 wide. Untied, as the real models are.
+      {"tiny-mixtral", mixtral({4, 256, 256, 8, 4, 32, 4096, 2048, 1000000.0f, 1e-5f, false}, 8, 2), Llama3},
+      {"tiny-qwen3moe", qwen3moe({4, 256, 768, 4, 2, 128, 4096, 2048, 1000000.0f, 1e-6f, false}, 8, 2, 256), Llama3},
       {"smollm2-135m", llama({30, 576, 1536, 9, 3, 64, 49152, 8192, 100000.0f, 1e-5f, true}), SmolLM2},
       {"llama3-1b", with_llama31_rope(llama({16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000.0f, 1e-5f, true}), 32.0f), Llama3},
       {"llama3-8b", with_llama31_rope(llama({32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000.0f, 1e-5f, false}), 8.0f), Llama3},
@@ -99,6 +118,11 @@ std::vector<ModelPreset> presets() {
       {"qwen2.5-7b", qwen2({28, 3584, 18944, 28, 4, 128, 152064, 32768, 1000000.0f, 1e-6f, false}), Qwen2},
       {"qwen3-8b", qwen3({36, 4096, 12288, 32, 8, 128, 151936, 40960, 1000000.0f, 1e-6f, false}), Qwen3},
       {"qwen3-32b", qwen3({64, 5120, 25600, 64, 8, 128, 151936, 40960, 1000000.0f, 1e-6f, false}), Qwen3},
+      // Mixtral's own vocabulary is a 32000-piece SentencePiece one; a byte-level one of its size stands in.
+      {"mixtral-8x7b", mixtral({32, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000.0f, 1e-5f, false}, 8, 2), Llama3},
+      {"qwen3-30b-a3b", qwen3moe({48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000.0f, 1e-6f, false}, 128, 8, 768), Qwen3},
+      {"qwen3-235b-a22b", qwen3moe({94, 4096, 12288, 64, 4, 128, 151936, 40960, 1000000.0f, 1e-6f, false}, 128, 8, 1536),
+       Qwen3},
       // query_pre_attn_scalar 168 = dim / heads.
       {"gemma3-27b", gemma3({62, 5376, 21504, 32, 16, 128, 262208, 131072, 1000000.0f, 1e-6f, true}, 1024, 8.0f, 168.0f), Gemma3},
   };

@@ -1,4 +1,4 @@
-// Shapes and metadata of real architectures (Llama, Qwen2, Qwen3, Gemma 3), for random-weight
+// Shapes and metadata of real architectures (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 3), for random-weight
 // benchmark and test models (`ntransformer make-model`).
 #pragma once
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -46,11 +47,14 @@ struct RowPool {
   int64_t rows = 0;
 };
 
-RowPool make_pool(TensorType type, int64_t cols, float stddev, int64_t rows, uint64_t seed) {
-  RowPool pool;
-  pool.row_bytes = row_bytes(type, cols);
-  pool.rows = rows;
-  pool.bytes.resize(pool.row_bytes * size_t(rows));
+// Adds a planned structure to row `row` of a matrix before it is quantized (--router-skew).
+using RowShift = std::function<void(int64_t row, float* values)>;
+
+// Rows [0, rows) of gaussian values of `stddev` (row r seeded by seed and r),
+// each shifted and quantized.
+std::vector<uint8_t> draw_rows(TensorType type, int64_t cols, float stddev, int64_t rows, uint64_t seed, const RowShift& shift) {
+  const size_t bytes_per_row = row_bytes(type, cols);
+  std::vector<uint8_t> bytes(bytes_per_row * size_t(rows));
   const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < n_threads; ++t) {
@@ -59,11 +63,20 @@ RowPool make_pool(TensorType type, int64_t cols, float stddev, int64_t rows, uin
       for (int64_t r = t; r < rows; r += n_threads) {
         Rng rng{seed * 0x100000001b3ull + uint64_t(r)};
         for (auto& x : row) x = stddev * rng.gaussian();
-        quantize_row(type, row.data(), pool.bytes.data() + size_t(r) * pool.row_bytes, cols);
+        if (shift) shift(r, row.data());
+        quantize_row(type, row.data(), bytes.data() + size_t(r) * bytes_per_row, cols);
       }
     });
   }
   for (auto& th : threads) th.join();
+  return bytes;
+}
+
+RowPool make_pool(TensorType type, int64_t cols, float stddev, int64_t rows, uint64_t seed, const RowShift& shift) {
+  RowPool pool;
+  pool.row_bytes = row_bytes(type, cols);
+  pool.rows = rows;
+  pool.bytes = draw_rows(type, cols, stddev, rows, seed, shift);
   return pool;
 }
 
@@ -74,7 +87,47 @@ struct PlannedTensor {
   float stddev;       // matrices: weight scale; vectors: spread around `center`
   float center = 0.0f;
   const std::vector<float>* values = nullptr;  // fixed contents (rope_freqs)
+  // Every row drawn on its own instead of tiled from a pool: the routers, and
+  // the expert stacks small enough, so that no two experts share weights.
+  bool distinct_rows = false;
+  RowShift shift = nullptr;  // added to each row (of the pool when tiled)
 };
+
+// Stacks of experts up to this many weights are drawn row by row (distinct_rows).
+constexpr int64_t kDistinctExpertWeights = int64_t(1) << 24;
+// Router weights' scale over the other matrices' (write_synthetic_model's comment).
+constexpr float kRouterScale = 4.0f;
+
+// The shared direction of --router-skew: a random unit vector.
+std::vector<float> skew_direction(int64_t dim, uint64_t seed) {
+  Rng rng{seed ^ 0x5bd1e995u};
+  std::vector<float> u(static_cast<size_t>(dim));
+  double norm = 0.0;
+  for (float& x : u) {
+    x = rng.gaussian();
+    norm += double(x) * x;
+  }
+  for (float& x : u) x = float(x / std::sqrt(norm));
+  return u;
+}
+
+// --router-skew's parts: embedding rows (1 +- 1/2) sqrt(dim) u, alternating;
+// router rows with their u component replaced by skew * exp(-e / k) * scale u.
+RowShift embedding_skew(const std::vector<float>& u) {
+  return [&u](int64_t row, float* values) {
+    const float along = (row % 2 == 0 ? 1.5f : 0.5f) * std::sqrt(float(u.size()));
+    for (size_t i = 0; i < u.size(); ++i) values[i] += along * u[i];
+  };
+}
+
+RowShift router_skew_shift(const std::vector<float>& u, float skew, int64_t experts_used, float router_std) {
+  return [&u, skew, experts_used, router_std](int64_t expert, float* values) {
+    double along = 0.0;
+    for (size_t i = 0; i < u.size(); ++i) along += double(values[i]) * u[i];
+    const double target = skew * std::exp(-double(expert) / double(experts_used)) * router_std;
+    for (size_t i = 0; i < u.size(); ++i) values[i] += float((target - along) * u[i]);
+  };
+}
 
 std::vector<float> llama31_rope_factors(const ModelSpec& c) {
   ModelSpec unscaled = c;
@@ -92,49 +145,65 @@ std::vector<float> llama31_rope_factors(const ModelSpec& c) {
 }  // namespace
 
 void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64_t seed, const std::string& path,
-                           bool dry_run) {
+                           bool dry_run, float router_skew) {
   const auto& c = preset.config;
+  if (router_skew < 0.0f) fail("--router-skew {}: must not be negative", router_skew);
+  if (router_skew > 0.0f && !c.has_experts()) fail("--router-skew: preset '{}' has no mixture of experts", preset.name);
   const float in_std = 1.0f / std::sqrt(float(c.dim));
   // Output projections add into the residual stream once per layer: shrink them
   // so its norm stays O(1) through every layer.
   const float residual_std = in_std / std::sqrt(2.0f * float(c.n_layers));
-  const float down_std = 1.0f / std::sqrt(float(c.ffn_dim)) / std::sqrt(2.0f * float(c.n_layers));
+  const auto down_std_of = [&](int64_t width) { return 1.0f / std::sqrt(float(width)) / std::sqrt(2.0f * float(c.n_layers)); };
+  const float down_std = down_std_of(c.ffn_dim);
+  const float router_std = kRouterScale * in_std;
   const auto rope_factors = c.has_rope_freqs_tensor ? llama31_rope_factors(c) : std::vector<float>{};
+  const auto skew_u = router_skew > 0.0f ? skew_direction(c.dim, seed) : std::vector<float>{};
 
   std::vector<PlannedTensor> plan;
-  auto matrix = [&](std::string name, int64_t rows, int64_t cols, float stddev) {
-    const std::vector<int64_t> shape{cols, rows};
+  // A matrix, or a stack of `experts` matrices (GGUF shape [cols, rows, experts]).
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols, float stddev, int64_t experts = 0) -> PlannedTensor& {
+    std::vector<int64_t> shape{cols, rows};
+    if (experts > 0) shape.push_back(experts);
     const TensorPlacementInfo info{name, shape, c.n_layers, c.n_heads / c.n_kv_heads, !c.tied_embeddings};
     const TensorType type = choose_tensor_type(scheme, info);
-    plan.push_back({std::move(name), shape, type, stddev});
+    return plan.emplace_back(PlannedTensor{std::move(name), shape, type, stddev});
   };
   // Norm weights spread around 1, biases around 0.
   auto vector = [&](std::string name, int64_t n, float center) {
     plan.push_back({std::move(name), {n}, TensorType::F32, 0.1f, center});
   };
   // The scale of each role's weights.
-  auto role_std = [&](LayerRole role) {
+  auto role_std = [&](LayerRole role, const LayerSpec& layer) {
     switch (role) {
       case LayerRole::AttnOutput: return residual_std;
       case LayerRole::FfnDown: return down_std;
+      case LayerRole::FfnDownExperts: return down_std_of(layer.moe.expert_ffn_dim);
+      case LayerRole::FfnRouter: return router_std;
       case LayerRole::AttnQBias: case LayerRole::AttnKBias: case LayerRole::AttnVBias: return 0.5f;
       default: return in_std;
     }
   };
 
   // Embeddings of RMS 1, after the family's scaling (Gemma multiplies them by sqrt(dim)).
-  matrix("token_embd.weight", c.vocab_size, c.dim, 1.0f / c.embedding_scale);
+  PlannedTensor& embeddings = matrix("token_embd.weight", c.vocab_size, c.dim, 1.0f / c.embedding_scale);
+  if (router_skew > 0.0f) embeddings.shift = embedding_skew(skew_u);
   if (c.has_rope_freqs_tensor) {
     plan.push_back({"rope_freqs.weight", {c.rope_dim / 2}, TensorType::F32, 0.0f, 0.0f, &rope_factors});
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerSpec& layer = c.layers[size_t(l)];
     for (LayerRole role : layer_roles(c, l)) {
-      const RoleShape shape = role_shape(c, role);
+      const RoleShape shape = role_shape(c, role, l);
       const std::string name = role_tensor_name(l, role);
       if (role_info(role).kind == RoleKind::Matrix) {
-        matrix(name, shape.rows, shape.cols, role_std(role));
+        PlannedTensor& t = matrix(name, shape.rows, shape.cols, role_std(role, layer), shape.experts);
+        if (role == LayerRole::FfnRouter) {
+          t.distinct_rows = true;
+          if (router_skew > 0.0f) t.shift = router_skew_shift(skew_u, router_skew, layer.moe.n_experts_used, router_std);
+        }
+        if (shape.experts > 0) t.distinct_rows = shape.experts * shape.rows * shape.cols <= kDistinctExpertWeights;
       } else if (role_info(role).gguf_suffix == "bias") {
-        plan.push_back({name, {shape.cols}, TensorType::F32, role_std(role), 0.0f});
+        plan.push_back({name, {shape.cols}, TensorType::F32, role_std(role, layer), 0.0f});
       } else {
         vector(name, shape.cols, 1.0f);
       }
@@ -167,6 +236,16 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
     w.add_metadata(p + "rope.scaling.type", GgufValue::of_string("linear"));
     w.add_metadata(p + "rope.scaling.factor", GgufValue::of_f32(c.rope_scaling.factor));
   }
+  if (c.has_experts()) {
+    // Every preset's mixture is the same in every layer.
+    const MoeSpec& moe = c.layers[0].moe;
+    w.add_metadata(p + "expert_count", GgufValue::of_u32(uint32_t(moe.n_experts)));
+    w.add_metadata(p + "expert_used_count", GgufValue::of_u32(uint32_t(moe.n_experts_used)));
+    // Mixtral's experts are feed_forward_length wide; Qwen3-MoE's say their width.
+    if (c.architecture != "llama") {
+      w.add_metadata(p + "expert_feed_forward_length", GgufValue::of_u32(uint32_t(moe.expert_ffn_dim)));
+    }
+  }
   for (const LayerSpec& layer : c.layers) {
     if (layer.attention.window > 0) {
       w.add_metadata(p + "attention.sliding_window", GgufValue::of_u32(uint32_t(layer.attention.window)));
@@ -178,15 +257,16 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.shape);
   if (dry_run) {
     for (const auto& t : w.tensors()) {
-      fmt::print("{:<32} {:<5} {:>22} {:>14}\n", t.name, tensor_type_name(t.type),
-                 t.shape.size() == 1 ? fmt::format("{}", t.shape[0]) : fmt::format("{} x {}", t.shape[0], t.shape[1]), t.n_bytes);
+      std::string dims;
+      for (int64_t d : t.shape) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+      fmt::print("{:<32} {:<5} {:>22} {:>14}\n", t.name, tensor_type_name(t.type), dims, t.n_bytes);
     }
     fmt::print("file size {} bytes ({})\n", w.total_bytes(), format_size(w.total_bytes()));
     return;
   }
 
   ProgressLine progress(fmt::format("writing {} {}", preset.name, quant_scheme_info(scheme).name));
-  std::map<std::tuple<TensorType, int64_t, float>, RowPool> pools;
+  std::map<std::tuple<TensorType, int64_t, float, bool>, RowPool> pools;
   std::vector<uint8_t> chunk;
   uint64_t tensor_index = 0;
   for (const auto& t : plan) {
@@ -202,11 +282,20 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
       w.write_tensor_data({reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
       continue;
     }
-    const int64_t cols = t.shape[0], rows = t.shape[1];
-    auto key = std::make_tuple(t.type, cols, t.stddev);
+    const int64_t cols = t.shape[0];
+    int64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
+    if (t.distinct_rows) {
+      w.write_tensor_data(draw_rows(t.type, cols, t.stddev, rows, seed ^ (tensor_index * 0xd6e8feb86659fd93ull), t.shift));
+      progress.update(w.bytes_written(), w.total_bytes());
+      continue;
+    }
+    // A shifted pool is the one tensor's own.
+    auto key = std::make_tuple(t.type, cols, t.stddev, bool(t.shift));
     auto it = pools.find(key);
     if (it == pools.end()) {
-      it = pools.emplace(key, make_pool(t.type, cols, t.stddev, std::min<int64_t>(rows, 512), seed + pools.size())).first;
+      const int64_t pool_rows = std::min<int64_t>(rows, 512);
+      it = pools.emplace(key, make_pool(t.type, cols, t.stddev, pool_rows, seed + pools.size(), t.shift)).first;
     }
     const RowPool& pool = it->second;
     // Rotate through the pool from a per-tensor offset so layers differ.

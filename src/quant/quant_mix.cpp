@@ -149,7 +149,7 @@ std::optional<QuantScheme> quant_scheme_from_name(std::string_view name) {
 }
 
 TensorType choose_tensor_type(QuantScheme scheme, const TensorPlacementInfo& t) {
-  if (!is_matrix(t.shape) || t.name.ends_with("_norm.weight")) return T::F32;
+  if (!is_matrix(t.shape) || t.name.ends_with("_norm.weight") || t.name.ends_with("ffn_gate_inp.weight")) return T::F32;
   const auto& info = quant_scheme_info(scheme);
   const TensorType base = info.base_type;
   if (base == T::F32 || base == T::F16 || base == T::BF16) return base;

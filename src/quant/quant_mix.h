@@ -4,8 +4,9 @@
 // our files have the same tensor types as the GGUF files people know:
 //
 //  * Tensors that are not matrices (no dimension past the first above 1: norms, rope
-//    factors) and "*_norm.weight" stay F32. F32/F16/BF16 schemes store every
-//    matrix in that type.
+//    factors), "*_norm.weight" and a mixture of experts' router
+//    ("*ffn_gate_inp.weight", whose logits choose the experts) stay F32.
+//    F32/F16/BF16 schemes store every other matrix in that type.
 //  * The plain K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) store every matrix in
 //    that type, embeddings and output included: the "every matrix Q4_K" files
 //    benchmarks are quoted on.

@@ -14,6 +14,9 @@ BIN = Path(os.environ.get("NT_BUILD_DIR", "build")) / "src" / "ntransformer"
 
 # Published hyperparameters: layers, hidden, intermediate, heads, kv heads, vocab, tied embeddings,
 # and for the families beside Llama the head width and the extra tensors of each layer.
+# MIXTURES: each mixture of experts' architecture, experts, experts used and expert width
+# (config.json's num_local_experts / num_experts, num_experts_per_tok, and Mixtral's
+# intermediate_size or Qwen3-MoE's moe_intermediate_size).
 ARCHITECTURES = {
     "smollm2-135m": (30, 576, 1536, 9, 3, 49152, True),
     "llama3-1b": (16, 2048, 8192, 32, 8, 128256, True),
@@ -25,6 +28,18 @@ ARCHITECTURES = {
     "qwen3-8b": (36, 4096, 12288, 32, 8, 151936, False, 128, {"qk_norm"}),
     "qwen3-32b": (64, 5120, 25600, 64, 8, 151936, False, 128, {"qk_norm"}),
     "gemma3-27b": (62, 5376, 21504, 32, 16, 262208, True, 128, {"qk_norm", "post_norms"}),
+    "tiny-mixtral": (4, 256, 256, 8, 4, 4096, False),
+    "tiny-qwen3moe": (4, 256, 768, 4, 2, 4096, False, 128, {"qk_norm"}),
+    "mixtral-8x7b": (32, 4096, 14336, 32, 8, 32000, False),
+    "qwen3-30b-a3b": (48, 2048, 6144, 32, 4, 151936, False, 128, {"qk_norm"}),
+    "qwen3-235b-a22b": (94, 4096, 12288, 64, 4, 151936, False, 128, {"qk_norm"}),
+}
+MIXTURES = {
+    "tiny-mixtral": ("llama", 8, 2, 256),
+    "tiny-qwen3moe": ("qwen3moe", 8, 2, 256),
+    "mixtral-8x7b": ("llama", 8, 2, 14336),
+    "qwen3-30b-a3b": ("qwen3moe", 128, 8, 768),
+    "qwen3-235b-a22b": ("qwen3moe", 128, 8, 1536),
 }
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "q4_k_m", "q5_k_m"]
@@ -40,9 +55,16 @@ def expected_shapes(preset):
         shapes.update({
             f"blk.{i}.attn_norm.weight": (dim,), f"blk.{i}.ffn_norm.weight": (dim,),
             f"blk.{i}.attn_q.weight": (dim, heads * head_dim), f"blk.{i}.attn_k.weight": (dim, kv_heads * head_dim),
-            f"blk.{i}.attn_v.weight": (dim, kv_heads * head_dim), f"blk.{i}.attn_output.weight": (heads * head_dim, dim),
-            f"blk.{i}.ffn_gate.weight": (dim, ffn), f"blk.{i}.ffn_up.weight": (dim, ffn),
-            f"blk.{i}.ffn_down.weight": (ffn, dim)})
+            f"blk.{i}.attn_v.weight": (dim, kv_heads * head_dim), f"blk.{i}.attn_output.weight": (heads * head_dim, dim)})
+        if preset in MIXTURES:
+            _, experts, _, width = MIXTURES[preset]
+            shapes.update({
+                f"blk.{i}.ffn_gate_inp.weight": (dim, experts), f"blk.{i}.ffn_gate_exps.weight": (dim, width, experts),
+                f"blk.{i}.ffn_up_exps.weight": (dim, width, experts),
+                f"blk.{i}.ffn_down_exps.weight": (width, dim, experts)})
+        else:
+            shapes.update({f"blk.{i}.ffn_gate.weight": (dim, ffn), f"blk.{i}.ffn_up.weight": (dim, ffn),
+                           f"blk.{i}.ffn_down.weight": (ffn, dim)})
         if "qkv_bias" in extras:
             shapes.update({f"blk.{i}.attn_q.bias": (heads * head_dim,), f"blk.{i}.attn_k.bias": (kv_heads * head_dim,),
                            f"blk.{i}.attn_v.bias": (kv_heads * head_dim,)})
@@ -91,6 +113,57 @@ def test_tiny_written_and_read_by_gguf_py(tmp_path, qtype):
     assert np.isfinite(q).all()
     # Drawn with std 1/sqrt(dim); quantization changes that by a few percent at most (Q2_K: more).
     assert abs(q.std() * np.sqrt(256) - 1.0) < 0.25
+
+
+@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen3moe"])
+def test_mixtures_written_and_read_by_gguf_py(tmp_path, preset):
+    """gguf-py reads the shapes, the expert keys, and a router left F32 by a quantized scheme."""
+    path = tmp_path / f"{preset}.gguf"
+    subprocess.run([BIN, "make-model", "--preset", preset, "--type", "q4_k_m", "--out", path, "--seed", "3"],
+                   check=True, capture_output=True)
+    reader = gguf.GGUFReader(str(path))
+    assert {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors} == expected_shapes(preset)
+    arch, experts, used, width = MIXTURES[preset]
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith(arch + ".")}
+    assert reader.fields["general.architecture"].contents() == arch
+    assert (fields[f"{arch}.expert_count"], fields[f"{arch}.expert_used_count"]) == (experts, used)
+    assert fields.get(f"{arch}.expert_feed_forward_length", fields[f"{arch}.feed_forward_length"]) == width
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.0.ffn_gate_inp.weight"] == "F32"
+    assert types["blk.0.ffn_up_exps.weight"] == "Q4_K"
+
+
+def router_logits(path):
+    """Every layer's router logits over the embeddings of all tokens, from gguf-py's reading."""
+    reader = gguf.GGUFReader(str(path))
+    t = {x.name: gguf.quants.dequantize(x.data, x.tensor_type).reshape([int(d) for d in reversed(x.shape)])
+         for x in reader.tensors if x.name in ("token_embd.weight", "blk.0.ffn_gate_inp.weight")}
+    x = t["token_embd.weight"].astype(np.float64)
+    x = x / np.sqrt((x * x).mean(axis=1, keepdims=True))
+    return x @ t["blk.0.ffn_gate_inp.weight"].T
+
+
+def test_router_skew_favours_the_first_experts(tmp_path):
+    """Routed by the layer-0 router over the (normed) embeddings alone: without skew every expert
+    is picked about equally; with --router-skew 3 expert 0 is picked most, and its share still
+    depends on the token."""
+    shares = {}
+    for skew in ("0", "3"):
+        path = tmp_path / f"skew{skew}.gguf"
+        subprocess.run([BIN, "make-model", "--preset", "tiny-qwen3moe", "--type", "f32", "--out", path, "--seed", "5",
+                        "--router-skew", skew], check=True, capture_output=True)
+        top2 = np.argsort(-router_logits(path), axis=1, kind="stable")[:, :2]
+        shares[skew] = np.bincount(top2.ravel(), minlength=8) / top2.size
+    assert shares["0"].max() < 0.2  # 8 experts, 2 used: 0.125 each
+    assert shares["3"][0] > 0.3 and shares["3"][0] == shares["3"].max()
+    assert shares["3"][0] < 0.5  # not every token
+
+
+def test_router_skew_needs_experts(tmp_path):
+    r = subprocess.run([BIN, "make-model", "--preset", "tiny", "--type", "f32", "--out", tmp_path / "x.gguf",
+                        "--router-skew", "1"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "--router-skew: preset 'tiny' has no mixture of experts" in r.stderr
 
 
 def test_smollm2_preset_writes_and_generates(tmp_path):

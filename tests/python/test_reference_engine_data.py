@@ -1,5 +1,6 @@
 """Our engine against the reference engine (llama.cpp, CPU, full F32) on the
-random-weight presets tiny, tiny-qwen2, tiny-qwen3 and tiny-gemma3, through
+random-weight presets tiny, tiny-qwen2, tiny-qwen3, tiny-gemma3 and the
+mixtures of experts tiny-mixtral and tiny-qwen3moe, through
 what that engine said once and tests/data/reference_engine/<preset>.json keeps
 (tests/reference/make_reference_engine_data.py computed it): the greedy
 continuation of a prompt and the perplexity of a text, both in F32 with an F32
@@ -18,7 +19,7 @@ from project_paths import NTRANSFORMER, SOURCE_DIR, require_built
 
 DATA_DIR = SOURCE_DIR / "tests" / "data" / "reference_engine"
 DATA_FILES = sorted(DATA_DIR.glob("*.json"))
-PRESETS = ("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3")
+PRESETS = ("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-mixtral", "tiny-qwen3moe")
 # Both engines compute in F32, so the perplexities agree to float32 rounding
 # (~1e-8 relative), except gemma3's: the reference engine's CPU backend
 # evaluates GELU through a float16 table, which moves it by ~4e-5 (the float64

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent float64 reference forward pass for GGUF decoder models of the
-architectures llama, qwen2 (Qwen2.5), qwen3 and gemma3.
+architectures llama (Mixtral too), qwen2 (Qwen2.5), qwen3, qwen3moe and gemma3.
 
 Everything here is deliberately plain numpy: the GGUF file is read and dequantized
 by the PyPI `gguf` package (never by our C++ code) and all arithmetic is float64,
@@ -70,10 +70,22 @@ from gguf.quants import dequantize
 #           1/sqrt(dim / n_heads). An optional final_logit_softcapping caps the
 #           logits to cap * tanh(logits / cap). The head is tied to the
 #           embeddings unless output.weight is present (as in every family).
+#   qwen3moe  qwen3's attention, and in every layer a mixture of experts in
+#           place of the FFN (below).
 # Every family may carry Q/K/V biases: the reference engine reads them as
-# optional tensors for all four.
+# optional tensors for all of them.
+#
+# A mixture of experts (llama with expert_count > 0, as Mixtral; qwen3moe):
+# expert_count experts, each a SiLU-gated FFN (blk.N.ffn_{gate,up,down}_exps,
+# stacked in one 3-D tensor each: (experts, out, in) in numpy order), and a
+# router blk.N.ffn_gate_inp (experts, dim). Per token: softmax of the router's
+# logits over all experts, the expert_used_count most probable (ties to the
+# lower index), their probabilities renormalized to sum 1, and the output is
+# the so weighted sum of those experts' FFNs. Llama's experts are
+# feed_forward_length wide; qwen3moe's expert_feed_forward_length (default:
+# feed_forward_length / expert_used_count). No shared expert in either.
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
 
 
 @dataclass
@@ -102,6 +114,9 @@ class Config:
     swa_layers: tuple = ()     # per layer, True for a sliding-window layer (empty: none)
     rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers (no scaling there)
     logit_softcap: float = 0.0  # logits -> cap * tanh(logits / cap); 0: off
+    n_experts: int = 0         # a mixture of experts in every layer; 0: dense FFNs
+    n_experts_used: int = 0
+    expert_ffn_dim: int = 0
 
 
 def read_field(reader, key, default=None):
@@ -170,6 +185,13 @@ def read_config(reader):
         arch=arch,
         rope_neox=arch != "llama",
     )
+    config.n_experts = int(read_field(reader, p + "expert_count", 0))
+    if arch == "qwen3moe" and config.n_experts <= 0:
+        sys.exit(f"{p}expert_count must be positive")
+    if config.n_experts > 0:
+        config.n_experts_used = int(read_field(reader, p + "expert_used_count"))
+        config.expert_ffn_dim = config.ffn_dim if arch == "llama" else int(
+            read_field(reader, p + "expert_feed_forward_length", config.ffn_dim // config.n_experts_used))
     if arch == "gemma3":
         config.embed_scale = math.sqrt(dim)
         config.ffn_act = "gelu_tanh"
@@ -210,10 +232,12 @@ def load_tensors(reader):
 
 
 def block_mins(raw, tensor_type, shape):
-    """The float16 min m of every 32-block (w = d * q + m) of a Q4_1/Q5_1 matrix: (rows, cols / 32)."""
+    """The float16 min m of every 32-block (w = d * q + m) of a Q4_1/Q5_1 matrix, or stack of matrices:
+    shape[:-1] + (cols / 32,)."""
     block_bytes = BLOCK_MIN_BYTES[tensor_type]
-    blocks = np.ascontiguousarray(raw).reshape(shape[0], -1, block_bytes)
-    return np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[:, :, 0].astype(np.float64)
+    blocks = np.ascontiguousarray(raw).reshape(math.prod(shape[:-1]), -1, block_bytes)
+    mins = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[:, :, 0].astype(np.float64)
+    return mins.reshape(shape[:-1] + (-1,))
 
 
 def expect_shape(tensors, name, shape):
@@ -241,9 +265,11 @@ class Layer:
     wv: Matrix
     wo: Matrix   # (dim, n_heads*head_dim)
     ffn_norm: np.ndarray
-    w_gate: Matrix  # (ffn_dim, dim)
+    w_gate: Matrix  # (ffn_dim, dim); None in a mixture of experts
     w_up: Matrix
     w_down: Matrix  # (dim, ffn_dim)
+    router: Matrix = None  # (n_experts, dim): a mixture of experts
+    experts: list = None   # per expert, its (gate, up, down) Matrix triple
     bq: np.ndarray = None  # (n_heads*head_dim,), optional in every family
     bk: np.ndarray = None  # (n_kv_heads*head_dim,)
     bv: np.ndarray = None
@@ -280,14 +306,28 @@ class Model:
         def matrix(name, shape):
             return Matrix(get(name, shape), types[name], mins.get(name))
 
+        def expert_matrices(name, shape):
+            """The matrices of a (n_experts,) + shape stack, one per expert."""
+            stack, block_min = get(name, (c.n_experts,) + shape), mins.get(name)
+            return [Matrix(stack[e], types[name], None if block_min is None else block_min[e])
+                    for e in range(c.n_experts)]
+
+        def experts(b):
+            gates = expert_matrices(b + "ffn_gate_exps.weight", (c.expert_ffn_dim, c.dim))
+            ups = expert_matrices(b + "ffn_up_exps.weight", (c.expert_ffn_dim, c.dim))
+            downs = expert_matrices(b + "ffn_down_exps.weight", (c.dim, c.expert_ffn_dim))
+            return list(zip(gates, ups, downs))
+
         self.token_embd = t.get("token_embd.weight")
         if self.token_embd is None or self.token_embd.ndim != 2 or self.token_embd.shape[1] != c.dim:
             sys.exit("tensor token_embd.weight is missing or not (vocab, dim)")
         used.add("token_embd.weight")
         c.vocab_size = self.token_embd.shape[0]
         q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        qk_norms = c.arch in ("qwen3", "gemma3")
+        qk_norms = c.arch in ("qwen3", "qwen3moe", "gemma3")
         post_norms = c.arch == "gemma3"
+        moe = c.n_experts > 0
+        self.min_route_margin = math.inf  # see route()
         self.layers = []
         for i in range(c.n_layers):
             b = f"blk.{i}."
@@ -298,9 +338,11 @@ class Model:
                 wv=matrix(b + "attn_v.weight", (kv_dim, c.dim)),
                 wo=matrix(b + "attn_output.weight", (c.dim, q_dim)),
                 ffn_norm=get(b + "ffn_norm.weight", (c.dim,)),
-                w_gate=matrix(b + "ffn_gate.weight", (c.ffn_dim, c.dim)),
-                w_up=matrix(b + "ffn_up.weight", (c.ffn_dim, c.dim)),
-                w_down=matrix(b + "ffn_down.weight", (c.dim, c.ffn_dim)),
+                w_gate=None if moe else matrix(b + "ffn_gate.weight", (c.ffn_dim, c.dim)),
+                w_up=None if moe else matrix(b + "ffn_up.weight", (c.ffn_dim, c.dim)),
+                w_down=None if moe else matrix(b + "ffn_down.weight", (c.dim, c.ffn_dim)),
+                router=matrix(b + "ffn_gate_inp.weight", (c.n_experts, c.dim)) if moe else None,
+                experts=experts(b) if moe else None,
                 bq=optional(b + "attn_q.bias", (q_dim,)),
                 bk=optional(b + "attn_k.bias", (kv_dim,)),
                 bv=optional(b + "attn_v.bias", (kv_dim,)),
@@ -447,11 +489,13 @@ def quantize_activations(x, fmt):
     return (q * d.astype(np.float64)).reshape(x.shape)
 
 
-def linear(x, m, arithmetic):
-    """x (n_tokens, in) times matrix m: (n_tokens, out)."""
+def linear(x, m, arithmetic, n_pass=None):
+    """x (n_tokens, in) times matrix m: (n_tokens, out). n_pass: the tokens of
+    the pass x is taken from (an expert's share of it), which picks the
+    activation format; default all of x."""
     if not arithmetic.act_q8:
         return x @ m.w.T
-    fmt = activation_format(m.stored_type, x.shape[0])
+    fmt = activation_format(m.stored_type, x.shape[0] if n_pass is None else n_pass)
     x = quantize_activations(x, fmt)
     y = x @ m.w.T
     if fmt is not None and fmt.fp16_sum:
@@ -548,9 +592,43 @@ def attention(x, layer, li, positions, cache, model):
     return linear(out, layer.wo, a)
 
 
+def gated_ffn(x, gate, up, down, arithmetic, act=silu, n_pass=None):
+    hidden = act(linear(x, gate, arithmetic, n_pass)) * linear(x, up, arithmetic, n_pass)
+    return linear(hidden, down, arithmetic, n_pass)
+
+
 def feed_forward(x, layer, arithmetic, act=silu):
-    hidden = act(linear(x, layer.w_gate, arithmetic)) * linear(x, layer.w_up, arithmetic)
-    return linear(hidden, layer.w_down, arithmetic)
+    return gated_ffn(x, layer.w_gate, layer.w_up, layer.w_down, arithmetic, act)
+
+
+def route(logits, k):
+    """One token's experts and weights: the k most probable of softmax(logits)
+    (a stable sort: ties go to the lower index), renormalized to sum 1; and
+    the margin of that choice, the k-th largest logit less the next."""
+    probs = softmax(logits)
+    order = np.argsort(-probs, kind="stable")
+    chosen = order[:k]
+    margin = logits[order[k - 1]] - logits[order[k]] if k < len(logits) else math.inf
+    return chosen, probs[chosen] / probs[chosen].sum(), margin
+
+
+def moe_feed_forward(x, layer, model, act=silu):
+    """The mixture of experts on x (n_tokens, dim); records the smallest routing
+    margin in model.min_route_margin."""
+    c, a = model.config, model.arithmetic
+    n = x.shape[0]
+    weight = np.zeros((n, c.n_experts))  # each token's weight per expert, 0 where not chosen
+    for t, logits in enumerate(linear(x, layer.router, a)):
+        chosen, weights, margin = route(logits, c.n_experts_used)
+        weight[t, chosen] = weights
+        model.min_route_margin = min(model.min_route_margin, margin)
+    out = np.zeros_like(x)
+    for e, (gate, up, down) in enumerate(layer.experts):
+        rows = np.flatnonzero(weight[:, e])
+        if len(rows):
+            # Rounded as in a pass of n tokens: an engine's expert kernels are those of the pass.
+            out[rows] += weight[rows, e, None] * gated_ffn(x[rows], gate, up, down, a, act, n_pass=n)
+    return out
 
 
 ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
@@ -574,7 +652,11 @@ def forward(model, tokens, start_pos, cache, on_layer=None):
         if layer.post_attn_norm is not None:          # gemma3 norms each branch's output too
             h = rmsnorm(h, layer.post_attn_norm, c.rms_eps)
         x = x + h
-        h = feed_forward(rmsnorm(x, layer.ffn_norm, c.rms_eps), layer, model.arithmetic, act)
+        normed = rmsnorm(x, layer.ffn_norm, c.rms_eps)
+        if layer.experts is not None:
+            h = moe_feed_forward(normed, layer, model, act)
+        else:
+            h = feed_forward(normed, layer, model.arithmetic, act)
         if layer.post_ffn_norm is not None:
             h = rmsnorm(h, layer.post_ffn_norm, c.rms_eps)
         x = x + h
@@ -610,7 +692,7 @@ def generate(model, prompt, n_greedy, step=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="GGUF file of a llama, qwen2, qwen3 or gemma3 model")
+    parser.add_argument("model", help="GGUF file of a llama, qwen2, qwen3, qwen3moe or gemma3 model")
     parser.add_argument("--tokens", required=True, help="comma-separated prompt token ids")
     parser.add_argument("--out", required=True, help="where to write the float64 logits (.npy)")
     parser.add_argument("--greedy", type=int, default=0, help="greedy tokens to generate after the prompt")

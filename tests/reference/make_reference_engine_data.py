@@ -13,8 +13,9 @@ as tests/reference/check_reference_engine.py describes. PATH is our binary
 (default: build/src/ntransformer); DIR the data directory (default:
 tests/data/reference_engine), one <preset>.json per preset.
 
-For each preset (tiny-qwen2, tiny-qwen3, tiny-gemma3 and tiny, the llama one)
-and each seed S from --first-seed on, until one passes:
+For each preset (tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny, the llama one, and
+the mixtures of experts tiny-mixtral and tiny-qwen3moe) and each seed S from
+--first-seed on, until one passes:
 
   model     ntransformer make-model --preset P --type f32 --seed S --out MODEL.gguf
             (its sha256 is kept: the test regenerates the model and refuses to
@@ -26,8 +27,11 @@ and each seed S from --first-seed on, until one passes:
             top logit value and the top-two margin over distinct logit values
             is at least 1e-2 (make-model tiles every matrix from 512 distinct
             rows, so tokens 512 apart tie exactly, and engines take the lower
-            id) and if no generated token is a control token (the reference
-            engine would stop at an end-of-generation token). Then
+            id), if no generated token is a control token (the reference
+            engine would stop at an end-of-generation token) and, for a
+            mixture of experts, if every token's routing along the path
+            has a margin (its k-th router logit less the next) of at least
+            1e-4, so that engines rounding differently choose alike. Then
               llama-completion -m MODEL.gguf -p "Once upon a time" -n 48 --temp 0 --top-k 1 -s 1
                   -no-cnv --no-display-prompt --verbose-prompt --no-warmup
                   -fa off -ctk f32 -ctv f32 -c 128 -b 128 -t 2
@@ -51,7 +55,8 @@ and each seed S from --first-seed on, until one passes:
   ppl       llama-perplexity -m MODEL.gguf -f TEXT.txt -c 64 -b 64 -fa off -ctk f32 -ctv f32 -t 2
             its final PPL and running estimate after each window. The windows
             run past tiny-gemma3's sliding window (16). The float64 reference's
-            perplexity by the same method is kept beside it for diagnosis.
+            perplexity by the same method is kept beside it for diagnosis
+            (and its routing margins must pass as the greedy path's do).
 
 Everything runs in full F32 on the reference engine: -fa off, as its CPU flash
 attention rounds to F16, and -ctk f32 -ctv f32 for the KV cache. Its log is
@@ -78,11 +83,12 @@ SOURCE_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_ref  # noqa: E402
 
-PRESETS = ("tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny")
+PRESETS = ("tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny", "tiny-mixtral", "tiny-qwen3moe")
 TYPE = "f32"
 PROMPT = "Once upon a time"
 N_GREEDY = 48
 MIN_MARGIN = 1e-2
+MIN_ROUTE_MARGIN = 1e-4  # a mixture of experts' routing, in router logits (F32 engines differ by ~1e-6)
 N_SAMPLE = 256       # tokens sampled for the perplexity text
 N_CTX = 64           # perplexity window (-c and -b)
 MIN_WINDOWS = 4
@@ -200,8 +206,11 @@ def reference_greedy(model, vocab, prompt_ids):
     distinct logit values along them and its step, or a reason to refuse."""
     _, ids = llama_ref.generate(model, prompt_ids, N_GREEDY)
     # Every step's logits again in one pass: row k predicts generated token k.
+    model.min_route_margin = math.inf
     logits = llama_ref.forward(model, prompt_ids + ids[:-1], 0, llama_ref.KVCache(model.config.n_layers))
     logits = logits[len(prompt_ids) - 1:]
+    if model.min_route_margin < MIN_ROUTE_MARGIN:
+        return ids, None, f"experts near-tied in a routing (margin {model.min_route_margin:.2e})"
     margins = []
     for step, (row, token) in enumerate(zip(logits, ids)):
         top = row.max()
@@ -323,7 +332,12 @@ def make_data(tools, preset, first_seed):
     text, text_path, tokens, sample_seed = sample_text(tools, path)
     ppl, ppl_error, windows, running = engine_perplexity(tools, path, text_path)
     bos = vocab.bos if vocab.add_bos else None
+    greedy_route_margin = greedy["model"].min_route_margin
+    greedy["model"].min_route_margin = math.inf
     f64 = float64_perplexity(greedy["model"], list(tokens), bos)
+    if greedy["model"].min_route_margin < MIN_ROUTE_MARGIN:
+        sys.exit(f"{preset}: experts near-tied in a routing of the perplexity text"
+                 f" (margin {greedy['model'].min_route_margin:.2e}): try another --first-seed")
     print(f"{preset}: text seed {sample_seed}, {len(tokens)} tokens, {windows} windows:"
           f" PPL {ppl:.4f} (float64 reference {f64:.4f}, relative {f64 / ppl - 1:+.2e})")
     return {
@@ -343,6 +357,7 @@ def make_data(tools, preset, first_seed):
             "continuation_bytes_hex": greedy["continuation"].hex(),
             "float64_min_margin": round(greedy["margin"][0], 6),
             "float64_min_margin_step": greedy["margin"][1],
+            **({"float64_min_route_margin": round(greedy_route_margin, 6)} if greedy["model"].config.n_experts else {}),
         },
         "perplexity": {
             "command": perplexity_cmd(),

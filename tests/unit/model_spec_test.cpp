@@ -2,8 +2,10 @@
 // each family's converters write and the defaults they leave out.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "error_text.h"
 #include "model/arch/layer_roles.h"
@@ -118,9 +120,65 @@ TEST(ModelSpec, Gemma3WithoutAWindowIsGlobal) {
   for (const LayerSpec& l : s.layers) EXPECT_EQ(l.attention.window, 0);
 }
 
+TEST(ModelSpec, LlamaWithExpertsIsMixtral) {
+  Header h("llama");
+  h.set("llama.expert_count", GgufValue::of_u32(8));
+  h.set("llama.expert_used_count", GgufValue::of_u32(2));
+  const ModelSpec s = h.spec();
+  EXPECT_EQ(s.layers[11].moe, (MoeSpec{8, 2, 768}));  // every expert feed_forward_length wide
+  EXPECT_TRUE(s.has_experts());
+  EXPECT_FALSE(s.llama_layers());
+  EXPECT_EQ(describe_layers(s), "mixture of 8 experts (2 used, FFN 768)");
+  EXPECT_EQ(cpu_only_reason(s), "mixture-of-experts layers run on the CPU only for now");
+  const auto roles = layer_roles(s, 0);
+  EXPECT_EQ(std::vector<LayerRole>(roles.end() - 4, roles.end()),
+            (std::vector<LayerRole>{LayerRole::FfnRouter, LayerRole::FfnGateExperts, LayerRole::FfnUpExperts,
+                                    LayerRole::FfnDownExperts}));
+  EXPECT_EQ(role_shape(s, LayerRole::FfnRouter, 3).rows, 8);
+  const RoleShape down = role_shape(s, LayerRole::FfnDownExperts, 3);
+  EXPECT_EQ((std::array{down.rows, down.cols, down.experts}), (std::array<int64_t, 3>{256, 768, 8}));
+  EXPECT_EQ(role_tensor_name(2, LayerRole::FfnUpExperts), "blk.2.ffn_up_exps.weight");
+  EXPECT_EQ(role_tensor_name(2, LayerRole::FfnRouter), "blk.2.ffn_gate_inp.weight");
+
+  Header dense("llama");
+  dense.set("llama.expert_count", GgufValue::of_u32(0));
+  EXPECT_FALSE(dense.spec().has_experts());
+  EXPECT_EQ(cpu_only_reason(dense.spec()), "");
+}
+
+TEST(ModelSpec, Qwen3MoeExpertsOfTheirOwnWidth) {
+  Header h("qwen3moe");
+  h.set("qwen3moe.expert_count", GgufValue::of_u32(16));
+  h.set("qwen3moe.expert_used_count", GgufValue::of_u32(4));
+  h.set("qwen3moe.expert_feed_forward_length", GgufValue::of_u32(128));
+  const ModelSpec s = h.spec();
+  EXPECT_EQ(s.layers[0].moe, (MoeSpec{16, 4, 128}));
+  EXPECT_TRUE(s.layers[0].attention.qk_norm);
+  EXPECT_EQ(s.rope_style, RopeStyle::Halves);
+  EXPECT_EQ(describe_layers(s), "q/k norm, mixture of 16 experts (4 used, FFN 128), rope over halves");
+
+  Header unsaid("qwen3moe");
+  unsaid.set("qwen3moe.expert_count", GgufValue::of_u32(16));
+  unsaid.set("qwen3moe.expert_used_count", GgufValue::of_u32(4));
+  EXPECT_EQ(unsaid.spec().layers[0].moe.expert_ffn_dim, 768 / 4);  // the reference engine's default
+}
+
+TEST(ModelSpec, ExpertErrorsNameTheKey) {
+  EXPECT_EQ(test::error_of([] { Header("qwen3moe").spec(); }),
+            "model.gguf: metadata 'qwen3moe.expert_count' must be positive");
+  Header no_used("llama");
+  no_used.set("llama.expert_count", GgufValue::of_u32(8));
+  EXPECT_NE(test::error_of([&] { no_used.spec(); }).find("llama.expert_used_count"), std::string::npos);
+  Header too_many("llama");
+  too_many.set("llama.expert_count", GgufValue::of_u32(4));
+  too_many.set("llama.expert_used_count", GgufValue::of_u32(5));
+  EXPECT_NE(test::error_of([&] { too_many.spec(); }).find("expert_used_count must lie in [1, expert_count]"),
+            std::string::npos);
+}
+
 TEST(ModelSpec, UnsupportedArchitectureListsTheSupported) {
   EXPECT_EQ(test::error_of([] { Header("mamba").spec(); }),
-            "model.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+            "model.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
 }
 
 TEST(ModelSpec, ErrorsNameTheKey) {

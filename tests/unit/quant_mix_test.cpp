@@ -50,6 +50,17 @@ TEST(QuantMix, Llama3_8B_Q4_K_M) {
   }
 }
 
+// A mixture of experts' router stays F32, as the reference engine's quantizer
+// keeps it; the 3-D expert stacks take the base type by their row width.
+TEST(QuantMix, RouterStaysF32AndExpertStacksTakeTheBaseType) {
+  const Model mixtral{32, 4, true};
+  for (const auto s : {QuantScheme::Q4_K_M, QuantScheme::Q8_0, QuantScheme::F16}) {
+    EXPECT_EQ(pick(s, mixtral, blk(5, "ffn_gate_inp"), {4096, 8}), TensorType::F32);
+  }
+  EXPECT_EQ(pick(QuantScheme::Q4_K_M, mixtral, blk(5, "ffn_up_exps"), {4096, 14336, 8}), TensorType::Q4_K);
+  EXPECT_EQ(pick(QuantScheme::F16, mixtral, blk(5, "ffn_down_exps"), {14336, 4096, 8}), TensorType::F16);
+}
+
 TEST(QuantMix, Llama3_8B_Q5_K_M) {
   const auto s = QuantScheme::Q5_K_M;
   const auto& m = kLlama3_8B;

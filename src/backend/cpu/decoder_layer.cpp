@@ -1,5 +1,7 @@
 #include "backend/cpu/decoder_layer.h"
 
+#include <algorithm>
+
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "model/rope.h"
@@ -35,8 +37,15 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, const float* rope_freq_factors
   k_.resize(n * c.kv_dim());
   v_.resize(n * c.kv_dim());
   att_.resize(n * c.q_dim());
-  gate_.resize(n * c.ffn_dim);
-  up_.resize(n * c.ffn_dim);
+  const bool dense = std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return !l.has_experts(); });
+  if (dense) {
+    gate_.resize(n * c.ffn_dim);
+    up_.resize(n * c.ffn_dim);
+  }
+  if (c.has_experts()) {
+    ffn_out_.resize(n * c.dim);
+    moe_.emplace(c, max_rows);
+  }
 }
 
 void DecoderLayer::run(int64_t layer, const LayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows,
@@ -75,30 +84,38 @@ void DecoderLayer::attention_block(const LayerSpec& spec, const std::vector<floa
   add_inplace(x, xb_.data(), n * c.dim);
 }
 
-// x += [post-norm] W_down · (act(W_gate·norm(x)) * W_up·norm(x))
+// x += [post-norm] ffn(norm(x)): the dense FFN or the layer's mixture of experts (moe_ffn.h).
 void DecoderLayer::ffn_block(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, float* x, ThreadPool& pool) {
   const auto& c = spec_;
   const int64_t n = rows.n;
+  rmsnorm_rows(x, w[FfnNorm], xb_.data(), n, c.dim);
+  float* out = xb_.data();
+  if (spec.has_experts()) {
+    out = ffn_out_.data();
+    moe_->run(spec, w, xb_.data(), out, n, rows.groups, pool);
+  } else {
+    dense_ffn(spec, w, rows, pool);
+  }
+  if (spec.post_ffn_norm) rmsnorm_rows(out, w[PostFfnNorm], out, n, c.dim);
+  add_inplace(x, out, n * c.dim);
+}
+
+// xb_ = W_down · (act(W_gate·xb_) * W_up·xb_)
+void DecoderLayer::dense_ffn(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, ThreadPool& pool) {
+  const auto& c = spec_;
   const auto matmul = [&](const WeightRef& m, const float* in, float* out) {
     matmul_groups(view_of(m), in, out, rows.groups, pool);
   };
-  rmsnorm_rows(x, w[FfnNorm], xb_.data(), n, c.dim);
   matmul(w[FfnGate], xb_.data(), gate_.data());
   matmul(w[FfnUp], xb_.data(), up_.data());
   // Row by row: the kernel's vector blocks and scalar tail then split each
   // row as in a one-token step, whatever the pass holds (an ffn_dim that is
   // no multiple of the vector width would otherwise round by batch size).
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = 0; t < rows.n; ++t) {
     float* gate = gate_.data() + size_t(t * c.ffn_dim);
-    const float* up = up_.data() + size_t(t * c.ffn_dim);
-    switch (spec.activation) {
-      case FfnActivation::Silu: swiglu(gate, up, gate, c.ffn_dim); break;
-      case FfnActivation::GeluTanh: geglu(gate, up, gate, c.ffn_dim); break;
-    }
+    gated_activation(spec.activation, gate, up_.data() + size_t(t * c.ffn_dim), gate, c.ffn_dim);
   }
   matmul(w[FfnDown], gate_.data(), xb_.data());
-  if (spec.post_ffn_norm) rmsnorm_rows(xb_.data(), w[PostFfnNorm], xb_.data(), n, c.dim);
-  add_inplace(x, xb_.data(), n * c.dim);
 }
 
 KvView DecoderLayer::view(const LayerCache& cache) const {

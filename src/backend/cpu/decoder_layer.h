@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe_ffn.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/tree_rows.h"
 #include "model/arch/model_spec.h"
@@ -55,6 +57,7 @@ class DecoderLayer {
   void attention_block(const LayerSpec& spec, const std::vector<float>& inv_freqs, const LayerWeights& w, const LayerCache& k,
                        const LayerCache& v, const LayerRows& rows, float* x, ThreadPool& pool);
   void ffn_block(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, float* x, ThreadPool& pool);
+  void dense_ffn(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, ThreadPool& pool);
   void rmsnorm_rows(const float* x, const WeightRef& weight, float* y, int64_t n, int64_t width) const;
   void rope_rows(const std::vector<float>& inv_freqs, const LayerRows& rows);
   void store_kv(const LayerCache& k, const LayerCache& v, const LayerRows& rows);
@@ -66,7 +69,9 @@ class DecoderLayer {
   std::vector<float> xb_;         // normed input / block output [n][dim]
   std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]
   std::vector<float> att_;        // attention output [n][q_dim]
-  std::vector<float> gate_, up_;  // FFN hidden [n][ffn_dim]
+  std::vector<float> gate_, up_;  // dense FFN hidden [n][ffn_dim], when some layer is dense
+  std::vector<float> ffn_out_;    // a mixture's output [n][dim], when some layer has experts
+  std::optional<MoeFfn> moe_;     // when some layer has experts
   std::vector<AttentionRun> attention_runs_;
 };
 

@@ -50,6 +50,13 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gated_activation(FfnActivation act, const float* gate, const float* up, float* out, int64_t n) {
+  switch (act) {
+    case FfnActivation::Silu: swiglu(gate, up, out, n); break;
+    case FfnActivation::GeluTanh: geglu(gate, up, out, n); break;
+  }
+}
+
 void softmax(float* x, int64_t n, const Kernels& k) {
   if (n <= 0) return;
   const float max = *std::max_element(x, x + n);

@@ -32,6 +32,9 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, const Ker
 // out = gelu(gate) * up with gelu's tanh approximation; out may alias either input.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 
+// out = act(gate) * up for the layer's gated-FFN activation; out may alias either input.
+void gated_activation(FfnActivation act, const float* gate, const float* up, float* out, int64_t n);
+
 // In-place softmax over n values.
 void softmax(float* x, int64_t n, const Kernels& k = kernels());
 

@@ -13,9 +13,14 @@ namespace nt::arch {
 // model's RoPE table), read under "<architecture>.", with Llama layers.
 ModelSpec read_common(const GgufHeader& header, std::string_view architecture);
 
+// The mixture of experts of "<architecture>.expert_count" experts (none when
+// the key is absent or 0), each `expert_ffn_dim` wide, on every layer of `spec`.
+void read_experts(const GgufHeader& header, int64_t expert_ffn_dim, ModelSpec& spec);
+
 ModelSpec build_llama(const GgufHeader& header);
 ModelSpec build_qwen2(const GgufHeader& header);
 ModelSpec build_qwen3(const GgufHeader& header);
+ModelSpec build_qwen3moe(const GgufHeader& header);
 ModelSpec build_gemma3(const GgufHeader& header);
 
 }  // namespace nt::arch

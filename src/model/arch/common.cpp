@@ -55,4 +55,13 @@ ModelSpec read_common(const GgufHeader& h, std::string_view architecture) {
   return c;
 }
 
+void read_experts(const GgufHeader& h, int64_t expert_ffn_dim, ModelSpec& spec) {
+  const std::string p = spec.architecture + ".";
+  const int64_t n_experts = h.get_int(p + "expert_count", 0);
+  if (n_experts == 0) return;
+  if (n_experts < 0) fail("metadata '{}expert_count' = {} must not be negative", p, n_experts);
+  const MoeSpec moe{n_experts, h.get_int(p + "expert_used_count"), expert_ffn_dim};
+  for (LayerSpec& layer : spec.layers) layer.moe = moe;
+}
+
 }  // namespace nt::arch

@@ -24,6 +24,10 @@ constexpr RoleInfo kRoles[kLayerRoleCount] = {
     {FfnUp, "ffn_up", "weight", RoleKind::Matrix},
     {FfnDown, "ffn_down", "weight", RoleKind::Matrix},
     {PostFfnNorm, "post_ffw_norm", "weight", RoleKind::Vector},
+    {FfnRouter, "ffn_gate_inp", "weight", RoleKind::Matrix},
+    {FfnGateExperts, "ffn_gate_exps", "weight", RoleKind::Matrix},
+    {FfnUpExperts, "ffn_up_exps", "weight", RoleKind::Matrix},
+    {FfnDownExperts, "ffn_down_exps", "weight", RoleKind::Matrix},
 };
 
 }  // namespace
@@ -37,12 +41,18 @@ std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer) {
   if (l.attention.qk_norm) roles.insert(roles.end(), {AttnQNorm, AttnKNorm});
   roles.push_back(AttnOutput);
   if (l.post_attention_norm) roles.push_back(PostAttnNorm);
-  roles.insert(roles.end(), {FfnNorm, FfnGate, FfnUp, FfnDown});
+  roles.push_back(FfnNorm);
+  if (l.has_experts()) {
+    roles.insert(roles.end(), {FfnRouter, FfnGateExperts, FfnUpExperts, FfnDownExperts});
+  } else {
+    roles.insert(roles.end(), {FfnGate, FfnUp, FfnDown});
+  }
   if (l.post_ffn_norm) roles.push_back(PostFfnNorm);
   return roles;
 }
 
-RoleShape role_shape(const ModelSpec& c, LayerRole role) {
+RoleShape role_shape(const ModelSpec& c, LayerRole role, int64_t layer) {
+  const MoeSpec moe = c.layers.empty() ? MoeSpec{} : c.layers[size_t(layer)].moe;
   switch (role) {
     case AttnNorm: case PostAttnNorm: case FfnNorm: case PostFfnNorm: return {1, c.dim};
     case AttnQ: return {c.q_dim(), c.dim};
@@ -53,6 +63,9 @@ RoleShape role_shape(const ModelSpec& c, LayerRole role) {
     case AttnOutput: return {c.dim, c.q_dim()};
     case FfnGate: case FfnUp: return {c.ffn_dim, c.dim};
     case FfnDown: return {c.dim, c.ffn_dim};
+    case FfnRouter: return {moe.n_experts, c.dim};
+    case FfnGateExperts: case FfnUpExperts: return {moe.expert_ffn_dim, c.dim, moe.n_experts};
+    case FfnDownExperts: return {c.dim, moe.expert_ffn_dim, moe.n_experts};
   }
   return {};
 }

@@ -23,17 +23,22 @@ enum class LayerRole : uint8_t {
   FfnNorm,
   FfnGate, FfnUp, FfnDown,
   PostFfnNorm,
+  // A mixture of experts in place of FfnGate, FfnUp, FfnDown: the router, then
+  // every expert's matrices stacked in one 3-D tensor per kind.
+  FfnRouter,
+  FfnGateExperts, FfnUpExperts, FfnDownExperts,
 };
-inline constexpr size_t kLayerRoleCount = size_t(LayerRole::PostFfnNorm) + 1;
+inline constexpr size_t kLayerRoleCount = size_t(LayerRole::FfnDownExperts) + 1;
 
 enum class RoleKind {
-  Matrix,  // rows x cols, any weight format
+  Matrix,  // rows x cols, any weight format (a stack of such matrices when RoleShape::experts > 0)
   Vector,  // a norm weight or a bias, F32
 };
 
 struct RoleShape {
   int64_t rows = 1;  // 1 for vectors
   int64_t cols = 0;
+  int64_t experts = 0;  // > 0: that many rows x cols matrices stacked, GGUF shape [cols, rows, experts]
 };
 
 struct RoleInfo {
@@ -48,8 +53,9 @@ const RoleInfo& role_info(LayerRole role);
 // The roles of layer `layer` of `spec`, in the order the forward pass uses them.
 std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer);
 
-// The shape a role's tensor must have under `spec`.
-RoleShape role_shape(const ModelSpec& spec, LayerRole role);
+// The shape a role's tensor must have in layer `layer` of `spec` (which
+// matters only to the experts' roles).
+RoleShape role_shape(const ModelSpec& spec, LayerRole role, int64_t layer = 0);
 
 // "blk.3.attn_q.bias"
 std::string role_tensor_name(int64_t layer, LayerRole role);

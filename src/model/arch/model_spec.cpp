@@ -19,6 +19,7 @@ constexpr Architecture kArchitectures[] = {
     {"llama", arch::build_llama},
     {"qwen2", arch::build_qwen2},
     {"qwen3", arch::build_qwen3},
+    {"qwen3moe", arch::build_qwen3moe},
     {"gemma3", arch::build_gemma3},
 };
 
@@ -41,6 +42,12 @@ void validate(const ModelSpec& c, const std::string& source) {
   require(c.context_length > 0, "context_length must be positive");
   require(std::all_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.attention.window >= 0; }),
           "attention.sliding_window must not be negative");
+  require(std::all_of(c.layers.begin(), c.layers.end(),
+                      [](const LayerSpec& l) {
+                        const MoeSpec& m = l.moe;
+                        return m.n_experts == 0 || (m.n_experts_used > 0 && m.n_experts_used <= m.n_experts && m.expert_ffn_dim > 0);
+                      }),
+          "expert_used_count must lie in [1, expert_count], and the experts' feed-forward length must be positive");
 }
 
 }  // namespace
@@ -72,6 +79,12 @@ std::string describe_layers(const ModelSpec& spec) {
                                                                                 windowed->attention.window,
                                                                                 windowed->attention.rope.theta));
   }
+  const auto moe = std::find_if(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.has_experts(); });
+  if (moe != spec.layers.end()) {
+    every([](const LayerSpec& l) { return l.has_experts(); },
+          fmt::format("mixture of {} experts ({} used, FFN {})", moe->moe.n_experts, moe->moe.n_experts_used,
+                      moe->moe.expert_ffn_dim));
+  }
   if (spec.rope_style == RopeStyle::Halves) parts.push_back("rope over halves");
   if (spec.embedding_scale != 1.0f) parts.push_back(fmt::format("embeddings x {:.4g}", spec.embedding_scale));
   if (spec.final_logit_softcap > 0.0f) parts.push_back(fmt::format("logit softcap {}", spec.final_logit_softcap));
@@ -85,6 +98,19 @@ bool ModelSpec::llama_layers() const {
   const LayerSpec llama = llama_layer(*this);
   return rope_style == RopeStyle::AdjacentPairs && embedding_scale == 1.0f && final_logit_softcap == 0.0f &&
          std::all_of(layers.begin(), layers.end(), [&](const LayerSpec& l) { return l == llama; });
+}
+
+bool ModelSpec::has_experts() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.has_experts(); });
+}
+
+std::string cpu_only_reason(const ModelSpec& spec) {
+  if (spec.has_experts()) return "mixture-of-experts layers run on the CPU only for now";
+  if (!spec.llama_layers()) {
+    return fmt::format("architecture '{}' runs on the CPU only in this version: the CUDA backend runs Llama layers so far",
+                       spec.architecture);
+  }
+  return "";
 }
 
 std::string architecture_prefix(const GgufHeader& header) {

@@ -1,5 +1,5 @@
 // A model as data: its dimensions, its RoPE tables and, per layer, the blocks
-// in order. One builder per architecture (llama, qwen2, qwen3, gemma3) reads
+// in order. One builder per architecture (llama, qwen2, qwen3, qwen3moe, gemma3) reads
 // GGUF metadata into a spec; the backends interpret it instead of spelling
 // out one architecture's layer.
 #pragma once
@@ -49,22 +49,39 @@ struct AttentionSpec {
   bool operator==(const AttentionSpec&) const = default;
 };
 
+// A mixture-of-experts FFN in place of the dense one: per token, a router
+// (one logit per expert) is softmaxed over all experts, the n_experts_used
+// largest probabilities are kept (ties to the lower expert index) and
+// renormalized to sum 1, and the output is their weighted sum of those
+// experts' gated FFNs (the layer's activation, expert_ffn_dim wide).
+// Mixtral (`llama` with experts) and Qwen3-MoE route so; neither has a shared expert.
+struct MoeSpec {
+  int64_t n_experts = 0;       // 0: a dense FFN
+  int64_t n_experts_used = 0;  // k of the top-k
+  int64_t expert_ffn_dim = 0;  // each expert's hidden width
+
+  bool operator==(const MoeSpec&) const = default;
+};
+
 // One decoder layer: x += post_attention_norm?(attention(norm(x))), then
-// x += post_ffn_norm?(ffn(norm(x))).
+// x += post_ffn_norm?(ffn(norm(x))), the FFN dense or a mixture of experts.
 struct LayerSpec {
   AttentionSpec attention;
   bool post_attention_norm = false;  // Gemma: the block's output is normed before the residual add
   FfnActivation activation = FfnActivation::Silu;
   bool post_ffn_norm = false;
+  MoeSpec moe;
+
+  bool has_experts() const { return moe.n_experts > 0; }
 
   bool operator==(const LayerSpec&) const = default;
 };
 
 struct ModelSpec {
-  std::string architecture;     // "llama", "qwen2", "qwen3", "gemma3"
+  std::string architecture;     // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3"
   int64_t n_layers = 0;
   int64_t dim = 0;              // embedding width
-  int64_t ffn_dim = 0;          // gated FFN hidden width
+  int64_t ffn_dim = 0;          // gated FFN hidden width (feed_forward_length; Mixtral's experts' too)
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;       // GQA: n_heads is a multiple of it
   int64_t head_dim = 0;         // attention.key_length, else dim / n_heads
@@ -87,11 +104,17 @@ struct ModelSpec {
   RopeSpec rope() const { return {rope_theta, rope_scaling}; }
   // Every layer a plain Llama layer (what the CUDA backend runs so far).
   bool llama_layers() const;
+  // Some layer's FFN is a mixture of experts.
+  bool has_experts() const;
 };
 
 // The blocks that differ from a Llama layer, in words, for `inspect`:
 // "q/k norm, post norms, GeGLU, sliding window 1024 on 52 of 62 layers (rope theta 10000)".
 std::string describe_layers(const ModelSpec& spec);
+
+// Why the CUDA backend does not run `spec` ("" when it does), for the note or
+// error that sends the model to the CPU.
+std::string cpu_only_reason(const ModelSpec& spec);
 
 // A Llama layer: SwiGLU, no biases, no extra norms, the model's RoPE table.
 LayerSpec llama_layer(const ModelSpec& spec);

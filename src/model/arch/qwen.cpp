@@ -1,3 +1,4 @@
+#include "core/error.h"
 #include "model/arch/builders.h"
 
 namespace nt::arch {
@@ -18,6 +19,20 @@ ModelSpec build_qwen3(const GgufHeader& header) {
   ModelSpec spec = read_common(header, "qwen3");
   spec.rope_style = RopeStyle::Halves;
   for (LayerSpec& layer : spec.layers) layer.attention.qk_norm = true;
+  return spec;
+}
+
+// Qwen3-MoE: Qwen3's attention, and a mixture of experts (no shared expert)
+// in every layer, each expert_feed_forward_length wide (when absent, the
+// dense width split among the experts used, as the reference engine reads it).
+ModelSpec build_qwen3moe(const GgufHeader& header) {
+  ModelSpec spec = read_common(header, "qwen3moe");
+  spec.rope_style = RopeStyle::Halves;
+  for (LayerSpec& layer : spec.layers) layer.attention.qk_norm = true;
+  if (header.get_int("qwen3moe.expert_count", 0) <= 0) fail("metadata 'qwen3moe.expert_count' must be positive");
+  const int64_t used = header.get_int("qwen3moe.expert_used_count");
+  if (used <= 0) fail("metadata 'qwen3moe.expert_used_count' must be positive");
+  read_experts(header, header.get_int("qwen3moe.expert_feed_forward_length", spec.ffn_dim / used), spec);
   return spec;
 }
 
