@@ -47,6 +47,7 @@
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/residual_reducer.h"
+#include "backend/cuda/saved_kv_rows.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "core/env_setting.h"
@@ -139,6 +140,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
   void copy_rows(std::span<const RowCopy> copies) override;
+  // A whole model's runner reads its rows back (saved_kv_rows.h); a
+  // pipeline's or tensor split's stage leaves that to its runner, which cannot.
+  bool saves_kv_rows() const override { return !options_.stage; }
+  void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const override;
+  void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) override;
   // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
   bool honours_default_schedule() const override { return true; }
   void default_schedule_changed(std::span<const int32_t> layers) override {
@@ -852,6 +858,20 @@ void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (hybrid_) hybrid_->layers().copy_rows(copies);
+}
+
+// The host layers' caches hold every row of theirs: their parts come from there.
+void CudaLlamaRunner::read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const {
+  NT_CUDA_CHECK(cudaSetDevice(device_.index));
+  read_saved_rows(cache_layout(), int(stage_layers()), rows, out, stream_);
+  if (hybrid_) hybrid_->layers().read_saved_rows(rows, out);
+}
+
+// Both copies of the host layers' caches get the rows, so neither is stale.
+void CudaLlamaRunner::write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) {
+  NT_CUDA_CHECK(cudaSetDevice(device_.index));
+  write_saved_rows(cache_layout(), int(stage_layers()), rows, in, stream_);
+  if (hybrid_) hybrid_->layers().write_saved_rows(rows, in);
 }
 
 bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const {
