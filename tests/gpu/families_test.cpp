@@ -1,0 +1,306 @@
+// Qwen2, Qwen3 and Gemma 3 layers on CUDA against the CPU runner on the
+// tiny presets (`make-model --preset tiny-qwen2|tiny-qwen3|tiny-gemma3`),
+// whose numbers the CPU's own tests pin to a float64 reference: a prompt's
+// logits row by row, decode steps teacher-forced with the CPU's picks, and
+// greedy decoding; resident, streamed from RAM and storage, in a hybrid
+// split, and decode batches of several sequences. Prompts run past
+// tiny-gemma3's window (16), so its local layers mask; a check beside them
+// shows that ignoring the window would move the logits far past the bound.
+//
+// The bound: both backends multiply quantized matrices with 8-bit activations
+// (the GPU's prompt chunks take f16 GEMMs) and cache K and V in f16, each
+// about 1% from the float64 reference on such models (the CUDA runner's
+// tests bound it at 3e-2), so the two differ by at most about the sum. Picks
+// are compared where the CPU's margin between its two best logits exceeds
+// twice the largest logit difference seen at that step: below that the
+// rounding may decide.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "backend/cpu/cpu_runner.h"
+#include "backend/cuda/cuda_runner.h"
+#include "gpu_test_util.h"
+#include "model/presets.h"
+#include "model/synthetic_model.h"
+#include "streaming_budgets.h"
+
+namespace nt {
+namespace {
+
+constexpr int64_t kContext = 256;
+constexpr double kTolerance = 6e-2;
+constexpr int kSteps = 12;
+
+std::string model_path(const std::string& preset, const std::string& scheme, const std::string& tag = "") {
+  return (std::filesystem::path(testing::TempDir()) / fmt::format("nt_{}_{}{}.gguf", preset, scheme, tag)).string();
+}
+
+// The preset written once per test binary run, quantized with `scheme`.
+std::string family_model(const std::string& preset, const std::string& scheme) {
+  const std::string path = model_path(preset, scheme);
+  if (!std::filesystem::exists(path)) {
+    write_synthetic_model(*find_model_preset(preset), *quant_scheme_from_name(scheme), 7, path);
+  }
+  return path;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(vocab - 1));
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = dist(test::rng());
+  return t;
+}
+
+std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& file, int64_t sequences = 1) {
+  CpuRunnerOptions o;
+  o.context = kContext;
+  o.sequences = sequences;
+  return make_cpu_runner(file, o);
+}
+
+struct RowCheck {
+  double worst = 0.0;  // relative error over the rows checked
+  int picks = 0;       // rows whose argmax was compared
+};
+
+// One row of CUDA logits against the CPU's: within the bound, and the same
+// argmax where the CPU's margin leaves the rounding no say.
+void check_row(std::span<const float> got, std::span<const float> want, const std::string& what, RowCheck& check) {
+  const double e = test::relative_error(std::vector<float>(got.begin(), got.end()), std::vector<double>(want.begin(), want.end()));
+  check.worst = std::max(check.worst, e);
+  EXPECT_LT(e, kTolerance) << what;
+  float diff = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::fabs(got[i] - want[i]));
+  std::vector<float> sorted(want.begin(), want.end());
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+  if (sorted[0] - sorted[1] > 2.0f * diff) {
+    ++check.picks;
+    EXPECT_EQ(argmax_first(got), argmax_first(want)) << what;
+  }
+}
+
+// A prompt of 40 tokens with every row's logits, then kSteps one-token steps
+// on the CPU's picks, each step's logits against the CPU's.
+RowCheck check_against_cpu(ModelRunner& cuda, ModelRunner& cpu) {
+  const int64_t vocab = cpu.config().vocab_size;
+  RowCheck check;
+  const auto prompt = random_tokens(40, vocab);
+  std::vector<float> got(prompt.size() * size_t(vocab)), want(got.size());
+  cuda.forward(prompt, 0, got.data(), true);
+  cpu.forward(prompt, 0, want.data(), true);
+  const auto row = [&](const std::vector<float>& v, size_t r) { return std::span(v).subspan(r * size_t(vocab), size_t(vocab)); };
+  for (size_t r = 0; r < prompt.size(); ++r) check_row(row(got, r), row(want, r), fmt::format("prompt row {}", r), check);
+  int32_t token = argmax_first(row(want, prompt.size() - 1));
+  for (int step = 0; step < kSteps; ++step) {
+    const int64_t pos = int64_t(prompt.size()) + step;
+    cuda.forward({&token, 1}, pos, got.data(), false);
+    cpu.forward({&token, 1}, pos, want.data(), false);
+    check_row(row(got, 0), row(want, 0), fmt::format("decode step at position {}", pos), check);
+    token = argmax_first(row(want, 0));
+  }
+  return check;
+}
+
+// Greedy decoding (the CUDA runner's decode graphs where it has them)
+// against the CPU's, up to the first pick too close to call: whose CPU
+// margin is within twice the largest difference of the two backends' logits
+// at that step (the CUDA logits of the CPU's path, from one prompt pass).
+void check_greedy(ModelRunner& cuda, ModelRunner& cpu) {
+  const int64_t vocab = cpu.config().vocab_size;
+  const auto prompt = random_tokens(24, vocab);
+  std::vector<int32_t> got = {cuda.forward_greedy(prompt, 0)};
+  cuda.decode_greedy(got[0], int64_t(prompt.size()), kSteps - 1, [&](int32_t t) {
+    got.push_back(t);
+    return true;
+  });
+  std::vector<float> want_rows(size_t(kSteps * vocab));
+  std::vector<int32_t> path = prompt, want;
+  cpu.forward(prompt, 0, want_rows.data(), false);
+  for (int step = 0; step < kSteps; ++step) {
+    const std::span<float> row = std::span(want_rows).subspan(size_t(step * vocab), size_t(vocab));
+    want.push_back(argmax_first(row));
+    path.push_back(want.back());
+    if (step + 1 < kSteps) cpu.forward({&want.back(), 1}, int64_t(path.size()) - 1, want_rows.data() + (step + 1) * vocab, false);
+  }
+  std::vector<float> got_rows(path.size() * size_t(vocab));
+  cuda.forward(path, 0, got_rows.data(), true);
+  int compared = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const float* w = want_rows.data() + step * vocab;
+    const float* g = got_rows.data() + (prompt.size() - 1 + size_t(step)) * size_t(vocab);
+    float diff = 0.0f;
+    for (int64_t i = 0; i < vocab; ++i) diff = std::max(diff, std::fabs(g[i] - w[i]));
+    std::vector<float> sorted(w, w + vocab);
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] <= 2.0f * diff) break;  // too close to call
+    ASSERT_EQ(got[size_t(step)], want[size_t(step)]) << "greedy pick " << step;
+    ++compared;
+  }
+  std::printf("  %d greedy picks compared\n", compared);
+  EXPECT_GE(compared, 3) << "the picks were too close to compare";
+}
+
+struct Case {
+  std::string preset, scheme;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  std::string name = info.param.preset + "_" + info.param.scheme;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+class CudaFamilies : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    path_ = family_model(GetParam().preset, GetParam().scheme);
+    file_ = GgufFile::open(path_);
+    cpu_ = cpu_runner(file_);
+  }
+  int64_t layers() const { return cpu_->config().n_layers; }
+
+  std::string path_;
+  std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<ModelRunner> cpu_;
+};
+
+TEST_P(CudaFamilies, ResidentMatchesTheCpu) {
+  auto cuda = make_cuda_runner(*file_, kContext);
+  std::printf("  %s\n", cuda->description().c_str());
+  const RowCheck check = check_against_cpu(*cuda, *cpu_);
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+  EXPECT_GE(check.picks, 10);
+  cpu_ = cpu_runner(file_);
+  check_greedy(*cuda, *cpu_);
+}
+
+// One layer resident, the next ones streamed from pinned RAM, the last from
+// storage: the streamer moves every role the layers hold.
+TEST_P(CudaFamilies, StreamedMatchesTheCpu) {
+  const int64_t ram = layers() / 2;
+  auto cuda = make_cuda_runner(*file_, kContext, test::budgets_for(*file_, kContext, 1, ram, {}));
+  std::printf("  %s\n", cuda->description().c_str());
+  const RowCheck check = check_against_cpu(*cuda, *cpu_);
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+}
+
+// Two of the RAM tier's layers computed by the host in one-token passes,
+// streamed in the prompt's.
+TEST_P(CudaFamilies, HybridMatchesTheCpu) {
+  CudaRunnerOptions o = test::budgets_for(*file_, kContext, 1, layers() - 1, {});
+  o.cpu_layers = 2;
+  o.cpu_passes = {.all_up_to = 1, .wider = {}};
+  o.cpu_threads = 2;
+  auto cuda = make_cuda_runner(*file_, kContext, o);
+  ASSERT_NE(cuda->description().find("2 computed on the CPU"), std::string::npos) << cuda->description();
+  const RowCheck check = check_against_cpu(*cuda, *cpu_);
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+}
+
+// Three sequences of different lengths, prefilled one by one, then decoded
+// in batches of all three, every step's logits against the CPU's batches of
+// the same entries: through the multi-sequence attention launches, and as
+// stepwise rows (each computed as its one-token step, which small models'
+// decode batches take by default).
+void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_steps_max) {
+  CudaRunnerOptions o;
+  o.max_sequences = 4;
+  o.stepwise_steps_max = stepwise_steps_max;
+  auto cuda = make_cuda_runner(file, kContext, o);
+  const int64_t vocab = cpu.config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts = {random_tokens(30, vocab), random_tokens(9, vocab), random_tokens(50, vocab)};
+  std::vector<SeqId> cuda_seqs, cpu_seqs;
+  RowCheck check;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    cuda_seqs.push_back(cuda->seq_alloc());
+    cpu_seqs.push_back(cpu.seq_alloc());
+  }
+  const auto run = [&](ModelRunner& runner, const std::vector<SeqId>& seqs, const std::vector<int32_t>& tokens,
+                       const std::vector<int64_t>& pos) {
+    Batch batch;
+    for (size_t i = 0; i < seqs.size(); ++i) batch.add(tokens[i], pos[i], seqs[i], Output::Logits);
+    BatchOutputs out;
+    runner.forward(batch, out);
+    return out.logits;
+  };
+  std::vector<int32_t> tokens(prompts.size());
+  std::vector<int64_t> pos(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (const auto& [runner, seqs] : {std::pair{cuda.get(), &cuda_seqs}, std::pair{&cpu, &cpu_seqs}}) {
+      Batch batch;
+      batch.add_run(std::span(prompts[i]).first(prompts[i].size() - 1), 0, (*seqs)[i], Output::None);
+      BatchOutputs out;
+      runner->forward(batch, out);
+    }
+    tokens[i] = prompts[i].back();
+    pos[i] = int64_t(prompts[i].size()) - 1;
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<float> got = run(*cuda, cuda_seqs, tokens, pos), want = run(cpu, cpu_seqs, tokens, pos);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto row = [&](const std::vector<float>& v) { return std::span(v).subspan(i * size_t(vocab), size_t(vocab)); };
+      check_row(row(got), row(want), fmt::format("sequence {} at position {}", i, pos[i]), check);
+      tokens[i] = argmax_first(row(want));
+      ++pos[i];
+    }
+  }
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+  EXPECT_GE(check.picks, 3 * kSteps / 2);
+}
+
+TEST_P(CudaFamilies, BatchedDecodeMatchesTheCpu) {
+  for (const int64_t stepwise : {int64_t(0), int64_t(-1)}) {
+    SCOPED_TRACE(stepwise == 0 ? "batched kernels" : "stepwise rows");
+    cpu_ = cpu_runner(file_, 4);
+    check_batched(*file_, *cpu_, stepwise);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaFamilies,
+                         testing::ValuesIn(std::vector<Case>{{"tiny-qwen2", "f32"},
+                                                             {"tiny-qwen2", "q8_0"},
+                                                             {"tiny-qwen2", "q4_k_m"},
+                                                             {"tiny-qwen3", "f32"},
+                                                             {"tiny-qwen3", "q8_0"},
+                                                             {"tiny-qwen3", "q4_k_m"},
+                                                             {"tiny-gemma3", "f32"},
+                                                             {"tiny-gemma3", "q8_0"},
+                                                             {"tiny-gemma3", "q4_k_m"}}),
+                         case_name);
+
+// The window matters at these lengths: the same weights with a window wider
+// than the prompt give logits past the bound from the CPU's windowed ones,
+// so a GPU that ignored the window would fail the comparisons above.
+TEST(CudaFamilies, IgnoringGemma3sWindowWouldBeCaught) {
+  const std::string windowed = family_model("tiny-gemma3", "q8_0");
+  ModelPreset wide = *find_model_preset("tiny-gemma3");
+  for (LayerSpec& layer : wide.config.layers) {
+    if (layer.attention.window > 0) layer.attention.window = kContext;
+  }
+  const std::string unwindowed = model_path("tiny-gemma3", "q8_0", "_wide_window");
+  write_synthetic_model(wide, *quant_scheme_from_name("q8_0"), 7, unwindowed);
+  auto a = cpu_runner(GgufFile::open(windowed)), b = cpu_runner(GgufFile::open(unwindowed));
+  ASSERT_EQ(b->config().layers[0].attention.window, kContext);
+  const int64_t vocab = a->config().vocab_size;
+  const auto prompt = random_tokens(40, vocab);
+  std::vector<float> x(prompt.size() * size_t(vocab)), y(x.size());
+  a->forward(prompt, 0, x.data(), true);
+  b->forward(prompt, 0, y.data(), true);
+  const auto row = [&](const std::vector<float>& v, size_t r) { return std::span(v).subspan(r * size_t(vocab), size_t(vocab)); };
+  for (size_t r = 0; r < 16; ++r) EXPECT_EQ(std::vector<float>(row(x, r).begin(), row(x, r).end()),
+                                            std::vector<float>(row(y, r).begin(), row(y, r).end())) << "row " << r;
+  double least = INFINITY;
+  for (size_t r = 24; r < prompt.size(); ++r) {
+    const std::vector<float> got(row(y, r).begin(), row(y, r).end());
+    least = std::min(least, test::relative_error(got, std::vector<double>(row(x, r).begin(), row(x, r).end())));
+  }
+  std::printf("  without the window, rows 24-39 move by at least %.2e\n", least);
+  EXPECT_GT(least, 3 * kTolerance);
+  std::filesystem::remove(unwindowed);
+}
+
+}  // namespace
+}  // namespace nt
