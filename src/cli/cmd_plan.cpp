@@ -257,11 +257,6 @@ void plan(const PlanOptions& o) {
   const ModelSpec config = read_model_spec(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
   KvPages::check_pool(o.kv_pool, context);
-  if (!config.llama_layers()) {
-    fmt::print("note: architecture '{}' runs on the CPU in this version (the CUDA backend runs Llama layers so far); "
-               "the GPU placement below is what a CUDA run of its size would take\n",
-               config.architecture);
-  }
   const IoBackend io = parse_io_backend(o.io);
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
   const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");

@@ -34,7 +34,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
   m.path = o.path.empty() ? default_model_path() : o.path;
   m.file = o.file ? o.file : GgufFile::open(m.path);
   // The architecture first: an unsupported one is named before anything else is read.
-  const ModelSpec spec = read_model_spec(m.file->header(), m.path);
+  read_model_spec(m.file->header(), m.path);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m.file->header(), m.path));
   const int64_t context = o.context > 0 ? o.context : default_context(*m.file);
   KvPages::check_pool(o.kv_pool, context);
@@ -47,19 +47,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
 #ifdef NT_HAVE_CUDA
-  // The CUDA backend runs Llama layers so far; the other families run on the CPU.
-  const bool cuda_runs_it = spec.llama_layers();
-  if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) {
-    fail("{}: architecture '{}' runs on the CPU only in this version (--device cpu)", m.path, spec.architecture);
-  }
   if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
     std::string why;
-    const bool gpu = !o.gpus.empty() || probe_cuda_device(0, &why);
-    device = gpu && cuda_runs_it ? Device::Cuda : Device::Cpu;
-    if (gpu && !cuda_runs_it) {
-      m.device_note = fmt::format("note: architecture '{}' runs on the CPU: the CUDA backend runs Llama layers only so far",
-                                  spec.architecture);
-    }
+    device = !o.gpus.empty() || probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
   }
   if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");
   if (device == Device::Cuda) {
