@@ -119,11 +119,11 @@ ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const
   m.tied_embeddings = c.tied_embeddings;
   m.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
   m.resident_embedding_bytes = group_device_bytes({&w.token_embd});
-  // Every layer's vectors (norms, biases) stay resident, streamed or not.
+  // Every layer's vectors (norms, biases: F32) stay resident, streamed or not.
   uint64_t vectors = 0;
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    for (const LayerRole role : layer_roles(c, int64_t(l))) {
-      if (role_info(role).kind == RoleKind::Vector) vectors += align_device(w.layers[l][role].bytes());
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (const LayerRole role : layer_roles(c, l)) {
+      if (role_info(role).kind == RoleKind::Vector) vectors += align_device(4 * uint64_t(role_shape(c, role).cols));
     }
   }
   m.small_bytes = vectors + 2 * align_device(4 * uint64_t(c.dim)) + (c.tied_embeddings ? 0 : m.resident_embedding_bytes);
