@@ -16,7 +16,10 @@
 // step (the rounding then decides with odds far below 1e-6), counting tokens
 // tied for the top as one: the synthetic models draw their head's rows from
 // a pool, so several tokens share each logit, and argmax_first takes the
-// first of them on both backends.
+// first of them on both backends. On f32 weights (differences ~5e-4) nearly
+// every pick clears it and at least half must; quantized ones' margins are
+// mostly within their rounding, so their picks are compared where they clear
+// it, without a count.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -121,7 +124,7 @@ RowCheck check_against_cpu(ModelRunner& cuda, ModelRunner& cpu) {
 // Greedy decoding (the CUDA runner's decode graphs where it has them)
 // against the CPU's, up to the first pick too close to call (the CUDA
 // logits of the CPU's path from one prompt pass giving the differences).
-void check_greedy(ModelRunner& cuda, ModelRunner& cpu) {
+void check_greedy(ModelRunner& cuda, ModelRunner& cpu, bool float_weights) {
   const int64_t vocab = cpu.config().vocab_size;
   const auto prompt = random_tokens(24, vocab);
   std::vector<int32_t> got = {cuda.forward_greedy(prompt, 0)};
@@ -149,7 +152,7 @@ void check_greedy(ModelRunner& cuda, ModelRunner& cpu) {
     ++compared;
   }
   std::printf("  %d greedy picks compared\n", compared);
-  EXPECT_GE(compared, 1) << "the first pick was too close to compare";
+  if (float_weights) EXPECT_GE(compared, kSteps / 2) << "picks too close to compare";
 }
 
 struct Case {
@@ -170,6 +173,7 @@ class CudaFamilies : public testing::TestWithParam<Case> {
     cpu_ = cpu_runner(file_);
   }
   int64_t layers() const { return cpu_->config().n_layers; }
+  bool float_weights() const { return GetParam().scheme == "f32"; }
 
   std::string path_;
   std::shared_ptr<const GgufFile> file_;
@@ -181,9 +185,9 @@ TEST_P(CudaFamilies, ResidentMatchesTheCpu) {
   std::printf("  %s\n", cuda->description().c_str());
   const RowCheck check = check_against_cpu(*cuda, *cpu_);
   std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
-  EXPECT_GE(check.picks, 8) << "of " << 40 + kSteps << " rows";
+  if (float_weights()) EXPECT_GE(check.picks, (40 + kSteps) / 2) << "of " << 40 + kSteps << " rows";
   cpu_ = cpu_runner(file_);
-  check_greedy(*cuda, *cpu_);
+  check_greedy(*cuda, *cpu_, float_weights());
 }
 
 // The first layers resident, one streamed from pinned RAM, the last three
@@ -214,7 +218,7 @@ TEST_P(CudaFamilies, HybridMatchesTheCpu) {
 // the same entries: through the multi-sequence attention launches, and as
 // stepwise rows (each computed as its one-token step, which small models'
 // decode batches take by default).
-void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_steps_max) {
+void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_steps_max, bool float_weights) {
   CudaRunnerOptions o;
   o.max_sequences = 4;
   o.stepwise_steps_max = stepwise_steps_max;
@@ -257,14 +261,14 @@ void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_step
     }
   }
   std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
-  EXPECT_GE(check.picks, 3 * kSteps / 4) << "of " << 3 * kSteps << " rows";
+  if (float_weights) EXPECT_GE(check.picks, 3 * kSteps / 2) << "of " << 3 * kSteps << " rows";
 }
 
 TEST_P(CudaFamilies, BatchedDecodeMatchesTheCpu) {
   for (const int64_t stepwise : {int64_t(0), int64_t(-1)}) {
     SCOPED_TRACE(stepwise == 0 ? "batched kernels" : "stepwise rows");
     cpu_ = cpu_runner(file_, 4);
-    check_batched(*file_, *cpu_, stepwise);
+    check_batched(*file_, *cpu_, stepwise, float_weights());
   }
 }
 
