@@ -276,12 +276,12 @@ NT_API nt_status nt_seq_keep(nt_context* ctx, nt_seq_id seq);
 NT_API nt_status nt_memory_clear(nt_context* ctx);
 
 /* A sequence's state: its tokens and, on backends that can read their KV
- * cache back (the CPU), its cached keys and values, so that loading it runs
- * no pass and restores the cache exactly. Where the backend cannot (CUDA
- * for now), or the state comes from a context whose KV layout differs (KV
- * type, device), loading decodes the saved tokens again, which gives the
- * cache the same prompt would. A state loads into a context of the same
- * model only (the model's shape is checked).
+ * cache back (the CPU, and CUDA on one GPU), its cached keys and values, so
+ * that loading it runs no pass and restores the cache exactly. Where the
+ * backend cannot (a model split over several GPUs), or the state comes from
+ * a context whose KV layout differs (KV type), loading decodes the saved
+ * tokens again, which gives the cache the same prompt would. A state loads
+ * into a context of the same model only (the model's shape is checked).
  *
  * nt_seq_state_save: NULL buf with buf_size 0 asks the size; too small:
  * NT_STATUS_BUFFER_TOO_SMALL, *n_bytes the size needed. */

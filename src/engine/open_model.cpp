@@ -47,8 +47,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
 #ifdef NT_HAVE_CUDA
-  // The CUDA backend runs Llama layers so far; the other families, and
-  // mixtures of experts, run on the CPU.
+  // The CUDA backend runs every dense family; mixtures of experts run on the CPU so far.
   const std::string cpu_only = cpu_only_reason(spec);
   const bool cuda_runs_it = cpu_only.empty();
   if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) fail("{}: {} (--device cpu)", m.path, cpu_only);

@@ -119,8 +119,14 @@ ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const
   m.tied_embeddings = c.tied_embeddings;
   m.output_head_bytes = group_device_bytes({c.tied_embeddings ? &w.token_embd : &w.output});
   m.resident_embedding_bytes = group_device_bytes({&w.token_embd});
-  m.small_bytes = 2 * uint64_t(c.n_layers) * align_device(4 * uint64_t(c.dim)) + 2 * align_device(4 * uint64_t(c.dim)) +
-                  (c.tied_embeddings ? 0 : m.resident_embedding_bytes);
+  // Every layer's vectors (norms, biases: F32) stay resident, streamed or not.
+  uint64_t vectors = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (const LayerRole role : layer_roles(c, l)) {
+      if (role_info(role).kind == RoleKind::Vector) vectors += align_device(4 * uint64_t(role_shape(c, role).cols));
+    }
+  }
+  m.small_bytes = vectors + 2 * align_device(4 * uint64_t(c.dim)) + (c.tied_embeddings ? 0 : m.resident_embedding_bytes);
   return m;
 }
 

@@ -22,7 +22,16 @@ struct Shape {
   int fused_rope_pairs = -1;  // >= 0: one token whose RoPE, cache store and q8 output the launch does
   int64_t max_keys = 0;       // > 0: the caller's bound on the keys (the short-context decode below kShortDecodeMaxKeys)
   bool paged = false;         // the cache in a pool of pages (kv_layout.h), scattered, the unused ones NaN
+  int window = 0;             // > 0: a query at p sees keys from p - window + 1 on (AttentionParams::window)
+  float scale = 0.0f;         // > 0: the softmax scale instead of 1/sqrt(head_dim)
 };
+
+// `s` within a sliding window, at another softmax scale.
+Shape windowed(Shape s, int window, float scale) {
+  s.window = window;
+  s.scale = scale;
+  return s;
+}
 
 // Rotates pair (x0, x1) of dims (2i, 2i + 1) by pos * inv_freq[i], in double.
 std::pair<double, double> rotate(double x0, double x1, int64_t pos, float inv_freq) {
@@ -137,6 +146,8 @@ double run_attention(const Shape& s) {
   p.n_splits = s.splits;
   p.partials = partials.as<float>();
   p.max_keys = s.max_keys;
+  p.window = s.window;
+  p.scale = s.scale;
   if (s.paged) p.paging = {dtable.as<int32_t>(), host_paging.page_stride};
   if (fused) {
     EXPECT_TRUE(attention_decode_fusion_supported(p));
@@ -176,14 +187,16 @@ double run_attention(const Shape& s) {
     const int64_t last = s.pos + t;
     for (int h = 0; h < s.n_heads; ++h) {
       const int kvh = h / group;
-      std::vector<double> w(size_t(last + 1));
+      const int64_t first = s.window > 0 ? std::max<int64_t>(0, last - s.window + 1) : 0;
+      const double scale = s.scale > 0.0f ? double(s.scale) : 1.0 / std::sqrt(double(s.head_dim));
+      std::vector<double> w(size_t(last + 1), -INFINITY);
       double m = -INFINITY, sum = 0.0;
       const float* qr = q_ref.data() + t * q_stride + h * s.head_dim;
-      for (int64_t j = 0; j <= last; ++j) {
+      for (int64_t j = first; j <= last; ++j) {
         const float* kr = kf.data() + (kvh * context + j) * s.head_dim;
         double dot = 0.0;
         for (int d = 0; d < s.head_dim; ++d) dot += double(qr[d]) * kr[d];
-        w[size_t(j)] = dot / std::sqrt(double(s.head_dim));
+        w[size_t(j)] = dot * scale;
         m = std::max(m, w[size_t(j)]);
       }
       for (double& x : w) sum += (x = std::exp(x - m));
@@ -310,6 +323,39 @@ TEST(Attention, ShortContextDecodeMatchesReference) {
       SCOPED_TRACE(describe(s) + ", fused rope pairs " + testing::PrintToString(s.fused_rope_pairs));
       EXPECT_LT(run_attention(s), s.fused_rope_pairs >= 0 ? 1e-3 : 1e-4);
     }
+  }
+}
+
+// Sliding windows (Gemma 3's local layers) and a softmax scale other than
+// 1/sqrt(head_dim), on every kernel: the decode kernel (f32 queries), the
+// generic one, the tensor cores (prefill with whole key tiles before the
+// window skipped, split decode, fused decode) and the short-context decode.
+// A key leaking in from before a window moves the output far past these bounds.
+TEST(Attention, WindowsAndScalesMatchReference) {
+  const int64_t m = kShortDecodeMaxKeys;
+  const bool hopper = cuda::device_is_hopper_or_newer();
+  struct Case {
+    Shape s;
+    double bound;
+  };
+  std::vector<Case> cases = {
+      {windowed(Shape{1, 100, 32, 8, 128, 1, true}, 16, 0.05f), 1e-4},   // decode kernel
+      {windowed(Shape{1, 500, 8, 1, 256, 5}, 100, 0.0f), 1e-4},          // decode kernel, head_dim 256, split
+      {windowed(Shape{13, 40, 8, 4, 8, 1}, 7, 0.3f), 1e-4},              // generic prefill
+      {windowed(Shape{40, 9, 6, 2, 32, 1}, 16, 0.0f), 1e-4},             // generic prefill, head_dim 32
+      {windowed(Shape{1, 300, 8, 4, 64, 3}, 16, 0.1f), 5e-3},            // tensor-core decode, split
+      {windowed(Shape{200, 150, 8, 2, 64, 1}, 16, 0.0f), 5e-3},          // tensor-core prefill, tiles skipped
+      {windowed(Shape{300, 0, 16, 2, 128, 3}, 100, 0.07f), 5e-3},        // split prefill
+      {windowed(Shape{37, 0, 8, 2, 64, 1}, 1000, 0.0f), 5e-3},           // a window wider than the keys
+      {windowed(Shape{1, 100, 32, 8, 128, 1, false, 64}, 16, 0.0f), 5e-3},  // fused RoPE and cache store
+  };
+  if (hopper) {
+    cases.push_back({windowed(Shape{1, 700, 9, 3, 64, 1, false, 32, m}, 16, 0.1f), 1e-3});  // short-context, fused
+    cases.push_back({windowed(Shape{1, 200, 32, 8, 128, 1, false, -1, m}, 64, 0.0f), 1e-4});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c.s) + ", window " + testing::PrintToString(c.s.window));
+    EXPECT_LT(run_attention(c.s), c.bound);
   }
 }
 

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
   const int rows = tile_tokens * g.group;
   int64_t k_begin, k_end;  // of the keys visible to the tile's last token
   split_range(pos0 + t0 + tile_tokens, p.n_splits, split, k_begin, k_end);
-  const float scale = rsqrtf(float(hd));
+  const float scale = p.scale > 0.0f ? p.scale : rsqrtf(float(hd));
 
   for (int i = tid; i < g.rows * hd; i += kThreads) {
     const int r = i / hd, d = i % hd;
@@ -97,6 +97,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
       bool visible = r < rows && lane < n && key0 + lane <= last_key;
       if (visible && p.tree_mask) {
         visible = tree_sees(p.tree_mask + (t0 + r / g.group) * p.tree_words, p.tree_start, key0 + lane);
+      }
+      if (visible && p.window > 0) {  // a tree's rows measure the window in path positions
+        visible = p.tree_mask ? in_window(p.window, p.tree_pos[t0 + r / g.group], tree_key_pos(p, key0 + lane))
+                              : in_window(p.window, last_key, key0 + lane);
       }
       float s = -INFINITY;
       if (visible) {
@@ -183,7 +187,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
   const int64_t n_keys = int64_t(*p.pos) + 1;
   int64_t k_begin, k_end;
   split_range(n_keys, p.n_splits, split, k_begin, k_end);
-  const float scale = rsqrtf(float(hd));
+  const float scale = p.scale > 0.0f ? p.scale : rsqrtf(float(hd));
   for (int i = threadIdx.x; i < group * hd; i += kDecodeWarps * 32) {
     q_s[i] = p.q[int64_t(kv_head) * group * hd + i] * scale;
   }
@@ -235,7 +239,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
       }
     }
     // Online softmax per query head over this tile.
-    const bool valid = lane < n;
+    const bool valid = lane < n && in_window(p.window, n_keys - 1, key0 + lane);
 #pragma unroll
     for (int g = 0; g < kGroupCap; ++g) {
       if (g < group) {
@@ -448,6 +452,9 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     fail("attention: a tree row that follows its path takes the short-context decode of one token (at most {} keys, "
          "head_dim 64 or 128), without masks, RoPE or q8 output (max_keys {}, head_dim {})",
          kShortDecodeMaxKeys, p.max_keys, p.head_dim);
+  }
+  if (p.window < 0 || (p.window > 0 && p.tree_mask && !p.tree_pos)) {
+    fail("attention: a window of {} keys (a token tree's rows need their path positions)", p.window);
   }
   if (!p.tree_mask && attention_detail::short_decode_supported(p)) {
     attention_detail::launch_short_decode(p, stream);

@@ -1,5 +1,6 @@
 // Causal attention over the f16 KV cache, for decode (one token) and prefill
-// (many): flash-style online softmax over tiles of keys, any context length.
+// (many): flash-style online softmax over tiles of keys, any context length,
+// optionally within a sliding window.
 // head_dim 64 and 128 run on tensor cores (f16 queries and probabilities, f32
 // accumulation); other sizes in f32. The key range is split over several
 // blocks when the queries alone would not fill the GPU; decode merges the
@@ -55,6 +56,7 @@ struct AttentionParams {
   bool keys_just_stored = false;
   int64_t max_keys = 0;              // one token: the most keys any run of this launch sees (pos < max_keys); 0: unknown
   int n_splits = 1;                  // key-range splits; > 1 needs `partials` (unused by the short-context decode)
+  float scale = 0.0f;                // softmax scale of q.k; 0: 1/sqrt(head_dim)
   float* partials = nullptr;         // attention_partials_floats() floats
   AttentionRope rope;                // decode: RoPE and the cache store folded in
   int8_t* out_q8 = nullptr;          // decode: also the output as q8 activations (quantize_activations' format)
@@ -86,7 +88,23 @@ struct AttentionParams {
   // (attention_follows_tree_paths), no RoPE or q8 output.
   const int32_t* path_parents = nullptr;  // device
   int path_self = 0;
+  // A sliding window (Gemma 3's local layers): a query at position p sees
+  // the keys from p - window + 1 on; 0: every key. A token tree's positions
+  // are its path positions (a tree row's RoPE position): with tree_mask,
+  // tree_pos[i] is tree entry i's (device); with path_parents, pos is.
+  int window = 0;
+  const int32_t* tree_pos = nullptr;
 };
+
+// Whether a query at position query_pos sees the key at key_pos under a window of `window` (0: every key).
+__host__ __device__ inline bool in_window(int window, int64_t query_pos, int64_t key_pos) {
+  return window == 0 || key_pos > query_pos - window;
+}
+
+// The path position of the key cached at `key` for a token tree's rows (AttentionParams::tree_pos).
+__host__ __device__ inline int64_t tree_key_pos(const AttentionParams& p, int64_t key) {
+  return key < p.tree_start ? key : int64_t(p.tree_pos[key - p.tree_start]);
+}
 
 // Whether key `key` is visible to a tree token whose mask words are `mask`
 // (AttentionParams::tree_mask); the causal bound is checked apart.

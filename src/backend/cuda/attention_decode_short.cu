@@ -151,7 +151,7 @@ __device__ __forceinline__ void short_decode(const AttentionParams& p) {
     float2 r = make_float2(1.0f, 0.0f);  // (cos, sin) of this pair's angle
     if (rotates) sincosf(float(pos0) * inv_freq, &r.y, &r.x);
     const float* q = p.q + int64_t(head) * kHeadDim + 2 * tid;
-    const float scale = rsqrtf(float(kHeadDim));
+    const float scale = p.scale > 0.0f ? p.scale : rsqrtf(float(kHeadDim));
     const float2 rotated = cuda::rope_rotate(q[0], q[1], r.x, r.y);
     q_s[2 * tid] = rotated.x * scale;
     q_s[2 * tid + 1] = rotated.y * scale;
@@ -181,8 +181,8 @@ __device__ __forceinline__ void short_decode(const AttentionParams& p) {
   }
   __syncthreads();
 
-  // Scores: lane j of warp w scores its tile's key j; the new key by warp 0.
-  if (key < pos0) {
+  // Scores: lane j of warp w scores its tile's key j (within the window); the new key by warp 0.
+  if (key < pos0 && in_window(p.window, pos0, key)) {
     float s = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {

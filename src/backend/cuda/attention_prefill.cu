@@ -37,6 +37,12 @@ struct PrefillSmem {
   static constexpr size_t kBytes = kTileBytes + sizeof(float2) * (kHeadDim / 2);  // then RoPE's (cos, sin) per pair
 };
 
+// Which keys a row sees besides the causal bound: all of them (Llama and
+// global layers), those in its sliding window, or a token tree's ancestors
+// (within the window, if any, in path positions). Each a kernel of its own,
+// so the causal one runs no mask code it does not need.
+enum class KeyMask { Causal, Window, Tree };
+
 // All but the most recent group have landed.
 __device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
@@ -70,7 +76,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // tile is fetched before waiting for the Q/K/V mat-vec (every earlier key was
 // stored by earlier launches; the new key's slot is patched in shared memory),
 // and the (cos, sin) pairs are computed meanwhile.
-// kTree: p.tree_mask is set, and the keys from tree_start on are masked by each row's ancestor bits.
+// kMask: Window masks each row's keys before its window (p.window); Tree
+// (p.tree_mask set) the keys from tree_start on by each row's ancestor bits,
+// and with p.window every key outside the row's window of path positions.
 // PRECOND: group <= kMmaRows, tile_tokens = kMmaRows / group; keys 0..pos+n_tokens-1 are in the cache
 // (p.rope: keys 0..pos-1, and n_tokens == 1);
 // q and out 16- and 8-byte aligned per row; merge_last: one token, n_splits <= kMaxSplits,
@@ -79,7 +87,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // a multi-sequence launch's splits cut each sequence's own keys (sequence_split_chunk).
 // Bytes moved: the split's K/V rows once per query tile (f16, mostly L2 hits:
 // the tiles of one KV head share them), queries once, outputs (or partials) once.
-template <int kHeadDim, bool kTree>
+template <int kHeadDim, KeyMask kMask>
 __global__ void __launch_bounds__(kThreads, 2)
     mma_prefill_kernel(AttentionParams p, int group, int tile_tokens, int n_tiles, bool merge_last) {
   NT_TRACE_BLOCK(kAttention);
@@ -119,6 +127,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   } else {
     split_range(pos0 + t0 + tokens, p.n_splits, split, k_begin, k_end);
     merge = one_sequence_merge(p, kv_head, pos0 + 1);
+  }
+  if constexpr (kMask == KeyMask::Window) {  // whole tiles before every row's window are skipped
+    k_begin = std::min(k_end, std::max(k_begin, align_down(std::max<int64_t>(0, pos0 + t0 - p.window + 1), int64_t(kKeys))));
   }
   const int n_iter = int(ceil_div(k_end - k_begin, kKeys));
 
@@ -192,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   // Queries (rotated when fused), pre-scaled, as f16; rows past the tile are zeros.
-  const float scale = rsqrtf(float(kHeadDim)) * kLog2e;
+  const float scale = (p.scale > 0.0f ? p.scale : rsqrtf(float(kHeadDim))) * kLog2e;
   for (int i = tid; i < kMmaRows * kHeadDim / 4; i += kThreads) {
     const int r = i / (kHeadDim / 4), c = i % (kHeadDim / 4);
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -273,19 +284,35 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    if constexpr (kTree) {
-      if (key0 + kKeys > p.tree_start) {  // keys of the tree: a row's ancestors only
+    if constexpr (kMask == KeyMask::Window) {
+      if (key0 < pos0 + t0 + (tokens - 1) - p.window + 1) {  // before the last row's window
+#pragma unroll
+        for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t row_pos = pos0 + t0 + (row0 + 8 * (e >> 1)) / group;
+            if (!in_window(p.window, row_pos, key0 + nt * 8 + 2 * q + (e & 1))) s[nt][e] = -INFINITY;
+          }
+        }
+      }
+    }
+    if constexpr (kMask == KeyMask::Tree) {
+      if (key0 + kKeys > p.tree_start || p.window > 0) {  // keys of the tree: a row's ancestors only
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = row0 + 8 * h;
           if (r >= rows) continue;
           const uint32_t* mask = p.tree_mask + (t0 + r / group) * p.tree_words;
+          const int64_t path_pos = p.window > 0 ? int64_t(p.tree_pos[t0 + r / group]) : 0;
 #pragma unroll
           for (int nt = 0; nt < kKeyTiles; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int64_t key = key0 + nt * 8 + 2 * q + e;
-              if (key <= limit[h] && !tree_sees(mask, p.tree_start, key)) s[nt][2 * h + e] = -INFINITY;
+              if (key <= limit[h] &&
+                  (!tree_sees(mask, p.tree_start, key) || !in_window(p.window, path_pos, tree_key_pos(p, key)))) {
+                s[nt][2 * h + e] = -INFINITY;
+              }
             }
           }
         }
@@ -377,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int kHeadDim, bool kTree>
+template <int kHeadDim, KeyMask kMask>
 bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   const int group = p.n_heads / p.n_kv_heads;
   const int tile_tokens = kMmaRows / group;
@@ -386,7 +413,7 @@ bool launch_for_head_dim(const AttentionParams& p, cudaStream_t stream) {
   if (rows_of_blocks > 65535) fail("attention: {} query tiles or sequences exceed the grid's limit", rows_of_blocks);
   constexpr size_t smem = PrefillSmem<kHeadDim>::kBytes;
   const bool merge_last = mma_merges_in_launch(p);
-  const auto kernel = mma_prefill_kernel<kHeadDim, kTree>;
+  const auto kernel = mma_prefill_kernel<kHeadDim, kMask>;
   if (smem > 48 * 1024) {  // dynamic shared memory above 48 KiB must be opted into
     NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
@@ -411,9 +438,14 @@ bool mma_prefill_supported(const AttentionParams& p) {
 }
 
 bool launch_mma_prefill(const AttentionParams& p, cudaStream_t stream) {
-  // The tree's mask is a kernel of its own: the causal kernels stay as they were.
-  if (p.tree_mask) return p.head_dim == 64 ? launch_for_head_dim<64, true>(p, stream) : launch_for_head_dim<128, true>(p, stream);
-  return p.head_dim == 64 ? launch_for_head_dim<64, false>(p, stream) : launch_for_head_dim<128, false>(p, stream);
+  // The tree's and the window's masks are kernels of their own: the causal kernels stay as they were.
+  const auto launch = [&](auto mask) {
+    constexpr KeyMask kMask = decltype(mask)::value;
+    return p.head_dim == 64 ? launch_for_head_dim<64, kMask>(p, stream) : launch_for_head_dim<128, kMask>(p, stream);
+  };
+  if (p.tree_mask) return launch(std::integral_constant<KeyMask, KeyMask::Tree>{});
+  if (p.window > 0) return launch(std::integral_constant<KeyMask, KeyMask::Window>{});
+  return launch(std::integral_constant<KeyMask, KeyMask::Causal>{});
 }
 
 }  // namespace nt::attention_detail

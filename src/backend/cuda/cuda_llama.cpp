@@ -1,4 +1,6 @@
-// CudaLlamaRunner: a Llama forward pass on one GPU. Layers that fit the VRAM
+// CudaLlamaRunner: a decoder's forward pass on one GPU, Llama's and the other
+// families' (their layers' specs, LayerPass; the embedding scale and the
+// logits' soft-cap here). Layers that fit the VRAM
 // budget are resident; the rest stream per pass through a LayerStreamer
 // (layer_stream.h) from pinned RAM or storage; DeviceWeights (device_weights.h)
 // places and uploads them; LayerPass (layer_pass.h) computes each layer over a
@@ -35,6 +37,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/family_ops.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/graph_cache.h"
 #include "backend/cuda/hybrid_pass.h"
@@ -47,6 +50,7 @@
 #include "backend/cuda/pass_buffers.h"
 #include "backend/cuda/pipeline_stage.h"
 #include "backend/cuda/residual_reducer.h"
+#include "backend/cuda/saved_kv_rows.h"
 #include "backend/cuda/sample_top.h"
 #include "backend/cuda/top_logits.h"
 #include "core/env_setting.h"
@@ -150,6 +154,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
                      BatchOutputs& out) override;
   void copy_pages(std::span<const PageCopy> copies) override;
   void copy_rows(std::span<const RowCopy> copies) override;
+  // A whole model's runner reads its rows back (saved_kv_rows.h); a
+  // pipeline's or tensor split's stage leaves that to its runner, which cannot.
+  bool saves_kv_rows() const override { return !options_.stage; }
+  void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const override;
+  void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) override;
   // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
   bool honours_default_schedule() const override { return true; }
   void default_schedule_changed(std::span<const int32_t> layers) override {
@@ -216,6 +225,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void run_chunk(int64_t n, const ChunkRows& rows, std::span<const int32_t> layers, const HeadRows& head, bool may_fold);
   // Whether the host computes layer l in the running pass.
   bool on_host(int64_t l) const { return hybrid_ && hybrid_->computes(l); }
+  // The model's soft-cap (if any) over `rows` rows of act_.logits from first_row.
+  void cap_logits(int64_t first_row, int64_t rows);
   // Whether the token trees among rows [at, at + n) run as stepwise rows:
   // each stepwise and whole in the chunk, no host layers, and every row's
   // one-token step at its path position taking the short-context decode,
@@ -305,6 +316,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     options_.decode_graph = options_.decode_graph && tensor_->reducer->queues_only() &&
                             env_setting("NT_CUDA_TENSOR_GRAPHS", 1, 0, 1) != 0;
   }
+  if (tensor_ && !full.llama_layers()) {
+    fail("{}: the tensor split runs Llama layers only so far, not architecture '{}' ({}); run it on one GPU",
+         file.path(), full.architecture, describe_layers(full));
+  }
   config_ = tensor_ ? shard_config(full, tensor_->shard) : full;
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
@@ -388,8 +403,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.int8_gemm_widest_tile,
                                   options_.super_block_activations, options_.matvec_row_pairs,
                                   options_.sequence_splits};
-  pass_.emplace(config_, context_, act_, *gemm_, pool, weights_->inv_freq(), device_.multiprocessors, choices, residual,
-                stream_);
+  pass_.emplace(config_, context_, act_, *gemm_, pool, device_.multiprocessors, choices, residual, stream_);
   stepwise_by_model_ = options_.stepwise_steps_max < 0;
   if (stepwise_by_model_) options_.stepwise_steps_max = stepwise_steps_apart();
 }
@@ -487,7 +501,7 @@ int64_t CudaLlamaRunner::stepwise_steps_apart() const {
   int64_t most = 0;
   for (int64_t n = 2; n <= kMatvecMaxColumns; ++n) {
     for (int64_t l = first_layer_; l < end_layer_; ++l) {
-      if (!pass_->stepwise_columns_apart(weights_->layer(l), n, fold)) return most;
+      if (!pass_->stepwise_columns_apart(weights_->layer(l), l, n, fold)) return most;
     }
     most = n;
   }
@@ -508,6 +522,12 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
   if (config_.dim / 32 > device_.multiprocessors) return false;
+  // A norm on a block's output comes between the product and the residual
+  // add, and GeGLU's gate and up run apart (the gated kernels compute SwiGLU):
+  // the mat-vecs cannot fold such layers' norms.
+  for (const LayerSpec& layer : config_.layers) {
+    if (layer.post_attention_norm || layer.post_ffn_norm || layer.activation != FfnActivation::Silu) return false;
+  }
   for (int64_t l = first_layer_; l < end_layer_; ++l) {
     const LayerOnDevice& L = weights_->layer(l);
     for (const MatrixPart& part : L.qkv) {
@@ -552,7 +572,10 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     streamer_->begin_chunk(stream_, gpu_layers_);
   }
   // Token embeddings into the residual stream x (a later pipeline stage finds the hidden state there).
-  if (embeds_) gather_rows_f32(weights_->token_embd(), act_.tokens, n, act_.x, stream_);
+  if (embeds_) {
+    gather_rows_f32(weights_->token_embd(), act_.tokens, n, act_.x, stream_);
+    if (c.embedding_scale != 1.0f) scale_floats(act_.x, n * c.dim, c.embedding_scale, stream_);
+  }
   if (tensor_) {  // the other ranks start from zeros, so the sum hands every rank rank 0's rows
     if (!embeds_) NT_CUDA_CHECK(cudaMemsetAsync(act_.x, 0, size_t(n * c.dim) * sizeof(float), stream_));
     tensor_->reducer->sum(act_.x, n * c.dim, stream_);
@@ -585,7 +608,10 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
 
   // Final norm and classifier, for the head's rows, then every stepwise row.
   const int64_t rows = head.count;
-  if (m < n && has_head_) pass_->stepwise_head(weights_->output(), weights_->output_norm(), m, n, step_fold, rows);
+  if (m < n && has_head_) {
+    pass_->stepwise_head(weights_->output(), weights_->output_norm(), m, n, step_fold, rows);
+    cap_logits(rows, n - m);
+  }
   if (rows == 0) return;
   const float* x_rows = act_.x + (m - rows) * c.dim;
   if (head.gather) {  // gather_rows_f32 reads act_.x as a matrix of n rows; act_.gate is free by now
@@ -607,6 +633,12 @@ void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<con
     pass_->matmul(weights_->output(), Input{act_.xn, act_.q8, act_.q8_scales, act_.f16, c.dim}, rows, act_.logits,
                   c.vocab_size, false);
   }
+  cap_logits(0, rows);
+}
+
+void CudaLlamaRunner::cap_logits(int64_t first_row, int64_t rows) {
+  const ModelSpec& c = config_;
+  if (c.final_logit_softcap > 0.0f) soft_cap(act_.logits + first_row * c.vocab_size, rows * c.vocab_size, c.final_logit_softcap, stream_);
 }
 
 void CudaLlamaRunner::check_token_ids(std::span<const int32_t> tokens) const {
@@ -863,6 +895,20 @@ void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (hybrid_) hybrid_->layers().copy_rows(copies);
+}
+
+// The host layers' caches hold every row of theirs: their parts come from there.
+void CudaLlamaRunner::read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const {
+  NT_CUDA_CHECK(cudaSetDevice(device_.index));
+  read_saved_rows(cache_layout(), int(stage_layers()), rows, out, stream_);
+  if (hybrid_) hybrid_->layers().read_saved_rows(rows, out);
+}
+
+// Both copies of the host layers' caches get the rows, so neither is stale.
+void CudaLlamaRunner::write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) {
+  NT_CUDA_CHECK(cudaSetDevice(device_.index));
+  write_saved_rows(cache_layout(), int(stage_layers()), rows, in, stream_);
+  if (hybrid_) hybrid_->layers().write_saved_rows(rows, in);
 }
 
 bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n) const {

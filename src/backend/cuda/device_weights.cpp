@@ -40,6 +40,22 @@ double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 
 }  // namespace
 
+const float** LayerOnDevice::vector(LayerRole role) {
+  using enum LayerRole;
+  switch (role) {
+    case AttnNorm: return &attn_norm;
+    case FfnNorm: return &ffn_norm;
+    case AttnQBias: return &q_bias;
+    case AttnKBias: return &k_bias;
+    case AttnVBias: return &v_bias;
+    case AttnQNorm: return &q_norm;
+    case AttnKNorm: return &k_norm;
+    case PostAttnNorm: return &post_attn_norm;
+    case PostFfnNorm: return &post_ffn_norm;
+    default: fail("layer role {} is a matrix, not a vector", role_info(role).gguf_part);
+  }
+}
+
 LayerOnDevice LayerOnDevice::in_slot(uint64_t bytes) const {
   LayerOnDevice l = *this;
   for (MatrixPart& part : l.qkv) part.m = offset_device_matrix(part.m, bytes);
@@ -127,6 +143,9 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
   };
 
   std::vector<int64_t> streamed_layers;
+  std::vector<std::vector<const float**>> layer_tables;  // per RoPE table: the layers' pointers to it
+  rope_tables_.reserve(size_t(range.count()));
+  inv_freq_host_.reserve(size_t(range.count()));  // the uploads read them where they are
   layers_.resize(size_t(c.n_layers));
   for (int64_t l = range.first; l < range.end; ++l) {
     const LayerWeights& lw = w.layers[size_t(l)];
@@ -137,8 +156,21 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
       streamed_layers.push_back(l);
       slot_plans.emplace_back();
     }
-    add_vector(&ld.attn_norm, lw[LayerRole::AttnNorm].data, lw[LayerRole::AttnNorm].bytes());
-    add_vector(&ld.ffn_norm, lw[LayerRole::FfnNorm].data, lw[LayerRole::FfnNorm].bytes());
+    for (const LayerRole role : layer_roles(c, l)) {
+      if (role_info(role).kind == RoleKind::Vector) add_vector(ld.vector(role), lw[role].data, lw[role].bytes());
+    }
+    // Llama 3.1's factors belong to the model's table; a layer with a table
+    // of its own (Gemma 3's local layers) takes none, as on the CPU.
+    const RopeSpec& rope = c.layers[size_t(l)].attention.rope;
+    const auto table = std::find(rope_tables_.begin(), rope_tables_.end(), rope);
+    const size_t t = size_t(table - rope_tables_.begin());
+    if (table == rope_tables_.end()) {
+      const float* factors = c.has_rope_freqs_tensor && rope == c.rope() ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr;
+      rope_tables_.push_back(rope);
+      inv_freq_host_.push_back(rope_inv_freqs(rope, c.rope_dim, factors));
+      layer_tables.emplace_back();
+    }
+    layer_tables[t].push_back(&ld.inv_freq);
     const Source q = source(&lw[LayerRole::AttnQ], LayerMatrix::Q), k = source(&lw[LayerRole::AttnK], LayerMatrix::K), v = source(&lw[LayerRole::AttnV], LayerMatrix::V);
     const bool fused = layer_matrix_groups(lw).size() == 5;
     ld.qkv.resize(fused ? 1 : 3);
@@ -171,8 +203,9 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
     bytes_per_token_ += w.output.bytes() + w.output_norm.bytes();
     add_vector(&output_norm_, w.output_norm.data, w.output_norm.bytes());
   }
-  inv_freq_host_ = rope_inv_freqs(c, c.has_rope_freqs_tensor ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr);
-  add_vector(&inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
+  for (size_t t = 0; t < inv_freq_host_.size(); ++t) {
+    add_vector(layer_tables[t][0], inv_freq_host_[t].data(), inv_freq_host_[t].size() * sizeof(float));
+  }
 
   // GPU slots of the streamed layers and their H2D landing buffer.
   uint64_t landing_bytes = 0;
@@ -206,6 +239,9 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
   for (const PendingVector& v : vectors) {
     NT_CUDA_CHECK(cudaMemcpy(base + v.offset, v.data, v.bytes, cudaMemcpyHostToDevice));
     *v.target = reinterpret_cast<const float*>(base + v.offset);
+  }
+  for (const auto& layers : layer_tables) {  // the layers sharing a table point at its one copy
+    for (const float** target : layers) *target = *layers[0];
   }
   std::vector<StreamedLayer> streamed(streamed_layers.size());
   std::map<const GgufTensorInfo*, uint64_t> staging_offset;

@@ -32,11 +32,25 @@ struct MatrixPart {
   int64_t out_offset = 0;
 };
 
+// A layer's weights where a pass finds them. The vectors (norm weights,
+// biases, the layer's RoPE frequencies) stay resident whatever the layer's
+// tier; those its spec lacks are null.
 struct LayerOnDevice {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
+  const float* q_bias = nullptr;  // qkv_bias
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* q_norm = nullptr;  // qk_norm
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* post_ffn_norm = nullptr;
+  const float* inv_freq = nullptr;  // rope_dim / 2 frequencies of the layer's RoPE table
   std::vector<MatrixPart> qkv;  // one fused matrix when Q, K and V share a format
   DeviceMatrix wo, gate, up, down;
+
+  // Where a vector role's weights go (attn_norm for AttnNorm, ...).
+  const float** vector(LayerRole role);
 
   // A streamed layer's matrices (placed in GPU slot 0) `bytes` further on, in another slot.
   LayerOnDevice in_slot(uint64_t bytes) const;
@@ -67,7 +81,6 @@ class DeviceWeights {
   const DeviceMatrix& token_embd() const { return token_embd_; }
   const DeviceMatrix& output() const { return output_; }
   const float* output_norm() const { return output_norm_; }
-  const float* inv_freq() const { return inv_freq_; }
   // Null when every layer is resident.
   LayerStreamer* streamer() const { return streamer_.get(); }
   uint64_t slot_bytes() const { return slot_bytes_; }  // from one GPU slot of the ring to the next
@@ -87,13 +100,13 @@ class DeviceWeights {
   std::vector<Tier> tiers_;
   std::vector<bool> on_cpu_;  // [layer - range.first]: the hybrid split computes it on the host
   std::vector<LayerRead> reads_;
-  std::vector<float> inv_freq_host_;
+  std::vector<RopeSpec> rope_tables_;                // the distinct RoPE tables of the range's layers
+  std::vector<std::vector<float>> inv_freq_host_;  // their frequencies, until uploaded
   DeviceBuffer weights_;
   DeviceBuffer ring_;  // GPU slots of streamed layers
   std::vector<LayerOnDevice> layers_;  // by layer; those outside the range stay empty
   DeviceMatrix token_embd_, output_;
   const float* output_norm_ = nullptr;
-  const float* inv_freq_ = nullptr;
   uint64_t slot_bytes_ = 0;
   uint64_t bytes_per_token_ = 0;
   uint64_t device_bytes_ = 0;

@@ -163,6 +163,35 @@ void HostLayers::after_host_pass(std::span<const PageRows> runs) {
   }
 }
 
+size_t HostLayers::saved_offset(size_t r, size_t part) const {
+  const size_t row_bytes = size_t(config_.kv_dim()) * 2;
+  return (r * 2 * size_t(config_.n_layers) + part) * row_bytes;
+}
+
+void HostLayers::read_saved_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const {
+  const size_t kv_dim = size_t(config_.kv_dim()), n_layers = size_t(config_.n_layers);
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const size_t layer = size_t(layer_ids_[i]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t at = (i * size_t(pool_rows_) + size_t(rows[r])) * kv_dim;
+      std::memcpy(&out[saved_offset(r, layer)], k_cache_.data() + at, kv_dim * 2);
+      std::memcpy(&out[saved_offset(r, n_layers + layer)], v_cache_.data() + at, kv_dim * 2);
+    }
+  }
+}
+
+void HostLayers::write_saved_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) {
+  const size_t kv_dim = size_t(config_.kv_dim()), n_layers = size_t(config_.n_layers);
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const size_t layer = size_t(layer_ids_[i]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t at = (i * size_t(pool_rows_) + size_t(rows[r])) * kv_dim;
+      std::memcpy(k_cache_.data() + at, &in[saved_offset(r, layer)], kv_dim * 2);
+      std::memcpy(v_cache_.data() + at, &in[saved_offset(r, n_layers + layer)], kv_dim * 2);
+    }
+  }
+}
+
 void HostLayers::run(int64_t layer, std::span<const SequenceRun> runs, int64_t n, const KvPages& pages,
                      const cpu::TreeRows* trees) {
   const size_t i = size_t(index_[size_t(layer)]);

@@ -79,12 +79,21 @@ class HostLayers {
   // After a pass in which the host computed all of them.
   void after_host_pass(std::span<const PageRows> runs);
 
+  // A saved sequence's pool rows (saved_kv_rows.h: per position every
+  // layer's K row, then every layer's V row): the host layers' parts read
+  // from its caches, which hold all their rows, or written into them (the
+  // runner writes the device's copies).
+  void read_saved_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const;
+  void write_saved_rows(std::span<const int64_t> rows, std::span<const uint8_t> in);
+
  private:
   // Moves the rows (page, position) of the K and V of the host layers ranked
   // `ranks` between the host caches and the device's, kMirrorRows at a time.
   void move_rows(std::span<const std::pair<int32_t, int32_t>> rows, std::span<const int64_t> ranks, bool up,
                  cudaStream_t stream);
   uint16_t* host_row(std::vector<uint16_t>& cache, size_t index, int64_t page, int64_t pos);
+  // Where part `part` (K of each layer, then V of each) of saved position r lies in `bytes`.
+  size_t saved_offset(size_t r, size_t part) const;
 
   ModelSpec config_;
   std::vector<int> index_;                   // layer -> host index, -1 for the GPU's

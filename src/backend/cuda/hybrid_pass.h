@@ -30,6 +30,7 @@ class HybridPass {
   HybridPass& operator=(const HybridPass&) = delete;
 
   HostLayers& layers() { return *layers_; }
+  const HostLayers& layers() const { return *layers_; }
   // "N computed on the CPU in passes of up to ..." for the runner's description.
   std::string describe() const;
 

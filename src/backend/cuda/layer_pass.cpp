@@ -1,20 +1,20 @@
 #include "backend/cuda/layer_pass.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cuda/dequantize.h"
+#include "backend/cuda/family_ops.h"
 
 namespace nt {
 
 LayerPass::LayerPass(const ModelSpec& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-                     const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
-                     cudaStream_t stream)
+                     int multiprocessors, PassKernelChoices choices, ResidualSum residual, cudaStream_t stream)
     : config_(config),
       context_(context),
       act_(act),
       gemm_(gemm),
       pool_(pool),
-      inv_freq_(inv_freq),
       multiprocessors_(multiprocessors),
       choices_(choices),
       residual_(residual),
@@ -116,11 +116,11 @@ uint16_t* LayerPass::v_cache_at(int64_t layer) const {
   return pool_.v + kv_page_elems(layer - pool_.first_layer, config_.n_kv_heads, config_.head_dim);
 }
 
-RopeKvParams LayerPass::rope_shape() const {
+RopeKvParams LayerPass::rope_shape(const LayerOnDevice& L) const {
   const ModelSpec& c = config_;
   RopeKvParams rope;
   rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
-  rope.inv_freq = inv_freq_;
+  rope.inv_freq = L.inv_freq;
   rope.rope_pairs = int(c.rope_dim / 2);
   rope.n_heads = int(c.n_heads);
   rope.n_kv_heads = int(c.n_kv_heads);
@@ -139,14 +139,54 @@ AttentionParams LayerPass::attention_shape() const {
   shape.n_kv_heads = int(c.n_kv_heads);
   shape.head_dim = int(c.head_dim);
   shape.partials = act_.partials;
+  // The kernels' own 1/sqrt(head_dim) unless the family scales otherwise.
+  if (c.attention_scale != 1.0f / std::sqrt(float(c.head_dim))) shape.scale = c.attention_scale;
   return shape;
+}
+
+AttentionParams LayerPass::attention_shape(int64_t l) const {
+  AttentionParams shape = attention_shape();
+  shape.window = int(spec(l).attention.window);
+  return shape;
+}
+
+bool LayerPass::plain_rope(int64_t l) const {
+  const AttentionSpec& a = spec(l).attention;
+  return !a.qkv_bias && !a.qk_norm && config_.rope_style == RopeStyle::AdjacentPairs;
+}
+
+void LayerPass::rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvParams& rope) {
+  if (plain_rope(l)) {
+    rope_and_store_kv(rope, stream_);
+    return;
+  }
+  QkvPrep prep;
+  if (spec(l).attention.qkv_bias) {
+    prep.q_bias = L.q_bias;
+    prep.k_bias = L.k_bias;
+    prep.v_bias = L.v_bias;
+  }
+  if (spec(l).attention.qk_norm) {
+    prep.q_norm = L.q_norm;
+    prep.k_norm = L.k_norm;
+  }
+  prep.eps = config_.rms_eps;
+  prep.halves = config_.rope_style == RopeStyle::Halves;
+  prepare_qkv_and_store(rope, prep, stream_);
+}
+
+void LayerPass::activate(int64_t l, const float* gate, const float* up, int64_t n, float* h) {
+  switch (spec(l).activation) {
+    case FfnActivation::Silu: swiglu(gate, up, n, h, stream_); break;
+    case FfnActivation::GeluTanh: geglu(gate, up, n, h, stream_); break;
+  }
 }
 
 bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
   const ModelSpec& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  RopeKvParams rope = rope_shape();
-  const AttentionParams shape = attention_shape();
+  RopeKvParams rope = rope_shape(L);
+  const AttentionParams shape = attention_shape(l);
   if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
     rope.qkv = act_.qkv;
     rope.n_tokens = n;
@@ -155,7 +195,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
     rope.token_rope_pos = rows.token_rope_pos;
     rope.k_cache = k_cache_at(l);
     rope.v_cache = v_cache_at(l);
-    rope_and_store_kv(rope, stream_);
+    rope_and_store(L, l, rope);
   }
   const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
   bool att_q8 = false;
@@ -181,6 +221,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       att.tree_mask = rows.tree_masks + s.first_row * rows.tree_words;
       att.tree_words = rows.tree_words;
       att.tree_start = s.tree_start;
+      att.tree_pos = rows.token_rope_pos + s.first_row;  // the tree's entries are the run's rows
     }
     if (run > 1) {
       att.n_seqs = int64_t(run);
@@ -197,8 +238,8 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       // One sequence of the default path. One token: RoPE, the cache store
       // and wo's q8 input happen inside the attention launch, so Q/K/V,
       // attention and wo follow each other directly.
-      if (n == 1 && !use_gemm && attention_decode_fusion_supported(att)) {
-        att.rope = {inv_freq_, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+      if (n == 1 && !use_gemm && plain_rope(l) && attention_decode_fusion_supported(att)) {
+        att.rope = {L.inv_freq, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
         if (matvec_wants_q8(L.wo.type)) {
           att.out_q8 = act_.q8;
           att.out_q8_scales = act_.q8_scales;
@@ -211,7 +252,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
         rope.paging = att.paging;
         rope.k_cache = k_cache;
         rope.v_cache = v_cache;
-        rope_and_store_kv(rope, stream_);
+        rope_and_store(L, l, rope);
       }
     }
     attention(att, stream_);
@@ -226,14 +267,23 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
   const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
-  // x += m * in; when folding, also the input of the RMSNorm with weight `norm` (if any).
-  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
-    matmul(m, in, n, act_.x, c.dim, residual_.adds_residual,
-           fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+  // x += m * in, or with `post_norm` x += norm(m * in) (through act.xn, free
+  // by then; folds_norms never folds such layers); when folding, also the
+  // input of the RMSNorm with weight `norm` (if any).
+  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* post_norm, const float* norm) {
+    if (post_norm) {
+      matmul(m, in, n, act_.xn, c.dim, false);
+      add_normed(act_.xn, post_norm, n, c.dim, c.rms_eps, act_.x, stream_);
+    } else {
+      matmul(m, in, n, act_.x, c.dim, residual_.adds_residual,
+             fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+    }
     if (residual_.reducer) residual_.reducer->sum(act_.x, n * c.dim, stream_);
   };
+  const LayerSpec& layer = spec(l);
+  const bool silu = layer.activation == FfnActivation::Silu;  // the gated kernels' epilogues compute SwiGLU
 
-  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  // Attention block: x += [post-norm] Wo * attention(rope([norm] Wqkv * norm(x) [+ b]))
   const bool qkv_super = std::all_of(L.qkv.begin(), L.qkv.end(), [&](const MatrixPart& part) { return super_blocks_take({&part.m}, n); });
   const Input normed = norm_input(L.attn_norm, n, use_gemm, qkv_super, attn_folded);
   if (n == 1 && !use_gemm) {  // one launch for Q, K and V even when their formats differ
@@ -254,14 +304,14 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const Input att_in = super_blocks_take({&L.wo}, n) ? super_input(act_.att, n, c.q_dim())
                        : att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()}
                                 : prepare_input(act_.att, n, c.q_dim(), use_gemm);
-  add_to_residual(L.wo, att_in, L.ffn_norm);
+  add_to_residual(L.wo, att_in, layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
 
-  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
   const bool ffn_super = super_blocks_take({&L.gate, &L.up}, n), down_super = super_blocks_take({&L.down}, n);
   const Input ffn_in = norm_input(L.ffn_norm, n, use_gemm, ffn_super, fold);
-  const bool gated_int8 = !use_gemm && L.gate.type == L.up.type && int8_gemm_takes(L.gate, n) && c.ffn_dim % 32 == 0 &&
-                          gemm_.scratch().size() >= 8 * uint64_t(n) * uint64_t(c.ffn_dim);
-  if (!use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
+  const bool gated_int8 = silu && !use_gemm && L.gate.type == L.up.type && int8_gemm_takes(L.gate, n) &&
+                          c.ffn_dim % 32 == 0 && gemm_.scratch().size() >= 8 * uint64_t(n) * uint64_t(c.ffn_dim);
+  if (silu && !use_gemm && n <= kMatvecMaxColumns && L.gate.type == L.up.type && !int8_gemm_takes(L.gate, n)) {
     MatvecParams p;
     p.w = L.gate;
     p.w_up = L.up;
@@ -287,12 +337,12 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   } else {
     matmul(L.gate, ffn_in, n, act_.gate, c.ffn_dim, false);
     matmul(L.up, ffn_in, n, act_.up, c.ffn_dim, false);
-    swiglu(act_.gate, act_.up, n * c.ffn_dim, act_.h, stream_);
+    activate(l, act_.gate, act_.up, n * c.ffn_dim, act_.h);
   }
   const Input down_in = down_super   ? super_input(act_.h, n, c.ffn_dim)
                         : gated_int8 ? Input{act_.h, act_.q8, act_.q8_scales, nullptr, c.ffn_dim}
                                      : prepare_input(act_.h, n, c.ffn_dim, use_gemm);
-  add_to_residual(L.down, down_in, next_norm);
+  add_to_residual(L.down, down_in, layer.post_ffn_norm ? L.post_ffn_norm : nullptr, next_norm);
 }
 
 void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
@@ -310,20 +360,22 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   const auto norm_of = [&](const float* weight) {
     return NormOut{weight, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32, act_.norm_sumsq + first * dim / 32};
   };
-  // x += m * in, as a one-token step's wo and down do.
-  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* norm) {
+  // x += m * in, or x += norm(m * in) with `post_norm`, as a one-token step's wo and down do.
+  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* post_norm, const float* norm) {
     MatvecParams p;
     p.w = m;
     p.x = {in.f32, in.q8, in.q8_scales};
-    p.y = x;
+    p.y = post_norm ? xn : x;
     p.y_stride = dim;
-    p.residual = residual_.adds_residual ? x : nullptr;
+    p.residual = residual_.adds_residual && !post_norm ? x : nullptr;
     if (fold && norm) p.norm_out = norm_of(norm);
     matvec_stepwise(p, s, stream_);
+    if (post_norm) add_normed(xn, post_norm, s, dim, c.rms_eps, x, stream_);
     if (residual_.reducer) residual_.reducer->sum(x, s * dim, stream_);
   };
+  const LayerSpec& layer = spec(l);
 
-  // Attention block: x += Wo * attention(rope(Wqkv * norm(x)))
+  // Attention block: x += [post-norm] Wo * attention(rope([norm] Wqkv * norm(x) [+ b]))
   if (!attn_folded) rms_norm(x, L.attn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
   MatvecPartsParams qkv;
   for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
@@ -333,7 +385,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   matvec_parts_stepwise(qkv, s, qkv_width, stream_);
   // Every row's RoPE and cache store, then each row attends as a one-token
   // step at its position does: its key count picks the kernel and the splits.
-  RopeKvParams rope = rope_shape();
+  RopeKvParams rope = rope_shape(L);
   rope.qkv = act_.qkv + first * qkv_width;
   rope.n_tokens = s;
   rope.token_pos = rows.token_pos + first;
@@ -341,7 +393,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
   rope.k_cache = k_cache_at(l);
   rope.v_cache = v_cache_at(l);
-  rope_and_store_kv(rope, stream_);
+  rope_and_store(L, l, rope);
   // Consecutive rows whose steps take the short-context decode attend in one
   // launch of it (n_seqs rows, each computed as its own launch computes it).
   const bool multi = attention_multi_sequence_supported(int(c.n_heads), int(c.n_kv_heads), int(c.head_dim));
@@ -355,7 +407,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     if (!seq.stepwise) continue;
     for (int64_t t = 0; t < seq.rows; ++t) {
       const int64_t row = seq.first_row + t;
-      AttentionParams att = attention_shape();
+      AttentionParams att = attention_shape(l);
       att.q = act_.qkv + row * qkv_width;
       att.out = act_.att + row * c.q_dim();
       att.k_cache = k_cache_at(l);
@@ -390,9 +442,10 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     }
   }
   flush_shorts();
-  add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first), L.ffn_norm);
+  add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first),
+                  layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
 
-  // Feed-forward block: x += Wdown * (silu(Wgate * norm(x)) * (Wup * norm(x)))
+  // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
   if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
   float* h = act_.h + first * c.ffn_dim;
   MatvecParams p;
@@ -400,7 +453,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   p.x = fold ? folded_x : normed;
   if (fold) p.norm_in = folded_in;
   p.y_stride = c.ffn_dim;
-  if (L.gate.type == L.up.type) {
+  if (layer.activation == FfnActivation::Silu && L.gate.type == L.up.type) {
     p.w_up = L.up;
     p.y = h;
     matvec_stepwise(p, s, stream_);
@@ -410,12 +463,13 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     p.w = L.up;
     p.y = act_.up + first * c.ffn_dim;
     matvec_stepwise(p, s, stream_);
-    swiglu(act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h, stream_);
+    activate(l, act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h);
   }
-  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), next_norm);
+  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), layer.post_ffn_norm ? L.post_ffn_norm : nullptr,
+                  next_norm);
 }
 
-bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool fold) const {
+bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t l, int64_t n, bool fold) const {
   MatvecPartsParams qkv;
   for (const MatrixPart& part : L.qkv) qkv.part[qkv.n_parts++] = {part.m, part.out_offset};
   qkv.x = {act_.xn, act_.q8, act_.q8_scales};
@@ -427,8 +481,8 @@ bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool f
     if (norm_out) p.norm_out.q8 = act_.norm_q8;
     return matvec_stepwise_columns_apart(p, n);
   };
-  const bool ffn = L.gate.type == L.up.type ? apart(L.gate, &L.up, false)
-                                            : apart(L.gate, nullptr, false) && apart(L.up, nullptr, false);
+  const bool gated = spec(l).activation == FfnActivation::Silu && L.gate.type == L.up.type;  // as stepwise_layer takes it
+  const bool ffn = gated ? apart(L.gate, &L.up, false) : apart(L.gate, nullptr, false) && apart(L.up, nullptr, false);
   return matvec_parts_stepwise_columns_apart(qkv, n) && apart(L.wo, nullptr, fold) && ffn && apart(L.down, nullptr, fold);
 }
 

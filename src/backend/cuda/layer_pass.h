@@ -1,8 +1,11 @@
-// One Llama layer on the GPU over the rows of a chunk, as the CUDA runner's
+// One decoder layer on the GPU over the rows of a chunk, as the CUDA runner's
 // layer loop calls it: RMSNorm, Q/K/V, RoPE and the cache store, attention
-// over each sequence's pages, wo, the SwiGLU FFN, each step one call whose
+// over each sequence's pages, wo, the gated FFN, each step one call whose
 // kernel (mat-vec columns, the int8 GEMM, cuBLAS, or norms folded into the
-// mat-vecs) is chosen here from the chunk's shape. Rows of stepwise runs
+// mat-vecs) is chosen here from the chunk's shape. A layer's spec (LayerSpec)
+// adds its family's steps around those: Q/K/V biases and per-head norms
+// before RoPE (which then pairs dims as the model does), a sliding window,
+// norms on the blocks' outputs, GeGLU; a Llama layer launches none of them. Rows of stepwise runs
 // (speculative verification) compute as one-token steps do: their columns go
 // through mat-vec launches that compute every column as the one-column launch
 // does (matvec_stepwise), with the step's folded norms, and each row attends
@@ -109,16 +112,17 @@ struct PassKernelChoices {
 class LayerPass {
  public:
   LayerPass(const ModelSpec& config, int64_t context, PassBuffers& act, Gemm& gemm, const KvPool& pool,
-            const float* inv_freq, int multiprocessors, PassKernelChoices choices, ResidualSum residual,
-            cudaStream_t stream);
+            int multiprocessors, PassKernelChoices choices, ResidualSum residual, cudaStream_t stream);
 
   // The keys a one-token step at `pos` is prepared for: the short-context
   // attention below kShortDecodeMaxKeys, else the whole context.
   int64_t decode_max_keys(int64_t pos) const {
     return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
   }
-  // The shape of this model's attention launches (positions, rows and caches left to the caller).
+  // The shape of this model's attention launches (positions, rows and caches
+  // left to the caller); layer l's adds its window.
   AttentionParams attention_shape() const;
+  AttentionParams attention_shape(int64_t l) const;
   int64_t page_stride() const { return kv_page_elems(pool_.layers, config_.n_kv_heads, config_.head_dim); }
   uint16_t* k_cache_at(int64_t layer) const;
   uint16_t* v_cache_at(int64_t layer) const;
@@ -162,8 +166,8 @@ class LayerPass {
   void stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold, bool attn_folded,
                       const ChunkRows& rows, const float* next_norm);
   // Whether stepwise_layer over n rows gives each row blocks of its own in
-  // every mat-vec of L (matvec_stepwise_columns_apart), `fold` as there.
-  bool stepwise_columns_apart(const LayerOnDevice& L, int64_t n, bool fold) const;
+  // every mat-vec of L (layer l; matvec_stepwise_columns_apart), `fold` as there.
+  bool stepwise_columns_apart(const LayerOnDevice& L, int64_t l, int64_t n, bool fold) const;
   // The final norm and head over rows [first, n) as stepwise_layer computes
   // them, their logits from row `to` of act.logits on.
   void stepwise_head(const DeviceMatrix& output, const float* output_norm, int64_t first, int64_t n, bool fold, int64_t to);
@@ -172,7 +176,15 @@ class LayerPass {
   // Layer l's RoPE, cache store and attention over the chunk's rows; whether
   // attention also wrote wo's q8 input.
   bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
-  RopeKvParams rope_shape() const;
+  RopeKvParams rope_shape(const LayerOnDevice& L) const;
+  const LayerSpec& spec(int64_t l) const { return config_.layers[size_t(l)]; }
+  // Whether layer l's Q and K go to RoPE as the projections leave them, its
+  // pairs adjacent (a Llama layer): RoPE may then fold into a one-token attention launch.
+  bool plain_rope(int64_t l) const;
+  // RoPE and the cache store of `rope`'s tokens, with layer l's steps before RoPE.
+  void rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvParams& rope);
+  // h = act(gate) * up over n elements, layer l's activation.
+  void activate(int64_t l, const float* gate, const float* up, int64_t n, float* h);
   KvPaging paging(SeqId seq) const { return {pool_.table->row(seq), page_stride()}; }
 
   ModelSpec config_;
@@ -180,7 +192,6 @@ class LayerPass {
   PassBuffers& act_;
   Gemm& gemm_;
   KvPool pool_;
-  const float* inv_freq_;
   int multiprocessors_;
   PassKernelChoices choices_;
   ResidualSum residual_;

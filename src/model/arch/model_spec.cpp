@@ -106,10 +106,6 @@ bool ModelSpec::has_experts() const {
 
 std::string cpu_only_reason(const ModelSpec& spec) {
   if (spec.has_experts()) return "mixture-of-experts layers run on the CPU only for now";
-  if (!spec.llama_layers()) {
-    return fmt::format("architecture '{}' runs on the CPU only in this version: the CUDA backend runs Llama layers so far",
-                       spec.architecture);
-  }
   return "";
 }
 

@@ -102,7 +102,7 @@ struct ModelSpec {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   RopeSpec rope() const { return {rope_theta, rope_scaling}; }
-  // Every layer a plain Llama layer (what the CUDA backend runs so far).
+  // Every layer a plain Llama layer (what the CUDA tensor split runs so far).
   bool llama_layers() const;
   // Some layer's FFN is a mixture of experts.
   bool has_experts() const;
