@@ -37,14 +37,25 @@ served = json.loads((out / "completion.json").read_text())["choices"][0]["text"]
 ran = (out / "run.txt").read_text()[len("Hello"):]
 print("serve == run:", served == ran, repr(served[:60]), repr(ran[:60]))
 PY
-# The families beside Llama run on the CPU so far: auto falls back with a note,
-# --device cuda is refused by name.
-$nt make-model --preset tiny-qwen3 --type q8_0 --out /tmp/nt/qwen3.gguf 2>&1 | tail -1
-$nt run -m /tmp/nt/qwen3.gguf -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^note|tok/s" | head -3
-$nt run -m /tmp/nt/qwen3.gguf --device cuda -p "Hello" -n 8 2>&1 | tail -1
-# Llama decode and prefill after the layer became a description (earlier
-# H100 figures: 8B Q4_K_M 550-560 tok/s decode, docs/PERFORMANCE.md).
+# Qwen3 and Gemma 3 run on CUDA (their GPU tests compare logits with the
+# CPU's; these lines show a run of each); a mixture of experts falls back to
+# the CPU with a note, and --device cuda is refused by name.
+for preset in tiny-qwen3 tiny-gemma3; do
+  $nt make-model --preset $preset --type q8_0 --out /tmp/nt/$preset.gguf 2>&1 | tail -1
+  $nt run -m /tmp/nt/$preset.gguf --device cuda -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^model:|tok/s" | head -3
+done
+$nt make-model --preset tiny-qwen3moe --type q8_0 --out /tmp/nt/moe.gguf 2>&1 | tail -1
+$nt run -m /tmp/nt/moe.gguf -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^note|tok/s" | head -3
+$nt run -m /tmp/nt/moe.gguf --device cuda -p "Hello" -n 8 2>&1 | tail -1
+# Llama decode and prefill, and with a second build packed as
+# .devdata/before.txz the same bench of that build, alternately, in this call.
 if [[ "${NT_CHECK_8B:-1}" == 1 ]]; then
   $nt make-model --preset llama3-8b --type q4_k_m --out /tmp/nt/8b.gguf 2>&1 | tail -1
-  $nt bench -m /tmp/nt/8b.gguf -p 512 -n 128 2>&1 | tail -4
+  builds=(/tmp/nt)
+  if [[ -f .devdata/before.txz ]]; then
+    mkdir -p /tmp/nt-before && tar xJf .devdata/before.txz -C /tmp/nt-before && builds=(/tmp/nt-before /tmp/nt /tmp/nt-before /tmp/nt)
+  fi
+  for b in "${builds[@]}"; do
+    echo "bench: $b"; "$b/src/ntransformer" bench -m /tmp/nt/8b.gguf -p 512 -n 128 2>&1 | grep -E "pp512|tg128"
+  done
 fi

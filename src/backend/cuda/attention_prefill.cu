@@ -309,8 +309,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int64_t key = key0 + nt * 8 + 2 * q + e;
-              if (key <= limit[h] &&
-                  (!tree_sees(mask, p.tree_start, key) || !in_window(p.window, path_pos, tree_key_pos(p, key)))) {
+              // The window's test only where there is one: tree_pos is read only then.
+              if (key <= limit[h] && (!tree_sees(mask, p.tree_start, key) ||
+                                      (p.window > 0 && !in_window(p.window, path_pos, tree_key_pos(p, key))))) {
                 s[nt][2 * h + e] = -INFINITY;
               }
             }
