@@ -5,6 +5,7 @@ equal their request alone; bad requests get the right status and leave the
 server serving. Every wait is bounded; nothing depends on timing."""
 
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -71,12 +72,21 @@ class Served:
             self.proc.kill()
 
 
+@contextlib.contextmanager
+def serving(*flags):
+    """A server with these flags, stopped at the end; it must exit cleanly."""
+    server = Served(*flags)
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.proc.stderr.read()
+
+
 @pytest.fixture(scope="module")
 def server():
-    served = Served("-np", 4)
-    yield served
-    served.stop()
-    assert served.proc.returncode == 0, served.proc.stderr.read()
+    with serving("-np", 4) as served:
+        yield served
 
 
 def run_cli(*args):

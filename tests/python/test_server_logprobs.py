@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from project_paths import BUILD_DIR, SOURCE_DIR, require_built
-from test_server import MODEL, MODEL_ID, Served, openai, run_cli
+from test_server import MODEL, MODEL_ID, openai, run_cli, serving
 
 PROMPT = "The capital of France is"
 N_GEN = 12
@@ -32,10 +32,8 @@ LIBRARY = BUILD_DIR / "src" / "capi" / "libntransformer.so"
 
 @pytest.fixture(scope="module")
 def server():
-    served = Served("-np", 2)
-    yield served
-    served.stop()
-    assert served.proc.returncode == 0, served.proc.stderr.read()
+    with serving("-np", 2) as served:
+        yield served
 
 
 def log_softmax(row):

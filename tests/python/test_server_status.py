@@ -13,17 +13,15 @@ import time
 import gguf
 import pytest
 
-from test_server import MODEL, MODEL_ID, TIMEOUT, Served
+from test_server import MODEL, MODEL_ID, Served, TIMEOUT, serving
 
 SLOTS = 2
 
 
 @pytest.fixture(scope="module")
 def server():
-    served = Served("-np", SLOTS, "--temp", 0.6, "--top-k", 17, "-n", 99)
-    yield served
-    served.stop()
-    assert served.proc.returncode == 0, served.proc.stderr.read()
+    with serving("-np", SLOTS, "--temp", 0.6, "--top-k", 17, "-n", 99) as served:
+        yield served
 
 
 def get(server, path):

@@ -14,7 +14,6 @@ tests/data/chat_templates (--chat-template-file):
 
 Greedy decoding makes every reply repeatable; nothing depends on timing."""
 
-import contextlib
 import json
 import re
 
@@ -22,7 +21,7 @@ import pytest
 
 import project_paths
 from test_chat_templates import ENV
-from test_server import MODEL_ID, TIMEOUT, Served, anthropic, openai
+from test_server import MODEL_ID, TIMEOUT, anthropic, openai, serving
 
 TEMPLATES = project_paths.SOURCE_DIR / "tests" / "data" / "chat_templates"
 
@@ -87,20 +86,10 @@ FORMATS = ["qwen2.5-instruct.jinja", "qwen3-0.6b.jinja", "llama-3.3-70b-instruct
            "mistral-nemo-instruct-2407.jinja", "gpt-oss-120b.jinja"]
 
 
-@contextlib.contextmanager
-def serving(*flags):
-    server = Served("-np", 1, *flags)
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.proc.returncode == 0, server.proc.stderr.read()
-
-
 @pytest.fixture(scope="module", params=FORMATS, ids=[f.removesuffix(".jinja") for f in FORMATS])
 def served(request):
     """SmolLM2 with each format's template."""
-    with serving("--chat-template-file", TEMPLATES / request.param) as server:
+    with serving("-np", 1, "--chat-template-file", TEMPLATES / request.param) as server:
         server.template = request.param
         yield server
 
@@ -108,14 +97,14 @@ def served(request):
 @pytest.fixture(scope="module")
 def hermes():
     """Qwen2.5's template (Hermes calls), for what one format shows well enough."""
-    with serving("--chat-template-file", TEMPLATES / "qwen2.5-instruct.jinja") as server:
+    with serving("-np", 1, "--chat-template-file", TEMPLATES / "qwen2.5-instruct.jinja") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def smol():
     """SmolLM2's own template, which renders no tools."""
-    with serving() as server:
+    with serving("-np", 1) as server:
         yield server
 
 
@@ -197,7 +186,7 @@ def test_the_anthropic_client_gets_tool_use(hermes):
 
 def test_reasoning_goes_apart_from_the_content():
     """QwQ's template opens <think> for the model: SmolLM2's reply is reasoning until it closes it."""
-    with serving("--chat-template-file", TEMPLATES / "qwq-32b.jinja") as server:
+    with serving("-np", 1, "--chat-template-file", TEMPLATES / "qwq-32b.jinja") as server:
         client = server.openai()
         args = dict(model=MODEL_ID, temperature=0, max_tokens=24, messages=[{"role": "user", "content": "What is 2+2?"}])
         inline = client.chat.completions.create(extra_body={"reasoning_format": "none"}, **args).choices[0].message
@@ -219,7 +208,7 @@ def test_reasoning_goes_apart_from_the_content():
                                                            messages=args["messages"])
         assert message.content[0].type == "thinking" and message.content[0].thinking == apart.reasoning_content
     # The server's flag keeps it inline for every request.
-    with serving("--chat-template-file", TEMPLATES / "qwq-32b.jinja", "--reasoning-format", "none") as server:
+    with serving("-np", 1, "--chat-template-file", TEMPLATES / "qwq-32b.jinja", "--reasoning-format", "none") as server:
         assert server.openai().chat.completions.create(**args).choices[0].message.content == raw
 
 

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from test_server import MODEL_ID, TIMEOUT, Served, openai
+from test_server import MODEL_ID, TIMEOUT, openai, serving
 
 websocket = pytest.importorskip("websocket")
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)),
@@ -89,10 +89,8 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def server():
-    served = Served("-np", 1)
-    yield served
-    served.stop()
-    assert served.proc.returncode == 0, served.proc.stderr.read()
+    with serving("-np", 1) as served:
+        yield served
 
 
 @pytest.fixture
