@@ -35,3 +35,23 @@ def convert_stories260k(out_dir):
     subprocess.run([str(NTRANSFORMER), "convert-llama2c", str(model), str(tokenizer), str(out)],
                    check=True, capture_output=True)
     return out
+
+
+def make_model(path, preset, weight_type, seed):
+    """`ntransformer make-model` of a preset into path; returns path."""
+    require_built(NTRANSFORMER)
+    subprocess.run([str(NTRANSFORMER), "make-model", "--preset", preset, "--type", weight_type, "--seed", str(seed),
+                    "--out", str(path)], check=True, capture_output=True)
+    return path
+
+
+def model_maker(tmp_path_factory, weight_type, seed):
+    """For a module fixture: make(preset), each preset's file written once, of this type and seed."""
+    made = {}
+
+    def make(preset):
+        if preset not in made:
+            made[preset] = make_model(tmp_path_factory.mktemp(preset) / f"{preset}.gguf", preset, weight_type, seed)
+        return made[preset]
+
+    return make

@@ -14,7 +14,7 @@ import gguf
 import numpy as np
 import pytest
 
-from project_paths import NTRANSFORMER, REFERENCE_DIR, require_built
+from project_paths import NTRANSFORMER, REFERENCE_DIR, model_maker, require_built
 
 sys.path.insert(0, str(REFERENCE_DIR))
 import llama_ref  # noqa: E402
@@ -29,18 +29,7 @@ MIN_ROUTE_MARGIN = 1e-4  # a mixture's experts must be chosen by more than round
 
 @pytest.fixture(scope="module")
 def family_file(tmp_path_factory):
-    require_built(NTRANSFORMER)
-    files = {}
-
-    def make(preset):
-        if preset not in files:
-            path = tmp_path_factory.mktemp(preset) / f"{preset}.gguf"
-            subprocess.run([str(NTRANSFORMER), "make-model", "--preset", preset, "--type", "f32", "--seed", "8",
-                            "--out", str(path)], check=True, capture_output=True)
-            files[preset] = path
-        return files[preset]
-
-    return make
+    return model_maker(tmp_path_factory, "f32", 8)
 
 
 @pytest.fixture(scope="module")

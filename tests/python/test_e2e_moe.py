@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from project_paths import NTRANSFORMER, require_built
+from project_paths import NTRANSFORMER, model_maker
 
 PROMPTS = ["Once upon a time", "The", "In a small village by the sea, there lived an old fisherman who",
            "1, 2, 3, 4,", "Hello"]
@@ -19,18 +19,7 @@ N_PREDICT = 24
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    require_built(NTRANSFORMER)
-    made = {}
-
-    def make(preset):
-        if preset not in made:
-            path = tmp_path_factory.mktemp(preset) / f"{preset}.gguf"
-            subprocess.run([str(NTRANSFORMER), "make-model", "--preset", preset, "--type", "q8_0", "--seed", "4",
-                            "--out", str(path)], check=True, capture_output=True)
-            made[preset] = path
-        return made[preset]
-
-    return make
+    return model_maker(tmp_path_factory, "q8_0", 4)
 
 
 def run_alone(path, prompt):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from project_paths import NTRANSFORMER, SOURCE_DIR, require_built
+from project_paths import NTRANSFORMER, SOURCE_DIR, make_model, require_built
 
 DATA_DIR = SOURCE_DIR / "tests" / "data" / "reference_engine"
 DATA_FILES = sorted(DATA_DIR.glob("*.json"))
@@ -37,9 +37,8 @@ def case(request, tmp_path_factory):
     """The data and the model regenerated from its preset and seed."""
     require_built(NTRANSFORMER)
     data = json.loads(request.param.read_text(encoding="utf-8"))
-    model = tmp_path_factory.mktemp("ref") / f"{data['preset']}.gguf"
-    subprocess.run([str(NTRANSFORMER), "make-model", "--preset", data["preset"], "--type", data["type"],
-                    "--seed", str(data["seed"]), "--out", str(model)], check=True, capture_output=True)
+    model = make_model(tmp_path_factory.mktemp("ref") / f"{data['preset']}.gguf", data["preset"], data["type"],
+                       data["seed"])
     sha256 = hashlib.sha256(model.read_bytes()).hexdigest()
     if sha256 != data["model_sha256"]:
         pytest.fail(f"make-model --preset {data['preset']} --type {data['type']} --seed {data['seed']} now writes"
