@@ -2,6 +2,7 @@
 // Scales are IEEE half (uint16_t bits) unless noted.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "quant/tensor_type.h"
@@ -79,8 +80,21 @@ struct BlockQ8_K {
   int16_t bsums[kQK_K / 16];
 };
 
+// MXFP4 (OCP microscaling): x = kMxfp4Values[code] * mxfp4_scale(e), codes as
+// Q4_0 packs its nibbles (element j low, j + 16 high).
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0: a bare exponent, 2^(e - 127)
+  uint8_t qs[kQK / 2];
+};
+// The E2M1 values doubled, so that they are integers; mxfp4_scale halves the scale back.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128), the E8M0 scale halved; subnormal for e < 2.
+inline float mxfp4_scale(uint8_t e) {
+  return std::bit_cast<float>(e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23);
+}
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 && sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 

@@ -34,6 +34,7 @@ constexpr std::array kCodecs = {
     Codec{TensorType::Q5_K, formats::dequantize_q5_k, formats::quantize_q5_k},
     Codec{TensorType::Q6_K, formats::dequantize_q6_k, formats::quantize_q6_k},
     Codec{TensorType::Q8_K, formats::dequantize_q8_k, formats::quantize_q8_k},
+    Codec{TensorType::MXFP4, formats::dequantize_mxfp4, formats::quantize_mxfp4},
 };
 
 const Codec* find_codec(TensorType type) {

@@ -28,6 +28,10 @@ void quantize_q5_1(const float* src, void* dst, int64_t n_blocks, const float* i
 void quantize_q8_0(const float* src, void* dst, int64_t n_blocks, const float* importance);
 void quantize_q8_1(const float* src, void* dst, int64_t n_blocks, const float* importance);
 
+// MXFP4: 32 E2M1 values under one E8M0 scale (quant_mxfp4.cpp).
+void dequantize_mxfp4(const void* src, float* dst, int64_t n_blocks);
+void quantize_mxfp4(const float* src, void* dst, int64_t n_blocks, const float* importance);
+
 // K-quant 256-element super-blocks (quant_kquants.cpp).
 void dequantize_q2_k(const void* src, float* dst, int64_t n_blocks);
 void dequantize_q3_k(const void* src, float* dst, int64_t n_blocks);

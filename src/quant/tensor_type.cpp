@@ -31,6 +31,7 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::I64, "I64", 1, 8, false},
     TensorTypeInfo{TensorType::F64, "F64", 1, 8, false},
     TensorTypeInfo{TensorType::BF16, "BF16", 1, 2, true},
+    TensorTypeInfo{TensorType::MXFP4, "MXFP4", 32, 17, true},
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ enum class TensorType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct TensorTypeInfo {

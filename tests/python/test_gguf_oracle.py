@@ -45,6 +45,9 @@ def write_reference_file(path, alignment=None, seed=0):
     w.add_tensor("w.f16", rng.standard_normal((2, 7)).astype(np.float16))
     q = gguf.quants.quantize(rng.standard_normal((4, 64)).astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
     w.add_tensor("w.q8", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    # A 3-D stack of MXFP4 matrices, as gpt-oss stores its experts (17-byte blocks: sizes not a multiple of 4).
+    experts = gguf.quants.quantize(rng.standard_normal((3, 2, 64)).astype(np.float32), gguf.GGMLQuantizationType.MXFP4)
+    w.add_tensor("w.mxfp4", experts, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -4,7 +4,7 @@
   decode bit for bit as gguf.quants.dequantize decodes them, for every format
   gguf implements; Q8_1 and Q8_K, which gguf lacks, are checked against a
   numpy decoder written here from the block layout.
-* Encoding of the float and legacy formats must equal gguf.quants.quantize
+* Encoding of the float, legacy and MXFP4 formats must equal gguf.quants.quantize
   byte for byte. Rounding details that this pins down (all in float32):
     - Q4_0/Q5_0: d = (element of largest |x|, sign kept, first on ties) / -8
       (/ -16), code = trunc(x * (1/d) + 8.5) (16.5), i.e. round half *up*
@@ -15,6 +15,8 @@
       np_roundf), unlike numpy's np.round which rounds half to even.
     - F16 is numpy's astype(float16): round to nearest even, overflow to inf.
     - BF16: round to nearest even on the bit pattern, NaNs forced quiet.
+    - MXFP4: exponent byte floor(log2(max|x|)) - 2 + 127 (0 for a zero
+      block), each element the first of the 16 codes nearest to it.
   An all-zero block gives d = +0 / -8 = -0.0 for Q4_0/Q5_0 (sign bit set in
   the fp16 field), which the byte comparison checks. gguf rounds x * (1/d)
   before adding 8.5; a block of "contraction traps" catches an encoder whose
@@ -41,10 +43,11 @@ TOOL = Path(os.environ.get("NT_BUILD_DIR", "build")) / "tests" / "quant_tool"
 HALF_FIELDS = {
     "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q8_1": [0, 2],
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "MXFP4": [],  # its E8M0 scale byte is finite for every value but 255 (x 12 overflows to inf alike)
 }
 GGUF_DECODES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-                "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
-EXACT_ENCODES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+                "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
+EXACT_ENCODES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"]
 
 # Relative RMS error (||decoded - x|| / ||x||) on 2^16 N(0, 1) values, mean
 # over 20 seeds (spread under 1%):
@@ -131,6 +134,7 @@ def same_bits(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # MXFP4's largest scale x 12
 @pytest.mark.parametrize("name", GGUF_DECODES)
 def test_decode_matches_gguf_bit_for_bit(tool, tmp_path, rng, name):
     raw = random_blocks(rng, name, 4096 if sizes(name)[0] > 1 else 65536)
@@ -233,6 +237,18 @@ def float16_edge_values(rng):
     ]).astype(np.float32)
 
 
+def power_of_two_blocks():
+    """MXFP4 blocks whose largest magnitude is a power of two or the float32
+    just below one, where floor(log2(max|x|)) changes: the exponent byte."""
+    rows = []
+    for k in (-20, -3, 0, 1, 7, 40):
+        for peak in (np.float32(2.0 ** k), np.nextafter(np.float32(2.0 ** k), np.float32(0))):
+            row = np.linspace(-1, 1, 32, dtype=np.float32) * np.float32(peak)
+            row[7] = -peak
+            rows.append(row)
+    return np.array(rows, dtype=np.float32)
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the fp16-overflow edge cases
 @pytest.mark.parametrize("name", EXACT_ENCODES)
 def test_encode_matches_gguf_byte_for_byte(tool, tmp_path, rng, name):
@@ -247,6 +263,8 @@ def test_encode_matches_gguf_byte_for_byte(tool, tmp_path, rng, name):
         x = np.concatenate([edge_blocks(block), gaussian_blocks(rng, block, 4096)])
         if name in ("Q4_0", "Q5_0"):
             x = np.concatenate([x, fma_trap_block(name)[None, :]])
+        if name == "MXFP4":
+            x = np.concatenate([x, power_of_two_blocks()])
     expected = np.asarray(quants.quantize(x, qtype)).view(np.uint8).ravel()
     ours = our_quantize(tool, tmp_path, name, x)
     assert ours.size == expected.size

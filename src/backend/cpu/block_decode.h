@@ -16,11 +16,15 @@ namespace {
 
 // w[i] = d * (q[i] - zero)          (Q4_0, Q5_0, Q8_0 with zero = 8, 16, 0)
 // w[i] = d * q[i] + m               (Q4_1, Q5_1 with zero = 0)
+// MXFP4 as the first form: its doubled E2M1 values (-12 to 12) plus zero = 12.
 struct LegacyBlock {
   uint8_t q[kQK];  // Q8_0: the int8 bits
   float d, m;
   int zero;
 };
+
+// The offset that makes MXFP4's values unsigned, as the integer dot products take them.
+constexpr int kMxfp4Zero = 12;
 
 inline void decode_nibbles(const uint8_t* qs, uint8_t* q) {
   for (int j = 0; j < 16; ++j) {
@@ -67,6 +71,14 @@ inline void decode_legacy(TensorType type, const void* block, LegacyBlock& out) 
       out.m = fp16_to_fp32(b->m);
       decode_nibbles(b->qs, out.q);
       add_fifth_bits(b->qh, out.q);
+      break;
+    }
+    case TensorType::MXFP4: {
+      auto* b = static_cast<const BlockMXFP4*>(block);
+      out.d = mxfp4_scale(b->e);
+      out.zero = kMxfp4Zero;
+      decode_nibbles(b->qs, out.q);
+      for (uint8_t& q : out.q) q = uint8_t(kMxfp4Values[q] + kMxfp4Zero);
       break;
     }
     default: {  // Q8_0

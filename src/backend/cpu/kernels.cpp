@@ -15,7 +15,8 @@ ActFormat act_format(TensorType weight_type) {
     case TensorType::BF16: return ActFormat::F32;
     case TensorType::Q4_0:
     case TensorType::Q5_0:
-    case TensorType::Q8_0: return ActFormat::Q8_0;
+    case TensorType::Q8_0:
+    case TensorType::MXFP4: return ActFormat::Q8_0;
     case TensorType::Q4_1:
     case TensorType::Q5_1: return ActFormat::Q8_1;
     case TensorType::Q2_K:

@@ -16,7 +16,7 @@ namespace nt::cpu {
 // The activation format a weight type's dot product consumes.
 enum class ActFormat {
   F32,   // F32, F16, BF16 weights
-  Q8_0,  // Q4_0, Q5_0, Q8_0: BlockQ8_0
+  Q8_0,  // Q4_0, Q5_0, Q8_0, MXFP4: BlockQ8_0
   Q8_1,  // Q4_1, Q5_1: BlockQ8_1 (its sum feeds the weights' min term)
   Q8_K,  // K-quants: BlockQ8_K
 };
@@ -77,6 +77,9 @@ struct GemmActs {
 using GemmTileFn = void (*)(const GemmPanel& panel, const GemmActs* groups, int64_t n, int rows, int tokens,
                             float* y, int64_t y_stride);
 
+// GGUF type ids the per-type tables hold: up to MXFP4's.
+constexpr size_t kTypeIds = size_t(TensorType::MXFP4) + 1;
+
 struct Kernels {
   Isa isa;
 
@@ -86,9 +89,9 @@ struct Kernels {
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);
 
   // Indexed by the GGUF type id; null for non-weight types.
-  std::array<VecDotFn, 31> vec_dot;
+  std::array<VecDotFn, kTypeIds> vec_dot;
   // Where set, several tokens' vec_dot at once (the fused decode rows of a batch).
-  std::array<VecDotTokensFn, 31> vec_dot_tokens;
+  std::array<VecDotTokensFn, kTypeIds> vec_dot_tokens;
   int vec_dot_tokens_max;
 
   // Prefill GEMM: quantize one activation row (n a multiple of 32) into

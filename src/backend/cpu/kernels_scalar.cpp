@@ -209,6 +209,7 @@ Kernels make_scalar_kernels() {
   set(TensorType::Q5_0, vec_dot_legacy<TensorType::Q5_0>);
   set(TensorType::Q5_1, vec_dot_legacy<TensorType::Q5_1>);
   set(TensorType::Q8_0, vec_dot_legacy<TensorType::Q8_0>);
+  set(TensorType::MXFP4, vec_dot_legacy<TensorType::MXFP4>);
   set(TensorType::Q2_K, vec_dot_k<TensorType::Q2_K>);
   set(TensorType::Q3_K, vec_dot_k<TensorType::Q3_K>);
   set(TensorType::Q4_K, vec_dot_k<TensorType::Q4_K>);
