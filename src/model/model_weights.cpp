@@ -38,8 +38,21 @@ class Locator {
     if (t.shape.size() != 1 || t.shape[0] != n) {
       fail("{}: tensor '{}' has shape {} but the config implies [{}]", file_.path(), name, shape_of(t), n);
     }
-    if (t.type != TensorType::F32) fail("{}: tensor '{}' must be F32, found {}", file_.path(), name, tensor_type_name(t.type));
+    check_f32(t);
     return ref(t, 1, n);
+  }
+
+  // One F32 vector of n per expert: GGUF shape [n, experts], a row per expert.
+  WeightRef vector_stack(const std::string& name, int64_t experts, int64_t n) const {
+    const auto& t = require(name);
+    if (t.shape.size() != 2 || t.shape[0] != n || t.shape[1] != experts) {
+      fail("{}: tensor '{}' has shape {} but the config implies [{}, {}] ({} experts' vectors of {})", file_.path(), name,
+           shape_of(t), n, experts, experts, n);
+    }
+    check_f32(t);
+    WeightRef r = ref(t, experts, n);
+    r.experts = experts;
+    return r;
   }
 
   bool has(const std::string& name) const { return file_.header().find_tensor(name) != nullptr; }
@@ -54,6 +67,9 @@ class Locator {
     if (!tensor_type_info(t.type).weight_format) {
       fail("{}: tensor '{}' has type {}, which is not a supported weight format", file_.path(), t.name, tensor_type_name(t.type));
     }
+  }
+  void check_f32(const GgufTensorInfo& t) const {
+    if (t.type != TensorType::F32) fail("{}: tensor '{}' must be F32, found {}", file_.path(), t.name, tensor_type_name(t.type));
   }
   static std::string shape_of(const GgufTensorInfo& t) {
     std::string s = "[";
@@ -95,9 +111,10 @@ ModelWeights load_model_weights(const GgufFile& file, const ModelSpec& c) {
     for (LayerRole role : layer_roles(c, l)) {
       const RoleShape shape = role_shape(c, role, l);
       const std::string name = role_tensor_name(l, role);
+      const bool matrix = role_info(role).kind == RoleKind::Matrix;
       if (shape.experts > 0) {
-        lw[role] = at.stack(name, shape.experts, shape.rows, shape.cols);
-      } else if (role_info(role).kind == RoleKind::Matrix) {
+        lw[role] = matrix ? at.stack(name, shape.experts, shape.rows, shape.cols) : at.vector_stack(name, shape.experts, shape.cols);
+      } else if (matrix) {
         lw[role] = at.matrix(name, shape.rows, shape.cols);
       } else {
         lw[role] = at.vector(name, shape.cols);

@@ -17,4 +17,10 @@ std::vector<float> rope_inv_freqs(const RopeSpec& rope, int64_t rope_dim, const 
 // The model's own table (its global layers').
 std::vector<float> rope_inv_freqs(const ModelSpec& config, const float* freq_factors);
 
+// What the rotated pairs are multiplied by besides turning: 1, except under
+// YaRN, which scales them by attn_factor * (1 + 0.1 ln factor) so that the
+// attention logits keep their sharpness at long range (the reference
+// engine's net scale).
+float rope_magnitude(const RopeSpec& rope);
+
 }  // namespace nt

@@ -140,5 +140,5 @@ def test_an_unsupported_architecture_is_named(tmp_path):
     result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(path), "-p", "hi", "-n", "1"], capture_output=True,
                             text=True)
     assert result.returncode != 0
-    assert "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)" in result.stderr
+    assert "architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss)" in result.stderr
     assert str(path) in result.stderr

@@ -21,7 +21,7 @@ TEST(MoeRouting, TopKOfTheSoftmaxRenormalized) {
   std::vector<float> logits{0.5f, 2.0f, -1.0f, 1.0f};
   int32_t experts[2];
   float weights[2];
-  route_token(logits.data(), 4, 2, experts, weights);
+  route_token(ExpertGating::SoftmaxTopK, logits.data(), 4, 2, experts, weights);
   EXPECT_EQ(experts[0], 1);
   EXPECT_EQ(experts[1], 3);
   // softmax then renormalizing over the two chosen is the softmax of their logits.
@@ -29,11 +29,26 @@ TEST(MoeRouting, TopKOfTheSoftmaxRenormalized) {
   EXPECT_NEAR(weights[0] + weights[1], 1.0, 1e-6);
 }
 
+// gpt-oss: the k largest logits, then a softmax among them alone (ties too go to the lower expert).
+TEST(MoeRouting, SoftmaxOfTheTopKLogits) {
+  std::vector<float> logits{0.5f, 2.0f, 1.0f, 2.0f, -3.0f};
+  int32_t experts[3];
+  float weights[3];
+  route_token(ExpertGating::TopKSoftmax, logits.data(), 5, 3, experts, weights);
+  EXPECT_EQ(experts[0], 1);
+  EXPECT_EQ(experts[1], 3);
+  EXPECT_EQ(experts[2], 2);
+  const double sum = 2 * std::exp(2.0) + std::exp(1.0);
+  EXPECT_NEAR(weights[0], std::exp(2.0) / sum, 1e-6);
+  EXPECT_NEAR(weights[1], std::exp(2.0) / sum, 1e-6);
+  EXPECT_NEAR(weights[2], std::exp(1.0) / sum, 1e-6);
+}
+
 TEST(MoeRouting, TiesGoToTheLowerExpert) {
   std::vector<float> logits{1.0f, 3.0f, 1.0f, 3.0f, 1.0f};
   int32_t experts[3];
   float weights[3];
-  route_token(logits.data(), 5, 3, experts, weights);
+  route_token(ExpertGating::SoftmaxTopK, logits.data(), 5, 3, experts, weights);
   EXPECT_EQ(experts[0], 1);
   EXPECT_EQ(experts[1], 3);
   EXPECT_EQ(experts[2], 0);

@@ -2,6 +2,7 @@
 // each family's converters write and the defaults they leave out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
@@ -10,6 +11,7 @@
 #include "error_text.h"
 #include "model/arch/layer_roles.h"
 #include "model/arch/model_spec.h"
+#include "model/rope.h"
 
 namespace nt {
 namespace {
@@ -163,6 +165,80 @@ TEST(ModelSpec, Qwen3MoeExpertsOfTheirOwnWidth) {
   EXPECT_EQ(unsaid.spec().layers[0].moe.expert_ffn_dim, 768 / 4);  // the reference engine's default
 }
 
+// gpt-oss as the converter writes it: YaRN keys, a window, experts with their own width.
+Header gpt_oss_header(int64_t layers = 4) {
+  Header h("gpt-oss", layers);
+  h.set("gpt-oss.expert_count", GgufValue::of_u32(32));
+  h.set("gpt-oss.expert_used_count", GgufValue::of_u32(4));
+  h.set("gpt-oss.expert_feed_forward_length", GgufValue::of_u32(128));
+  h.set("gpt-oss.attention.sliding_window", GgufValue::of_u32(128));
+  h.set("gpt-oss.rope.freq_base", GgufValue::of_f32(150000.0f));
+  h.set("gpt-oss.rope.scaling.type", GgufValue::of_string("yarn"));
+  h.set("gpt-oss.rope.scaling.factor", GgufValue::of_f32(32.0f));
+  h.set("gpt-oss.rope.scaling.original_context_length", GgufValue::of_u32(4096));
+  h.tensor("blk.0.attn_q.bias", {256});
+  return h;
+}
+
+TEST(ModelSpec, GptOssLayers) {
+  const ModelSpec s = gpt_oss_header().spec();
+  EXPECT_EQ(s.rope_style, RopeStyle::Halves);
+  EXPECT_EQ(s.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  EXPECT_FLOAT_EQ(s.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(s.rope_scaling.original_context, 4096);
+  // Even layers slide (period 2 from the first), and keep the model's YaRN table.
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const LayerSpec& layer = s.layers[l];
+    EXPECT_EQ(layer.attention.window, l % 2 == 0 ? 128 : 0) << l;
+    EXPECT_EQ(layer.attention.rope, s.rope()) << l;
+    EXPECT_TRUE(layer.attention.qkv_bias && layer.attention.output_bias && layer.attention.sinks);
+    EXPECT_EQ(layer.activation, FfnActivation::SwigluOai);
+    EXPECT_EQ(layer.moe, (MoeSpec{32, 4, 128, ExpertGating::TopKSoftmax, true}));
+  }
+  EXPECT_EQ(describe_layers(s),
+            "qkv bias, output bias, attention sinks, clamped SwiGLU, sliding window 128 (rope theta 150000) on 2 of 4 "
+            "layers, mixture of 32 experts (4 used, FFN 128, biases, softmax over the chosen), YaRN rope x32 from 4096, "
+            "rope over halves");
+  EXPECT_EQ(cpu_only_reason(s), "mixture-of-experts layers, attention sinks and YaRN RoPE run on the CPU only for now");
+  const std::vector<LayerRole> roles = layer_roles(s, 1);
+  using enum LayerRole;
+  EXPECT_EQ(roles, (std::vector<LayerRole>{AttnNorm, AttnQ, AttnK, AttnV, AttnQBias, AttnKBias, AttnVBias, AttnSinks, AttnOutput,
+                                           AttnOutputBias, FfnNormNamedPostAttention, FfnRouter, FfnGateExperts, FfnUpExperts,
+                                           FfnDownExperts, FfnRouterBias, FfnGateExpertsBias, FfnUpExpertsBias,
+                                           FfnDownExpertsBias}));
+  EXPECT_EQ(role_tensor_name(1, FfnNormNamedPostAttention), "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(role_tensor_name(1, AttnSinks), "blk.1.attn_sinks.weight");
+  EXPECT_EQ(role_tensor_name(1, FfnDownExpertsBias), "blk.1.ffn_down_exps.bias");
+  EXPECT_EQ(role_shape(s, AttnSinks, 1).cols, 4);
+  const RoleShape gate_bias = role_shape(s, FfnGateExpertsBias, 1);
+  EXPECT_EQ((std::array{gate_bias.rows, gate_bias.cols, gate_bias.experts}), (std::array<int64_t, 3>{1, 128, 32}));
+}
+
+// YaRN over gpt-oss's 64 rotated dims: pairs below floor(64 ln(4096 / (32 * 2 pi)) / (2 ln 150000)) = 8
+// keep their frequency, pairs from ceil(64 ln(4096 / (2 pi)) / (2 ln 150000)) = 18 on are divided by
+// the factor, and a linear ramp blends between; every pair is scaled by 1 + 0.1 ln 32.
+TEST(ModelSpec, YarnTableFollowsItsCorrectionRange) {
+  const ModelSpec s = gpt_oss_header().spec();
+  const std::vector<float> inv = rope_inv_freqs(s.rope(), 64, nullptr);
+  ASSERT_EQ(inv.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double trained = std::pow(150000.0, -2.0 * i / 64.0);
+    const double keep = 1.0 - std::clamp((i - 8.0) / 10.0, 0.0, 1.0);
+    EXPECT_NEAR(inv[size_t(i)], trained * (keep + (1.0 - keep) / 32.0), 1e-6 * trained) << i;
+  }
+  EXPECT_NEAR(rope_magnitude(s.rope()), 1.0 + 0.1 * std::log(32.0), 1e-6);
+  EXPECT_EQ(rope_magnitude(Header("llama").spec().rope()), 1.0f);
+}
+
+TEST(ModelSpec, GptOssErrorsNameTheKey) {
+  Header no_window("gpt-oss");
+  no_window.set("gpt-oss.expert_count", GgufValue::of_u32(8));
+  no_window.set("gpt-oss.expert_used_count", GgufValue::of_u32(2));
+  no_window.set("gpt-oss.expert_feed_forward_length", GgufValue::of_u32(128));
+  EXPECT_NE(test::error_of([&] { no_window.spec(); }).find("gpt-oss.attention.sliding_window"), std::string::npos);
+  EXPECT_EQ(test::error_of([] { Header("gpt-oss").spec(); }), "model.gguf: metadata 'gpt-oss.expert_count' must be positive");
+}
+
 TEST(ModelSpec, ExpertErrorsNameTheKey) {
   EXPECT_EQ(test::error_of([] { Header("qwen3moe").spec(); }),
             "model.gguf: metadata 'qwen3moe.expert_count' must be positive");
@@ -178,7 +254,7 @@ TEST(ModelSpec, ExpertErrorsNameTheKey) {
 
 TEST(ModelSpec, UnsupportedArchitectureListsTheSupported) {
   EXPECT_EQ(test::error_of([] { Header("mamba").spec(); }),
-            "model.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
+            "model.gguf: architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss)");
 }
 
 TEST(ModelSpec, ErrorsNameTheKey) {

@@ -105,9 +105,14 @@ void score_keys(const float* q, int heads, const KvView& k, const int64_t* rows,
   }
 }
 
-// One head's n scores into its softmax weights, in place.
-void softmax_weights(float* scores, int64_t n, const AttentionShape& s, const Kernels& kn) {
-  const float inv_sum = 1.0f / kn.exp_sum(scores, n, scale_and_max(scores, n, s.scale));
+// Query head `head`'s n scores into its softmax weights, in place; its sink,
+// if any, joins the max and the sum.
+void softmax_weights(float* scores, int64_t n, int head, const AttentionShape& s, const Kernels& kn) {
+  float max = scale_and_max(scores, n, s.scale);
+  if (s.sinks) max = std::max(max, s.sinks[head]);
+  float sum = kn.exp_sum(scores, n, max);
+  if (s.sinks) sum += std::exp(s.sinks[head] - max);
+  const float inv_sum = 1.0f / sum;
   for (int64_t j = 0; j < n; ++j) scores[j] *= inv_sum;
 }
 
@@ -128,13 +133,13 @@ void weigh_values(const float* weights, int heads, const KvView& v, const int64_
   }
 }
 
-// `heads` consecutive query heads of one query row, all of KV head kv_head,
-// over the run's positions [from, n_ctx), then `extra`. Each head's scores,
+// `heads` consecutive query heads of one query row from head `first_head`,
+// all of KV head kv_head, over the run's positions [from, n_ctx), then `extra`. Each head's scores,
 // softmax and weighted sum are the one-head arithmetic in its order (so a
 // head's numbers do not depend on how many share the call); each K and V
 // row is read and converted once for all of them.
-void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, const AttentionRun& run, int64_t from,
-                  int64_t n_ctx, std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out,
+void attend_heads(const float* q, int first_head, int heads, const KvView& k, const KvView& v, const AttentionRun& run,
+                  int64_t from, int64_t n_ctx, std::span<const int64_t> extra, int kv_head, const AttentionShape& s, float* out,
                   const Kernels& kn) {
   static thread_local std::vector<float> scores;  // [heads][n]: the scores, then the weights
   static thread_local std::vector<int64_t> rows;
@@ -144,7 +149,7 @@ void attend_heads(const float* q, int heads, const KvView& k, const KvView& v, c
   cache_rows(run, from, n_ctx, rows.data());
   for (size_t i = 0; i < extra.size(); ++i) rows[prefix + int64_t(i)] = cache_row(run, extra[i]);
   score_keys(q, heads, k, rows.data(), 0, n, kv_head, s, scores.data(), n, kn);
-  for (int h = 0; h < heads; ++h) softmax_weights(scores.data() + h * n, n, s, kn);
+  for (int h = 0; h < heads; ++h) softmax_weights(scores.data() + h * n, n, first_head + h, s, kn);
   weigh_values(scores.data(), heads, v, rows.data(), n, kv_head, s, out, 0, s.head_dim, kn);
 }
 
@@ -212,7 +217,7 @@ void attend_spread(std::span<const AttentionRun> runs, int64_t most_keys, const 
   pool.parallel_for(n_rows * s.n_heads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Row& r = row[i / s.n_heads];
-      softmax_weights(r.scores + i % s.n_heads * r.keys, r.keys, s, kn);
+      softmax_weights(r.scores + i % s.n_heads * r.keys, r.keys, int(i % s.n_heads), s, kn);
     }
   });
   const int64_t elem_blocks = ceil_div(s.head_dim, kSpreadElems);
@@ -283,12 +288,12 @@ void attention_runs(std::span<const AttentionRun> runs, const KvView& k, const K
         std::span<const int64_t> path{run.paths + run.path_start[t], run.paths + run.path_start[t + 1]};
         const int64_t from = first_key(s, run.tree_start + int64_t(path.size()) - 1);
         path = path.subspan(size_t(std::max<int64_t>(0, from - run.tree_start)));
-        attend_heads(run.q + offset, heads_per_task, k, v, run, std::min(from, run.tree_start), run.tree_start, path, h / group,
-                     s, run.out + offset, kn);
+        attend_heads(run.q + offset, h, heads_per_task, k, v, run, std::min(from, run.tree_start), run.tree_start, path,
+                     h / group, s, run.out + offset, kn);
       } else {
         const int64_t pos = run.first_pos + t;
-        attend_heads(run.q + offset, heads_per_task, k, v, run, first_key(s, pos), pos + 1, {}, h / group, s, run.out + offset,
-                     kn);
+        attend_heads(run.q + offset, h, heads_per_task, k, v, run, first_key(s, pos), pos + 1, {}, h / group, s,
+                     run.out + offset, kn);
       }
     }
   });

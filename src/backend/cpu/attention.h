@@ -26,6 +26,9 @@ struct AttentionShape {
   int head_dim = 0;
   float scale = 0;  // usually 1 / sqrt(head_dim)
   int64_t window = 0;  // sliding window: a query at position p sees only (p - window, p]; 0 = all
+  // Per query head, a logit that joins the softmax's denominator and weighs
+  // no value (attention sinks); null: none.
+  const float* sinks = nullptr;
 };
 
 // Queries of one sequence: n_tokens rows (row t at position first_pos + t,

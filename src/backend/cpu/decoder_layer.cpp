@@ -17,9 +17,7 @@ WeightView view_of(const WeightRef& w) { return {w.data, w.type, w.rows, w.cols,
 int64_t row_pos(const SequenceRun& run, int64_t t) { return run.pos + (t - run.first); }
 
 // rows[t] += bias for every row.
-void add_bias(float* rows, const WeightRef& bias, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) add_inplace(rows + t * bias.cols, bias.f32(), bias.cols);
-}
+void add_bias(float* rows, const WeightRef& bias, int64_t n) { add_bias_rows(rows, bias.f32(), n, bias.cols); }
 
 }  // namespace
 
@@ -30,6 +28,7 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, const float* rope_freq_factors
   for (const LayerSpec& layer : c.layers) {
     const RopeSpec& rope = layer.attention.rope;
     inv_freqs_.push_back(rope_inv_freqs(rope, c.rope_dim, rope == c.rope() ? rope_freq_factors : nullptr));
+    rope_magnitudes_.push_back(rope_magnitude(rope));
   }
   const size_t n = size_t(max_rows);
   xb_.resize(n * c.dim);
@@ -50,15 +49,15 @@ DecoderLayer::DecoderLayer(const ModelSpec& spec, const float* rope_freq_factors
 
 void DecoderLayer::run(int64_t layer, const LayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows,
                        float* x, ThreadPool& pool) {
-  const LayerSpec& spec = spec_.layers[size_t(layer)];
-  attention_block(spec, inv_freqs_[size_t(layer)], w, k, v, rows, x, pool);
-  ffn_block(spec, w, rows, x, pool);
+  attention_block(layer, w, k, v, rows, x, pool);
+  ffn_block(spec_.layers[size_t(layer)], w, rows, x, pool);
 }
 
-// x += [post-norm] Wo · attention(rope([norm] Wq·norm(x) [+ bq]), rope([norm] Wk·norm(x) [+ bk]), Wv·norm(x) [+ bv])
-void DecoderLayer::attention_block(const LayerSpec& spec, const std::vector<float>& inv_freqs, const LayerWeights& w,
-                                   const LayerCache& k, const LayerCache& v, const LayerRows& rows, float* x, ThreadPool& pool) {
+// x += [post-norm] (Wo · attention(rope([norm] Wq·norm(x) [+ bq]), rope([norm] Wk·norm(x) [+ bk]), Wv·norm(x) [+ bv]) [+ bo])
+void DecoderLayer::attention_block(int64_t layer, const LayerWeights& w, const LayerCache& k, const LayerCache& v,
+                                   const LayerRows& rows, float* x, ThreadPool& pool) {
   const auto& c = spec_;
+  const LayerSpec& spec = c.layers[size_t(layer)];
   const int64_t n = rows.n;
   const auto matmul = [&](const WeightRef& m, const float* in, float* out) {
     matmul_groups(view_of(m), in, out, rows.groups, pool);
@@ -76,10 +75,11 @@ void DecoderLayer::attention_block(const LayerSpec& spec, const std::vector<floa
     rmsnorm_rows(q_.data(), w[AttnQNorm], q_.data(), n * c.n_heads, c.head_dim);
     rmsnorm_rows(k_.data(), w[AttnKNorm], k_.data(), n * c.n_kv_heads, c.head_dim);
   }
-  rope_rows(inv_freqs, rows);
+  rope_rows(layer, rows);
   store_kv(k, v, rows);
-  attend(spec, k, v, rows, pool);
+  attend(spec, w, k, v, rows, pool);
   matmul(w[AttnOutput], att_.data(), xb_.data());
+  if (spec.attention.output_bias) add_bias(xb_.data(), w[AttnOutputBias], n);
   if (spec.post_attention_norm) rmsnorm_rows(xb_.data(), w[PostAttnNorm], xb_.data(), n, c.dim);
   add_inplace(x, xb_.data(), n * c.dim);
 }
@@ -88,7 +88,7 @@ void DecoderLayer::attention_block(const LayerSpec& spec, const std::vector<floa
 void DecoderLayer::ffn_block(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, float* x, ThreadPool& pool) {
   const auto& c = spec_;
   const int64_t n = rows.n;
-  rmsnorm_rows(x, w[FfnNorm], xb_.data(), n, c.dim);
+  rmsnorm_rows(x, w[ffn_norm_role(spec)], xb_.data(), n, c.dim);
   float* out = xb_.data();
   if (spec.has_experts()) {
     out = ffn_out_.data();
@@ -127,15 +127,16 @@ void DecoderLayer::rmsnorm_rows(const float* x, const WeightRef& weight, float* 
   for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * width, weight.f32(), y + t * width, width, spec_.rms_eps);
 }
 
-void DecoderLayer::rope_rows(const std::vector<float>& inv_freqs, const LayerRows& rows) {
+void DecoderLayer::rope_rows(int64_t layer, const LayerRows& rows) {
   const auto& c = spec_;
+  const float* inv_freqs = inv_freqs_[size_t(layer)].data();
+  const RopeHeads heads{int(c.head_dim), int(c.rope_dim), c.rope_style, rope_magnitudes_[size_t(layer)]};
   for (const SequenceRun& run : rows.runs) {
     for (int64_t t = run.first; t < run.first + run.count; ++t) {
       // A tree row is cached at row_pos but rotated for its depth.
       const int64_t pos = rows.tree ? rows.tree->rope_pos[size_t(t)] : row_pos(run, t);
-      const RopeHeads heads{int(c.head_dim), int(c.rope_dim), c.rope_style};
-      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), heads, pos, inv_freqs.data());
-      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), heads, pos, inv_freqs.data());
+      cpu::rope(&q_[size_t(t * c.q_dim())], int(c.n_heads), heads, pos, inv_freqs);
+      cpu::rope(&k_[size_t(t * c.kv_dim())], int(c.n_kv_heads), heads, pos, inv_freqs);
     }
   }
 }
@@ -158,9 +159,11 @@ void DecoderLayer::store_kv(const LayerCache& k, const LayerCache& v, const Laye
   }
 }
 
-void DecoderLayer::attend(const LayerSpec& spec, const LayerCache& k, const LayerCache& v, const LayerRows& rows, ThreadPool& pool) {
+void DecoderLayer::attend(const LayerSpec& spec, const LayerWeights& w, const LayerCache& k, const LayerCache& v,
+                          const LayerRows& rows, ThreadPool& pool) {
   const auto& c = spec_;
-  const AttentionShape shape{int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), c.attention_scale, spec.attention.window};
+  const AttentionShape shape{int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), c.attention_scale, spec.attention.window,
+                             spec.attention.sinks ? w[AttnSinks].f32() : nullptr};
   attention_runs_.clear();
   for (const SequenceRun& run : rows.runs) {
     const size_t row = size_t(run.first) * size_t(c.q_dim());

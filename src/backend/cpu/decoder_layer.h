@@ -54,17 +54,19 @@ class DecoderLayer {
   KvView view(const LayerCache& cache) const;
 
  private:
-  void attention_block(const LayerSpec& spec, const std::vector<float>& inv_freqs, const LayerWeights& w, const LayerCache& k,
-                       const LayerCache& v, const LayerRows& rows, float* x, ThreadPool& pool);
+  void attention_block(int64_t layer, const LayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows,
+                       float* x, ThreadPool& pool);
   void ffn_block(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, float* x, ThreadPool& pool);
   void dense_ffn(const LayerSpec& spec, const LayerWeights& w, const LayerRows& rows, ThreadPool& pool);
   void rmsnorm_rows(const float* x, const WeightRef& weight, float* y, int64_t n, int64_t width) const;
-  void rope_rows(const std::vector<float>& inv_freqs, const LayerRows& rows);
+  void rope_rows(int64_t layer, const LayerRows& rows);
   void store_kv(const LayerCache& k, const LayerCache& v, const LayerRows& rows);
-  void attend(const LayerSpec& spec, const LayerCache& k, const LayerCache& v, const LayerRows& rows, ThreadPool& pool);
+  void attend(const LayerSpec& spec, const LayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows,
+              ThreadPool& pool);
 
   ModelSpec spec_;
   std::vector<std::vector<float>> inv_freqs_;  // per layer: rope_dim / 2 frequencies, scaling folded in
+  std::vector<float> rope_magnitudes_;         // per layer: rope_magnitude of its table
   // Activations for up to max_rows rows, named as in the model.
   std::vector<float> xb_;         // normed input / block output [n][dim]
   std::vector<float> q_, k_, v_;  // [n][q_dim], [n][kv_dim], [n][kv_dim]

@@ -1,6 +1,7 @@
 #include "backend/cpu/moe_ffn.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/ops.h"
 
@@ -11,20 +12,28 @@ using enum LayerRole;
 
 WeightView view_of(const WeightRef& w) { return {w.data, w.type, w.rows, w.cols, w.row_stride(), w.info->name}; }
 
+LayerRole expert_bias_role(LayerRole matrix) {
+  switch (matrix) {
+    case FfnGateExperts: return FfnGateExpertsBias;
+    case FfnUpExperts: return FfnUpExpertsBias;
+    default: return FfnDownExpertsBias;
+  }
+}
+
 }  // namespace
 
-void route_token(float* logits, int64_t n_experts, int64_t k, int32_t* experts, float* weights) {
-  softmax(logits, n_experts);
-  float sum = 0.0f;
+void route_token(ExpertGating gating, float* logits, int64_t n_experts, int64_t k, int32_t* experts, float* weights) {
+  if (gating == ExpertGating::SoftmaxTopK) softmax(logits, n_experts);
   for (int64_t j = 0; j < k; ++j) {
-    // The first of the largest: the lower index wins a tie. Probabilities are
-    // positive, so a chosen one is marked taken by -1.
+    // The first of the largest: the lower index wins a tie; a chosen one is marked taken.
     const int64_t best = std::max_element(logits, logits + n_experts) - logits;
     experts[j] = int32_t(best);
     weights[j] = logits[best];
-    sum += logits[best];
-    logits[best] = -1.0f;
+    logits[best] = -INFINITY;
   }
+  if (gating == ExpertGating::TopKSoftmax) return softmax(weights, k);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += weights[j];
   for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
 }
 
@@ -65,8 +74,9 @@ void MoeFfn::route(const MoeSpec& moe, const LayerWeights& w, const float* x, in
                    ThreadPool& pool) {
   const int64_t experts = moe.n_experts, k = moe.n_experts_used;
   matmul_groups(view_of(w[FfnRouter]), x, logits_.data(), groups, pool);
+  if (moe.biases) add_bias_rows(logits_.data(), w[FfnRouterBias].f32(), n, experts);
   for (int64_t t = 0; t < n; ++t) {
-    route_token(&logits_[size_t(t * experts)], experts, k, &chosen_[size_t(t * k)], &chosen_weights_[size_t(t * k)]);
+    route_token(moe.gating, &logits_[size_t(t * experts)], experts, k, &chosen_[size_t(t * k)], &chosen_weights_[size_t(t * k)]);
   }
   groups_.assign(groups.begin(), groups.end());
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -85,6 +95,13 @@ void MoeFfn::route(const MoeSpec& moe, const LayerWeights& w, const float* x, in
   }
 }
 
+void MoeFfn::expert_matmul(const MoeSpec& moe, const LayerWeights& w, LayerRole role, int64_t expert, const float* in,
+                           float* out, int64_t m, ThreadPool& pool) {
+  const WeightRef matrix = w[role].expert(expert);
+  matmul_groups(view_of(matrix), in, out, expert_groups_, pool);
+  if (moe.biases) add_bias_rows(out, w[expert_bias_role(role)].expert(expert).f32(), m, matrix.rows);
+}
+
 // y[row] += weight * down(act(gate(x[row])) * up(x[row])) for every row routed to `expert`.
 void MoeFfn::run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
                         const float* x, float* y, ThreadPool& pool) {
@@ -100,13 +117,13 @@ void MoeFfn::run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t e
     const float* row = x + tokens[size_t(i)].row * dim_;
     std::copy(row, row + dim_, xe_.begin() + i * dim_);
   }
-  matmul_groups(view_of(w[FfnGateExperts].expert(expert)), xe_.data(), gate_.data(), expert_groups_, pool);
-  matmul_groups(view_of(w[FfnUpExperts].expert(expert)), xe_.data(), up_.data(), expert_groups_, pool);
+  expert_matmul(layer.moe, w, FfnGateExperts, expert, xe_.data(), gate_.data(), m, pool);
+  expert_matmul(layer.moe, w, FfnUpExperts, expert, xe_.data(), up_.data(), m, pool);
   for (int64_t i = 0; i < m; ++i) {
     float* gate = gate_.data() + i * width;
     gated_activation(layer.activation, gate, up_.data() + i * width, gate, width);
   }
-  matmul_groups(view_of(w[FfnDownExperts].expert(expert)), gate_.data(), ye_.data(), expert_groups_, pool);
+  expert_matmul(layer.moe, w, FfnDownExperts, expert, gate_.data(), ye_.data(), m, pool);
   for (int64_t i = 0; i < m; ++i) {
     float* out = y + tokens[size_t(i)].row * dim_;
     const float* part = ye_.data() + i * dim_;

@@ -15,11 +15,10 @@
 
 namespace nt::cpu {
 
-// One token's routing: softmax over the n_experts logits, the k largest
-// probabilities (ties go to the lower expert index, a rule that depends on
-// nothing but the values), renormalized to sum 1. Writes the experts in
-// order of decreasing weight, and overwrites `logits` with the probabilities.
-void route_token(float* logits, int64_t n_experts, int64_t k, int32_t* experts, float* weights);
+// One token's routing as `gating` says (ties go to the lower expert index, a
+// rule that depends on nothing but the values). Writes the experts in order
+// of decreasing weight, and overwrites `logits`.
+void route_token(ExpertGating gating, float* logits, int64_t n_experts, int64_t k, int32_t* experts, float* weights);
 
 class MoeFfn {
  public:
@@ -42,6 +41,9 @@ class MoeFfn {
   };
   void route(const MoeSpec& moe, const LayerWeights& w, const float* x, int64_t n, std::span<const TokenGroup> groups,
              ThreadPool& pool);
+  // out [m][rows of the matrix] = expert `expert`'s matrix of `role` times in, plus its bias where the mixture has them.
+  void expert_matmul(const MoeSpec& moe, const LayerWeights& w, LayerRole role, int64_t expert, const float* in, float* out,
+                     int64_t m, ThreadPool& pool);
   void run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens, const float* x,
                   float* y, ThreadPool& pool);
 

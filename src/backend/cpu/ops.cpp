@@ -22,8 +22,8 @@ void rope(float* x, int n_heads, const RopeHeads& heads, int64_t pos, const floa
   cos_sin.resize(2 * size_t(pairs));
   for (int i = 0; i < pairs; ++i) {
     const double angle = double(pos) * double(freq[i]);
-    cos_sin[2 * i] = float(std::cos(angle));
-    cos_sin[2 * i + 1] = float(std::sin(angle));
+    cos_sin[2 * i] = float(std::cos(angle)) * heads.magnitude;
+    cos_sin[2 * i + 1] = float(std::sin(angle)) * heads.magnitude;
   }
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + int64_t(h) * heads.head_dim;
@@ -50,10 +50,21 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
+  // gpt-oss's constants, which its files do not carry.
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kLimit);
+    const float u = std::clamp(up[i], -kLimit, kLimit);
+    out[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+  }
+}
+
 void gated_activation(FfnActivation act, const float* gate, const float* up, float* out, int64_t n) {
   switch (act) {
     case FfnActivation::Silu: swiglu(gate, up, out, n); break;
     case FfnActivation::GeluTanh: geglu(gate, up, out, n); break;
+    case FfnActivation::SwigluOai: swiglu_oai(gate, up, out, n); break;
   }
 }
 
@@ -66,6 +77,10 @@ void softmax(float* x, int64_t n, const Kernels& k) {
 
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void add_bias_rows(float* rows, const float* bias, int64_t n, int64_t width) {
+  for (int64_t t = 0; t < n; ++t) add_inplace(rows + t * width, bias, width);
 }
 
 }  // namespace nt::cpu

@@ -14,25 +14,6 @@ constexpr double kGemma3LocalRopeTheta = 10000.0;
 // 168), the smaller ones by 1/sqrt(head_dim); its 62 layers identify it.
 constexpr int64_t kGemma3_27bLayers = 62;
 
-// Which layers are local: "sliding_window_pattern" is a period n (layer i is
-// local unless i % n == n - 1) or one flag per layer.
-std::vector<bool> local_layers(const GgufHeader& h, int64_t n_layers) {
-  const std::string key = "gemma3.attention.sliding_window_pattern";
-  std::vector<bool> local(static_cast<size_t>(n_layers));
-  const GgufValue* pattern = h.find(key);
-  if (pattern && pattern->type == GgufValueType::ARRAY) {
-    const auto& flags = pattern->as_array(key);
-    if (int64_t(flags.size()) != n_layers) fail("metadata '{}' has {} entries for {} layers", key, flags.size(), n_layers);
-    for (size_t l = 0; l < local.size(); ++l) {
-      local[l] = flags[l].type == GgufValueType::BOOL ? flags[l].as_bool(key) : flags[l].as_int(key) != 0;
-    }
-    return local;
-  }
-  const int64_t period = h.get_int(key, kGemma3Pattern);
-  for (int64_t l = 0; l < n_layers; ++l) local[size_t(l)] = period == 0 || l % period < period - 1;
-  return local;
-}
-
 }  // namespace
 
 // Gemma 3: embeddings scaled by sqrt(dim), GeGLU, Q/K norms, a norm after
@@ -46,7 +27,7 @@ ModelSpec build_gemma3(const GgufHeader& header) {
   // Without a window every layer is global.
   const int64_t window = header.get_int("gemma3.attention.sliding_window", 0);
   const RopeSpec local_rope{float(header.get_float("gemma3.rope.freq_base_swa", kGemma3LocalRopeTheta)), {}};
-  const std::vector<bool> local = local_layers(header, spec.n_layers);
+  const std::vector<bool> local = read_sliding_layers(header, "gemma3", spec.n_layers, kGemma3Pattern);
   for (size_t l = 0; l < spec.layers.size(); ++l) {
     LayerSpec& layer = spec.layers[l];
     layer.attention.qk_norm = true;

@@ -17,9 +17,12 @@ constexpr RoleInfo kRoles[kLayerRoleCount] = {
     {AttnVBias, "attn_v", "bias", RoleKind::Vector},
     {AttnQNorm, "attn_q_norm", "weight", RoleKind::Vector},
     {AttnKNorm, "attn_k_norm", "weight", RoleKind::Vector},
+    {AttnSinks, "attn_sinks", "weight", RoleKind::Vector},
     {AttnOutput, "attn_output", "weight", RoleKind::Matrix},
+    {AttnOutputBias, "attn_output", "bias", RoleKind::Vector},
     {PostAttnNorm, "post_attention_norm", "weight", RoleKind::Vector},
     {FfnNorm, "ffn_norm", "weight", RoleKind::Vector},
+    {FfnNormNamedPostAttention, "post_attention_norm", "weight", RoleKind::Vector},
     {FfnGate, "ffn_gate", "weight", RoleKind::Matrix},
     {FfnUp, "ffn_up", "weight", RoleKind::Matrix},
     {FfnDown, "ffn_down", "weight", RoleKind::Matrix},
@@ -28,7 +31,19 @@ constexpr RoleInfo kRoles[kLayerRoleCount] = {
     {FfnGateExperts, "ffn_gate_exps", "weight", RoleKind::Matrix},
     {FfnUpExperts, "ffn_up_exps", "weight", RoleKind::Matrix},
     {FfnDownExperts, "ffn_down_exps", "weight", RoleKind::Matrix},
+    {FfnRouterBias, "ffn_gate_inp", "bias", RoleKind::Vector},
+    {FfnGateExpertsBias, "ffn_gate_exps", "bias", RoleKind::Vector},
+    {FfnUpExpertsBias, "ffn_up_exps", "bias", RoleKind::Vector},
+    {FfnDownExpertsBias, "ffn_down_exps", "bias", RoleKind::Vector},
 };
+
+constexpr bool roles_in_order() {
+  for (size_t i = 0; i < kLayerRoleCount; ++i) {
+    if (size_t(kRoles[i].role) != i) return false;
+  }
+  return true;
+}
+static_assert(roles_in_order(), "kRoles must list the roles in LayerRole's order");
 
 }  // namespace
 
@@ -39,11 +54,14 @@ std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer) {
   std::vector<LayerRole> roles{AttnNorm, AttnQ, AttnK, AttnV};
   if (l.attention.qkv_bias) roles.insert(roles.end(), {AttnQBias, AttnKBias, AttnVBias});
   if (l.attention.qk_norm) roles.insert(roles.end(), {AttnQNorm, AttnKNorm});
+  if (l.attention.sinks) roles.push_back(AttnSinks);
   roles.push_back(AttnOutput);
+  if (l.attention.output_bias) roles.push_back(AttnOutputBias);
   if (l.post_attention_norm) roles.push_back(PostAttnNorm);
-  roles.push_back(FfnNorm);
+  roles.push_back(ffn_norm_role(l));
   if (l.has_experts()) {
     roles.insert(roles.end(), {FfnRouter, FfnGateExperts, FfnUpExperts, FfnDownExperts});
+    if (l.moe.biases) roles.insert(roles.end(), {FfnRouterBias, FfnGateExpertsBias, FfnUpExpertsBias, FfnDownExpertsBias});
   } else {
     roles.insert(roles.end(), {FfnGate, FfnUp, FfnDown});
   }
@@ -54,7 +72,9 @@ std::vector<LayerRole> layer_roles(const ModelSpec& spec, int64_t layer) {
 RoleShape role_shape(const ModelSpec& c, LayerRole role, int64_t layer) {
   const MoeSpec moe = c.layers.empty() ? MoeSpec{} : c.layers[size_t(layer)].moe;
   switch (role) {
-    case AttnNorm: case PostAttnNorm: case FfnNorm: case PostFfnNorm: return {1, c.dim};
+    case AttnNorm: case PostAttnNorm: case FfnNorm: case FfnNormNamedPostAttention: case PostFfnNorm:
+    case AttnOutputBias: return {1, c.dim};
+    case AttnSinks: return {1, c.n_heads};
     case AttnQ: return {c.q_dim(), c.dim};
     case AttnK: case AttnV: return {c.kv_dim(), c.dim};
     case AttnQBias: return {1, c.q_dim()};
@@ -66,8 +86,15 @@ RoleShape role_shape(const ModelSpec& c, LayerRole role, int64_t layer) {
     case FfnRouter: return {moe.n_experts, c.dim};
     case FfnGateExperts: case FfnUpExperts: return {moe.expert_ffn_dim, c.dim, moe.n_experts};
     case FfnDownExperts: return {c.dim, moe.expert_ffn_dim, moe.n_experts};
+    case FfnRouterBias: return {1, moe.n_experts};
+    case FfnGateExpertsBias: case FfnUpExpertsBias: return {1, moe.expert_ffn_dim, moe.n_experts};
+    case FfnDownExpertsBias: return {1, c.dim, moe.n_experts};
   }
   return {};
+}
+
+LayerRole ffn_norm_role(const LayerSpec& layer) {
+  return layer.ffn_norm_named_post_attention ? FfnNormNamedPostAttention : FfnNorm;
 }
 
 std::string role_tensor_name(int64_t layer, LayerRole role) {

@@ -18,27 +18,34 @@ enum class LayerRole : uint8_t {
   AttnQ, AttnK, AttnV,
   AttnQBias, AttnKBias, AttnVBias,
   AttnQNorm, AttnKNorm,
-  AttnOutput,
+  AttnSinks,
+  AttnOutput, AttnOutputBias,
   PostAttnNorm,
   FfnNorm,
+  FfnNormNamedPostAttention,  // FfnNorm where LayerSpec::ffn_norm_named_post_attention
   FfnGate, FfnUp, FfnDown,
   PostFfnNorm,
   // A mixture of experts in place of FfnGate, FfnUp, FfnDown: the router, then
-  // every expert's matrices stacked in one 3-D tensor per kind.
+  // every expert's matrices stacked in one 3-D tensor per kind; with
+  // MoeSpec::biases, the router's bias and each stack's biases (one row per expert).
   FfnRouter,
   FfnGateExperts, FfnUpExperts, FfnDownExperts,
+  FfnRouterBias,
+  FfnGateExpertsBias, FfnUpExpertsBias, FfnDownExpertsBias,
 };
-inline constexpr size_t kLayerRoleCount = size_t(LayerRole::FfnDownExperts) + 1;
+inline constexpr size_t kLayerRoleCount = size_t(LayerRole::FfnDownExpertsBias) + 1;
 
 enum class RoleKind {
   Matrix,  // rows x cols, any weight format (a stack of such matrices when RoleShape::experts > 0)
-  Vector,  // a norm weight or a bias, F32
+  Vector,  // a norm weight, a bias or the sinks, F32 (a row per expert when RoleShape::experts > 0)
 };
 
 struct RoleShape {
   int64_t rows = 1;  // 1 for vectors
   int64_t cols = 0;
-  int64_t experts = 0;  // > 0: that many rows x cols matrices stacked, GGUF shape [cols, rows, experts]
+  // > 0: that many rows x cols matrices stacked, GGUF shape [cols, rows, experts]
+  // (vectors: GGUF shape [cols, experts])
+  int64_t experts = 0;
 };
 
 struct RoleInfo {
@@ -59,5 +66,8 @@ RoleShape role_shape(const ModelSpec& spec, LayerRole role, int64_t layer = 0);
 
 // "blk.3.attn_q.bias"
 std::string role_tensor_name(int64_t layer, LayerRole role);
+
+// The role of the norm before a layer's FFN.
+LayerRole ffn_norm_role(const LayerSpec& layer);
 
 }  // namespace nt

@@ -21,6 +21,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen3", arch::build_qwen3},
     {"qwen3moe", arch::build_qwen3moe},
     {"gemma3", arch::build_gemma3},
+    {"gpt-oss", arch::build_gpt_oss},
 };
 
 std::string supported_list() {
@@ -70,9 +71,12 @@ std::string describe_layers(const ModelSpec& spec) {
     }
   };
   every([](const LayerSpec& l) { return l.attention.qkv_bias; }, "qkv bias");
+  every([](const LayerSpec& l) { return l.attention.output_bias; }, "output bias");
+  every([](const LayerSpec& l) { return l.attention.sinks; }, "attention sinks");
   every([](const LayerSpec& l) { return l.attention.qk_norm; }, "q/k norm");
   every([](const LayerSpec& l) { return l.post_attention_norm || l.post_ffn_norm; }, "post norms");
   every([](const LayerSpec& l) { return l.activation == FfnActivation::GeluTanh; }, "GeGLU");
+  every([](const LayerSpec& l) { return l.activation == FfnActivation::SwigluOai; }, "clamped SwiGLU");
   const auto windowed = std::find_if(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.attention.window > 0; });
   if (windowed != spec.layers.end()) {
     every([](const LayerSpec& l) { return l.attention.window > 0; }, fmt::format("sliding window {} (rope theta {})",
@@ -82,8 +86,12 @@ std::string describe_layers(const ModelSpec& spec) {
   const auto moe = std::find_if(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.has_experts(); });
   if (moe != spec.layers.end()) {
     every([](const LayerSpec& l) { return l.has_experts(); },
-          fmt::format("mixture of {} experts ({} used, FFN {})", moe->moe.n_experts, moe->moe.n_experts_used,
-                      moe->moe.expert_ffn_dim));
+          fmt::format("mixture of {} experts ({} used, FFN {}{}{})", moe->moe.n_experts, moe->moe.n_experts_used,
+                      moe->moe.expert_ffn_dim, moe->moe.biases ? ", biases" : "",
+                      moe->moe.gating == ExpertGating::TopKSoftmax ? ", softmax over the chosen" : ""));
+  }
+  if (spec.rope_scaling.kind == RopeScaling::Kind::Yarn) {
+    parts.push_back(fmt::format("YaRN rope x{} from {}", spec.rope_scaling.factor, spec.rope_scaling.original_context));
   }
   if (spec.rope_style == RopeStyle::Halves) parts.push_back("rope over halves");
   if (spec.embedding_scale != 1.0f) parts.push_back(fmt::format("embeddings x {:.4g}", spec.embedding_scale));
@@ -105,8 +113,19 @@ bool ModelSpec::has_experts() const {
 }
 
 std::string cpu_only_reason(const ModelSpec& spec) {
-  if (spec.has_experts()) return "mixture-of-experts layers run on the CPU only for now";
-  return "";
+  std::vector<std::string> blocks;
+  if (spec.has_experts()) blocks.emplace_back("mixture-of-experts layers");
+  if (std::any_of(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.attention.sinks; })) {
+    blocks.emplace_back("attention sinks");
+  }
+  const auto yarn = [](const RopeSpec& r) { return r.scaling.kind == RopeScaling::Kind::Yarn; };
+  if (yarn(spec.rope()) || std::any_of(spec.layers.begin(), spec.layers.end(), [&](const LayerSpec& l) { return yarn(l.attention.rope); })) {
+    blocks.emplace_back("YaRN RoPE");
+  }
+  if (blocks.empty()) return "";
+  std::string text = blocks[0];
+  for (size_t i = 1; i < blocks.size(); ++i) text += (i + 1 == blocks.size() ? " and " : ", ") + blocks[i];
+  return text + " run on the CPU only for now";
 }
 
 std::string architecture_prefix(const GgufHeader& header) {

@@ -1,5 +1,5 @@
 // A model as data: its dimensions, its RoPE tables and, per layer, the blocks
-// in order. One builder per architecture (llama, qwen2, qwen3, qwen3moe, gemma3) reads
+// in order. One builder per architecture (llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss) reads
 // GGUF metadata into a spec; the backends interpret it instead of spelling
 // out one architecture's layer.
 #pragma once
@@ -13,11 +13,12 @@
 namespace nt {
 
 struct RopeScaling {
-  enum class Kind { None, Linear, Llama3 } kind = Kind::None;
+  enum class Kind { None, Linear, Llama3, Yarn } kind = Kind::None;
   float factor = 1.0f;             // linear: positions divided by factor
   float low_freq_factor = 1.0f;    // llama3
   float high_freq_factor = 4.0f;   // llama3
-  int64_t original_context = 8192; // llama3
+  int64_t original_context = 8192; // llama3, yarn (yarn's default: the trained context)
+  float attn_factor = 1.0f;        // yarn: multiplies its magnitude scaling (rope.scaling.attn_factor)
 
   bool operator==(const RopeScaling&) const = default;
 };
@@ -36,29 +37,41 @@ struct RopeSpec {
 enum class RopeStyle { AdjacentPairs, Halves };
 
 enum class FfnActivation {
-  Silu,      // SwiGLU: silu(gate) * up
-  GeluTanh,  // GeGLU: gelu(gate) * up, gelu's tanh approximation
+  Silu,       // SwiGLU: silu(gate) * up
+  GeluTanh,   // GeGLU: gelu(gate) * up, gelu's tanh approximation
+  SwigluOai,  // gpt-oss: g * sigmoid(1.702 g) * (u + 1), g = min(gate, 7), u = clamp(up, -7, 7)
 };
 
 struct AttentionSpec {
-  bool qkv_bias = false;  // Q, K and V projections add a bias (Qwen2)
-  bool qk_norm = false;   // per-head RMSNorm of Q and K before RoPE (Qwen3, Gemma 3)
+  bool qkv_bias = false;     // Q, K and V projections add a bias (Qwen2)
+  bool output_bias = false;  // so does the output projection (gpt-oss)
+  bool qk_norm = false;      // per-head RMSNorm of Q and K before RoPE (Qwen3, Gemma 3)
+  // A learned logit per query head that joins each softmax's denominator and
+  // weighs no value, so a head may attend to nothing (gpt-oss).
+  bool sinks = false;
   int64_t window = 0;     // sliding window: a query sees its last `window` positions; 0 = all
   RopeSpec rope;          // this layer's table (Gemma 3's local layers differ)
 
   bool operator==(const AttentionSpec&) const = default;
 };
 
+// How a router's logits become the chosen experts' weights (ties always go
+// to the lower expert index).
+enum class ExpertGating {
+  SoftmaxTopK,  // softmax over all experts, the k largest kept and renormalized to sum 1 (Mixtral, Qwen3-MoE)
+  TopKSoftmax,  // the k largest logits, softmaxed among themselves (gpt-oss)
+};
+
 // A mixture-of-experts FFN in place of the dense one: per token, a router
-// (one logit per expert) is softmaxed over all experts, the n_experts_used
-// largest probabilities are kept (ties to the lower expert index) and
-// renormalized to sum 1, and the output is their weighted sum of those
-// experts' gated FFNs (the layer's activation, expert_ffn_dim wide).
-// Mixtral (`llama` with experts) and Qwen3-MoE route so; neither has a shared expert.
+// (one logit per expert) picks n_experts_used experts and their weights, and
+// the output is the so weighted sum of those experts' gated FFNs (the
+// layer's activation, expert_ffn_dim wide). No family here has a shared expert.
 struct MoeSpec {
   int64_t n_experts = 0;       // 0: a dense FFN
   int64_t n_experts_used = 0;  // k of the top-k
   int64_t expert_ffn_dim = 0;  // each expert's hidden width
+  ExpertGating gating = ExpertGating::SoftmaxTopK;
+  bool biases = false;         // the router and every expert matrix add a bias (gpt-oss)
 
   bool operator==(const MoeSpec&) const = default;
 };
@@ -68,6 +81,8 @@ struct MoeSpec {
 struct LayerSpec {
   AttentionSpec attention;
   bool post_attention_norm = false;  // Gemma: the block's output is normed before the residual add
+  // gpt-oss stores the FFN's input norm as blk.N.post_attention_norm, not ffn_norm.
+  bool ffn_norm_named_post_attention = false;
   FfnActivation activation = FfnActivation::Silu;
   bool post_ffn_norm = false;
   MoeSpec moe;
@@ -78,7 +93,7 @@ struct LayerSpec {
 };
 
 struct ModelSpec {
-  std::string architecture;     // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3"
+  std::string architecture;     // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss"
   int64_t n_layers = 0;
   int64_t dim = 0;              // embedding width
   int64_t ffn_dim = 0;          // gated FFN hidden width (feed_forward_length; Mixtral's experts' too)
