@@ -49,10 +49,12 @@ void print_summary(const GgufFile& file) {
   fmt::print("  layer blocks     {}\n", describe_layers(c));
   fmt::print("  vocab            {}\n", c.vocab_size);
   fmt::print("  context          {}\n", c.context_length);
+  const RopeScaling& s = c.rope_scaling;
   fmt::print("  rope             theta {} dims {} scaling {}{}\n", c.rope_theta, c.rope_dim,
-             c.rope_scaling.kind == RopeScaling::Kind::Llama3   ? "llama3"
-             : c.rope_scaling.kind == RopeScaling::Kind::Linear ? "linear"
-                                                                : "none",
+             s.kind == RopeScaling::Kind::Llama3   ? "llama3"
+             : s.kind == RopeScaling::Kind::Linear ? "linear"
+             : s.kind == RopeScaling::Kind::Yarn   ? fmt::format("yarn x{} from {}", s.factor, s.original_context)
+                                                   : "none",
              c.has_rope_freqs_tensor ? " (rope_freqs tensor)" : "");
   fmt::print("  output head      {}\n", c.tied_embeddings ? "tied to token_embd" : "output.weight");
 }

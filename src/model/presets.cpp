@@ -96,6 +96,29 @@ ModelSpec gemma3(const Shape& s, int64_t window, float rope_factor, float query_
   return c;
 }
 
+// gpt-oss: experts with biases routed by a softmax over the chosen logits, a
+// clamped SwiGLU, sinks and Q/K/V/output biases, sliding layers (the even
+// ones) alternating with full ones, YaRN x32 from `original_context` on every
+// layer (the builder supplies the rest: see model/arch/gpt_oss.cpp).
+ModelSpec gpt_oss(const Shape& s, int64_t experts, int64_t used, int64_t width, int64_t window, int64_t original_context) {
+  ModelSpec c = with_experts(spec("gpt-oss", s), experts, used, width);
+  c.rope_style = RopeStyle::Halves;
+  c.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  c.rope_scaling.factor = 32.0f;
+  c.rope_scaling.original_context = original_context;
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    LayerSpec& layer = c.layers[l];
+    layer.attention.rope = c.rope();
+    layer.attention.qkv_bias = layer.attention.output_bias = layer.attention.sinks = true;
+    layer.attention.window = l % 2 == 0 ? window : 0;
+    layer.ffn_norm_named_post_attention = true;
+    layer.activation = FfnActivation::SwigluOai;
+    layer.moe.gating = ExpertGating::TopKSoftmax;
+    layer.moe.biases = true;
+  }
+  return c;
+}
+
 std::vector<ModelPreset> presets() {
   using enum SyntheticVocabStyle;
   return {
@@ -109,6 +132,10 @@ std::vector<ModelPreset> presets() {
       // Mixtures of 8 experts, 2 per token, 256 wide. Untied, as the real models are.
       {"tiny-mixtral", mixtral({4, 256, 256, 8, 4, 32, 4096, 2048, 1000000.0f, 1e-5f, false}, 8, 2), Llama3},
       {"tiny-qwen3moe", qwen3moe({4, 256, 768, 4, 2, 128, 4096, 2048, 1000000.0f, 1e-6f, false}, 8, 2, 256), Llama3},
+      // Four layers, two of them sliding with a window of 16; 8 experts, 4 per token, in MXFP4;
+      // YaRN from 128 positions (the real ratio: 32 x 4096 = 131072).
+      {"tiny-gpt-oss", gpt_oss({4, 256, 256, 8, 2, 64, 4096, 4096, 150000.0f, 1e-5f, false}, 8, 4, 256, 16, 128), GptOss,
+       TensorType::MXFP4},
       {"smollm2-135m", llama({30, 576, 1536, 9, 3, 64, 49152, 8192, 100000.0f, 1e-5f, true}), SmolLM2},
       {"llama3-1b", with_llama31_rope(llama({16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000.0f, 1e-5f, true}), 32.0f), Llama3},
       {"llama3-8b", with_llama31_rope(llama({32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000.0f, 1e-5f, false}), 8.0f), Llama3},
@@ -123,6 +150,12 @@ std::vector<ModelPreset> presets() {
       {"qwen3-30b-a3b", qwen3moe({48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000.0f, 1e-6f, false}, 128, 8, 768), Qwen3},
       {"qwen3-235b-a22b", qwen3moe({94, 4096, 12288, 64, 4, 128, 151936, 40960, 1000000.0f, 1e-6f, false}, 128, 8, 1536),
        Qwen3},
+      // OpenAI's published configs: 2880 wide, 64 query heads of 64 over 8 KV heads, experts 2880
+      // wide (4 per token), a window of 128, YaRN x32 from 4096, o200k_harmony's 201088 tokens.
+      {"gpt-oss-20b", gpt_oss({24, 2880, 2880, 64, 8, 64, 201088, 131072, 150000.0f, 1e-5f, false}, 32, 4, 2880, 128, 4096),
+       GptOss, TensorType::MXFP4},
+      {"gpt-oss-120b", gpt_oss({36, 2880, 2880, 64, 8, 64, 201088, 131072, 150000.0f, 1e-5f, false}, 128, 4, 2880, 128, 4096),
+       GptOss, TensorType::MXFP4},
       // query_pre_attn_scalar 168 = dim / heads.
       {"gemma3-27b", gemma3({62, 5376, 21504, 32, 16, 128, 262208, 131072, 1000000.0f, 1e-6f, true}, 1024, 8.0f, 168.0f), Gemma3},
   };

@@ -97,6 +97,13 @@ struct PlannedTensor {
 constexpr int64_t kDistinctExpertWeights = int64_t(1) << 24;
 // Router weights' scale over the other matrices' (write_synthetic_model's comment).
 constexpr float kRouterScale = 4.0f;
+// Clamped-SwiGLU experts' gate and up weights' scale over the other matrices': their
+// values spread with this deviation, so that a few pass the clamp at 7 and it shapes
+// the output (their down weights shrink by its square to keep the residual O(1)).
+constexpr float kClampReach = 2.5f;
+// Attention sinks are drawn in [-kSinkSpread, kSinkSpread]: logits of the size of
+// the scores, so that a sink takes a clear share of its head's attention.
+constexpr float kSinkSpread = 2.0f;
 
 // The shared direction of --router-skew: a random unit vector.
 std::vector<float> skew_direction(int64_t dim, uint64_t seed) {
@@ -165,7 +172,7 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
     std::vector<int64_t> shape{cols, rows};
     if (experts > 0) shape.push_back(experts);
     const TensorPlacementInfo info{name, shape, c.n_layers, c.n_heads / c.n_kv_heads, !c.tied_embeddings};
-    const TensorType type = choose_tensor_type(scheme, info);
+    const TensorType type = experts > 0 && preset.expert_type ? *preset.expert_type : choose_tensor_type(scheme, info);
     return plan.emplace_back(PlannedTensor{std::move(name), shape, type, stddev});
   };
   // Norm weights spread around 1, biases around 0.
@@ -174,12 +181,17 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   };
   // The scale of each role's weights.
   auto role_std = [&](LayerRole role, const LayerSpec& layer) {
+    const float clamp_reach = layer.activation == FfnActivation::SwigluOai ? kClampReach : 1.0f;
     switch (role) {
       case LayerRole::AttnOutput: return residual_std;
       case LayerRole::FfnDown: return down_std;
-      case LayerRole::FfnDownExperts: return down_std_of(layer.moe.expert_ffn_dim);
+      case LayerRole::FfnGateExperts: case LayerRole::FfnUpExperts: return clamp_reach * in_std;
+      case LayerRole::FfnDownExperts: return down_std_of(layer.moe.expert_ffn_dim) / (clamp_reach * clamp_reach);
       case LayerRole::FfnRouter: return router_std;
-      case LayerRole::AttnQBias: case LayerRole::AttnKBias: case LayerRole::AttnVBias: return 0.5f;
+      case LayerRole::AttnQBias: case LayerRole::AttnKBias: case LayerRole::AttnVBias: case LayerRole::FfnRouterBias:
+      case LayerRole::FfnGateExpertsBias: case LayerRole::FfnUpExpertsBias: return 0.5f;
+      case LayerRole::AttnOutputBias: case LayerRole::FfnDownExpertsBias: return 0.1f;
+      case LayerRole::AttnSinks: return kSinkSpread;
       default: return in_std;
     }
   };
@@ -202,7 +214,10 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
           if (router_skew > 0.0f) t.shift = router_skew_shift(skew_u, router_skew, layer.moe.n_experts_used, router_std);
         }
         if (shape.experts > 0) t.distinct_rows = shape.experts * shape.rows * shape.cols <= kDistinctExpertWeights;
-      } else if (role_info(role).gguf_suffix == "bias") {
+      } else if (shape.experts > 0) {  // a bias per expert, each row drawn on its own
+        PlannedTensor& t = plan.emplace_back(PlannedTensor{name, {shape.cols, shape.experts}, TensorType::F32, role_std(role, layer)});
+        t.distinct_rows = true;
+      } else if (role_info(role).gguf_suffix == "bias" || role == LayerRole::AttnSinks) {
         plan.push_back({name, {shape.cols}, TensorType::F32, role_std(role, layer), 0.0f});
       } else {
         vector(name, shape.cols, 1.0f);
@@ -231,10 +246,18 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
     w.add_metadata(p + "attention.key_length", GgufValue::of_u32(uint32_t(c.head_dim)));
     w.add_metadata(p + "attention.value_length", GgufValue::of_u32(uint32_t(c.head_dim)));
   }
-  // Llama 3.1's scaling travels as the rope_freqs tensor; linear scaling as keys.
+  // Llama 3.1's scaling travels as the rope_freqs tensor; linear scaling and YaRN as keys.
   if (c.rope_scaling.kind == RopeScaling::Kind::Linear) {
     w.add_metadata(p + "rope.scaling.type", GgufValue::of_string("linear"));
     w.add_metadata(p + "rope.scaling.factor", GgufValue::of_f32(c.rope_scaling.factor));
+  }
+  if (c.rope_scaling.kind == RopeScaling::Kind::Yarn) {
+    w.add_metadata(p + "rope.scaling.type", GgufValue::of_string("yarn"));
+    w.add_metadata(p + "rope.scaling.factor", GgufValue::of_f32(c.rope_scaling.factor));
+    w.add_metadata(p + "rope.scaling.original_context_length", GgufValue::of_u32(uint32_t(c.rope_scaling.original_context)));
+    // gpt-oss's converter copies these from its config; the reference engine takes them fixed.
+    w.add_metadata(p + "rope.scaling.yarn_beta_fast", GgufValue::of_f32(32.0f));
+    w.add_metadata(p + "rope.scaling.yarn_beta_slow", GgufValue::of_f32(1.0f));
   }
   if (c.has_experts()) {
     // Every preset's mixture is the same in every layer.
@@ -249,7 +272,9 @@ void write_synthetic_model(const ModelPreset& preset, QuantScheme scheme, uint64
   for (const LayerSpec& layer : c.layers) {
     if (layer.attention.window > 0) {
       w.add_metadata(p + "attention.sliding_window", GgufValue::of_u32(uint32_t(layer.attention.window)));
-      w.add_metadata(p + "rope.freq_base_swa", GgufValue::of_f32(layer.attention.rope.theta));
+      if (layer.attention.rope.theta != c.rope_theta) {
+        w.add_metadata(p + "rope.freq_base_swa", GgufValue::of_f32(layer.attention.rope.theta));
+      }
       break;
     }
   }

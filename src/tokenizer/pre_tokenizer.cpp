@@ -24,6 +24,13 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k's split (gpt-oss, GPT-4o tokenizer.json): words by case runs with contractions glued
+// on, numbers in groups of up to three digits, punctuation runs keeping newlines and slashes.
+constexpr const char* kGpt4oPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Each digit on its own (HF's Digits(individual_digits=true)), before GPT-2's split.
 constexpr const char* kSingleDigitPattern = R"(\p{N})";
 
@@ -44,6 +51,7 @@ std::optional<RuleSet> rule_set_for(std::string_view pre) {
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r") {
     return RuleSet{"smollm", {kSingleDigitPattern, kGpt2Pattern}, false};
   }
+  if (pre == "gpt-4o" || pre == "llama4") return RuleSet{"gpt-4o", {kGpt4oPattern}, false};
   if (pre == "gpt2" || pre == "default" || pre.empty()) return RuleSet{"gpt2", {kGpt2Pattern}, false};
   return std::nullopt;
 }

@@ -255,6 +255,13 @@ std::vector<std::string> llama3_specials() {
   return s;
 }
 
+// o200k_harmony's special tokens from <|startoftext|> (199998 there) to <|call|> (200012).
+std::vector<std::string> gpt_oss_specials() {
+  return {"<|startoftext|>", "<|endoftext|>",      "<|reserved_200000|>", "<|reserved_200001|>", "<|return|>",
+          "<|constrain|>",   "<|reserved_200004|>", "<|channel|>",         "<|start|>",           "<|end|>",
+          "<|message|>",     "<|reserved_200009|>", "<|reserved_200010|>", "<|reserved_200011|>", "<|call|>"};
+}
+
 struct AddedToken {
   const char* text;
   TokenKind kind;
@@ -592,6 +599,7 @@ const char* style_name(SyntheticVocabStyle style) {
     case SyntheticVocabStyle::Qwen2: return "qwen2";
     case SyntheticVocabStyle::Qwen3: return "qwen3";
     case SyntheticVocabStyle::Gemma3: return "gemma3";
+    case SyntheticVocabStyle::GptOss: return "gpt-oss";
   }
   return "?";
 }
@@ -605,11 +613,10 @@ void add_byte_level_seed_merges(MergeBuilder& b, SyntheticVocabStyle style, Rand
   }
   // Llama 3 splits numbers into groups of up to three digits and has a token for each group.
   // Qwen's vocabulary has digit pairs too, though its split never lets them form; SmolLM2's has none.
-  if (style == SyntheticVocabStyle::Llama3 || style == SyntheticVocabStyle::Qwen2 ||
-      style == SyntheticVocabStyle::Qwen3) {
+  if (style != SyntheticVocabStyle::SmolLM2) {
     for (int n = 0; n < 100; ++n) b.try_add(fmt::format("{:02d}", n));
   }
-  if (style == SyntheticVocabStyle::Llama3) {
+  if (style == SyntheticVocabStyle::Llama3 || style == SyntheticVocabStyle::GptOss) {
     for (int n = 0; n < 1000; ++n) b.try_add(fmt::format("{:03d}", n));
   }
   // Two-byte characters: Latin-1 supplement, Greek, Cyrillic (leads C3, CE-CF, D0-D1).
@@ -843,21 +850,26 @@ VocabSpec make_synthetic_bpe_vocab(int32_t n_vocab, SyntheticVocabStyle style) {
     case SyntheticVocabStyle::Gemma3:
       fail("synthetic gemma3 vocabulary is SentencePiece, not byte-level BPE (make_synthetic_vocab builds it)");
     case SyntheticVocabStyle::SmolLM2:
-    case SyntheticVocabStyle::Llama3: break;
+    case SyntheticVocabStyle::Llama3:
+    case SyntheticVocabStyle::GptOss: break;
   }
-  const bool llama3 = style == SyntheticVocabStyle::Llama3;
+  const bool llama3 = style == SyntheticVocabStyle::Llama3, gpt_oss = style == SyntheticVocabStyle::GptOss;
+  const bool specials_last = llama3 || gpt_oss;
   std::vector<std::string> specials =
-      llama3 ? llama3_specials() : std::vector<std::string>(std::begin(kSmolLM2Specials), std::end(kSmolLM2Specials));
+      llama3    ? llama3_specials()
+      : gpt_oss ? gpt_oss_specials()
+                : std::vector<std::string>(std::begin(kSmolLM2Specials), std::end(kSmolLM2Specials));
   check_size(n_vocab, int64_t(specials.size()) + 256, style,
              fmt::format("{} special + 256 byte symbols", specials.size()));
   const int64_t n_regular = int64_t(n_vocab) - int64_t(specials.size());
-  ByteLevelTokens regular = build_byte_level_tokens(n_regular, style, llama3 ? 0x11A3A3ull : 0x5A011A2ull, specials);
+  ByteLevelTokens regular =
+      build_byte_level_tokens(n_regular, style, llama3 ? 0x11A3A3ull : gpt_oss ? 0x0200C0DEull : 0x5A011A2ull, specials);
 
   VocabSpec spec;
   spec.model = "gpt2";
-  spec.pre = llama3 ? "llama-bpe" : "smollm";
-  const int32_t first_regular = llama3 ? 0 : int32_t(specials.size());
-  const int32_t first_special = llama3 ? int32_t(n_regular) : 0;
+  spec.pre = llama3 ? "llama-bpe" : gpt_oss ? "gpt-4o" : "smollm";
+  const int32_t first_regular = specials_last ? 0 : int32_t(specials.size());
+  const int32_t first_special = specials_last ? int32_t(n_regular) : 0;
   spec.tokens.resize(size_t(n_vocab));
   spec.token_types.assign(size_t(n_vocab), int32_t(TokenKind::Normal));
   for (size_t i = 0; i < specials.size(); ++i) {
@@ -877,6 +889,13 @@ VocabSpec make_synthetic_bpe_vocab(int32_t n_vocab, SyntheticVocabStyle style) {
     spec.eot_id = first_special + 9;  // <|eot_id|>
     spec.add_bos = true;
     spec.chat_template = std::string(kLlama3ChatTemplate);
+  } else if (gpt_oss) {
+    spec.bos_id = first_special + 0;   // <|startoftext|>
+    spec.pad_id = first_special + 1;   // <|endoftext|>
+    spec.eos_id = first_special + 4;   // <|return|>
+    spec.eom_id = first_special + 14;  // <|call|>
+    spec.add_bos = false;
+    spec.chat_template = std::string(kGptOssChatTemplate);
   } else {
     spec.unk_id = 0;  // <|endoftext|>
     spec.bos_id = 1;  // <|im_start|>

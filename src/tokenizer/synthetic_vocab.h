@@ -28,6 +28,10 @@ enum class SyntheticVocabStyle {
   // user-defined runs of newlines, spaces and tabs, the <0xXX> bytes, merged pieces, then
   // single characters. Gemma 3's chat template.
   Gemma3,
+  // Byte-level BPE, pre "gpt-4o" (o200k_harmony's split), harmony's 15 specials last
+  // (<|startoftext|> ... <|call|>, with the reserved ones between), no BOS added, EOS <|return|>,
+  // <|call|> ending a tool call, gpt-oss's harmony chat template.
+  GptOss,
 };
 
 // Exactly `n_vocab` tokens in the style's layout, with its special ids, flags, `pre` and
@@ -45,5 +49,6 @@ extern const std::string_view kLlama3ChatTemplate;
 extern const std::string_view kQwen25ChatTemplate;
 extern const std::string_view kQwen3ChatTemplate;
 extern const std::string_view kGemma3ChatTemplate;
+extern const std::string_view kGptOssChatTemplate;
 
 }  // namespace nt

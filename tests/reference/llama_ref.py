@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent float64 reference forward pass for GGUF decoder models of the
-architectures llama (Mixtral too), qwen2 (Qwen2.5), qwen3, qwen3moe and gemma3.
+architectures llama (Mixtral too), qwen2 (Qwen2.5), qwen3, qwen3moe, gemma3 and gpt-oss.
 
 Everything here is deliberately plain numpy: the GGUF file is read and dequantized
 by the PyPI `gguf` package (never by our C++ code) and all arithmetic is float64,
@@ -72,6 +72,29 @@ from gguf.quants import dequantize
 #           embeddings unless output.weight is present (as in every family).
 #   qwen3moe  qwen3's attention, and in every layer a mixture of experts in
 #           place of the FFN (below).
+#   gpt-oss  NeoX RoPE with YaRN scaling (below) in every layer; biases on Q,
+#           K, V (where present) and on the output projection
+#           (blk.N.attn_output.bias); per query head a learned sink logit
+#           (blk.N.attn_sinks.weight) that joins the softmax's denominator
+#           and weighs no value; scores scaled by 1/sqrt(rope_dim); layers
+#           slide as attention.sliding_window_pattern says, by default every
+#           even one (period 2: layer i slides unless i % 2 == 1), keeping
+#           the YaRN table (base rope.freq_base_swa, default rope.freq_base);
+#           the FFN's input norm is blk.N.post_attention_norm; a mixture of
+#           experts (expert_feed_forward_length wide) whose router and every
+#           expert matrix add a bias (blk.N.ffn_*.bias, one row per expert),
+#           routed by the expert_used_count largest logits softmaxed among
+#           themselves, each expert's activation the clamped SwiGLU
+#           g * sigmoid(1.702 g) * (u + 1), g = min(gate, 7), u = clamp(up, -7, 7).
+#
+# YaRN (rope.scaling.type "yarn", factor s, original context L =
+# rope.scaling.original_context_length, default context_length): with d the
+# rotated dims and base b, corr(beta) = d ln(L / (2 pi beta)) / (2 ln b),
+# low = max(0, floor(corr(32))), high = min(d - 1, ceil(corr(1))) (the
+# reference engine fixes beta 32 and 1); pair i keeps r = 1 - clamp((i - low)
+# / max(0.001, high - low), 0, 1) of its trained frequency f and takes the
+# rest from f / s: f (r + (1 - r) / s). Rotated values are also scaled by
+# rope.scaling.attn_factor (default 1) * (1 + 0.1 ln s).
 # Every family may carry Q/K/V biases: the reference engine reads them as
 # optional tensors for all of them.
 #
@@ -85,7 +108,7 @@ from gguf.quants import dequantize
 # feed_forward_length wide; qwen3moe's expert_feed_forward_length (default:
 # feed_forward_length / expert_used_count). No shared expert in either.
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt-oss")
 
 
 @dataclass
@@ -100,7 +123,7 @@ class Config:
     rms_eps: float
     rope_theta: float
     rope_dim: int
-    rope_scaling: str          # "none", "linear" or "llama3"
+    rope_scaling: str          # "none", "linear", "llama3" or "yarn"
     rope_factor: float
     rope_low_freq_factor: float
     rope_high_freq_factor: float
@@ -109,10 +132,15 @@ class Config:
     rope_neox: bool = False    # rotate the pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
     attn_scale: float = 0.0    # multiplies q.k; 0: 1/sqrt(head_dim)
     embed_scale: float = 1.0   # multiplies the token embeddings
-    ffn_act: str = "silu"      # gate activation: "silu" or "gelu_tanh"
+    ffn_act: str = "silu"      # gate activation: "silu", "gelu_tanh" or "swiglu_oai"
     sliding_window: int = 0    # W: a sliding-window layer's query at p sees keys p-W+1..p; 0: none
     swa_layers: tuple = ()     # per layer, True for a sliding-window layer (empty: none)
-    rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers (no scaling there)
+    rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers
+    swa_rope_scaled: bool = False  # the sliding-window layers keep the model's RoPE scaling (gpt-oss; not gemma3)
+    rope_attn_factor: float = 1.0  # yarn: multiplies its magnitude scaling
+    sinks: bool = False        # per-head attention sinks (gpt-oss)
+    moe_biases: bool = False   # the router and the experts' matrices add biases (gpt-oss)
+    topk_softmax: bool = False  # route by the k largest logits softmaxed among themselves (gpt-oss)
     logit_softcap: float = 0.0  # logits -> cap * tanh(logits / cap); 0: off
     n_experts: int = 0         # a mixture of experts in every layer; 0: dense FFNs
     n_experts_used: int = 0
@@ -128,12 +156,13 @@ def read_field(reader, key, default=None):
     return field.contents()
 
 
-def gemma3_swa_layers(reader, p, n_layers):
+def swa_layers(reader, p, n_layers, period):
     """Which layers slide: attention.sliding_window_pattern holds either one
-    flag per layer or a period n (default 6), where layer i slides unless
-    i % n == n - 1 (so with 6 every 6th layer, 5, 11, ..., is global; n = 0
-    makes every layer slide). Flags missing from a short list read as global."""
-    pattern = read_field(reader, p + "attention.sliding_window_pattern", 6)
+    flag per layer or a period n (default: the family's, 6 for gemma3 and 2
+    for gpt-oss), where layer i slides unless i % n == n - 1 (so with 6 every
+    6th layer, 5, 11, ..., is global; n = 0 makes every layer slide). Flags
+    missing from a short list read as global."""
+    pattern = read_field(reader, p + "attention.sliding_window_pattern", period)
     if isinstance(pattern, list):
         return tuple(bool(pattern[i]) if i < len(pattern) else False for i in range(n_layers))
     n = int(pattern)
@@ -162,7 +191,7 @@ def read_config(reader):
     scaling = read_field(reader, p + "rope.scaling.type", "linear")
     # "llama3" is this file's own name for Llama 3.1 scaling computed without
     # a rope_freqs tensor; the reference engine knows none but none and linear.
-    if scaling not in ("none", "linear", "llama3") or (scaling == "llama3" and arch != "llama"):
+    if scaling not in ("none", "linear", "llama3", "yarn") or (scaling == "llama3" and arch != "llama"):
         sys.exit(f"{p}rope.scaling.type = {scaling!r} is not supported for {arch}")
     factor = float(read_field(reader, p + "rope.scaling.factor", read_field(reader, p + "rope.scale_linear", 1.0)))
     config = Config(
@@ -181,17 +210,20 @@ def read_config(reader):
         rope_factor=factor if factor != 0.0 else 1.0,
         rope_low_freq_factor=float(read_field(reader, p + "rope.scaling.low_freq_factor", 1.0)),
         rope_high_freq_factor=float(read_field(reader, p + "rope.scaling.high_freq_factor", 4.0)),
-        rope_original_context=int(read_field(reader, p + "rope.scaling.original_context_length", 8192)),
+        rope_original_context=int(read_field(reader, p + "rope.scaling.original_context_length",
+                                             int(read_field(reader, p + "context_length")) if scaling == "yarn" else 8192)),
+        rope_attn_factor=float(read_field(reader, p + "rope.scaling.attn_factor", 1.0)),
         arch=arch,
         rope_neox=arch != "llama",
     )
     config.n_experts = int(read_field(reader, p + "expert_count", 0))
-    if arch == "qwen3moe" and config.n_experts <= 0:
+    if arch in ("qwen3moe", "gpt-oss") and config.n_experts <= 0:
         sys.exit(f"{p}expert_count must be positive")
     if config.n_experts > 0:
         config.n_experts_used = int(read_field(reader, p + "expert_used_count"))
         config.expert_ffn_dim = config.ffn_dim if arch == "llama" else int(
-            read_field(reader, p + "expert_feed_forward_length", config.ffn_dim // config.n_experts_used))
+            read_field(reader, p + "expert_feed_forward_length",
+                       None if arch == "gpt-oss" else config.ffn_dim // config.n_experts_used))
     if arch == "gemma3":
         config.embed_scale = math.sqrt(dim)
         config.ffn_act = "gelu_tanh"
@@ -202,8 +234,16 @@ def read_config(reader):
         config.logit_softcap = float(read_field(reader, p + "final_logit_softcapping", 0.0))
         config.sliding_window = int(read_field(reader, p + "attention.sliding_window", 0))
         if config.sliding_window > 0:
-            config.swa_layers = gemma3_swa_layers(reader, p, n_layers)
+            config.swa_layers = swa_layers(reader, p, n_layers, 6)
             config.rope_theta_swa = float(read_field(reader, p + "rope.freq_base_swa", 10000.0))
+    if arch == "gpt-oss":
+        config.attn_scale = 1.0 / math.sqrt(rope_dim)
+        config.ffn_act = "swiglu_oai"
+        config.sinks = config.moe_biases = config.topk_softmax = True
+        config.sliding_window = int(read_field(reader, p + "attention.sliding_window"))
+        config.swa_layers = swa_layers(reader, p, n_layers, 2)
+        config.rope_theta_swa = float(read_field(reader, p + "rope.freq_base_swa", config.rope_theta))
+        config.swa_rope_scaled = True
     return config
 
 
@@ -270,6 +310,10 @@ class Layer:
     w_down: Matrix  # (dim, ffn_dim)
     router: Matrix = None  # (n_experts, dim): a mixture of experts
     experts: list = None   # per expert, its (gate, up, down) Matrix triple
+    router_bias: np.ndarray = None  # (n_experts,): gpt-oss
+    expert_biases: list = None      # per expert, its (gate, up, down) bias triple: gpt-oss
+    bo: np.ndarray = None  # (dim,): gpt-oss
+    sinks: np.ndarray = None  # (n_heads,): gpt-oss
     bq: np.ndarray = None  # (n_heads*head_dim,), optional in every family
     bk: np.ndarray = None  # (n_kv_heads*head_dim,)
     bv: np.ndarray = None
@@ -318,6 +362,13 @@ class Model:
             downs = expert_matrices(b + "ffn_down_exps.weight", (c.dim, c.expert_ffn_dim))
             return list(zip(gates, ups, downs))
 
+        def expert_biases(b):
+            """Each expert's (gate, up, down) biases: rows of (n_experts, width) tensors."""
+            gates = get(b + "ffn_gate_exps.bias", (c.n_experts, c.expert_ffn_dim))
+            ups = get(b + "ffn_up_exps.bias", (c.n_experts, c.expert_ffn_dim))
+            downs = get(b + "ffn_down_exps.bias", (c.n_experts, c.dim))
+            return list(zip(gates, ups, downs))
+
         self.token_embd = t.get("token_embd.weight")
         if self.token_embd is None or self.token_embd.ndim != 2 or self.token_embd.shape[1] != c.dim:
             sys.exit("tensor token_embd.weight is missing or not (vocab, dim)")
@@ -328,6 +379,10 @@ class Model:
         post_norms = c.arch == "gemma3"
         moe = c.n_experts > 0
         self.min_route_margin = math.inf  # see route()
+        # What-ifs for tests that show a check can fail: the forward pass without
+        # the attention sinks, or with every sliding-window layer attending to all.
+        self.ignore_sinks = False
+        self.ignore_window = False
         self.layers = []
         for i in range(c.n_layers):
             b = f"blk.{i}."
@@ -337,12 +392,17 @@ class Model:
                 wk=matrix(b + "attn_k.weight", (kv_dim, c.dim)),
                 wv=matrix(b + "attn_v.weight", (kv_dim, c.dim)),
                 wo=matrix(b + "attn_output.weight", (c.dim, q_dim)),
-                ffn_norm=get(b + "ffn_norm.weight", (c.dim,)),
+                # gpt-oss stores the FFN's input norm under the post-attention name.
+                ffn_norm=get(b + ("post_attention_norm.weight" if c.arch == "gpt-oss" else "ffn_norm.weight"), (c.dim,)),
                 w_gate=None if moe else matrix(b + "ffn_gate.weight", (c.ffn_dim, c.dim)),
                 w_up=None if moe else matrix(b + "ffn_up.weight", (c.ffn_dim, c.dim)),
                 w_down=None if moe else matrix(b + "ffn_down.weight", (c.dim, c.ffn_dim)),
                 router=matrix(b + "ffn_gate_inp.weight", (c.n_experts, c.dim)) if moe else None,
                 experts=experts(b) if moe else None,
+                router_bias=get(b + "ffn_gate_inp.bias", (c.n_experts,)) if c.moe_biases else None,
+                expert_biases=expert_biases(b) if c.moe_biases else None,
+                bo=get(b + "attn_output.bias", (c.dim,)) if c.arch == "gpt-oss" else None,
+                sinks=get(b + "attn_sinks.weight", (c.n_heads,)) if c.sinks else None,
                 bq=optional(b + "attn_q.bias", (q_dim,)),
                 bk=optional(b + "attn_k.bias", (kv_dim,)),
                 bv=optional(b + "attn_v.bias", (kv_dim,)),
@@ -363,8 +423,10 @@ class Model:
         # Llama 3.1 frequency factors: only the llama family applies them.
         rope_freqs = optional("rope_freqs.weight", (c.rope_dim // 2,)) if c.arch == "llama" else None
         self.inv_freq = rope_frequencies(c, rope_freqs)
-        # Sliding-window layers rotate with their own base and without the Llama 3.1 factors.
-        self.inv_freq_swa = rope_frequencies(c, None, theta=c.rope_theta_swa, scaling=False)
+        # Sliding-window layers rotate with their own base and without the Llama 3.1 factors;
+        # gemma3's without scaling at all, gpt-oss's with the model's YaRN.
+        self.inv_freq_swa = rope_frequencies(c, None, theta=c.rope_theta_swa, scaling=c.swa_rope_scaled)
+        self.rope_magnitude = yarn_magnitude(c)
         unused = sorted(set(t) - used)
         if unused:
             sys.exit(f"{c.arch}: tensors this reference does not model: {', '.join(unused)}")
@@ -387,7 +449,25 @@ def rope_frequencies(c, rope_freqs, theta=None, scaling=True):
         return freq / rope_freqs
     if scaling and c.rope_scaling == "llama3":
         return freq / llama3_factors(c, freq)
+    if scaling and c.rope_scaling == "yarn":
+        return freq * yarn_keep_share(c, base, i)
     return freq
+
+
+def yarn_keep_share(c, base, i):
+    """YaRN's factor on pair i's frequency: r + (1 - r) / factor, r the share kept as trained."""
+    def corr(beta):
+        return c.rope_dim * math.log(c.rope_original_context / (2 * math.pi * beta)) / (2 * math.log(base))
+    low, high = max(0.0, math.floor(corr(32.0))), min(c.rope_dim - 1.0, math.ceil(corr(1.0)))
+    keep = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)
+    return keep + (1.0 - keep) / c.rope_factor
+
+
+def yarn_magnitude(c):
+    """What YaRN multiplies the rotated values by (1 without YaRN)."""
+    if c.rope_scaling != "yarn":
+        return 1.0
+    return c.rope_attn_factor * (1.0 + 0.1 * math.log(c.rope_factor) if c.rope_factor > 1.0 else 1.0)
 
 
 def llama3_factors(c, freq):
@@ -403,17 +483,18 @@ def llama3_factors(c, freq):
     return np.where(wavelen > low_wavelen, c.rope_factor, factors)
 
 
-def apply_rope(x, positions, inv_freq, c, linear_scaling=True):
+def apply_rope(x, positions, inv_freq, c, linear_scaling=True, magnitude=1.0):
     """Rotates pairs of each head by pos * theta_i; x is (n_tokens, n_heads, head_dim).
     Pair i is (2i, 2i+1) for llama and (i, i + rope_dim/2) for the NeoX style
     of the other families; dimensions past rope_dim are left untouched.
     Linear scaling divides the positions by the factor, unless not
-    `linear_scaling` (gemma3's sliding-window layers)."""
+    `linear_scaling` (gemma3's sliding-window layers). The rotated values are
+    multiplied by `magnitude` (YaRN's)."""
     pos = positions.astype(np.float64)
     if linear_scaling and c.rope_scaling == "linear":
         pos = pos / c.rope_factor
     angle = pos[:, None] * inv_freq[None, :]          # (n_tokens, rope_dim/2)
-    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    cos, sin = magnitude * np.cos(angle)[:, None, :], magnitude * np.sin(angle)[:, None, :]
     half = c.rope_dim // 2
     first = slice(0, half) if c.rope_neox else slice(0, c.rope_dim, 2)
     second = slice(half, c.rope_dim) if c.rope_neox else slice(1, c.rope_dim, 2)
@@ -567,12 +648,10 @@ def attention(x, layer, li, positions, cache, model):
     if layer.q_norm is not None:                      # per head, before RoPE
         q = rmsnorm(q, layer.q_norm, c.rms_eps)
         k = rmsnorm(k, layer.k_norm, c.rms_eps)
-    if layer.sliding:
-        q = apply_rope(q, positions, model.inv_freq_swa, c, linear_scaling=False)
-        k = apply_rope(k, positions, model.inv_freq_swa, c, linear_scaling=False)
-    else:
-        q = apply_rope(q, positions, model.inv_freq, c)
-        k = apply_rope(k, positions, model.inv_freq, c)
+    inv_freq = model.inv_freq_swa if layer.sliding else model.inv_freq
+    linear_scaling = c.swa_rope_scaled or not layer.sliding
+    q = apply_rope(q, positions, inv_freq, c, linear_scaling, model.rope_magnitude)
+    k = apply_rope(k, positions, inv_freq, c, linear_scaling, model.rope_magnitude)
     if a.kv_f16:
         k, v = (t.astype(np.float16).astype(np.float64) for t in (k, v))
     keys, values = cache.append(li, k, v)            # (n_pos, n_kv_heads, head_dim)
@@ -585,30 +664,52 @@ def attention(x, layer, li, positions, cache, model):
     key_pos = np.arange(keys.shape[0])[None, :]
     query_pos = positions[:, None]
     visible = key_pos <= query_pos                    # causal
-    if layer.sliding:                                 # and only the last sliding_window positions
+    if layer.sliding and not model.ignore_window:     # and only the last sliding_window positions
         visible &= query_pos - key_pos < c.sliding_window
     scores = np.where(visible[None, :, :], scores, -np.inf)
-    out = np.einsum("hqk,khd->qhd", softmax(scores), values).reshape(n, c.n_heads * c.head_dim)
-    return linear(out, layer.wo, a)
+    if layer.sinks is not None and not model.ignore_sinks:
+        # The sink joins each head's softmax as one more logit, and its weight is dropped.
+        sink = np.broadcast_to(layer.sinks[:, None, None], (c.n_heads, n, 1))
+        weights = softmax(np.concatenate([scores, sink], axis=-1))[..., :-1]
+    else:
+        weights = softmax(scores)
+    out = np.einsum("hqk,khd->qhd", weights, values).reshape(n, c.n_heads * c.head_dim)
+    return projection(out, layer.wo, layer.bo, a)
 
 
-def gated_ffn(x, gate, up, down, arithmetic, act=silu, n_pass=None):
-    hidden = act(linear(x, gate, arithmetic, n_pass)) * linear(x, up, arithmetic, n_pass)
-    return linear(hidden, down, arithmetic, n_pass)
+def swiglu_oai(gate, up):
+    """gpt-oss's clamped SwiGLU: g * sigmoid(1.702 g) * (u + 1), g = min(gate, 7), u = clamp(up, -7, 7)."""
+    g = np.minimum(gate, 7.0)
+    return g / (1.0 + np.exp(-1.702 * g)) * (np.clip(up, -7.0, 7.0) + 1.0)
+
+
+def gated_ffn(x, gate, up, down, arithmetic, act=silu, n_pass=None, biases=(None, None, None)):
+    """down(act(gate x) * up x), each product plus its bias where given; act
+    takes (gate, up) when it is swiglu_oai, else gate alone."""
+    g, u = (linear(x, m, arithmetic, n_pass) for m in (gate, up))
+    if biases[0] is not None:
+        g, u = g + biases[0], u + biases[1]
+    hidden = swiglu_oai(g, u) if act is swiglu_oai else act(g) * u
+    y = linear(hidden, down, arithmetic, n_pass)
+    return y if biases[2] is None else y + biases[2]
 
 
 def feed_forward(x, layer, arithmetic, act=silu):
     return gated_ffn(x, layer.w_gate, layer.w_up, layer.w_down, arithmetic, act)
 
 
-def route(logits, k):
-    """One token's experts and weights: the k most probable of softmax(logits)
-    (a stable sort: ties go to the lower index), renormalized to sum 1; and
-    the margin of that choice, the k-th largest logit less the next."""
-    probs = softmax(logits)
-    order = np.argsort(-probs, kind="stable")
+def route(logits, k, topk_softmax=False):
+    """One token's experts and weights: the k largest logits (a stable sort:
+    ties go to the lower index), weighted by softmax(logits) renormalized over
+    them, or with topk_softmax by the softmax of their logits alone (the two
+    agree; they are computed as the engines do); and the margin of that
+    choice, the k-th largest logit less the next."""
+    order = np.argsort(-logits, kind="stable")
     chosen = order[:k]
     margin = logits[order[k - 1]] - logits[order[k]] if k < len(logits) else math.inf
+    if topk_softmax:
+        return chosen, softmax(logits[chosen]), margin
+    probs = softmax(logits)
     return chosen, probs[chosen] / probs[chosen].sum(), margin
 
 
@@ -618,8 +719,11 @@ def moe_feed_forward(x, layer, model, act=silu):
     c, a = model.config, model.arithmetic
     n = x.shape[0]
     weight = np.zeros((n, c.n_experts))  # each token's weight per expert, 0 where not chosen
-    for t, logits in enumerate(linear(x, layer.router, a)):
-        chosen, weights, margin = route(logits, c.n_experts_used)
+    router_logits = linear(x, layer.router, a)
+    if layer.router_bias is not None:
+        router_logits = router_logits + layer.router_bias
+    for t, logits in enumerate(router_logits):
+        chosen, weights, margin = route(logits, c.n_experts_used, c.topk_softmax)
         weight[t, chosen] = weights
         model.min_route_margin = min(model.min_route_margin, margin)
     out = np.zeros_like(x)
@@ -627,11 +731,12 @@ def moe_feed_forward(x, layer, model, act=silu):
         rows = np.flatnonzero(weight[:, e])
         if len(rows):
             # Rounded as in a pass of n tokens: an engine's expert kernels are those of the pass.
-            out[rows] += weight[rows, e, None] * gated_ffn(x[rows], gate, up, down, a, act, n_pass=n)
+            biases = layer.expert_biases[e] if layer.expert_biases is not None else (None, None, None)
+            out[rows] += weight[rows, e, None] * gated_ffn(x[rows], gate, up, down, a, act, n_pass=n, biases=biases)
     return out
 
 
-ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "swiglu_oai": swiglu_oai}
 
 
 def forward(model, tokens, start_pos, cache, on_layer=None):
@@ -692,7 +797,7 @@ def generate(model, prompt, n_greedy, step=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="GGUF file of a llama, qwen2, qwen3, qwen3moe or gemma3 model")
+    parser.add_argument("model", help="GGUF file of a llama, qwen2, qwen3, qwen3moe, gemma3 or gpt-oss model")
     parser.add_argument("--tokens", required=True, help="comma-separated prompt token ids")
     parser.add_argument("--out", required=True, help="where to write the float64 logits (.npy)")
     parser.add_argument("--greedy", type=int, default=0, help="greedy tokens to generate after the prompt")

@@ -197,8 +197,7 @@ TEST(ModelSpec, GptOssLayers) {
   }
   EXPECT_EQ(describe_layers(s),
             "qkv bias, output bias, attention sinks, clamped SwiGLU, sliding window 128 (rope theta 150000) on 2 of 4 "
-            "layers, mixture of 32 experts (4 used, FFN 128, biases, softmax over the chosen), YaRN rope x32 from 4096, "
-            "rope over halves");
+            "layers, mixture of 32 experts (4 used, FFN 128, biases, softmax over the chosen), rope over halves");
   EXPECT_EQ(cpu_only_reason(s), "mixture-of-experts layers, attention sinks and YaRN RoPE run on the CPU only for now");
   const std::vector<LayerRole> roles = layer_roles(s, 1);
   using enum LayerRole;

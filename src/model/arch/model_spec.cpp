@@ -90,9 +90,6 @@ std::string describe_layers(const ModelSpec& spec) {
                       moe->moe.expert_ffn_dim, moe->moe.biases ? ", biases" : "",
                       moe->moe.gating == ExpertGating::TopKSoftmax ? ", softmax over the chosen" : ""));
   }
-  if (spec.rope_scaling.kind == RopeScaling::Kind::Yarn) {
-    parts.push_back(fmt::format("YaRN rope x{} from {}", spec.rope_scaling.factor, spec.rope_scaling.original_context));
-  }
   if (spec.rope_style == RopeStyle::Halves) parts.push_back("rope over halves");
   if (spec.embedding_scale != 1.0f) parts.push_back(fmt::format("embeddings x {:.4g}", spec.embedding_scale));
   if (spec.final_logit_softcap > 0.0f) parts.push_back(fmt::format("logit softcap {}", spec.final_logit_softcap));
