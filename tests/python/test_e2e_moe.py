@@ -1,7 +1,8 @@
 """Mixtures of experts through the engine's other paths, on random-weight
 tiny presets: `batch` (continuous batching: sequences' prompt chunks and
 decode steps share passes, so an expert takes tokens of several sequences at
-once) gives every line the greedy text `run` gives it alone, and `plan` plans
+once) gives every line the greedy text `run` gives it alone (tiny-qwen3moe,
+and tiny-gpt-oss with its MXFP4 experts and sliding layers), and `plan` plans
 a MoE model with the note that it runs on the CPU. (The logits themselves are
 checked against the float64 reference in test_architectures.py.)"""
 
@@ -30,8 +31,9 @@ def run_alone(path, prompt):
     return result.stdout[len(prompt):]
 
 
-def test_batch_greedy_output_equals_run(model):
-    path = model("tiny-qwen3moe")
+@pytest.mark.parametrize("preset", ["tiny-qwen3moe", "tiny-gpt-oss"])
+def test_batch_greedy_output_equals_run(model, preset):
+    path = model(preset)
     lines = "".join(json.dumps({"id": i, "prompt": p, "max_tokens": N_PREDICT, "temperature": 0}) + "\n"
                     for i, p in enumerate(PROMPTS))
     # Three at a time, prompts cut into chunks of 32 positions beside the others' decode steps.

@@ -16,7 +16,9 @@ BIN = Path(os.environ.get("NT_BUILD_DIR", "build")) / "src" / "ntransformer"
 # and for the families beside Llama the head width and the extra tensors of each layer.
 # MIXTURES: each mixture of experts' architecture, experts, experts used and expert width
 # (config.json's num_local_experts / num_experts, num_experts_per_tok, and Mixtral's
-# intermediate_size or Qwen3-MoE's moe_intermediate_size).
+# intermediate_size or Qwen3-MoE's moe_intermediate_size; gpt-oss's num_local_experts,
+# experts_per_token and intermediate_size). gpt-oss's extras are its biases, sinks and
+# the FFN norm named post_attention_norm.
 ARCHITECTURES = {
     "smollm2-135m": (30, 576, 1536, 9, 3, 49152, True),
     "llama3-1b": (16, 2048, 8192, 32, 8, 128256, True),
@@ -33,6 +35,9 @@ ARCHITECTURES = {
     "mixtral-8x7b": (32, 4096, 14336, 32, 8, 32000, False),
     "qwen3-30b-a3b": (48, 2048, 6144, 32, 4, 151936, False, 128, {"qk_norm"}),
     "qwen3-235b-a22b": (94, 4096, 12288, 64, 4, 151936, False, 128, {"qk_norm"}),
+    "tiny-gpt-oss": (4, 256, 256, 8, 2, 4096, False, 64, {"qkv_bias", "gpt_oss"}),
+    "gpt-oss-20b": (24, 2880, 2880, 64, 8, 201088, False, 64, {"qkv_bias", "gpt_oss"}),
+    "gpt-oss-120b": (36, 2880, 2880, 64, 8, 201088, False, 64, {"qkv_bias", "gpt_oss"}),
 }
 MIXTURES = {
     "tiny-mixtral": ("llama", 8, 2, 256),
@@ -40,6 +45,9 @@ MIXTURES = {
     "mixtral-8x7b": ("llama", 8, 2, 14336),
     "qwen3-30b-a3b": ("qwen3moe", 128, 8, 768),
     "qwen3-235b-a22b": ("qwen3moe", 128, 8, 1536),
+    "tiny-gpt-oss": ("gpt-oss", 8, 4, 256),
+    "gpt-oss-20b": ("gpt-oss", 32, 4, 2880),
+    "gpt-oss-120b": ("gpt-oss", 128, 4, 2880),
 }
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "q4_k_m", "q5_k_m"]
@@ -70,6 +78,13 @@ def expected_shapes(preset):
                            f"blk.{i}.attn_v.bias": (kv_heads * head_dim,)})
         if "qk_norm" in extras:
             shapes.update({f"blk.{i}.attn_q_norm.weight": (head_dim,), f"blk.{i}.attn_k_norm.weight": (head_dim,)})
+        if "gpt_oss" in extras:
+            _, experts, _, width = MIXTURES[preset]
+            shapes[f"blk.{i}.post_attention_norm.weight"] = shapes.pop(f"blk.{i}.ffn_norm.weight")
+            shapes.update({
+                f"blk.{i}.attn_sinks.weight": (heads,), f"blk.{i}.attn_output.bias": (dim,),
+                f"blk.{i}.ffn_gate_inp.bias": (experts,), f"blk.{i}.ffn_gate_exps.bias": (width, experts),
+                f"blk.{i}.ffn_up_exps.bias": (width, experts), f"blk.{i}.ffn_down_exps.bias": (dim, experts)})
         if "post_norms" in extras:
             shapes.update({f"blk.{i}.post_attention_norm.weight": (dim,), f"blk.{i}.post_ffw_norm.weight": (dim,)})
     if preset.startswith("llama3"):
@@ -94,8 +109,10 @@ def test_every_preset_and_type_has_exact_shapes(preset, qtype):
                          check=True, capture_output=True, text=True).stdout
     shapes, types = parse_directory(out)
     assert shapes == expected_shapes(preset)
-    norms = [n for n in types if n.endswith("_norm.weight")]
+    norms = [n for n in types if n.endswith("_norm.weight") or n.endswith(".bias") or n.endswith("_sinks.weight")]
     assert all(types[n] == "F32" for n in norms)
+    if preset in MIXTURES and MIXTURES[preset][0] == "gpt-oss":  # its experts are MXFP4 in every file
+        assert {types[n] for n in types if n.endswith("_exps.weight")} == {"MXFP4"}
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -115,7 +132,7 @@ def test_tiny_written_and_read_by_gguf_py(tmp_path, qtype):
     assert abs(q.std() * np.sqrt(256) - 1.0) < 0.25
 
 
-@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen3moe"])
+@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen3moe", "tiny-gpt-oss"])
 def test_mixtures_written_and_read_by_gguf_py(tmp_path, preset):
     """gguf-py reads the shapes, the expert keys, and a router left F32 by a quantized scheme."""
     path = tmp_path / f"{preset}.gguf"
@@ -130,33 +147,42 @@ def test_mixtures_written_and_read_by_gguf_py(tmp_path, preset):
     assert fields.get(f"{arch}.expert_feed_forward_length", fields[f"{arch}.feed_forward_length"]) == width
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     assert types["blk.0.ffn_gate_inp.weight"] == "F32"
-    assert types["blk.0.ffn_up_exps.weight"] == "Q4_K"
+    assert types["blk.0.ffn_up_exps.weight"] == ("MXFP4" if arch == "gpt-oss" else "Q4_K")
 
 
 def router_logits(path):
-    """Every layer's router logits over the embeddings of all tokens, from gguf-py's reading."""
+    """The layer-0 router's logits (plus its bias, where it has one) over the embeddings of all
+    tokens, from gguf-py's reading."""
     reader = gguf.GGUFReader(str(path))
+    names = ("token_embd.weight", "blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.bias")
     t = {x.name: gguf.quants.dequantize(x.data, x.tensor_type).reshape([int(d) for d in reversed(x.shape)])
-         for x in reader.tensors if x.name in ("token_embd.weight", "blk.0.ffn_gate_inp.weight")}
+         for x in reader.tensors if x.name in names}
     x = t["token_embd.weight"].astype(np.float64)
     x = x / np.sqrt((x * x).mean(axis=1, keepdims=True))
-    return x @ t["blk.0.ffn_gate_inp.weight"].T
+    return x @ t["blk.0.ffn_gate_inp.weight"].T + t.get("blk.0.ffn_gate_inp.bias", 0.0)
 
 
-def test_router_skew_favours_the_first_experts(tmp_path):
+# Experts used, and the share of the picks expert 0 must exceed with --router-skew 3
+# (uniform: 1/8; at most 1/used, when every token picks it).
+SKEWED = {"tiny-qwen3moe": (2, 0.3), "tiny-gpt-oss": (4, 0.2)}
+
+
+@pytest.mark.parametrize("preset", list(SKEWED))
+def test_router_skew_favours_the_first_experts(tmp_path, preset):
     """Routed by the layer-0 router over the (normed) embeddings alone: without skew every expert
     is picked about equally; with --router-skew 3 expert 0 is picked most, and its share still
     depends on the token."""
+    used, skewed_share = SKEWED[preset]
     shares = {}
     for skew in ("0", "3"):
         path = tmp_path / f"skew{skew}.gguf"
-        subprocess.run([BIN, "make-model", "--preset", "tiny-qwen3moe", "--type", "f32", "--out", path, "--seed", "5",
+        subprocess.run([BIN, "make-model", "--preset", preset, "--type", "f32", "--out", path, "--seed", "5",
                         "--router-skew", skew], check=True, capture_output=True)
-        top2 = np.argsort(-router_logits(path), axis=1, kind="stable")[:, :2]
-        shares[skew] = np.bincount(top2.ravel(), minlength=8) / top2.size
-    assert shares["0"].max() < 0.2  # 8 experts, 2 used: 0.125 each
-    assert shares["3"][0] > 0.3 and shares["3"][0] == shares["3"].max()
-    assert shares["3"][0] < 0.5  # not every token
+        top = np.argsort(-router_logits(path), axis=1, kind="stable")[:, :used]
+        shares[skew] = np.bincount(top.ravel(), minlength=8) / top.size
+    assert shares["0"].max() < 0.2  # 8 experts: 0.125 each
+    assert shares["3"][0] > skewed_share and shares["3"][0] == shares["3"].max()
+    assert shares["3"][0] < 1 / used  # not every token
 
 
 def test_router_skew_needs_experts(tmp_path):
