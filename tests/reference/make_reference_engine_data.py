@@ -5,23 +5,27 @@ suite compares our engine against a second oracle without ever building
 llama.cpp (tests/python/test_reference_engine_data.py reads the data).
 
     .venv/bin/python tests/reference/make_reference_engine_data.py BIN_DIR [--ntransformer PATH]
-        [--preset P ...] [--first-seed N] [--out DIR]
+        [--preset P ...] [--first-seed N] [--out DIR] [--reference-engine TEXT]
 
 BIN_DIR holds llama-completion and llama-perplexity of llama.cpp 0c1e570 (the
 copy in the PyPI source package llama-cpp-python==0.3.36), built for the CPU
-as tests/reference/check_reference_engine.py describes. PATH is our binary
+as tests/reference/check_reference_engine.py describes, or of the build that
+TEXT describes (it is recorded in the data); gpt-oss needs a llama.cpp that
+knows it. PATH is our binary
 (default: build/src/ntransformer); DIR the data directory (default:
 tests/data/reference_engine), one <preset>.json per preset.
 
 For each preset (tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny, the llama one, and
-the mixtures of experts tiny-mixtral and tiny-qwen3moe) and each seed S from
+the mixtures of experts tiny-mixtral, tiny-qwen3moe and tiny-gpt-oss) and each seed S from
 --first-seed on, until one passes:
 
   model     ntransformer make-model --preset P --type f32 --seed S --out MODEL.gguf
             (its sha256 is kept: the test regenerates the model and refuses to
             compare against data computed from a different file)
   prompt    ntransformer tokenize -m MODEL.gguf -p "Once upon a time" --ids
-  greedy    the float64 reference (tests/reference/llama_ref.py) generates 48
+  greedy    the float64 reference (tests/reference/llama_ref.py; with --act-q8
+            arithmetic for a file with MXFP4 weights, gpt-oss's experts, which
+            both engines multiply with 8-bit activations) generates 48
             tokens from the prompt's ids (llama_ref.generate); the seed passes
             only if, at every step, the chosen token is the lowest id of the
             top logit value and the top-two margin over distinct logit values
@@ -83,7 +87,7 @@ SOURCE_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_ref  # noqa: E402
 
-PRESETS = ("tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny", "tiny-mixtral", "tiny-qwen3moe")
+PRESETS = ("tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny", "tiny-mixtral", "tiny-qwen3moe", "tiny-gpt-oss")
 TYPE = "f32"
 PROMPT = "Once upon a time"
 N_GREEDY = 48
@@ -227,6 +231,13 @@ def reference_greedy(model, vocab, prompt_ids):
     return ids, (margins[step], step), None
 
 
+def reference_arithmetic(path):
+    """Exact float64, but for files with MXFP4 weights: the engines round those
+    products' inputs to 8 bits whatever the file's type, which --act-q8 models."""
+    mxfp4 = any(t.tensor_type.name == "MXFP4" for t in GGUFReader(str(path)).tensors)
+    return llama_ref.Arithmetic(act_q8=mxfp4)
+
+
 def engine_greedy(tools, path):
     """The reference engine's prompt ids and continuation bytes."""
     def complete(stdout, stderr):
@@ -242,7 +253,7 @@ def try_seed(tools, preset, seed):
     tools.ours(make_model_cmd(preset, seed), path)
     vocab = Vocab(path)
     prompt_ids = json.loads(tools.ours(["tokenize", "-m", MODEL, "-p", PROMPT, "--ids"], path))
-    model = llama_ref.Model(str(path))
+    model = llama_ref.Model(str(path), reference_arithmetic(path))
     ids, margin, why = reference_greedy(model, vocab, prompt_ids)
     if why:
         print(f"{preset} seed {seed}: refused: {why}")
@@ -321,7 +332,7 @@ def engine_perplexity(tools, path, text_path):
 # ----------------------------------------------------------------------------
 
 
-def make_data(tools, preset, first_seed):
+def make_data(tools, preset, first_seed, reference_engine):
     for seed in range(first_seed, first_seed + 100):
         greedy = try_seed(tools, preset, seed)
         if greedy:
@@ -345,7 +356,7 @@ def make_data(tools, preset, first_seed):
         "seed": greedy["seed"],
         "type": TYPE,
         "model_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "reference_engine": REFERENCE_ENGINE,
+        "reference_engine": reference_engine,
         "make_model_command": ["ntransformer"] + make_model_cmd(preset, greedy["seed"]),
         "greedy": {
             "command": greedy_cmd(),
@@ -390,12 +401,13 @@ def main():
     parser.add_argument("--preset", action="append", choices=PRESETS, help="only these presets")
     parser.add_argument("--first-seed", type=int, default=1, help="the first make-model seed tried")
     parser.add_argument("--out", type=Path, default=SOURCE_DIR / "tests" / "data" / "reference_engine")
+    parser.add_argument("--reference-engine", default=REFERENCE_ENGINE, help="what BIN_DIR's build is, for the record")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tools = Tools(args.bin_dir.resolve(), args.ntransformer.resolve(), Path(tmp))
         for preset in args.preset or PRESETS:
-            data = make_data(tools, preset, args.first_seed)
+            data = make_data(tools, preset, args.first_seed, args.reference_engine)
             (args.out / f"{preset}.json").write_text(dump(data) + "\n", encoding="utf-8")
 
 
