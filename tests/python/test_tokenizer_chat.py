@@ -4,8 +4,11 @@ against the Hugging Face tokenizer of the same GGUF.
 
 Templates: SmolLM2's, read out of its GGUF; Meta's Llama 3 and Llama 2 templates (copied
 below from Meta's tokenizer_config.json files), used with the synthetic Llama 3 vocabulary and
-llama2.c's tok512 SentencePiece vocabulary; Qwen2.5's, Qwen3's and Gemma 3's (the corpus in
-tests/data/chat_templates), which the synthetic Qwen2, Qwen3 and Gemma3 vocabularies carry."""
+llama2.c's tok512 SentencePiece vocabulary; Qwen2.5's, Qwen3's, Gemma 3's and gpt-oss's
+harmony template (the corpus in tests/data/chat_templates), which the synthetic Qwen2, Qwen3,
+Gemma3 and GptOss vocabularies carry."""
+
+import re
 
 import pytest
 from jinja2.exceptions import TemplateError
@@ -318,3 +321,45 @@ def test_gemma3_roles_must_alternate(gemma3):
         render(template, messages, True, "<bos>", "<eos>")
     with pytest.raises(RuntimeError, match="alternate"):
         tool.request(op="chat", messages=messages, template="gemma")
+
+
+# ---------------------------------------------------------------------------
+# gpt-oss: harmony on its synthetic vocabulary (o200k's split), with OpenAI's template
+
+CURRENT_DATE = re.compile(r"Current date: \d{4}-\d{2}-\d{2}\n")
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory):
+    gen = TokenizeTool("--synthetic", "gpt-oss", 201088)
+    spec = gen.request(op="spec")
+    gen.close()
+    # transformers reads the vocabulary of a "llama" file; it knows o200k's split by its "gpt-4o" name.
+    path = tmp_path_factory.mktemp("gpt-oss") / "gpt-oss.gguf"
+    write_vocab_gguf(path, spec, architecture="llama")
+    tool = TokenizeTool(path)
+    yield tool, hf_backend_from_gguf(path), spec, (TEMPLATE_DIR / "gpt-oss-120b.jinja").read_text()
+    tool.close()
+
+
+def test_gpt_oss_synthetic_carries_the_real_template(gpt_oss):
+    _, _, spec, template = gpt_oss
+    assert spec["chat_template"] == template
+    assert spec["pre"] == "gpt-4o"
+
+
+@pytest.mark.parametrize("gen", [True, False])
+def test_gpt_oss_harmony(gpt_oss, gen):
+    """Our rendering of the harmony template is the Jinja one (the system message's
+    date, the clock's, set aside), and its ids are the Hugging Face tokenizer's."""
+    tool, hf, spec, template = gpt_oss
+    for messages in FIXED_CONVERSATIONS + random_conversations(20):
+        reply = tool.request(op="chat", messages=messages, add_generation_prompt=gen)
+        expected = render(template, messages, gen, "<|startoftext|>", "<|return|>")
+        assert CURRENT_DATE.sub("", reply["text"]) == CURRENT_DATE.sub("", expected), messages
+        assert reply["ids"] == hf_encode(hf, reply["text"], parse_special=True)
+        assert reply["warning"] == ""
+        # <|endoftext|>, <|return|> and <|call|> end a reply, as llama.cpp sets them; <|end|> only
+        # closes a message (the analysis, then the final answer follows).
+        ids = {text: spec["tokens"].index(text) for text in ("<|endoftext|>", "<|return|>", "<|call|>")}
+        assert reply["stop"] == sorted(ids.values())

@@ -1,7 +1,7 @@
 // Drives the tokenizer for the Python oracle tests. One request per stdin line, one
 // JSON reply per stdout line:
 //   tokenize_tool MODEL.gguf            vocabulary from a GGUF file
-//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3 | qwen2 | qwen3 | gemma3)
+//   tokenize_tool --synthetic STYLE N   a synthetic vocabulary (STYLE: smollm2 | llama3 | qwen2 | qwen3 | gemma3 | gpt-oss)
 // A line that is not a JSON object is encoded as plain text (add_special, no parse_special).
 // Requests ({"op": ...}):
 //   encode  text, add_special=true, parse_special=false      -> ids
@@ -41,7 +41,7 @@ std::string to_hex(std::string_view bytes) {
   return out;
 }
 
-constexpr const char* kStyles = "smollm2|llama3|qwen2|qwen3|gemma3";
+constexpr const char* kStyles = "smollm2|llama3|qwen2|qwen3|gemma3|gpt-oss";
 
 nt::Tokenizer load(int argc, char** argv) {
   std::string first = argc > 1 ? argv[1] : "";
@@ -50,7 +50,7 @@ nt::Tokenizer load(int argc, char** argv) {
     const std::pair<const char*, nt::SyntheticVocabStyle> styles[] = {
         {"smollm2", nt::SyntheticVocabStyle::SmolLM2}, {"llama3", nt::SyntheticVocabStyle::Llama3},
         {"qwen2", nt::SyntheticVocabStyle::Qwen2},     {"qwen3", nt::SyntheticVocabStyle::Qwen3},
-        {"gemma3", nt::SyntheticVocabStyle::Gemma3},
+        {"gemma3", nt::SyntheticVocabStyle::Gemma3},   {"gpt-oss", nt::SyntheticVocabStyle::GptOss},
     };
     for (const auto& [name, s] : styles) {
       if (style == name) return nt::Tokenizer(nt::make_synthetic_vocab(std::stoi(argv[3]), s), "synthetic " + style);
