@@ -252,12 +252,12 @@ def test_unknown_template_falls_back_to_plain(llama2):
 # ---------------------------------------------------------------------------
 # Qwen2.5, Qwen3 and Gemma 3 on their synthetic vocabularies, with their real templates
 
-def synthetic_gguf(tmp_path_factory, style, n_vocab):
+def synthetic_gguf(tmp_path_factory, style, n_vocab, architecture=None):
     gen = TokenizeTool("--synthetic", style, n_vocab)
     spec = gen.request(op="spec")
     gen.close()
     path = tmp_path_factory.mktemp(style) / f"{style}.gguf"
-    write_vocab_gguf(path, spec, architecture=style)
+    write_vocab_gguf(path, spec, architecture=architecture or style)
     return path, spec
 
 
@@ -331,12 +331,8 @@ CURRENT_DATE = re.compile(r"Current date: \d{4}-\d{2}-\d{2}\n")
 
 @pytest.fixture(scope="module")
 def gpt_oss(tmp_path_factory):
-    gen = TokenizeTool("--synthetic", "gpt-oss", 201088)
-    spec = gen.request(op="spec")
-    gen.close()
     # transformers reads the vocabulary of a "llama" file; it knows o200k's split by its "gpt-4o" name.
-    path = tmp_path_factory.mktemp("gpt-oss") / "gpt-oss.gguf"
-    write_vocab_gguf(path, spec, architecture="llama")
+    path, spec = synthetic_gguf(tmp_path_factory, "gpt-oss", 201088, architecture="llama")
     tool = TokenizeTool(path)
     yield tool, hf_backend_from_gguf(path), spec, (TEMPLATE_DIR / "gpt-oss-120b.jinja").read_text()
     tool.close()
