@@ -73,6 +73,9 @@ std::vector<std::vector<const WeightRef*>> layer_matrix_groups(const LayerWeight
 uint64_t group_device_bytes(const std::vector<const WeightRef*>& parts) {
   int64_t rows = 0;
   for (const WeightRef* p : parts) rows += p->rows;
+  // The CUDA backend has no MXFP4 layout yet: a plan of a model with MXFP4
+  // weights (which runs on the CPU, as its note says) takes them at their size in the file.
+  if (parts[0]->type == TensorType::MXFP4) return align_device(uint64_t(rows) * row_bytes(TensorType::MXFP4, parts[0]->cols));
   return device_matrix_bytes(parts[0]->type, rows, parts[0]->cols);  // throws for unsupported formats
 }
 
@@ -123,7 +126,8 @@ ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const
   uint64_t vectors = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (const LayerRole role : layer_roles(c, l)) {
-      if (role_info(role).kind == RoleKind::Vector) vectors += align_device(4 * uint64_t(role_shape(c, role).cols));
+      const RoleShape shape = role_shape(c, role, l);
+      if (role_info(role).kind == RoleKind::Vector) vectors += align_device(4 * uint64_t(shape.cols * std::max<int64_t>(1, shape.experts)));
     }
   }
   m.small_bytes = vectors + 2 * align_device(4 * uint64_t(c.dim)) + (c.tied_embeddings ? 0 : m.resident_embedding_bytes);

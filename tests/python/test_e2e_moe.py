@@ -52,3 +52,14 @@ def test_plan_notes_that_experts_run_on_the_cpu(model):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "note: mixture-of-experts layers run on the CPU only for now" in result.stdout
+
+
+def test_plan_names_what_gpt_oss_lacks_on_the_gpu(model):
+    """gpt-oss's note names each block the CUDA backend lacks; its MXFP4 experts are planned at their file size."""
+    result = subprocess.run([str(NTRANSFORMER), "plan", "-m", str(model("tiny-gpt-oss")), "--vram-budget", "200MiB",
+                             "--ram-budget", "1GiB", "-c", "512", "--h2d-gbps", "8", "--disk-gbps", "2",
+                             "--gpu-gbps", "500", "--cpu-gbps", "20"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert ("note: mixture-of-experts layers, attention sinks and YaRN RoPE run on the CPU only for now"
+            in result.stdout)
