@@ -265,8 +265,8 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
     const uint64_t usable = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
     const uint64_t budget = std::min(options.vram_budget.value_or(usable), usable);
     const uint64_t taken = needed + draft_bytes + ExpertFfn::scratch_bytes(c, options.max_batch);
-    experts_ = std::make_unique<ExpertStore>(c, w, range.first, range.end, budget > taken ? budget - taken : 0,
-                                             options.max_vram_experts, options.on_load_progress);
+    const ExpertPlan plan = plan_experts(c, w, budget > taken ? budget - taken : 0, options.max_vram_experts);
+    experts_ = std::make_unique<ExpertStore>(c, w, plan, options.on_load_progress);
     device_bytes_ += experts_->device_bytes();
   }
 

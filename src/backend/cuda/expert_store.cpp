@@ -36,47 +36,17 @@ void lay_out_matrix(const WeightRef& w, const DeviceMatrix& image) {
 
 }  // namespace
 
-ExpertMatrices ExpertStore::Layout::at(uint8_t* base) const {
-  return {place_device_matrix(gate, width, dim, base), place_device_matrix(up, width, dim, base + up_at),
-          place_device_matrix(down, dim, width, base + down_at)};
+ExpertMatrices place_expert(const ExpertLayout& t, uint8_t* base) {
+  return {place_device_matrix(t.gate, t.width, t.dim, base), place_device_matrix(t.up, t.width, t.dim, base + t.up_at),
+          place_device_matrix(t.down, t.dim, t.width, base + t.down_at)};
 }
 
-ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, int64_t first, int64_t end,
-                         uint64_t vram_bytes, int64_t max_slots,
+ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, const ExpertPlan& plan,
                          const std::function<void(uint64_t, uint64_t)>& on_progress)
-    : first_(first) {
-  using enum LayerRole;
-  n_experts_ = spec.layers[size_t(first)].moe.n_experts;
-  for (int64_t l = first; l < end; ++l) {
-    const MoeSpec& moe = spec.layers[size_t(l)].moe;
-    if (moe.n_experts != n_experts_) {
-      fail("layer {} has {} experts and layer {} {}: the GPU runs mixtures of experts with the same experts in every layer",
-           l, moe.n_experts, first, n_experts_);
-    }
-    const LayerWeights& lw = weights.layers[size_t(l)];
-    Layout t;
-    t.gate = lw[FfnGateExperts].type;
-    t.up = lw[FfnUpExperts].type;
-    t.down = lw[FfnDownExperts].type;
-    t.width = moe.expert_ffn_dim;
-    t.dim = spec.dim;
-    t.up_at = device_matrix_bytes(t.gate, t.width, t.dim);  // throws for formats the GPU lacks
-    t.down_at = t.up_at + device_matrix_bytes(t.up, t.width, t.dim);
-    t.bytes = t.down_at + device_matrix_bytes(t.down, t.dim, t.width);
-    slot_bytes_ = std::max(slot_bytes_, t.bytes);
-    layouts_.push_back(t);
-  }
-  const int64_t total = (end - first) * n_experts_;
-  int64_t room = int64_t(vram_bytes / slot_bytes_);
-  if (max_slots > 0) room = std::min(room, max_slots);
-  resident_ = room >= total;
-  const int64_t slots = std::min(room, total);
-  if (slots < 1) {
-    fail("the experts need at least one expert's {:.1f} MiB of VRAM beside the rest of the model, but the budget leaves "
-         "{:.1f} MiB (raise --vram-budget, or lower -c)",
-         double(slot_bytes_) / double(1 << 20), double(vram_bytes) / double(1 << 20));
-  }
-  const uint64_t host_bytes = resident_ ? 0 : uint64_t(total) * slot_bytes_;
+    : n_experts_(spec.layers.at(0).moe.n_experts), resident_(plan.all_resident()), slot_bytes_(plan.slot_bytes) {
+  for (int64_t l = 0; l < spec.n_layers; ++l) layouts_.push_back(expert_layout(spec, weights.layers[size_t(l)], l));
+  const int64_t total = plan.experts, slots = plan.slots;
+  const uint64_t host_bytes = plan.pinned_bytes();
   if (host_bytes > 0 && host_bytes > host_mem_available()) {
     fail("the {} experts beyond the {} that VRAM caches need {:.2f} GiB of pinned RAM, but {:.2f} GiB is available",
          total - slots, slots, gib(host_bytes), gib(host_mem_available()));
@@ -96,8 +66,7 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, int
   // placement without routing counts would hold.
   std::vector<int64_t> start(static_cast<size_t>(slots));
   for (int64_t s = 0; s < slots; ++s) {
-    const int64_t layers = end - first;
-    start[size_t(s)] = resident_ ? s : index(first + s % layers, s / layers);
+    start[size_t(s)] = resident_ ? s : index(s % spec.n_layers, s / spec.n_layers);
   }
   const uint64_t load_total = uint64_t(resident_ ? total : total + slots) * slot_bytes_;
   uint64_t loaded = 0;
@@ -148,9 +117,9 @@ ExpertStore::~ExpertStore() {
 
 void ExpertStore::lay_out(const ModelWeights& weights, int64_t x, uint8_t* image) const {
   using enum LayerRole;
-  const LayerWeights& lw = weights.layers[size_t(first_ + x / n_experts_)];
+  const LayerWeights& lw = weights.layers[size_t(x / n_experts_)];
   const int64_t e = x % n_experts_;
-  const ExpertMatrices m = layout_of(x).at(image);
+  const ExpertMatrices m = place_expert(layout_of(x), image);
   lay_out_matrix(lw[FfnGateExperts].expert(e), m.gate);
   lay_out_matrix(lw[FfnUpExperts].expert(e), m.up);
   lay_out_matrix(lw[FfnDownExperts].expert(e), m.down);
@@ -253,7 +222,7 @@ const ExpertMatrices& ExpertStore::use(size_t i, cudaStream_t compute) {
     NT_CUDA_CHECK(cudaStreamWaitEvent(compute, slot_[size_t(s)].landed, 0));
     touch(s);
   }
-  current_ = layouts_[size_t(layer_ - first_)].at(slot_base(s));
+  current_ = place_expert(layouts_[size_t(layer_)], slot_base(s));
   return current_;
 }
 

@@ -27,12 +27,16 @@
 #include "backend/cuda/device_matrix.h"
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
+#include "runtime/expert_plan.h"
 
 namespace nt {
 
 struct ExpertMatrices {
   DeviceMatrix gate, up, down;
 };
+
+// An expert's matrices laid out from `base` as `layout` says.
+ExpertMatrices place_expert(const ExpertLayout& layout, uint8_t* base);
 
 // What the cache did, since load.
 struct ExpertCacheStats {
@@ -42,13 +46,11 @@ struct ExpertCacheStats {
 
 class ExpertStore {
  public:
-  // The experts of layers [first, end) of `spec` from `weights`, within
-  // vram_bytes of device memory and at most max_slots experts (0: no limit):
-  // every one resident when they fit, else as many cache slots as fit (at
-  // least one) over pinned copies. Errors name the sizes. on_progress(bytes,
-  // total) as the experts load.
-  ExpertStore(const ModelSpec& spec, const ModelWeights& weights, int64_t first, int64_t end, uint64_t vram_bytes,
-              int64_t max_slots, const std::function<void(uint64_t, uint64_t)>& on_progress);
+  // The experts of every layer of `spec` from `weights` as `plan` places
+  // them: all in VRAM, or plan.slots of them cached over pinned copies of
+  // all. Errors name the sizes. on_progress(bytes, total) as they load.
+  ExpertStore(const ModelSpec& spec, const ModelWeights& weights, const ExpertPlan& plan,
+              const std::function<void(uint64_t, uint64_t)>& on_progress);
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -73,20 +75,13 @@ class ExpertStore {
   void done(size_t i, cudaStream_t compute);
 
  private:
-  // A layer's three matrices of one expert, as placed from the start of a slot.
-  struct Layout {
-    TensorType gate{}, up{}, down{};
-    int64_t width = 0, dim = 0;  // gate and up: width x dim; down: dim x width
-    uint64_t up_at = 0, down_at = 0, bytes = 0;
-    ExpertMatrices at(uint8_t* base) const;
-  };
   struct Slot {
     cudaEvent_t landed = nullptr, read = nullptr;
     int64_t expert = -1;               // the expert held (an index into home_), or -1
     std::list<int64_t>::iterator age;  // its place in lru_
   };
-  int64_t index(int64_t layer, int64_t e) const { return (layer - first_) * n_experts_ + e; }
-  const Layout& layout_of(int64_t x) const { return layouts_[size_t(x / n_experts_)]; }
+  int64_t index(int64_t layer, int64_t e) const { return layer * n_experts_ + e; }
+  const ExpertLayout& layout_of(int64_t x) const { return layouts_[size_t(x / n_experts_)]; }
   uint8_t* slot_base(int64_t slot) const { return slots_.as<uint8_t>() + uint64_t(slot) * slot_bytes_; }
   // Writes expert x's device image (its layer's layout) at `image`, from the file's blocks.
   void lay_out(const ModelWeights& weights, int64_t x, uint8_t* image) const;
@@ -100,9 +95,9 @@ class ExpertStore {
   void take(size_t i, int64_t slot);
   void touch(int64_t slot);
 
-  int64_t first_ = 0, n_experts_ = 0;
+  int64_t n_experts_ = 0;  // a layer's
   bool resident_ = false;
-  std::vector<Layout> layouts_;  // per layer from first_
+  std::vector<ExpertLayout> layouts_;  // per layer
   uint64_t slot_bytes_ = 0;
   DeviceBuffer slots_;
   PinnedBuffer host_;  // every expert's device image, slot_bytes_ apart, when not all are resident
