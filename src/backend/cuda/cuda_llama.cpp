@@ -172,9 +172,10 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   std::string tier_counts() const;
   void allocate_activations();
   // One-token steps replay captured graphs (host-driven streaming and
-  // routing to experts, which the host reads back, cannot be captured).
+  // an expert cache, which the host fills as the routing asks, cannot be captured).
   bool decodes_in_graphs() const {
-    return options_.decode_graph && !streamer_ && !experts_ && int64_t(default_layers_.size()) == stage_layers();
+    return options_.decode_graph && !streamer_ && (!experts_ || experts_->store().all_resident()) &&
+           int64_t(default_layers_.size()) == stage_layers();
   }
   // The kinds of one-token step graph. Logits: the staged inputs copied in,
   // then the forward pass (the caller copies out what it needs). Greedy: the

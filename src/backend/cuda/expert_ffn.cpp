@@ -26,6 +26,13 @@ Widest widest(const ModelSpec& spec) {
   return w;
 }
 
+void activate(FfnActivation activation, const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
+  switch (activation) {
+    case FfnActivation::Silu: swiglu(gate, up, n, h, stream); break;
+    case FfnActivation::GeluTanh: geglu(gate, up, n, h, stream); break;
+  }
+}
+
 }  // namespace
 
 uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
@@ -86,9 +93,23 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   };
   const auto uses_gemm = [&](int64_t rows) { return !stepwise && rows >= pass.paths().gemm_from; };
 
-  // The router, its top-k, and the choices to the host.
+  // The router and its top-k.
   product(router, pass.prepare_input(xn, n, dim, uses_gemm(n)), n, logits_, experts);
   route_top_k(logits_, n, experts, k, chosen_, weights_, stream);
+  float* out = post_norm ? sum_ : x;
+  if (post_norm) NT_CUDA_CHECK(cudaMemsetAsync(sum_, 0, size_t(n * dim) * 4, stream));
+  const auto finish = [&] {
+    if (post_norm) add_normed(sum_, post_norm, n, dim, spec_.rms_eps, x, stream);
+  };
+  // Rows that each compute as a one-token step does find their experts on
+  // the GPU, all pairs in one launch a matrix; in VRAM for good, no host
+  // round trip (decode steps then replay graphs).
+  const bool alone = (stepwise || n == 1) && n * k <= max_rows_ && n * k * width <= max_rows_ * spec_.ffn_dim;
+  if (alone && store_.all_resident()) {
+    each_row_alone(pass, l, xn, out, n);
+    finish();
+    return;
+  }
   int32_t* chosen = host_.as<int32_t>();
   int32_t* routed = chosen + n * k;
   NT_CUDA_CHECK(cudaMemcpyAsync(chosen, chosen_, size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream));
@@ -108,11 +129,15 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   }
   std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
+  if (alone && store_.hold(l, needed_, stream)) {
+    each_row_alone(pass, l, xn, out, n);
+    store_.release(stream);
+    finish();
+    return;
+  }
   NT_CUDA_CHECK(cudaMemcpyAsync(routed_, routed, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
 
   // Each expert over its rows, added into x (or, before a post-norm, into sum_).
-  float* out = post_norm ? sum_ : x;
-  if (post_norm) NT_CUDA_CHECK(cudaMemsetAsync(sum_, 0, size_t(n * dim) * 4, stream));
   store_.begin_layer(l, needed_, stream);
   const bool silu = layer.activation == FfnActivation::Silu;
   for (size_t i = 0; i < needed_.size(); ++i) {
@@ -139,17 +164,48 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
     } else {
       product(w.gate, in, m, act.gate, width);
       product(w.up, in, m, act.up, width);
-      if (silu) {
-        swiglu(act.gate, act.up, m * width, act.h, stream);
-      } else {
-        geglu(act.gate, act.up, m * width, act.h, stream);
-      }
+      activate(layer.activation, act.gate, act.up, m * width, act.h, stream);
     }
     product(w.down, pass.prepare_input(act.h, m, width, gemm), m, ye_, dim);
     store_.done(i, stream);
     add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
   }
-  if (post_norm) add_normed(sum_, post_norm, n, dim, spec_.rms_eps, x, stream);
+  finish();
+}
+
+void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n) {
+  const LayerSpec& layer = spec_.layers[size_t(l)];
+  const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim, pairs = n * k;
+  const cudaStream_t stream = pass.stream();
+  PassBuffers& act = pass.buffers();
+  const ExpertMatrices w = store_.slot0(l);
+  ExpertRows rows{chosen_, store_.slot_of(l), store_.slot_bytes(), int(k), false};
+  const Input in = pass.prepare_input(xn, n, dim, false);
+  MatvecParams p;
+  p.x = {in.f32, in.q8, in.q8_scales};
+  p.y_stride = width;
+  p.w = w.gate;
+  if (layer.activation == FfnActivation::Silu && w.gate.type == w.up.type) {  // gate, up and SwiGLU in one launch
+    p.w_up = w.up;
+    p.y = act.h;
+    matvec_experts(p, rows, pairs, stream);
+  } else {
+    p.y = act.gate;
+    matvec_experts(p, rows, pairs, stream);
+    p.w = w.up;
+    p.y = act.up;
+    matvec_experts(p, rows, pairs, stream);
+    activate(layer.activation, act.gate, act.up, pairs * width, act.h, stream);
+  }
+  const Input h = pass.prepare_input(act.h, pairs, width, false);
+  MatvecParams down;
+  down.w = w.down;
+  down.x = {h.f32, h.q8, h.q8_scales};
+  down.y = ye_;
+  down.y_stride = dim;
+  rows.per_pair_input = true;
+  matvec_experts(down, rows, pairs, stream);
+  add_expert_outputs(ye_, chosen_, weights_, n, k, dim, out, stream);
 }
 
 }  // namespace nt

@@ -1,11 +1,15 @@
 // The mixture-of-experts FFN of a layer on one GPU. The router and its top-k
-// run on the GPU; the chosen experts come back to the host (a few bytes a
-// row), which sorts the rows by expert and walks the layer's experts in
-// ascending order: each gathers its rows, runs its gated FFN through the
-// pass's products (mat-vec, int8 GEMM or cuBLAS by its row count, as a
-// dense layer's matrices do), and adds them back weighted. Ascending order
-// makes every row's sum the same whatever the cache held. The experts' memory
-// (in VRAM, or cached in front of pinned RAM) is the ExpertStore's.
+// run on the GPU. Rows that each compute as a one-token step (a decode step,
+// stepwise rows) find their experts there too, through the store's slot
+// table: one launch for gate and up over every (row, choice) pair, one for
+// down, one for the weighted sums; with every expert in VRAM nothing comes
+// back to the host, so decode steps replay graphs. Otherwise the chosen
+// experts come back (a few bytes a row): the store copies the misses in, and
+// wider passes sort their rows by expert and walk the layer's experts in
+// ascending order, each over its rows through the pass's products (mat-vec,
+// int8 GEMM or cuBLAS by its row count, as a dense layer's matrices do).
+// Either way a row adds its experts in ascending order, so its sum does not
+// depend on what the cache held. The experts' memory is the ExpertStore's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,9 +39,14 @@ class ExpertFfn {
   void run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n, bool stepwise,
            const float* post_norm);
 
-  ExpertStore& store() { return store_; }
+  ExpertStore& store() const { return store_; }
 
  private:
+  // Every row's k experts found on the GPU (the store holds them all): gate
+  // and up in one launch over the pairs, down in another, the weighted sum
+  // in a third; each pair computed as a one-token step computes it.
+  void each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n);
+
   const ModelSpec& spec_;
   int64_t max_rows_;
   ExpertStore& store_;

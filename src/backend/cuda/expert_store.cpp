@@ -97,11 +97,16 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
     }
     if (on_progress) on_progress(load_total, load_total);
   }
+  table_ = DeviceBuffer(size_t(total) * 4, "the experts' slot table");
+  host_table_ = PinnedBuffer(size_t(total) * 4, "the experts' slot table");
+  std::fill_n(host_table_.as<int32_t>(), total, -1);
   for (int64_t s = 0; s < slots; ++s) {
     slot_[size_t(s)].expert = start[size_t(s)];
     home_[size_t(start[size_t(s)])] = s;
+    host_table_.as<int32_t>()[start[size_t(s)]] = int32_t(s);
     slot_[size_t(s)].age = lru_.insert(lru_.end(), s);
   }
+  NT_CUDA_CHECK(cudaMemcpy(table_.get(), host_table_.as<int32_t>(), size_t(total) * 4, cudaMemcpyHostToDevice));
 }
 
 ExpertStore::~ExpertStore() {
@@ -156,9 +161,11 @@ void ExpertStore::touch(int64_t slot) {
 
 void ExpertStore::fill(int64_t slot, int64_t x) {
   Slot& s = slot_[size_t(slot)];
-  if (s.expert >= 0) home_[size_t(s.expert)] = -1;
+  int32_t* table = host_table_.as<int32_t>();
+  if (s.expert >= 0) home_[size_t(s.expert)] = table[s.expert] = -1;
   s.expert = x;
   home_[size_t(x)] = slot;
+  table[x] = int32_t(slot);
   const uint64_t bytes = layout_of(x).bytes;
   NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, s.read, 0));  // its last reader is done
   NT_CUDA_CHECK(cudaMemcpyAsync(slot_base(slot), host_.as<uint8_t>() + uint64_t(x) * slot_bytes_, bytes,
@@ -224,6 +231,21 @@ const ExpertMatrices& ExpertStore::use(size_t i, cudaStream_t compute) {
   }
   current_ = place_expert(layouts_[size_t(layer_)], slot_base(s));
   return current_;
+}
+
+bool ExpertStore::hold(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute) {
+  if (int64_t(experts.size()) > slots()) return false;
+  begin_layer(layer, experts, compute);  // as many free slots as misses: every one takes a slot
+  for (size_t i = 0; i < needed_.size(); ++i) use(i, compute);
+  if (!resident_) {  // the table's row goes after this layer's evictions and copies were decided
+    NT_CUDA_CHECK(cudaMemcpyAsync(table_.as<int32_t>() + layer * n_experts_, host_table_.as<int32_t>() + layer * n_experts_,
+                                  size_t(n_experts_) * 4, cudaMemcpyHostToDevice, compute));
+  }
+  return true;
+}
+
+void ExpertStore::release(cudaStream_t compute) {
+  for (size_t i = 0; i < needed_.size(); ++i) done(i, compute);
 }
 
 void ExpertStore::done(size_t i, cudaStream_t compute) {

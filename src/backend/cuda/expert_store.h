@@ -67,6 +67,18 @@ class ExpertStore {
   // What the cache did: "experts: 1,536 uses, 41.2% in VRAM, 2.31 GB copied in".
   std::string summary() const;
 
+  // Every expert of `layer` where kernels find it: slot slot_of(layer)[e] of
+  // the slots from slot0(layer) on, slot_bytes() apart (ExpertRows, matvec.h).
+  ExpertMatrices slot0(int64_t layer) const { return place_expert(layouts_[size_t(layer)], slots_.as<uint8_t>()); }
+  const int32_t* slot_of(int64_t layer) const { return table_.as<int32_t>() + layer * n_experts_; }
+
+  // All of the layer's `experts` (ascending) in VRAM at once, for kernels
+  // that find them through slot_of: false when they outnumber the slots.
+  // Otherwise `compute` waits for their copies and the layer's row of the
+  // table; release() after the kernels are queued.
+  bool hold(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute);
+  void release(cudaStream_t compute);
+
   // The running layer's experts (ascending), their copies queued behind `compute`'s work so far.
   void begin_layer(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute);
   // Expert i of begin_layer's list, `compute` ordered after its copy.
@@ -101,6 +113,8 @@ class ExpertStore {
   uint64_t slot_bytes_ = 0;
   DeviceBuffer slots_;
   PinnedBuffer host_;  // every expert's device image, slot_bytes_ apart, when not all are resident
+  DeviceBuffer table_;        // [layers][n_experts]: each expert's slot (-1: none), as of the last hold() of its layer
+  PinnedBuffer host_table_;   // the same, kept by fill()
   std::vector<Slot> slot_;
   std::vector<int64_t> home_;  // per expert, the slot holding it (-1: none)
   std::list<int64_t> lru_;     // slots, least recently used first

@@ -74,6 +74,29 @@ __global__ void add_routed_rows_kernel(const float* ye, const int32_t* routed, c
   }
 }
 
+// Each thread keeps its element's sum in a register and adds the choices
+// expert by expert, lowest first: the same float operations in the same
+// order as one add_routed_rows launch per expert.
+__global__ void add_expert_outputs_kernel(const float* ye, const int32_t* experts, const float* weights, int k, int64_t dim,
+                                          float* y) {
+  const int64_t t = blockIdx.y;
+  const int32_t* chosen = experts + t * k;
+  float* to = y + t * dim;
+  for (int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; d < dim; d += int64_t(gridDim.x) * blockDim.x) {
+    float acc = to[d];
+    int32_t last = -1;
+    for (int r = 0; r < k; ++r) {
+      int j = -1;  // the choice of the next expert above `last`
+      for (int c = 0; c < k; ++c) {
+        if (chosen[c] > last && (j < 0 || chosen[c] < chosen[j])) j = c;
+      }
+      acc += weights[t * k + j] * ye[(t * k + j) * dim + d];
+      last = chosen[j];
+    }
+    to[d] = acc;
+  }
+}
+
 constexpr int kRouteThreads = 32;
 constexpr int kRowThreads = 256;
 
@@ -101,6 +124,13 @@ void add_routed_rows(const float* ye, const int32_t* routed, const float* weight
                      float* y, cudaStream_t stream) {
   if (m == 0) return;
   add_routed_rows_kernel<<<row_grid(m, dim), kRowThreads, 0, stream>>>(ye, routed, weights, int(k), dim, y);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void add_expert_outputs(const float* ye, const int32_t* experts, const float* weights, int64_t n, int64_t k, int64_t dim,
+                        float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  add_expert_outputs_kernel<<<row_grid(n, dim), kRowThreads, 0, stream>>>(ye, experts, weights, int(k), dim, y);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -24,4 +24,10 @@ void gather_routed_rows(const float* x, const int32_t* routed, int64_t m, int64_
 void add_routed_rows(const float* ye, const int32_t* routed, const float* weights, int64_t m, int64_t k, int64_t dim,
                      float* y, cudaStream_t stream);
 
+// y[t] += sum of weights[t][j] * ye[t * k + j] over the k choices of row t,
+// taken in ascending expert order (as add_routed_rows' experts add them),
+// for rows t < n.
+void add_expert_outputs(const float* ye, const int32_t* experts, const float* weights, int64_t n, int64_t k, int64_t dim,
+                        float* y, cudaStream_t stream);
+
 }  // namespace nt
