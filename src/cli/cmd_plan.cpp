@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/number_checks.h"
+#include "cli/plan_experts.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
 #include "core/error.h"
@@ -178,6 +179,31 @@ RunnerBuffers plan_buffers(const ModelSpec& config, const ModelWeights& weights,
   return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms, kv_pool);
 }
 
+// The H2D link's rate: given, measured, or without a GPU assumed and said so.
+double h2d_rate(const PlanOptions& o, bool have_gpu, std::string* source) {
+  *source = "given";
+  if (o.h2d_gbps > 0) return o.h2d_gbps;
+  if (have_gpu) {
+    *source = "measured: 256 MiB pinned copies";
+    if (const double gbps = measure_h2d_gbps(); gbps > 0) return gbps;
+  }
+  *source = "ASSUMED: PCIe 4.0 x16 nominal, no GPU to measure; pass --h2d-gbps";
+  return kNominalH2dGbps;
+}
+
+// The rate a GPU layer reads its resident weights: given, measured, or assumed and said so.
+double gpu_layer_rate(const PlanOptions& o, const std::optional<GpuSummary>& gpu, std::string* source) {
+  *source = "given";
+  if (o.gpu_gbps > 0) return o.gpu_gbps;
+  if (gpu) {
+    *source = fmt::format("measured: {}'s device copies at the {:.0f}% the H200's resident 70B decode reached", gpu->name,
+                          100 * kGpuLayerShareOfCopy);
+    return measure_gpu_layer_gbps();
+  }
+  *source = "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
+  return kAssumedGpuLayerGbps;
+}
+
 struct PlanSource {
   const std::string& path;
   const GgufFile& file;
@@ -291,6 +317,9 @@ void plan(const PlanOptions& o) {
     ram_source = fmt::format("MemAvailable {} - host buffers {} - 1/16 headroom {}", format_size(r.mem_available),
                              format_size(r.host_buffers), format_size(r.headroom));
   }
+  if (!gpu_ids.empty() && config.has_experts()) {
+    fail("--gpus: the layer and tensor splits run dense models only so far; plan this mixture of experts on one GPU");
+  }
   if (!gpu_ids.empty()) {
     plan_gpus(o, gpu_ids, gpu.has_value(), {path, *file, config, context, reader, reader_options, io, weights, reads, sms}, ram_budget,
               ram_source);
@@ -315,6 +344,26 @@ void plan(const PlanOptions& o) {
   if (!o.draft_model.empty()) {
     draft = plan_draft(o, context, o.sequences, o.kv_pool, reader_options, sms);
     draft_one = plan_draft(o, context, 1, 0, reader_options, sms);
+  }
+  if (config.has_experts() && cpu_only_reason(config).empty()) {
+    const ModelFootprint model = device_footprint(config, weights, reads);
+    fmt::print("model    {}\n         {} layers, {}\n", path, config.n_layers, describe_layers(config));
+    fmt::print("context  {} tokens{}, batches up to {}\n", context,
+               o.sequences > 1 ? fmt::format(" for each of {} sequences", o.sequences) : std::string(), o.batch);
+    ExpertReportInput e;
+    e.config = &config;
+    e.weights = &weights;
+    e.model = &model;
+    e.buffers = plan_buffers(config, weights, context, o, o.sequences, o.kv_pool, sms);
+    e.batch = o.batch;
+    e.vram_budget = vram_budget;
+    e.vram_source = vram_source;
+    e.ram_budget = ram_budget;
+    e.ram_source = ram_source;
+    e.h2d_gbps = h2d_rate(o, gpu.has_value(), &e.h2d_source);
+    e.gpu_gbps = gpu_layer_rate(o, gpu, &e.gpu_source);
+    print_expert_plan(e);
+    return;
   }
   const DevicePlacement placed =
       plan_device_placement(config, weights, reads, plan_buffers(config, weights, context, o, o.sequences, o.kv_pool, sms), o.ring,
@@ -389,17 +438,8 @@ void plan(const PlanOptions& o) {
 
   // Link speeds: given, measured, or (H2D without a GPU) assumed and said so.
   LinkSpeeds speeds{o.h2d_gbps, o.disk_gbps};
-  std::string h2d_source = "given", disk_source;
-  if (speeds.h2d_gbps <= 0) {
-    if (gpu) {
-      speeds.h2d_gbps = measure_h2d_gbps();
-      h2d_source = "measured: 256 MiB pinned copies";
-    }
-    if (speeds.h2d_gbps <= 0) {
-      speeds.h2d_gbps = kNominalH2dGbps;
-      h2d_source = "ASSUMED: PCIe 4.0 x16 nominal, no GPU to measure; pass --h2d-gbps";
-    }
-  }
+  std::string h2d_source, disk_source;
+  speeds.h2d_gbps = h2d_rate(o, gpu.has_value(), &h2d_source);
   speeds.disk_gbps = disk_gbps(o, path, reader_options, io, &disk_source);
   const StepTime t = predict_step_time(p, speeds);
   fmt::print("\nper token (one decode step; a batch of B tokens moves the same bytes once)\n");
@@ -441,16 +481,8 @@ void plan(const PlanOptions& o) {
       fmt::print("  host memory read    {:>9.2f} GB/s (measured: {} threads summing {}); the CPU layers at 1 token reach {:.0f}% of it\n",
                  read.gbps, read.threads, format_size(read.working_set), 100.0 * hybrid.rates.cpu.decode_gbps / read.gbps);
     }
-    std::string gpu_source = "given";
-    hybrid.rates.gpu_gbps = o.gpu_gbps;
-    if (o.gpu_gbps <= 0 && gpu) {
-      hybrid.rates.gpu_gbps = measure_gpu_layer_gbps();
-      gpu_source = fmt::format("measured: {}'s device copies at the {:.0f}% the H200's resident 70B decode reached", gpu->name,
-                               100 * kGpuLayerShareOfCopy);
-    } else if (o.gpu_gbps <= 0) {
-      hybrid.rates.gpu_gbps = kAssumedGpuLayerGbps;
-      gpu_source = "ASSUMED: the H200's resident 70B decode rate; pass --gpu-gbps";
-    }
+    std::string gpu_source;
+    hybrid.rates.gpu_gbps = gpu_layer_rate(o, gpu, &gpu_source);
     fmt::print("  GPU per layer       {:>9.0f} GB/s ({})\n", hybrid.rates.gpu_gbps, gpu_source);
     fmt::print("  hand-off            {:.0f} us + the hidden state over the link, each way (ASSUMED)\n",
                hybrid.rates.handoff_latency_s * 1e6);

@@ -47,7 +47,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
 #ifdef NT_HAVE_CUDA
-  // The CUDA backend runs every dense family; mixtures of experts run on the CPU so far.
+  // The CUDA backend runs every family it knows the layers of; others are noted and run on the CPU.
   const std::string cpu_only = cpu_only_reason(spec);
   const bool cuda_runs_it = cpu_only.empty();
   if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) fail("{}: {} (--device cpu)", m.path, cpu_only);
@@ -73,6 +73,10 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.draft_model = o.draft_model;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
+    if (several_gpus && spec.has_experts()) {
+      fail("{}: --gpus: the layer and tensor splits run dense models only so far; run this mixture of experts on one GPU",
+           m.path);
+    }
     if (several_gpus) {
       // One budget given for all, or one per GPU.
       std::vector<uint64_t> budgets = o.vram_budgets;
@@ -90,10 +94,12 @@ OpenedModel open_model(const OpenModelOptions& o) {
     }
     std::optional<CudaPlacement> placement;
     try {
-      placement = plan_cuda_placement(*m.file, context, cuda);
+      // A mixture of experts keeps its layers on the GPU: no hybrid split of whole layers.
+      if (!spec.has_experts()) placement = plan_cuda_placement(*m.file, context, cuda);
     } catch (const Error&) {
       // Nothing fits: the runner says why, with the free memory beside it.
     }
+    if (spec.has_experts() && o.cpu_layers.value_or(0) > 0) cuda.cpu_layers = *o.cpu_layers;  // which the runner refuses by name
     if (placement) {
       const HybridSplit split = choose_hybrid_split(*m.file, placement->footprint, placement->plan, o.cpu_layers, o.threads);
       cuda.cpu_layers = split.cpu_layers;

@@ -1,5 +1,6 @@
-// Qwen2, Qwen3 and Gemma 3 layers on CUDA against the CPU runner on the
-// tiny presets (`make-model --preset tiny-qwen2|tiny-qwen3|tiny-gemma3`),
+// Qwen2, Qwen3 and Gemma 3 layers, and mixtures of experts (Mixtral-style
+// Llama, Qwen3-MoE), on CUDA against the CPU runner on the tiny presets
+// (`make-model --preset tiny-qwen2|tiny-qwen3|tiny-gemma3|tiny-mixtral|tiny-qwen3moe`),
 // whose numbers the CPU's own tests pin to a float64 reference: a prompt's
 // logits row by row, decode steps teacher-forced with the CPU's picks, and
 // greedy decoding; resident, streamed from RAM and storage, in a hybrid
@@ -69,9 +70,18 @@ std::unique_ptr<ModelRunner> cpu_runner(const std::shared_ptr<const GgufFile>& f
   return make_cpu_runner(file, o);
 }
 
+// A mixture of experts chooses its experts by comparing router logits: where
+// two are closer than the backends' rounding, a row may take the other
+// expert on one of them and move by more than the bound. Such rows are rare
+// (none, or one of a test's rows, on these models); they are let through up
+// to `outliers` of them, each still within kRoutedAway.
+constexpr double kRoutedAway = 0.5;
+
 struct RowCheck {
   double worst = 0.0;  // relative error over the rows checked
   int picks = 0;       // rows whose argmax was compared
+  int outliers = 0;    // rows past kTolerance, within kRoutedAway: at most
+  int allowed_outliers = 0;
 };
 
 // Whether the CPU's pick over `want` is clear of the rounding between the
@@ -92,6 +102,11 @@ bool callable(std::span<const float> got, std::span<const float> want) {
 void check_row(std::span<const float> got, std::span<const float> want, const std::string& what, RowCheck& check) {
   const double e = test::relative_error(std::vector<float>(got.begin(), got.end()), std::vector<double>(want.begin(), want.end()));
   check.worst = std::max(check.worst, e);
+  if (e >= kTolerance && e < kRoutedAway && check.outliers < check.allowed_outliers) {
+    ++check.outliers;
+    std::printf("  %s: relative error %.2e, past the bound (an expert chosen on a near tie)\n", what.c_str(), e);
+    return;
+  }
   EXPECT_LT(e, kTolerance) << what;
   if (callable(got, want)) {
     ++check.picks;
@@ -101,9 +116,10 @@ void check_row(std::span<const float> got, std::span<const float> want, const st
 
 // A prompt of 40 tokens with every row's logits, then kSteps one-token steps
 // on the CPU's picks, each step's logits against the CPU's.
-RowCheck check_against_cpu(ModelRunner& cuda, ModelRunner& cpu) {
+RowCheck check_against_cpu(ModelRunner& cuda, ModelRunner& cpu, int outliers = 0) {
   const int64_t vocab = cpu.config().vocab_size;
   RowCheck check;
+  check.allowed_outliers = outliers;
   const auto prompt = random_tokens(40, vocab);
   std::vector<float> got(prompt.size() * size_t(vocab)), want(got.size());
   cuda.forward(prompt, 0, got.data(), true);
@@ -218,8 +234,8 @@ TEST_P(CudaFamilies, HybridMatchesTheCpu) {
 // the same entries: through the multi-sequence attention launches, and as
 // stepwise rows (each computed as its one-token step, which small models'
 // decode batches take by default).
-void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_steps_max, bool float_weights) {
-  CudaRunnerOptions o;
+void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_steps_max, bool float_weights,
+                   CudaRunnerOptions o = {}, int outliers = 0) {
   o.max_sequences = 4;
   o.stepwise_steps_max = stepwise_steps_max;
   auto cuda = make_cuda_runner(file, kContext, o);
@@ -227,6 +243,7 @@ void check_batched(const GgufFile& file, ModelRunner& cpu, int64_t stepwise_step
   std::vector<std::vector<int32_t>> prompts = {random_tokens(30, vocab), random_tokens(9, vocab), random_tokens(50, vocab)};
   std::vector<SeqId> cuda_seqs, cpu_seqs;
   RowCheck check;
+  check.allowed_outliers = outliers;
   for (size_t i = 0; i < prompts.size(); ++i) {
     cuda_seqs.push_back(cuda->seq_alloc());
     cpu_seqs.push_back(cpu.seq_alloc());
@@ -282,6 +299,75 @@ INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaFamilies,
                                                              {"tiny-gemma3", "f32"},
                                                              {"tiny-gemma3", "q8_0"},
                                                              {"tiny-gemma3", "q4_k_m"}}),
+                         case_name);
+
+// Mixtures of experts (tiny-mixtral, tiny-qwen3moe: 4 layers of 8 experts,
+// 2 chosen a token): every expert in VRAM, and three of the 32 cached in
+// front of pinned RAM, so that a pass misses and evicts in every layer and a
+// prompt's layer needs more experts than the cache has slots. The cache
+// only changes where an expert's weights are read from, and every row sums
+// its experts in ascending order, so both give the same logits bit for bit.
+class CudaExperts : public CudaFamilies {
+ protected:
+  static CudaRunnerOptions cached() {
+    CudaRunnerOptions o;
+    o.max_vram_experts = 3;
+    return o;
+  }
+};
+
+TEST_P(CudaExperts, ResidentMatchesTheCpu) {
+  auto cuda = make_cuda_runner(*file_, kContext);
+  std::printf("  %s\n", cuda->description().c_str());
+  EXPECT_NE(cuda->description().find("all 32 experts in VRAM"), std::string::npos) << cuda->description();
+  const RowCheck check = check_against_cpu(*cuda, *cpu_, 1);
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+  if (float_weights()) EXPECT_GE(check.picks, (40 + kSteps) / 2) << "of " << 40 + kSteps << " rows";
+  cpu_ = cpu_runner(file_);
+  check_greedy(*cuda, *cpu_, float_weights());
+}
+
+TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
+  auto cuda = make_cuda_runner(*file_, kContext, cached());
+  std::printf("  %s\n", cuda->description().c_str());
+  EXPECT_NE(cuda->description().find("3 of 32 experts cached in VRAM"), std::string::npos) << cuda->description();
+  const RowCheck check = check_against_cpu(*cuda, *cpu_, 1);
+  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+  cpu_ = cpu_runner(file_);
+  check_greedy(*cuda, *cpu_, float_weights());
+}
+
+TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
+  auto resident = make_cuda_runner(*file_, kContext), cached_runner = make_cuda_runner(*file_, kContext, cached());
+  const int64_t vocab = resident->config().vocab_size;
+  const auto tokens = random_tokens(44, vocab);
+  std::vector<float> got(40 * size_t(vocab)), want(got.size());
+  cached_runner->forward(std::span(tokens).first(40), 0, got.data(), true);
+  resident->forward(std::span(tokens).first(40), 0, want.data(), true);
+  EXPECT_TRUE(got == want) << "the prompt's logits";
+  for (int64_t pos = 40; pos < 44; ++pos) {
+    cached_runner->forward(std::span(tokens).subspan(size_t(pos), 1), pos, got.data(), false);
+    resident->forward(std::span(tokens).subspan(size_t(pos), 1), pos, want.data(), false);
+    EXPECT_TRUE(std::equal(want.begin(), want.begin() + vocab, got.begin())) << "decode step at position " << pos;
+  }
+}
+
+TEST_P(CudaExperts, BatchedDecodeMatchesTheCpu) {
+  for (const int64_t stepwise : {int64_t(0), int64_t(1) << 20}) {
+    for (const bool cache : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}, {}", stepwise == 0 ? "batched kernels" : "stepwise rows", cache ? "3 experts cached" : "resident"));
+      cpu_ = cpu_runner(file_, 4);
+      check_batched(*file_, *cpu_, stepwise, float_weights(), cache ? cached() : CudaRunnerOptions{}, 1);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaExperts,
+                         testing::ValuesIn(std::vector<Case>{{"tiny-mixtral", "f32"},
+                                                             {"tiny-mixtral", "q4_k_m"},
+                                                             {"tiny-qwen3moe", "f32"},
+                                                             {"tiny-qwen3moe", "q8_0"},
+                                                             {"tiny-qwen3moe", "q4_k_m"}}),
                          case_name);
 
 // The layer split: stages over consecutive layers (two on one GPU here) run

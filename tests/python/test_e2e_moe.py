@@ -2,16 +2,20 @@
 tiny presets: `batch` (continuous batching: sequences' prompt chunks and
 decode steps share passes, so an expert takes tokens of several sequences at
 once) gives every line the greedy text `run` gives it alone (tiny-qwen3moe,
-and tiny-gpt-oss with its MXFP4 experts and sliding layers), and `plan` plans
-a MoE model with the note that it runs on the CPU. (The logits themselves are
-checked against the float64 reference in test_architectures.py.)"""
+and tiny-gpt-oss with its MXFP4 experts and sliding layers), and `plan`
+places a MoE model's experts: all in VRAM when the budget holds them, else as
+many as fit cached in front of pinned RAM, with sizes read from the file by
+the `gguf` package; a gpt-oss file is planned with the note of the blocks the
+GPU lacks. (The logits themselves are checked against the float64 reference
+in test_architectures.py, the GPU's against the CPU's in the GPU tests.)"""
 
 import json
 import subprocess
 
+import gguf
 import pytest
 
-from project_paths import NTRANSFORMER, model_maker
+from project_paths import NTRANSFORMER, make_model, model_maker
 
 PROMPTS = ["Once upon a time", "The", "In a small village by the sea, there lived an old fisherman who",
            "1, 2, 3, 4,", "Hello"]
@@ -45,19 +49,66 @@ def test_batch_greedy_output_equals_run(model, preset):
         assert out["text"] == run_alone(path, prompt), prompt
 
 
-# What `plan` notes before planning a model that runs on the CPU only: each block the CUDA backend lacks.
-PLAN_NOTES = {
-    "tiny-mixtral": "note: mixture-of-experts layers run on the CPU only for now",
-    # gpt-oss's MXFP4 experts are planned at their file size.
-    "tiny-gpt-oss": "note: mixture-of-experts layers, attention sinks and YaRN RoPE run on the CPU only for now",
-}
+PLAN_RATES = ["--h2d-gbps", "8", "--disk-gbps", "2", "--gpu-gbps", "500", "--cpu-gbps", "20"]
 
 
-@pytest.mark.parametrize("preset", list(PLAN_NOTES))
-def test_plan_notes_what_runs_on_the_cpu(model, preset):
-    result = subprocess.run([str(NTRANSFORMER), "plan", "-m", str(model(preset)), "--vram-budget", "200MiB",
-                             "--ram-budget", "1GiB", "-c", "512", "--h2d-gbps", "8", "--disk-gbps", "2",
-                             "--gpu-gbps", "500", "--cpu-gbps", "20"],
-                            capture_output=True, text=True, timeout=120)
+def plan(path, vram_budget, *extra):
+    return subprocess.run([str(NTRANSFORMER), "plan", "-m", str(path), "--vram-budget", vram_budget, "--ram-budget", "1GiB",
+                           "-c", "512", *PLAN_RATES, *extra], capture_output=True, text=True, timeout=120)
+
+
+def row(text, start):
+    """The first plan line that starts with `start`."""
+    return next(line for line in text.splitlines() if line.strip().startswith(start))
+
+
+def mib(size):
+    """MiB of a printed size such as "768.00 KiB"."""
+    number, unit = size.split()
+    return float(number) * {"B": 2**-20, "KiB": 2**-10, "MiB": 1, "GiB": 2**10}[unit]
+
+
+def test_plan_places_experts_in_vram_then_pinned_ram(tmp_path):
+    # F32 experts: the GPU keeps their file layout, so an expert's bytes are its three matrices' from the file.
+    path = make_model(tmp_path / "moe.gguf", "tiny-qwen3moe", "f32", 4)
+    reader = gguf.GGUFReader(str(path))
+    stacks = [t for t in reader.tensors if t.name.startswith("blk.") and "_exps." in t.name]
+    layers = len({t.name.split(".")[1] for t in stacks})
+    experts_per_layer = int(stacks[0].shape[-1])
+    expert_mib = sum(int(t.n_bytes) for t in stacks) / (layers * experts_per_layer) / 2**20
+    total = layers * experts_per_layer
+
+    roomy = plan(path, "2GiB")
+    assert roomy.returncode == 0, roomy.stderr
+    experts = row(roomy.stdout, "experts (")  # "experts (32 of 32, 768.00 KiB each)   24.00 MiB"
+    assert f"experts ({total} of {total}, " in experts
+    assert abs(mib(experts.split(", ")[1].split(" each")[0]) - expert_mib) < 0.01, experts
+    assert abs(mib(" ".join(experts.split()[-2:])) - total * expert_mib) < 0.01, experts
+
+    # A budget that leaves room for five and a half experts past everything else.
+    fixed = mib(" ".join(row(roomy.stdout, "total").split()[1:3])) - total * expert_mib
+    tight = plan(path, f"{fixed + 5.5 * expert_mib:.3f}MiB")
+    assert tight.returncode == 0, tight.stderr
+    assert f"experts (5 of {total}, " in row(tight.stdout, "experts ("), tight.stdout
+    pinned = row(tight.stdout, "experts (every one")
+    assert abs(mib(" ".join(pinned.split()[-2:])) - total * expert_mib) < 0.01, pinned
+    assert f"{100 * 5 / total:.1f}%" in row(tight.stdout, "in VRAM"), tight.stdout
+
+    # Too small for one expert: the error says both sizes.
+    none = plan(path, f"{fixed:.3f}MiB")
+    assert none.returncode != 0
+    assert "at least one expert's" in none.stderr, none.stderr
+
+
+def test_plan_refuses_experts_over_several_gpus(model):
+    result = plan(model("tiny-mixtral"), "200MiB", "--gpus", "0,1")
+    assert result.returncode != 0
+    assert "run dense models only so far" in result.stderr, result.stderr
+
+
+def test_plan_notes_what_gpt_oss_runs_on_the_cpu(model):
+    # Its MXFP4 experts are planned at their file size, with the blocks the CUDA backend lacks named.
+    result = plan(model("tiny-gpt-oss"), "200MiB")
     assert result.returncode == 0, result.stderr
-    assert PLAN_NOTES[preset] in result.stdout
+    assert ("note: attention sinks, attention output biases, YaRN RoPE, top-k-then-softmax routing, expert biases "
+            "and clamped SwiGLU run on the CPU only for now") in result.stdout

@@ -35,6 +35,7 @@
 #include "backend/cuda/decode_ahead.h"
 #include "backend/cuda/dequantize.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/expert_ffn.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/family_ops.h"
@@ -170,9 +171,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void allocate_caches(const ModelWeights& weights, const RunnerBuffers& buffers);
   std::string tier_counts() const;
   void allocate_activations();
-  // One-token steps replay captured graphs (host-driven streaming cannot be captured).
+  // One-token steps replay captured graphs (host-driven streaming and
+  // an expert cache, which the host fills as the routing asks, cannot be captured).
   bool decodes_in_graphs() const {
-    return options_.decode_graph && !streamer_ && int64_t(default_layers_.size()) == stage_layers();
+    return options_.decode_graph && !streamer_ && (!experts_ || experts_->store().all_resident()) &&
+           int64_t(default_layers_.size()) == stage_layers();
   }
   // The kinds of one-token step graph. Logits: the staged inputs copied in,
   // then the forward pass (the caller copies out what it needs). Greedy: the
@@ -280,6 +283,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   cudaStream_t stream_ = nullptr;
 
   std::unique_ptr<DeviceWeights> weights_;
+  std::optional<ExpertFfn> experts_;  // a mixture of experts' FFN over weights_'s experts
   std::vector<int32_t> default_layers_;  // the default schedule's: 0, 1, ..., n_layers - 1 unless layer skip is on
 
   DeviceBuffer k_cache_, v_cache_;  // the pool: pages of kKvTile positions of every layer held (kv_layout.h)
@@ -404,6 +408,10 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
                                   options_.super_block_activations, options_.matvec_row_pairs,
                                   options_.sequence_splits};
   pass_.emplace(config_, context_, act_, *gemm_, pool, device_.multiprocessors, choices, residual, stream_);
+  if (ExpertStore* store = weights_->experts()) {
+    experts_.emplace(config_, options_.max_batch, *store);
+    pass_->set_experts(&*experts_);
+  }
   stepwise_by_model_ = options_.stepwise_steps_max < 0;
   if (stepwise_by_model_) options_.stepwise_steps_max = stepwise_steps_apart();
 }
@@ -426,7 +434,9 @@ std::string CudaLlamaRunner::tier_counts() const {
                                                   tensor_->shard.first_ffn_column + tensor_->shard.ffn_columns - 1)
                             : options_.stage ? fmt::format("{}-{}: ", first_layer_, end_layer_ - 1)
                                              : std::string();
-  return fmt::format("layers {}{} vram + {} ram{} + {} disk", range, n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk));
+  const std::string experts = weights_->experts() ? "; " + weights_->experts()->describe() : std::string();
+  return fmt::format("layers {}{} vram + {} ram{} + {} disk{}", range, n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk),
+                     experts);
 }
 
 std::string CudaLlamaRunner::description() const {
@@ -496,7 +506,7 @@ bool CudaLlamaRunner::float_layers() const {
 // split the matrices or stages split the layers: their passes keep the
 // batched kernels, which their tests compare with one runner's.
 int64_t CudaLlamaRunner::stepwise_steps_apart() const {
-  if (hybrid_ || tensor_ || options_.stage) return 0;
+  if (hybrid_ || tensor_ || options_.stage || experts_) return 0;
   const bool fold = folds_norms(1, false);
   int64_t most = 0;
   for (int64_t n = 2; n <= kMatvecMaxColumns; ++n) {
@@ -515,7 +525,8 @@ int64_t CudaLlamaRunner::stepwise_steps_apart() const {
 bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // A host layer's output is the next GPU layer's plain input; a
   // tensor-split rank has no whole sum to norm before the ranks add theirs.
-  if (hybrid_ || tensor_) return false;
+  // A mixture of experts' router reads the normed rows themselves.
+  if (hybrid_ || tensor_ || config_.has_experts()) return false;
   if (!options_.fold_norms || n != 1 || use_gemm || config_.dim % 32 != 0 || (has_head_ && !matvec_wants_q8(weights_->output().type))) {
     return false;
   }

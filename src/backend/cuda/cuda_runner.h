@@ -97,6 +97,9 @@ struct CudaRunnerOptions {
   // those beyond the RAM budget from storage.
   std::optional<uint64_t> vram_budget;  // default: free VRAM less the runner's margin
   std::optional<uint64_t> ram_budget;   // default: automatic_ram_budget(MemAvailable)
+  // A mixture of experts' experts in VRAM: all that the budget leaves room
+  // for (0), or at most this many, the rest cached from pinned RAM.
+  int64_t max_vram_experts = 0;
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
   // The last streamed layers of a pass start copying the next pass's first

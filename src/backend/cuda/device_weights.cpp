@@ -10,6 +10,7 @@
 #include <map>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_ffn.h"
 #include "backend/cuda/runner_memory.h"
 #include "backend/cuda/weight_upload.h"
 #include "core/align.h"
@@ -59,7 +60,7 @@ const float** LayerOnDevice::vector(LayerRole role) {
 LayerOnDevice LayerOnDevice::in_slot(uint64_t bytes) const {
   LayerOnDevice l = *this;
   for (MatrixPart& part : l.qkv) part.m = offset_device_matrix(part.m, bytes);
-  for (DeviceMatrix* m : {&l.wo, &l.gate, &l.up, &l.down}) *m = offset_device_matrix(*m, bytes);
+  for (DeviceMatrix* m : {&l.wo, &l.gate, &l.up, &l.down, &l.router}) *m = offset_device_matrix(*m, bytes);
   return l;
 }
 
@@ -77,7 +78,21 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
   size_t free_bytes = 0, total_bytes = 0;
   NT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   CudaPlacement placement;
-  if (options.stage) {
+  const bool moe = c.has_experts();
+  if (moe) {
+    // Every layer's attention, norms and router resident; the experts are the ExpertStore's.
+    if (options.stage) {
+      fail("{}: the layer and tensor splits run dense models only so far; run this mixture of experts on one GPU",
+           file.path());
+    }
+    if (options.cpu_layers > 0) {
+      fail("{}: --cpu-layers {}: the hybrid split computes whole layers; a mixture of experts keeps its layers on the GPU "
+           "and its experts in VRAM or pinned RAM (use --cpu-layers 0)",
+           file.path(), options.cpu_layers);
+    }
+    placement.plan.layer_tier.assign(size_t(range.count()), Tier::Vram);
+    if (!options.draft_model.empty()) placement.draft = draft_model_vram(context, device.multiprocessors, options);
+  } else if (options.stage) {
     placement.plan.layer_tier = options.stage->tiers;  // the multi-GPU plan placed the stage
   } else {
     try {
@@ -94,7 +109,11 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
          gpu, tensor->rank, std::count(tiers_.begin(), tiers_.end(), Tier::Disk), tiers_.size());
   }
   options.cpu_passes.check(options.cpu_layers);
-  for (const Path p : spread_cpu_paths(placement.plan, options.cpu_layers)) on_cpu_.push_back(p == Path::Cpu);
+  if (moe) {
+    on_cpu_.assign(tiers_.size(), false);
+  } else {
+    for (const Path p : spread_cpu_paths(placement.plan, options.cpu_layers)) on_cpu_.push_back(p == Path::Cpu);
+  }
 
   ArenaPlan plan;  // resident weights
   // A matrix's source: the tensor's rows, or the columns or rows of it a tensor-split rank holds.
@@ -183,12 +202,22 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
       ld.qkv[1].out_offset = c.q_dim();
       ld.qkv[2].out_offset = c.q_dim() + c.kv_dim();
     }
-    const std::pair<DeviceMatrix*, Source> rest[] = {{&ld.wo, source(&lw[LayerRole::AttnOutput], LayerMatrix::Output)},
-                                                     {&ld.gate, source(&lw[LayerRole::FfnGate], LayerMatrix::Gate)},
-                                                     {&ld.up, source(&lw[LayerRole::FfnUp], LayerMatrix::Up)},
-                                                     {&ld.down, source(&lw[LayerRole::FfnDown], LayerMatrix::Down)}};
-    for (const auto& [target, from] : rest) add_matrix(target, {from}, streamed);
-    if (tensor) {  // the norms and the rank's cuts
+    add_matrix(&ld.wo, {source(&lw[LayerRole::AttnOutput], LayerMatrix::Output)}, streamed);
+    if (c.layers[size_t(l)].has_experts()) {
+      add_matrix(&ld.router, whole(&lw[LayerRole::FfnRouter]), streamed);
+    } else {
+      add_matrix(&ld.gate, {source(&lw[LayerRole::FfnGate], LayerMatrix::Gate)}, streamed);
+      add_matrix(&ld.up, {source(&lw[LayerRole::FfnUp], LayerMatrix::Up)}, streamed);
+      add_matrix(&ld.down, {source(&lw[LayerRole::FfnDown], LayerMatrix::Down)}, streamed);
+    }
+    if (c.layers[size_t(l)].has_experts()) {  // the k of n experts a token reads
+      const MoeSpec& m = c.layers[size_t(l)].moe;
+      uint64_t experts = 0;
+      for (const LayerRole role : {LayerRole::FfnGateExperts, LayerRole::FfnUpExperts, LayerRole::FfnDownExperts}) {
+        experts += lw[role].bytes();
+      }
+      bytes_per_token_ += lw.bytes() - experts + experts / uint64_t(m.n_experts) * uint64_t(m.n_experts_used);
+    } else if (tensor) {  // the norms and the rank's cuts
       bytes_per_token_ += lw[LayerRole::AttnNorm].bytes() + lw[LayerRole::FfnNorm].bytes();
       for (const Pending& m : std::span(matrices).last(fused ? 5 : 7)) {
         for (const Source& p : m.parts) bytes_per_token_ += uint64_t(p.rows()) * row_bytes(p.ref->type, p.cols());
@@ -232,6 +261,14 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
          gib(kMemoryMarginBytes), gib(free_bytes), gib(total_bytes));
   }
   device_bytes_ = plan.size() + ring_bytes + landing_bytes;
+  if (moe) {  // the experts take what the budget leaves
+    const uint64_t usable = free_bytes > kMemoryMarginBytes ? free_bytes - kMemoryMarginBytes : 0;
+    const uint64_t budget = std::min(options.vram_budget.value_or(usable), usable);
+    const uint64_t taken = needed + draft_bytes + ExpertFfn::scratch_bytes(c, options.max_batch);
+    const ExpertPlan plan = plan_experts(c, w, budget > taken ? budget - taken : 0, options.max_vram_experts);
+    experts_ = std::make_unique<ExpertStore>(c, w, plan, options.on_load_progress);
+    device_bytes_ += experts_->device_bytes();
+  }
 
   weights_ = DeviceBuffer(plan.size(), "the model weights");
   if (ring_bytes) ring_ = DeviceBuffer(ring_bytes, "the streamed-layer ring");
@@ -361,6 +398,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
 
 DeviceWeights::~DeviceWeights() {
   if (streamer_) std::fprintf(stderr, "%s\n", streamer_->summary().c_str());
+  if (experts_ && !experts_->all_resident()) std::fprintf(stderr, "%s\n", experts_->summary().c_str());
 }
 
 std::unique_ptr<HostLayers> DeviceWeights::make_host_layers(const ModelWeights& weights, int64_t pages,

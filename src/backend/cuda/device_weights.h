@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/expert_store.h"
 #include "backend/cuda/host_layers.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/layer_stream.h"
@@ -48,6 +49,7 @@ struct LayerOnDevice {
   const float* inv_freq = nullptr;  // rope_dim / 2 frequencies of the layer's RoPE table
   std::vector<MatrixPart> qkv;  // one fused matrix when Q, K and V share a format
   DeviceMatrix wo, gate, up, down;
+  DeviceMatrix router;  // a mixture of experts' (its experts are the ExpertStore's)
 
   // Where a vector role's weights go (attn_norm for AttnNorm, ...).
   const float** vector(LayerRole role);
@@ -83,6 +85,8 @@ class DeviceWeights {
   const float* output_norm() const { return output_norm_; }
   // Null when every layer is resident.
   LayerStreamer* streamer() const { return streamer_.get(); }
+  // A mixture of experts' experts; null for a dense model.
+  ExpertStore* experts() const { return experts_.get(); }
   uint64_t slot_bytes() const { return slot_bytes_; }  // from one GPU slot of the ring to the next
   uint64_t bytes_per_token() const { return bytes_per_token_; }
   // Device memory held: the resident weights, the ring and its landing buffers.
@@ -111,6 +115,7 @@ class DeviceWeights {
   uint64_t bytes_per_token_ = 0;
   uint64_t device_bytes_ = 0;
   std::unique_ptr<LayerStreamer> streamer_;  // declared after ring_, which it fills
+  std::unique_ptr<ExpertStore> experts_;
 };
 
 }  // namespace nt

@@ -306,6 +306,11 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
                                 : prepare_input(act_.att, n, c.q_dim(), use_gemm);
   add_to_residual(L.wo, att_in, layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
 
+  if (layer.has_experts()) {  // folds_norms never folds such layers: nothing wrote the norm's input
+    rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, nullptr, nullptr, stream_);
+    experts_->run(*this, L.router, l, act_.xn, act_.x, n, false, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
+    return;
+  }
   // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
   const bool ffn_super = super_blocks_take({&L.gate, &L.up}, n), down_super = super_blocks_take({&L.down}, n);
   const Input ffn_in = norm_input(L.ffn_norm, n, use_gemm, ffn_super, fold);
@@ -445,6 +450,11 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first),
                   layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
 
+  if (layer.has_experts()) {
+    rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, nullptr, nullptr, stream_);
+    experts_->run(*this, L.router, l, xn, x, s, true, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
+    return;
+  }
   // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
   if (!fold) rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, xn_q8, xn_scales, stream_);
   float* h = act_.h + first * c.ffn_dim;

@@ -23,6 +23,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/expert_ffn.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
@@ -127,6 +128,11 @@ class LayerPass {
   uint16_t* k_cache_at(int64_t layer) const;
   uint16_t* v_cache_at(int64_t layer) const;
 
+  // The mixture-of-experts FFN of the layers that have one (the runner's).
+  void set_experts(ExpertFfn* experts) { experts_ = experts; }
+  cudaStream_t stream() const { return stream_; }
+  PassBuffers& buffers() { return act_; }
+
   // The running chunk's paths (set before its layers).
   void set_paths(MatmulPaths paths) { paths_ = paths; }
   const MatmulPaths& paths() const { return paths_; }
@@ -197,6 +203,7 @@ class LayerPass {
   ResidualSum residual_;
   cudaStream_t stream_;
   MatmulPaths paths_;
+  ExpertFfn* experts_ = nullptr;
 };
 
 }  // namespace nt

@@ -102,6 +102,23 @@ void matvec_parts_stepwise(const MatvecPartsParams& p, int64_t columns, int64_t 
 // Whether every part's launch of matvec_parts_stepwise gives each column blocks of its own.
 bool matvec_parts_stepwise_columns_apart(const MatvecPartsParams& p, int64_t columns);
 
+// Mixture-of-experts rows: pair i (a row's choice of an expert) multiplies
+// expert chosen[i]'s matrix, which lies in slot slot_of[chosen[i]] of a
+// uniform array: MatvecParams' matrices are slot 0's, slot s's planes
+// slot_bytes * s further on. Its input is column i / k of the activations
+// (the pair's row), or column i with per_pair_input (the pair's own hidden
+// row); its output goes to column i of y. The expert ids stay on the GPU.
+struct ExpertRows {
+  const int32_t* chosen = nullptr;   // [pairs]
+  const int32_t* slot_of = nullptr;  // [n_experts] of the layer
+  uint64_t slot_bytes = 0;
+  int k = 1;
+  bool per_pair_input = false;
+};
+// One launch over `pairs` pairs, each as the one-column launch's arithmetic
+// with one warp a row (gated when p.w_up is set); no folded norms or residual.
+void matvec_experts(const MatvecParams& p, const ExpertRows& rows, int64_t pairs, cudaStream_t stream);
+
 // Quantizes `columns` rows of `cols` floats (cols a multiple of 32) to q8.
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,
                           cudaStream_t stream);

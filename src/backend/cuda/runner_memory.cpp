@@ -13,9 +13,6 @@ namespace nt {
 
 static_assert(kLandingBuffers == kStreamLandingBuffers, "the memory plan counts the streamer's landing buffers");
 
-namespace {
-
-// The draft model's VRAM, planned from its file as its own runner will plan it.
 DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunnerOptions& o) {
   const auto file = GgufFile::open(o.draft_model);
   const ModelSpec config = read_model_spec(file->header(), o.draft_model);
@@ -24,8 +21,6 @@ DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunne
   const auto reads = plan_layer_reads(file->header(), opened.reader->alignment(), o.draft_model);
   return draft_vram(o.draft_model, config, weights, reads, context, o.max_sequences, multiprocessors, o.kv_pool);
 }
-
-}  // namespace
 
 CudaPlacement place_layers(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                            const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o) {

@@ -22,6 +22,8 @@ namespace nt {
 CudaPlacement place_layers(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads,
                            const RunnerBuffers& buffers, int64_t context, int multiprocessors, const CudaRunnerOptions& o);
 
+// The VRAM of o.draft_model, planned from its file as its own runner will plan it.
+DraftVram draft_model_vram(int64_t context, int multiprocessors, const CudaRunnerOptions& o);
 // The storage reader of streamed layers (--io as given).
 OpenedReader open_layer_reader(const std::string& path, const CudaRunnerOptions& o);
 

@@ -1,0 +1,43 @@
+// How many of a mixture of experts' experts the GPU holds, as plain host
+// arithmetic: the CUDA runner's ExpertStore allocates from these numbers and
+// `ntransformer plan` prints them, so the two cannot disagree.
+#pragma once
+
+#include <cstdint>
+
+#include "model/arch/model_spec.h"
+#include "model/model_weights.h"
+
+namespace nt {
+
+// One layer's expert (gate, up and down) in the CUDA device layout, each
+// matrix from the start of the last one's planes.
+struct ExpertLayout {
+  TensorType gate{}, up{}, down{};
+  int64_t width = 0, dim = 0;  // gate and up: width x dim; down: dim x width
+  uint64_t up_at = 0, down_at = 0, bytes = 0;
+};
+
+ExpertLayout expert_layout(const ModelSpec& spec, const LayerWeights& layer, int64_t l);
+
+struct ExpertPlan {
+  int64_t experts = 0;      // every layer's
+  int64_t slots = 0;        // held in VRAM
+  uint64_t slot_bytes = 0;  // the largest layer's expert
+  uint64_t used_bytes_per_token = 0;  // the experts a token reads (k a layer, each layer's own size)
+
+  bool all_resident() const { return slots == experts; }
+  uint64_t vram_bytes() const { return uint64_t(slots) * slot_bytes; }
+  // Every expert's device image in pinned RAM, when VRAM caches only some.
+  uint64_t pinned_bytes() const { return all_resident() ? 0 : uint64_t(experts) * slot_bytes; }
+  // The share of a token's expert reads that finds them in VRAM when routing
+  // is uniform (random weights; the worst case of a cache).
+  double uniform_hit_rate() const { return experts ? double(slots) / double(experts) : 1.0; }
+};
+
+// The experts of every layer of `spec` within vram_bytes and at most
+// max_slots of them (0: no limit). Fails when every layer is not a mixture of
+// the same number of experts (the GPU's layout), or the budget holds none.
+ExpertPlan plan_experts(const ModelSpec& spec, const ModelWeights& weights, uint64_t vram_bytes, int64_t max_slots = 0);
+
+}  // namespace nt
