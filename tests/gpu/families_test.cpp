@@ -171,6 +171,21 @@ void check_greedy(ModelRunner& cuda, ModelRunner& cpu, bool float_weights) {
   if (float_weights) EXPECT_GE(compared, kSteps / 2) << "picks too close to compare";
 }
 
+// A 40-token prompt's logits and four decode steps' from both runners, bit for bit.
+void expect_same_logits(ModelRunner& got_runner, ModelRunner& want_runner) {
+  const int64_t vocab = want_runner.config().vocab_size;
+  const auto tokens = random_tokens(44, vocab);
+  std::vector<float> got(40 * size_t(vocab)), want(got.size());
+  got_runner.forward(std::span(tokens).first(40), 0, got.data(), true);
+  want_runner.forward(std::span(tokens).first(40), 0, want.data(), true);
+  EXPECT_TRUE(got == want) << "the prompt's logits";
+  for (int64_t pos = 40; pos < 44; ++pos) {
+    got_runner.forward(std::span(tokens).subspan(size_t(pos), 1), pos, got.data(), false);
+    want_runner.forward(std::span(tokens).subspan(size_t(pos), 1), pos, want.data(), false);
+    EXPECT_TRUE(std::equal(want.begin(), want.begin() + vocab, got.begin())) << "decode step at position " << pos;
+  }
+}
+
 struct Case {
   std::string preset, scheme;
 };
@@ -339,17 +354,7 @@ TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
 
 TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
   auto resident = make_cuda_runner(*file_, kContext), cached_runner = make_cuda_runner(*file_, kContext, cached());
-  const int64_t vocab = resident->config().vocab_size;
-  const auto tokens = random_tokens(44, vocab);
-  std::vector<float> got(40 * size_t(vocab)), want(got.size());
-  cached_runner->forward(std::span(tokens).first(40), 0, got.data(), true);
-  resident->forward(std::span(tokens).first(40), 0, want.data(), true);
-  EXPECT_TRUE(got == want) << "the prompt's logits";
-  for (int64_t pos = 40; pos < 44; ++pos) {
-    cached_runner->forward(std::span(tokens).subspan(size_t(pos), 1), pos, got.data(), false);
-    resident->forward(std::span(tokens).subspan(size_t(pos), 1), pos, want.data(), false);
-    EXPECT_TRUE(std::equal(want.begin(), want.begin() + vocab, got.begin())) << "decode step at position " << pos;
-  }
+  expect_same_logits(*cached_runner, *resident);
 }
 
 TEST_P(CudaExperts, BatchedDecodeMatchesTheCpu) {
@@ -385,17 +390,7 @@ TEST(CudaFamilies, LayerSplitComputesWhatOneRunnerComputes) {
     const CudaPipelineRequest r = cuda_pipeline_request(*file, kContext, o);
     auto split = make_cuda_pipeline(*file, kContext, o, place_multi_gpu(r.footprint, r.request, Split::Layer));
     auto one = make_cuda_runner(*file, kContext, o.runner);
-    const int64_t vocab = one->config().vocab_size;
-    auto tokens = random_tokens(44, vocab);
-    std::vector<float> got(40 * size_t(vocab)), want(got.size());
-    split->forward(std::span(tokens).first(40), 0, got.data(), true);
-    one->forward(std::span(tokens).first(40), 0, want.data(), true);
-    EXPECT_TRUE(got == want) << "the prompt's logits";
-    for (int64_t pos = 40; pos < 44; ++pos) {
-      split->forward(std::span(tokens).subspan(size_t(pos), 1), pos, got.data(), false);
-      one->forward(std::span(tokens).subspan(size_t(pos), 1), pos, want.data(), false);
-      EXPECT_TRUE(std::equal(want.begin(), want.begin() + vocab, got.begin())) << "decode step at position " << pos;
-    }
+    expect_same_logits(*split, *one);
   }
 }
 
