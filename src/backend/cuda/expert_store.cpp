@@ -55,6 +55,7 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
   slot_.resize(size_t(slots));
   held_.assign(size_t(slots), 0);
   home_.assign(size_t(total), -1);
+  uses_.assign(size_t(total), 0);
   for (Slot& s : slot_) {
     NT_CUDA_CHECK(cudaEventCreateWithFlags(&s.landed, cudaEventDisableTiming));
     NT_CUDA_CHECK(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
@@ -104,7 +105,7 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
     slot_[size_t(s)].expert = start[size_t(s)];
     home_[size_t(start[size_t(s)])] = s;
     host_table_.as<int32_t>()[start[size_t(s)]] = int32_t(s);
-    slot_[size_t(s)].age = lru_.insert(lru_.end(), s);
+    by_use_.insert(key(s));
   }
   NT_CUDA_CHECK(cudaMemcpy(table_.get(), host_table_.as<int32_t>(), size_t(total) * 4, cudaMemcpyHostToDevice));
 }
@@ -154,9 +155,22 @@ std::string ExpertStore::summary() const {
                      double(stats_.copied_bytes) / 1e9);
 }
 
+std::tuple<uint32_t, uint64_t, int64_t> ExpertStore::key(int64_t slot) const {
+  const Slot& s = slot_[size_t(slot)];
+  return {uses_[size_t(s.expert)], s.last_use, slot};
+}
+
 void ExpertStore::touch(int64_t slot) {
+  by_use_.erase(key(slot));
   Slot& s = slot_[size_t(slot)];
-  lru_.splice(lru_.end(), lru_, s.age);
+  ++uses_[size_t(s.expert)];
+  s.last_use = ++clock_;
+  by_use_.insert(key(slot));
+  if (++since_halving_ < 8 * uses_.size()) return;
+  since_halving_ = 0;
+  for (uint32_t& u : uses_) u /= 2;
+  by_use_.clear();
+  for (int64_t t = 0; t < slots(); ++t) by_use_.insert(key(t));
 }
 
 void ExpertStore::fill(int64_t slot, int64_t x) {
@@ -193,18 +207,20 @@ void ExpertStore::begin_layer(int64_t layer, std::span<const int32_t> experts, c
 // The least recently used slots that hold none of the running layer's
 // experts still to compute take its misses, in the order it computes them.
 void ExpertStore::copy_misses() {
-  auto victim = lru_.begin();
+  auto victim = by_use_.begin();
   for (; next_miss_ < needed_.size(); ++next_miss_) {
     if (needed_slot_[next_miss_] >= 0) continue;
-    while (victim != lru_.end() && held_[size_t(*victim)] == layer_mark_) ++victim;
-    if (victim == lru_.end()) return;  // the next done() frees one
-    const int64_t s = *victim++;
-    take(next_miss_, s);
+    while (victim != by_use_.end() && held_[size_t(std::get<2>(*victim))] == layer_mark_) ++victim;
+    if (victim == by_use_.end()) return;  // the next done() frees one
+    take(next_miss_, std::get<2>(*victim));
+    victim = by_use_.begin();
   }
 }
 
 void ExpertStore::take(size_t i, int64_t slot) {
+  by_use_.erase(key(slot));  // its key changes with its expert
   fill(slot, index(layer_, needed_[i]));
+  by_use_.insert(key(slot));
   needed_slot_[i] = slot;
   copied_[i] = 1;
   held_[size_t(slot)] = layer_mark_;

@@ -1,8 +1,12 @@
 // Where a mixture of experts' experts live on one GPU, expert by expert:
 // all in VRAM when the budget holds them, else a VRAM cache of slots in
 // front of a pinned-RAM copy of every expert, laid out as on the GPU, so
-// that a miss is one host-to-device copy. The cache evicts the least
-// recently used expert that the running layer does not need. Copies run on
+// that a miss is one host-to-device copy. The cache evicts, of the experts
+// the running layer does not need, the one used least often since load
+// (counts halve as uses pass eight per expert, so that the cache follows a
+// changing workload), the least recently used of those tied. Counting keeps
+// a stable share when a pass cycles through more experts than the cache
+// holds (decode batches at uniform routing), where recency alone keeps none. Copies run on
 // a stream of their own, ordered against the computation by two events a
 // slot: a copy waits until the slot's last reader is done, a reader until
 // its copy has landed.
@@ -18,7 +22,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
+#include <set>
+#include <tuple>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,7 +95,7 @@ class ExpertStore {
   struct Slot {
     cudaEvent_t landed = nullptr, read = nullptr;
     int64_t expert = -1;               // the expert held (an index into home_), or -1
-    std::list<int64_t>::iterator age;  // its place in lru_
+    uint64_t last_use = 0;
   };
   int64_t index(int64_t layer, int64_t e) const { return layer * n_experts_ + e; }
   const ExpertLayout& layout_of(int64_t x) const { return layouts_[size_t(x / n_experts_)]; }
@@ -105,7 +110,10 @@ class ExpertStore {
   void copy_misses();
   // The running layer's expert i copies into `slot`.
   void take(size_t i, int64_t slot);
+  // The slot's expert was used now: its count and place in by_use_.
   void touch(int64_t slot);
+  // Its key in by_use_.
+  std::tuple<uint32_t, uint64_t, int64_t> key(int64_t slot) const;
 
   int64_t n_experts_ = 0;  // a layer's
   bool resident_ = false;
@@ -117,7 +125,9 @@ class ExpertStore {
   PinnedBuffer host_table_;   // the same, kept by fill()
   std::vector<Slot> slot_;
   std::vector<int64_t> home_;  // per expert, the slot holding it (-1: none)
-  std::list<int64_t> lru_;     // slots, least recently used first
+  std::vector<uint32_t> uses_;  // per expert, its uses (halved now and then)
+  std::set<std::tuple<uint32_t, uint64_t, int64_t>> by_use_;  // slots by (their expert's uses, last use): victims first
+  uint64_t clock_ = 0, since_halving_ = 0;
   cudaStream_t copy_ = nullptr;
   ExpertCacheStats stats_;
 
