@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "engine/cpu_probe.h"
 #include "engine/default_model.h"
+#include "engine/expert_calibration.h"
 #include "engine/gpu_list.h"
 #include "engine/gpu_probe.h"
 #include "engine/hybrid_split.h"
@@ -71,6 +72,7 @@ struct PlanOptions {
   std::string gpus, split;
   double peer_gbps = 0;
   std::string draft_model;
+  std::string expert_counts;
 };
 
 // "KV cache (F16, 4 x 4096 tokens)", or with --kv-pool "(F16, a pool of 8192
@@ -362,6 +364,12 @@ void plan(const PlanOptions& o) {
     e.ram_source = ram_source;
     e.h2d_gbps = h2d_rate(o, gpu.has_value(), &e.h2d_source);
     e.gpu_gbps = gpu_layer_rate(o, gpu, &e.gpu_source);
+    if (!o.expert_counts.empty()) {
+      const ExpertCounts counts = read_expert_counts_for(o.expert_counts, model_identity(*file, config.n_layers),
+                                                         config.layers[0].moe.n_experts);
+      e.counts = counts.flat();
+      e.counts_source = fmt::format("{}, {} tokens of {}", o.expert_counts, counts.tokens, counts.text);
+    }
     print_expert_plan(e);
     return;
   }
@@ -530,6 +538,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--draft-model", o.draft_model,
                   "A speculative draft model resident beside the model (as run --draft-model loads it): its weights, KV "
                   "cache and buffers come out of the VRAM budget first");
+  cmd->add_option("--expert-counts", o.expert_counts,
+                  "A mixture of experts: calibrate-experts' counts, which place the most chosen experts in VRAM and "
+                  "predict its hits (default: uniform routing)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--project", o.project, "Also project decode on consumer machines (RTX 4090, RTX 3090) from published rates");
   cmd->callback([] { plan(o); });
 }

@@ -28,6 +28,7 @@ void add_plan_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_calibrate_skip_command(CLI::App& app);
+void add_calibrate_experts_command(CLI::App& app);
 void add_rank_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 

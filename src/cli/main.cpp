@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   nt::cli::add_chat_command(app);
   nt::cli::add_perplexity_command(app);
   nt::cli::add_calibrate_skip_command(app);
+  nt::cli::add_calibrate_experts_command(app);
   nt::cli::add_bench_command(app);
   nt::cli::add_plan_command(app);
   nt::cli::add_batch_command(app);

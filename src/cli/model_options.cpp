@@ -39,6 +39,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "predicts a gain)")
       ->capture_default_str();
   cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
+  cmd.add_option("--expert-counts", o.expert_counts,
+                 "CUDA: a mixture of experts starts with the experts these counts (calibrate-experts) chose most in VRAM")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--gpus", o.gpus,
                  "CUDA: the GPUs to run on, e.g. 0,1: one stage of consecutive layers on each, in order (a GPU listed "
                  "twice holds two stages; default: GPU 0 alone)");
@@ -56,8 +59,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "layers that fit resident and the rest streamed (the default); a count between is refused: the "
                  "budget flags place layers here (also -ngl)");
   // --help lists the options that act only on the GPU apart.
-  for (const char* name : {"--vram-budget", "--ram-budget", "--io", "--cpu-layers", "--trace", "--gpus", "--split",
-                           "--nccl-id", "--join-timeout", "--n-gpu-layers"}) {
+  for (const char* name : {"--vram-budget", "--ram-budget", "--io", "--cpu-layers", "--trace", "--expert-counts", "--gpus",
+                           "--split", "--nccl-id", "--join-timeout", "--n-gpu-layers"}) {
     cmd.get_option(name)->group("CUDA options");
   }
 }
@@ -151,6 +154,7 @@ OpenModelOptions open_options(const ModelOptions& o) {
   open.io = parse_io_backend(o.io);
   open.trace_path = o.trace;
   open.draft_model = o.draft_model;
+  open.expert_counts = o.expert_counts;
   open.cpu_layers = parse_cpu_layers(o.cpu_layers);
   return open;
 }

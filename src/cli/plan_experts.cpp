@@ -45,15 +45,23 @@ void print_expert_plan(const ExpertReportInput& in) {
   }
 
   // A token reads its k experts a layer; at uniform routing a share
-  // slots / experts of them is in VRAM, the rest crosses the link.
-  const double hit = p.uniform_hit_rate();
+  // slots / experts of them is in VRAM, with counts the share of the counted
+  // choices that the experts placed first take; the rest crosses the link.
+  const double hit = in.counts.empty() ? p.uniform_hit_rate()
+                                       : counted_share(in.counts, experts_in_vram(p, c.n_layers, in.counts));
   const double link_bytes = double(p.used_bytes_per_token) * (1.0 - hit);
   const double vram_bytes = double(dense + head) + double(p.used_bytes_per_token) * hit;
   const double seconds = vram_bytes / (in.gpu_gbps * 1e9) + link_bytes / (in.h2d_gbps * 1e9);
   fmt::print("\nper token (one decode step; {} of {} experts a layer)\n", moe.n_experts_used, moe.n_experts);
   fmt::print("  experts read        {:>12}\n", format_size(p.used_bytes_per_token));
-  fmt::print("  in VRAM             {:>11.1f}% (uniform routing, the worst case of the cache; skewed routing hits more)\n",
-             100.0 * hit);
+  if (in.counts.empty()) {
+    fmt::print("  in VRAM             {:>11.1f}% (uniform routing, the worst case of the cache; skewed routing hits more; "
+               "calibrate-experts counts a text's)\n",
+               100.0 * hit);
+  } else {
+    fmt::print("  in VRAM             {:>11.1f}% (the counted choices the experts placed first take: {})\n", 100.0 * hit,
+               in.counts_source);
+  }
   fmt::print("  over the link       {:>12}\n", format_size(uint64_t(link_bytes)));
   fmt::print("  H2D link            {:>9.2f} GB/s ({})\n", in.h2d_gbps, in.h2d_source);
   fmt::print("  GPU reads           {:>9.0f} GB/s ({})\n", in.gpu_gbps, in.gpu_source);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
@@ -23,6 +24,9 @@ struct ExpertReportInput {
   std::string vram_source, ram_source;
   double h2d_gbps = 0, gpu_gbps = 0;
   std::string h2d_source, gpu_source;
+  // calibrate-experts' counts ([layer * experts + expert]; empty: none) and what they were counted on.
+  std::vector<uint64_t> counts;
+  std::string counts_source;
 };
 
 void print_expert_plan(const ExpertReportInput& in);

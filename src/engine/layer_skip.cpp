@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/output_file.h"
-#include "core/read_file.h"
+#include "engine/calibration_file.h"
 
 namespace nt {
 namespace {
@@ -19,48 +19,7 @@ namespace {
 constexpr const char* kFormat = "ntransformer layer-skip calibration";
 constexpr int kVersion = 1;
 
-void hash_bytes(uint64_t& h, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-}
-
-template <typename T>
-void hash_value(uint64_t& h, T value) {
-  hash_bytes(h, &value, sizeof value);
-}
-
-// The value at a '/'-separated `field` of the file, of the type asked for.
-template <typename T>
-T field(const nlohmann::json& root, const std::string& name, const std::string& path) {
-  const nlohmann::json* at = &root;
-  size_t from = 0;
-  while (from <= name.size()) {
-    const size_t to = std::min(name.find('/', from), name.size());
-    const std::string key = name.substr(from, to - from);
-    if (!at->is_object() || !at->contains(key)) fail("{}: the field '{}' is missing", path, name);
-    at = &(*at)[key];
-    from = to + 1;
-  }
-  try {
-    return at->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("{}: the field '{}' has the wrong type ({})", path, name, at->type_name());
-  }
-}
-
 }  // namespace
-
-ModelIdentity model_identity(const GgufFile& file, int64_t n_layers) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const GgufTensorInfo& t : file.header().tensors) {
-    hash_bytes(h, t.name.data(), t.name.size() + 1);  // with the terminator, so names cannot run together
-    hash_value(h, uint32_t(t.type));
-    hash_value(h, uint64_t(t.shape.size()));
-    for (const int64_t d : t.shape) hash_value(h, d);
-    hash_value(h, t.offset);
-  }
-  return {std::filesystem::path(file.path()).filename().string(), n_layers, fmt::format("{:016x}", h)};
-}
 
 std::vector<int32_t> rank_by_similarity(std::span<const double> similarity) {
   std::vector<int32_t> ranked(similarity.size());
@@ -86,7 +45,7 @@ void write_skip_list(const SkipList& list, const std::string& path) {
   const nlohmann::json json = {
       {"format", kFormat},
       {"version", kVersion},
-      {"model", {{"file", list.model.file}, {"layers", list.model.layers}, {"tensor_digest", list.model.tensor_digest}}},
+      {"model", identity_json(list.model)},
       {"calibration", {{"text", list.text}, {"context", list.context}, {"tokens", list.tokens}, {"windows", list.windows}}},
       {"similarity", list.similarity},
       {"most_skippable_first", list.ranked},
@@ -95,30 +54,16 @@ void write_skip_list(const SkipList& list, const std::string& path) {
 }
 
 SkipList read_skip_list(const std::string& path) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not a layer-skip file (JSON: {})", path, e.what());
-  }
-  if (!json.is_object() || !json.contains("format") || json["format"] != kFormat) {
-    fail("{}: not a layer-skip file (its 'format' is not \"{}\"; calibrate-skip writes them)", path, kFormat);
-  }
-  if (const int version = field<int>(json, "version", path); version != kVersion) {
-    fail("{}: layer-skip file version {}; this build reads version {}", path, version, kVersion);
-  }
+  const nlohmann::json json = read_calibration_json(path, kFormat, kVersion, "layer-skip", "calibrate-skip");
   SkipList list;
-  list.model.file = field<std::string>(json, "model/file", path);
-  list.model.layers = field<int64_t>(json, "model/layers", path);
-  list.model.tensor_digest = field<std::string>(json, "model/tensor_digest", path);
-  list.text = field<std::string>(json, "calibration/text", path);
-  list.context = field<int64_t>(json, "calibration/context", path);
-  list.tokens = field<int64_t>(json, "calibration/tokens", path);
-  list.windows = field<int64_t>(json, "calibration/windows", path);
-  list.similarity = field<std::vector<double>>(json, "similarity", path);
-  list.ranked = field<std::vector<int32_t>>(json, "most_skippable_first", path);
-  const size_t layers = size_t(std::max<int64_t>(0, list.model.layers));
-  if (list.model.layers < 1) fail("{}: 'model/layers' is {}; a model has at least one layer", path, list.model.layers);
+  list.model = read_identity(json, path);
+  list.text = json_field<std::string>(json, "calibration/text", path);
+  list.context = json_field<int64_t>(json, "calibration/context", path);
+  list.tokens = json_field<int64_t>(json, "calibration/tokens", path);
+  list.windows = json_field<int64_t>(json, "calibration/windows", path);
+  list.similarity = json_field<std::vector<double>>(json, "similarity", path);
+  list.ranked = json_field<std::vector<int32_t>>(json, "most_skippable_first", path);
+  const size_t layers = size_t(list.model.layers);
   if (list.similarity.size() != layers) {
     fail("{}: 'similarity' has {} values for the {} layers of 'model/layers'", path, list.similarity.size(), layers);
   }
@@ -137,15 +82,7 @@ SkipList read_skip_list(const std::string& path) {
 }
 
 void check_skip_list_model(const SkipList& list, const ModelIdentity& model, const std::string& path) {
-  if (list.model.layers != model.layers) {
-    fail("{}: calibrated on '{}' with {} layers, but '{}' has {}; run calibrate-skip on this model", path,
-         list.model.file, list.model.layers, model.file, model.layers);
-  }
-  if (list.model.tensor_digest != model.tensor_digest) {
-    fail("{}: calibrated on '{}' (tensor directory {}), which is not '{}' (tensor directory {}); run calibrate-skip "
-         "on this model",
-         path, list.model.file, list.model.tensor_digest, model.file, model.tensor_digest);
-  }
+  check_calibrated_on(list.model, model, path, "calibrate-skip");
 }
 
 std::vector<int32_t> skipped_by_count(const SkipList& list, int64_t count) {

@@ -9,20 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/calibration_file.h"
 #include "engine/skip_calibration.h"
 #include "gguf/gguf_file.h"
 #include "runtime/layer_schedule.h"
 
 namespace nt {
-
-// What ties a skip list to one model.
-struct ModelIdentity {
-  std::string file;           // the GGUF's file name, for messages
-  int64_t layers = 0;
-  std::string tensor_digest;  // FNV-1a 64 of the tensor directory (names, types, shapes, offsets), in hex
-};
-
-ModelIdentity model_identity(const GgufFile& file, int64_t n_layers);
 
 struct SkipList {
   ModelIdentity model;

@@ -35,6 +35,9 @@ class LayerObserver {
   // Layer `layer`'s input and output for some consecutive entries of the
   // pass (a backend may hand a batch over in chunks): [rows][dim] each.
   virtual void observe(int32_t layer, std::span<const float> input, std::span<const float> output) = 0;
+  // A mixture-of-experts layer's routing for the same entries: each row's k
+  // chosen experts, [rows][k]. What expert calibration counts.
+  virtual void observe_experts(int32_t /*layer*/, std::span<const int32_t> /*chosen*/, int64_t /*k*/) {}
 };
 
 // A layer in a pass: computed by the GPU from VRAM, or from weights streamed

@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_runner.h"
 #include "core/error.h"
 #include "engine/default_model.h"
+#include "engine/expert_calibration.h"
 #include "engine/hybrid_split.h"
 #include "model/arch/model_spec.h"
 #ifdef NT_HAVE_CUDA
@@ -71,6 +72,11 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.io = o.io;
     cuda.trace_path = o.trace_path;
     cuda.draft_model = o.draft_model;
+    if (!o.expert_counts.empty()) {
+      if (!spec.has_experts()) fail("--expert-counts {}: '{}' has no mixture of experts", o.expert_counts, m.path);
+      cuda.expert_counts =
+          read_expert_counts_for(o.expert_counts, model_identity(*m.file, spec.n_layers), spec.layers[0].moe.n_experts).flat();
+    }
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
     if (several_gpus && spec.has_experts()) {

@@ -51,6 +51,8 @@ struct OpenModelOptions {
   // CUDA: a draft model that will be opened beside this one on its GPU
   // (context and sequences this one's): its VRAM comes out of this one's budget.
   std::string draft_model;
+  // CUDA: calibrate-experts' counts for this model (engine/expert_calibration.h); empty: none.
+  std::string expert_counts;
   std::function<void(uint64_t, uint64_t)> on_load_progress;  // weights loaded, total
 };
 

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/align.h"
-#include "core/error.h"
+#include "engine/calibration_windows.h"
 
 namespace nt {
 namespace {
@@ -39,32 +38,13 @@ class SimilarityObserver final : public LayerObserver {
 LayerSimilarity measure_layer_similarity(ModelRunner& runner, std::span<const int32_t> tokens, int64_t n_ctx,
                                          int32_t bos, int64_t max_windows,
                                          const std::function<void(int64_t, int64_t)>& on_window) {
-  if (tokens.empty()) fail("layer-skip calibration: the text has no tokens");
-  if (n_ctx < 1 || n_ctx > runner.context_size()) {
-    fail("layer-skip calibration: a window of {} tokens does not fit the runner's context of {}", n_ctx,
-         runner.context_size());
-  }
-  if (max_windows < 0) fail("layer-skip calibration: {} windows asked for; 0 means all", max_windows);
-  const int64_t n = int64_t(tokens.size());
-  int64_t windows = ceil_div(n, n_ctx);
-  if (max_windows > 0) windows = std::min(windows, max_windows);
-
   const ModelSpec& c = runner.config();
   SimilarityObserver observer(c.n_layers, c.dim);
-  Batch batch;
-  BatchOutputs out;
+  const CalibrationText text =
+      observe_text(runner, tokens, n_ctx, bos, max_windows, observer, on_window, "layer-skip calibration");
   LayerSimilarity result;
-  for (int64_t w = 0; w < windows; ++w) {
-    const auto window = tokens.subspan(size_t(w * n_ctx), size_t(std::min(n_ctx, n - w * n_ctx)));
-    batch.clear();
-    batch.add_run(window, 0, 0, Output::None);
-    if (bos >= 0) batch.entries[0].token = bos;
-    runner.forward_observed(batch, out, LayerSchedule::all(), observer);
-    result.tokens += int64_t(window.size());
-    on_window(w + 1, windows);
-  }
-  runner.seq_truncate(0, 0);
-  result.windows = windows;
+  result.tokens = text.tokens;
+  result.windows = text.windows;
   for (const double sum : observer.sums()) result.similarity.push_back(sum / double(result.tokens));
   return result;
 }

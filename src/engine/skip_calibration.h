@@ -18,10 +18,7 @@ struct LayerSimilarity {
   int64_t windows = 0;
 };
 
-// Runs every layer over the text cut as perplexity cuts it (windows of n_ctx
-// tokens from position 0, each starting with `bos` when it is >= 0), the
-// last window taking the rest however short; at most max_windows windows
-// (0: all). on_window(done, total) reports progress after each.
+// Runs every layer over the text as engine/calibration_windows.h cuts it.
 LayerSimilarity measure_layer_similarity(ModelRunner& runner, std::span<const int32_t> tokens, int64_t n_ctx,
                                          int32_t bos, int64_t max_windows,
                                          const std::function<void(int64_t, int64_t)>& on_window);

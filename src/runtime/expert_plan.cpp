@@ -1,6 +1,7 @@
 #include "runtime/expert_plan.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "runtime/device_layout.h"
@@ -19,6 +20,27 @@ ExpertLayout expert_layout(const ModelSpec& spec, const LayerWeights& layer, int
   t.down_at = t.up_at + device_matrix_bytes(t.up, t.width, t.dim);
   t.bytes = t.down_at + device_matrix_bytes(t.down, t.dim, t.width);
   return t;
+}
+
+std::vector<int64_t> experts_in_vram(const ExpertPlan& plan, int64_t n_layers, std::span<const uint64_t> counts) {
+  std::vector<int64_t> experts(size_t(plan.experts));
+  std::iota(experts.begin(), experts.end(), 0);
+  if (counts.empty()) {
+    const int64_t per_layer = plan.experts / n_layers;
+    for (int64_t s = 0; s < plan.slots; ++s) experts[size_t(s)] = (s % n_layers) * per_layer + s / n_layers;
+  } else {
+    if (int64_t(counts.size()) != plan.experts) fail("{} expert counts for {} experts", counts.size(), plan.experts);
+    std::stable_sort(experts.begin(), experts.end(), [&](int64_t a, int64_t b) { return counts[size_t(a)] > counts[size_t(b)]; });
+  }
+  experts.resize(size_t(plan.slots));
+  return experts;
+}
+
+double counted_share(std::span<const uint64_t> counts, std::span<const int64_t> experts) {
+  uint64_t all = 0, held = 0;
+  for (const uint64_t c : counts) all += c;
+  for (const int64_t x : experts) held += counts[size_t(x)];
+  return all ? double(held) / double(all) : 0.0;
 }
 
 ExpertPlan plan_experts(const ModelSpec& spec, const ModelWeights& weights, uint64_t vram_bytes, int64_t max_slots) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
@@ -34,6 +36,15 @@ struct ExpertPlan {
   // is uniform (random weights; the worst case of a cache).
   double uniform_hit_rate() const { return experts ? double(slots) / double(experts) : 1.0; }
 };
+
+// The experts a partial placement starts with in VRAM, as indices layer *
+// experts_per_layer + expert: the plan.slots most chosen by `counts`
+// (calibrate-experts', in that indexing; ties to the lower index), or
+// without counts an equal share of every layer's first experts.
+std::vector<int64_t> experts_in_vram(const ExpertPlan& plan, int64_t n_layers, std::span<const uint64_t> counts);
+
+// The share of the counted choices that fall on `experts`.
+double counted_share(std::span<const uint64_t> counts, std::span<const int64_t> experts);
 
 // The experts of every layer of `spec` within vram_bytes and at most
 // max_slots of them (0: no limit). Fails when every layer is not a mixture of

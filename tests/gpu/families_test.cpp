@@ -352,9 +352,21 @@ TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
   check_greedy(*cuda, *cpu_, float_weights());
 }
 
+// Also when calibration counts (here: the last expert of each layer chosen
+// most) pick the experts the cache starts with.
 TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
-  auto resident = make_cuda_runner(*file_, kContext), cached_runner = make_cuda_runner(*file_, kContext, cached());
-  expect_same_logits(*cached_runner, *resident);
+  auto resident = make_cuda_runner(*file_, kContext);
+  for (const bool counted : {false, true}) {
+    SCOPED_TRACE(counted ? "counts place them" : "an equal share of each layer's");
+    CudaRunnerOptions o = cached();
+    if (counted) {
+      const int64_t layers = resident->config().n_layers, experts = resident->config().layers[0].moe.n_experts;
+      o.expert_counts.assign(size_t(layers * experts), 1);
+      for (int64_t l = 0; l < layers; ++l) o.expert_counts[size_t(l * experts + experts - 1)] = 100;
+    }
+    auto cached_runner = make_cuda_runner(*file_, kContext, o);
+    expect_same_logits(*cached_runner, *resident);
+  }
 }
 
 TEST_P(CudaExperts, BatchedDecodeMatchesTheCpu) {

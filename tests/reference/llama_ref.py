@@ -379,6 +379,8 @@ class Model:
         post_norms = c.arch == "gemma3"
         moe = c.n_experts > 0
         self.min_route_margin = math.inf  # see route()
+        # Per mixture-of-experts layer, how many tokens chose each expert so far.
+        self.route_counts = {}
         # What-ifs for tests that show a check can fail: the forward pass without
         # the attention sinks, or with every sliding-window layer attending to all.
         self.ignore_sinks = False
@@ -715,16 +717,18 @@ def route(logits, k, topk_softmax=False):
 
 def moe_feed_forward(x, layer, model, act=silu):
     """The mixture of experts on x (n_tokens, dim); records the smallest routing
-    margin in model.min_route_margin."""
+    margin in model.min_route_margin and each layer's choices in model.route_counts."""
     c, a = model.config, model.arithmetic
     n = x.shape[0]
     weight = np.zeros((n, c.n_experts))  # each token's weight per expert, 0 where not chosen
+    layer_index = next(i for i, other in enumerate(model.layers) if other is layer)
     router_logits = linear(x, layer.router, a)
     if layer.router_bias is not None:
         router_logits = router_logits + layer.router_bias
     for t, logits in enumerate(router_logits):
         chosen, weights, margin = route(logits, c.n_experts_used, c.topk_softmax)
         weight[t, chosen] = weights
+        model.route_counts.setdefault(layer_index, np.zeros(c.n_experts, dtype=np.int64))[chosen] += 1
         model.min_route_margin = min(model.min_route_margin, margin)
     out = np.zeros_like(x)
     for e, (gate, up, down) in enumerate(layer.experts):

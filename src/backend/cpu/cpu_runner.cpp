@@ -185,7 +185,11 @@ class CpuRunner final : public ModelRunner {
     for (const int32_t l : layers) {
       if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(values));
       layer_.run(l, weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
-      if (observer) observer->observe(l, layer_input_, {x_.data(), values});
+      if (!observer) continue;
+      observer->observe(l, layer_input_, {x_.data(), values});
+      if (const LayerSpec& spec = c.layers[size_t(l)]; spec.has_experts()) {
+        observer->observe_experts(l, layer_.chosen_experts(l, n), spec.moe.n_experts_used);
+      }
     }
   }
 

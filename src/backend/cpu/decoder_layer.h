@@ -53,6 +53,11 @@ class DecoderLayer {
 
   KvView view(const LayerCache& cache) const;
 
+  // After run() of a mixture-of-experts layer over n rows: each row's chosen experts, [n][k].
+  std::span<const int32_t> chosen_experts(int64_t layer, int64_t n) const {
+    return moe_->chosen(n, spec_.layers[size_t(layer)].moe.n_experts_used);
+  }
+
  private:
   void attention_block(int64_t layer, const LayerWeights& w, const LayerCache& k, const LayerCache& v, const LayerRows& rows,
                        float* x, ThreadPool& pool);

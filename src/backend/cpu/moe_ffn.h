@@ -32,6 +32,8 @@ class MoeFfn {
   // experts' outputs in expert order.
   void run(const LayerSpec& layer, const LayerWeights& w, const float* x, float* y, int64_t n,
            std::span<const TokenGroup> groups, ThreadPool& pool);
+  // The last run's routing: each of its n rows' k experts, [n][k].
+  std::span<const int32_t> chosen(int64_t n, int64_t k) const { return {chosen_.data(), size_t(n * k)}; }
 
  private:
   // One token routed to the expert at hand, and its weight there.

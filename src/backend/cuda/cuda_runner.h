@@ -100,6 +100,10 @@ struct CudaRunnerOptions {
   // A mixture of experts' experts in VRAM: all that the budget leaves room
   // for (0), or at most this many, the rest cached from pinned RAM.
   int64_t max_vram_experts = 0;
+  // How often calibration saw each expert chosen, [layer * experts + expert]
+  // (engine/expert_calibration.h): the most chosen start in VRAM. Empty: the
+  // first experts of every layer alike.
+  std::vector<uint64_t> expert_counts;
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
   // The last streamed layers of a pass start copying the next pass's first

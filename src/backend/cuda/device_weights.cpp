@@ -266,7 +266,7 @@ DeviceWeights::DeviceWeights(const GgufFile& file, const ModelSpec& c, const Mod
     const uint64_t budget = std::min(options.vram_budget.value_or(usable), usable);
     const uint64_t taken = needed + draft_bytes + ExpertFfn::scratch_bytes(c, options.max_batch);
     const ExpertPlan plan = plan_experts(c, w, budget > taken ? budget - taken : 0, options.max_vram_experts);
-    experts_ = std::make_unique<ExpertStore>(c, w, plan, options.on_load_progress);
+    experts_ = std::make_unique<ExpertStore>(c, w, plan, options.expert_counts, options.on_load_progress);
     device_bytes_ += experts_->device_bytes();
   }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cstring>
 #include <thread>
 
@@ -42,7 +43,7 @@ ExpertMatrices place_expert(const ExpertLayout& t, uint8_t* base) {
 }
 
 ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, const ExpertPlan& plan,
-                         const std::function<void(uint64_t, uint64_t)>& on_progress)
+                         std::span<const uint64_t> counts, const std::function<void(uint64_t, uint64_t)>& on_progress)
     : n_experts_(spec.layers.at(0).moe.n_experts), resident_(plan.all_resident()), slot_bytes_(plan.slot_bytes) {
   for (int64_t l = 0; l < spec.n_layers; ++l) layouts_.push_back(expert_layout(spec, weights.layers[size_t(l)], l));
   const int64_t total = plan.experts, slots = plan.slots;
@@ -62,12 +63,15 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
   }
   NT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
 
-  // Which expert each slot starts with: all of them, or an equal share of
-  // every layer's (the first experts of each), which is what a static
-  // placement without routing counts would hold.
+  // Which expert each slot starts with: all of them in order, or those the
+  // counts chose most (else an equal share of every layer's), their counts
+  // the cache's first.
   std::vector<int64_t> start(static_cast<size_t>(slots));
-  for (int64_t s = 0; s < slots; ++s) {
-    start[size_t(s)] = resident_ ? s : index(s % spec.n_layers, s / spec.n_layers);
+  if (resident_) {
+    std::iota(start.begin(), start.end(), 0);
+  } else {
+    start = experts_in_vram(plan, spec.n_layers, counts);
+    for (size_t x = 0; x < counts.size(); ++x) uses_[x] = uint32_t(std::min<uint64_t>(counts[x], 1u << 24));
   }
   const uint64_t load_total = uint64_t(resident_ ? total : total + slots) * slot_bytes_;
   uint64_t loaded = 0;

@@ -54,7 +54,9 @@ class ExpertStore {
   // The experts of every layer of `spec` from `weights` as `plan` places
   // them: all in VRAM, or plan.slots of them cached over pinned copies of
   // all. Errors name the sizes. on_progress(bytes, total) as they load.
-  ExpertStore(const ModelSpec& spec, const ModelWeights& weights, const ExpertPlan& plan,
+  // `counts` (calibrate-experts', [layer * experts + expert], or empty)
+  // choose the experts VRAM starts with and seed the use counts.
+  ExpertStore(const ModelSpec& spec, const ModelWeights& weights, const ExpertPlan& plan, std::span<const uint64_t> counts,
               const std::function<void(uint64_t, uint64_t)>& on_progress);
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
