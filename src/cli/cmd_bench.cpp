@@ -87,6 +87,20 @@ bool bench_threads(const BenchOptions& o, int threads) {
 
   const double bytes = double(runner.weight_bytes_per_token());
   const auto name = loaded.file->header().get_string("general.name", std::string("?"));
+  // A cached mixture of experts' traffic in each test (its warm-up run too), said after the table.
+  std::vector<std::string> expert_lines;
+  ExpertTraffic before = runner.expert_traffic();
+  const auto note_experts = [&](const std::string& test, int64_t tokens) {
+    const ExpertTraffic now = runner.expert_traffic();
+    const uint64_t uses = now.uses - before.uses;
+    if (uses > 0) {
+      expert_lines.push_back(fmt::format(
+          "experts in {}: {:.1f}% of {} uses in VRAM, {:.1f} MiB a token copied in", test,
+          100.0 * double(now.in_vram - before.in_vram) / double(uses), uses,
+          double(now.copied_bytes - before.copied_bytes) / double(tokens * (o.repetitions + 1)) / double(1 << 20)));
+    }
+    before = now;
+  };
   for (const int64_t n_prompt : o.n_prompt) {
     if (n_prompt <= 0) continue;
     if (interrupt_requested()) return false;
@@ -97,6 +111,7 @@ bool bench_threads(const BenchOptions& o, int threads) {
     // Prefill reads the weights once for the whole prompt: its GB/s is not a roofline figure.
     fmt::print("| {} | {} | pp{} | {:.1f} ± {:.1f} | {:.3f} | - | - |\n", name, runner.description(), n_prompt, ts.mean,
                ts.stdev, 1e3 * spread(seconds).mean / double(n_prompt));
+    note_experts(fmt::format("pp{}", n_prompt), n_prompt);
     std::fflush(stdout);  // each row as it is measured, into a pipe too
   }
   DecodeStep last_step;
@@ -105,6 +120,7 @@ bool bench_threads(const BenchOptions& o, int threads) {
       if (n_gen <= 0) break;
       if (interrupt_requested()) return false;
       if (depth > 0) runner.forward({prompt.data(), size_t(depth)}, 0, logits.data(), false);
+      before = runner.expert_traffic();  // the depth's prompt is not the test's
       const auto seconds = time_repetitions(o.repetitions, [&] {
         // What greedy generation costs: each step's pick is the next step's input.
         runner.decode_greedy(prompt[0], depth, n_gen, [](int32_t) { return true; });
@@ -116,10 +132,12 @@ bool bench_threads(const BenchOptions& o, int threads) {
       fmt::print("| {} | {} | tg{} @ {} | {:.1f} ± {:.1f} | {:.3f} | {:.1f} | {:.1f} |\n", name, runner.description(),
                  n_gen, depth, ts.mean, ts.stdev, 1e3 * t, bytes / t / 1e9, (bytes + kv_bytes) / t / 1e9);
       last_step = {t, bytes + kv_bytes};
+      note_experts(fmt::format("tg{} @ {}", n_gen, depth), n_gen);
       std::fflush(stdout);
     }
   }
   if (interrupt_requested()) return false;
+  for (const std::string& line : expert_lines) fmt::print("{}\n", line);
   print_decode_ceiling(runner, *loaded.file, loaded.gpus, last_step, mo.threads);
   if (!o.pass_tokens.empty()) bench_pass_cost(runner, name, o.pass_tokens, o.repetitions);
   if (speculates && max_gen > 0) bench_speculation(o.speculative, mo, loaded, max_gen, o.repetitions);

@@ -160,6 +160,7 @@ bool Engine::step() {
   stats_.kv_pages = model_.runner->kv_pages().page_count();
   stats_.kv_pages_free = model_.runner->kv_pages().free_pages();
   stats_.weight_bytes_per_token = model_.runner->weight_bytes_per_token();
+  stats_.experts = model_.runner->expert_traffic();
   stats_.slots.clear();
   for (const SlotState& state : scheduler_->slot_states()) {
     EngineSlot& slot = stats_.slots.emplace_back();

@@ -61,6 +61,7 @@ struct EngineStats {
   int64_t queued = 0;        // submitted, not yet taken by a step
   int64_t kv_pages = 0, kv_pages_free = 0;  // the KV pool (finished prompts' pages count as used until needed)
   uint64_t weight_bytes_per_token = 0;      // what one pass reads of the weights (streamed ones cross the link)
+  ExpertTraffic experts;                    // a mixture of experts' cache, since load
   std::vector<EngineSlot> slots;            // in slot order
 };
 

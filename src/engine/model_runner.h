@@ -40,6 +40,13 @@ class LayerObserver {
   virtual void observe_experts(int32_t /*layer*/, std::span<const int32_t> /*chosen*/, int64_t /*k*/) {}
 };
 
+// A mixture of experts' expert reads since load, where a runner caches its
+// experts: the uses (one token's choice of one expert in one layer), those
+// VRAM served, and the bytes copied in for the rest.
+struct ExpertTraffic {
+  uint64_t uses = 0, in_vram = 0, copied_bytes = 0;
+};
+
 // A layer in a pass: computed by the GPU from VRAM, or from weights streamed
 // to it from pinned host RAM or from storage; or computed by the CPU from host memory.
 enum class LayerPlace { Vram, Ram, Disk, Cpu };
@@ -65,6 +72,8 @@ class ModelRunner {
   // Where each layer's weights come from in a pass and what computes it, in
   // layer order: the CPU's (every layer on the CPU) unless a GPU runner says otherwise.
   virtual std::vector<LayerPlace> layer_places() const;
+  // All zero unless the runner caches a mixture of experts' experts.
+  virtual ExpertTraffic expert_traffic() const { return {}; }
 
   // --- Many sequences ---
   // Whether a token tree of `tokens` entries (the pending token and its

@@ -48,6 +48,14 @@ std::string Metrics::prometheus_text(const EngineStats* stats, int slots) const 
          double(stats->kv_pages - stats->kv_pages_free));
   metric(out, "weight_bytes_per_pass", "gauge", "Bytes of weights one pass reads; streamed layers cross the link",
          double(stats->weight_bytes_per_token));
+  if (stats->experts.uses > 0) {
+    metric(out, "expert_uses_total", "counter", "Tokens' choices of an expert in a layer, where experts are cached",
+           double(stats->experts.uses));
+    metric(out, "expert_uses_in_vram_total", "counter", "Of them, served by an expert in VRAM",
+           double(stats->experts.in_vram));
+    metric(out, "expert_copied_bytes_total", "counter", "Bytes of experts copied into VRAM for the others",
+           double(stats->experts.copied_bytes));
+  }
   metric(out, "passes_total", "counter", "Forward passes run", double(p.passes));
   metric(out, "prefill_tokens_per_second", "gauge", "Prompt tokens evaluated per second of the passes that did",
          p.prefill_seconds > 0 ? double(p.prompt_tokens) / p.prefill_seconds : 0.0);

@@ -84,6 +84,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     }
     return places;
   }
+  ExpertTraffic expert_traffic() const override {
+    if (!experts_) return {};
+    const ExpertCacheStats& s = experts_->store().stats();
+    return {s.uses, s.hits, s.copied_bytes};
+  }
   std::vector<int32_t> resident_layers() const override {
     if (!weights_->streamer() && !hybrid_) return ModelRunner::resident_layers();
     std::vector<int32_t> layers;
