@@ -47,6 +47,13 @@ OpenedModel open_model(const OpenModelOptions& o) {
   if (several_gpus && o.cpu_layers.value_or(0) > 0) {
     fail("--cpu-layers {}: the CPU computes no layers of a run over several GPUs (--gpus)", *o.cpu_layers);
   }
+  // Checked on every device, used where experts are cached (CUDA).
+  std::vector<uint64_t> expert_counts;
+  if (!o.expert_counts.empty()) {
+    if (!spec.has_experts()) fail("--expert-counts {}: '{}' has no mixture of experts", o.expert_counts, m.path);
+    expert_counts =
+        read_expert_counts_for(o.expert_counts, model_identity(*m.file, spec.n_layers), spec.layers[0].moe.n_experts).flat();
+  }
 #ifdef NT_HAVE_CUDA
   // The CUDA backend runs every family it knows the layers of; others are noted and run on the CPU.
   const std::string cpu_only = cpu_only_reason(spec);
@@ -72,11 +79,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.io = o.io;
     cuda.trace_path = o.trace_path;
     cuda.draft_model = o.draft_model;
-    if (!o.expert_counts.empty()) {
-      if (!spec.has_experts()) fail("--expert-counts {}: '{}' has no mixture of experts", o.expert_counts, m.path);
-      cuda.expert_counts =
-          read_expert_counts_for(o.expert_counts, model_identity(*m.file, spec.n_layers), spec.layers[0].moe.n_experts).flat();
-    }
+    cuda.expert_counts = expert_counts;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
     if (several_gpus && spec.has_experts()) {

@@ -110,3 +110,16 @@ def test_a_dense_model_has_nothing_to_count(model, tmp_path):
                              "-o", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "has no mixture of experts" in result.stderr, result.stderr
+
+
+def test_run_checks_the_counts_it_is_given(model, calibrated):
+    _, _, out = calibrated
+    base = [str(NTRANSFORMER), "run", "--device", "cpu", "-p", "Once", "-n", "2", "--expert-counts", str(out), "-m"]
+    ran = subprocess.run(base + [str(model("tiny-qwen3moe"))], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    dense = subprocess.run(base + [str(model("tiny-qwen3"))], capture_output=True, text=True, timeout=120)
+    assert dense.returncode != 0
+    assert "has no mixture of experts" in dense.stderr, dense.stderr
+    other = subprocess.run(base + [str(model("tiny-mixtral"))], capture_output=True, text=True, timeout=120)
+    assert other.returncode != 0
+    assert f"{out}: calibrated on" in other.stderr, other.stderr
