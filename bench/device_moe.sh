@@ -18,6 +18,7 @@ mkdir -p "$out" "$work"
 cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib -name 'libcublas.so.13*' 2>/dev/null | head -1)
 [[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nt="$build/src/ntransformer"
+source "$(dirname "$0")/reference_peak.sh"
 log() { echo "== $* ($SECONDS s)"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
@@ -46,12 +47,7 @@ for spec in ${NT_MOE_MODELS:-qwen3-30b-a3b:8GiB:28,30,32,34}; do
     if [[ $stages == *" reference "* && -n $ref ]]; then
       for n in ${ncmoe//,/ }; do
         log "reference: llama-bench -ncmoe $n on $preset skew $skew"
-        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$out/ref_vram.txt" &
-        smi=$!
-        LD_LIBRARY_PATH="$ref:$LD_LIBRARY_PATH" "$ref/llama-bench" -m "$f" -ngl 99 -ncmoe "$n" -t 16 -fa 1 -p 512 -n 64 -r 2 \
-          2>&1 | grep -E "^\| .*(pp|tg)|error"
-        kill $smi; wait $smi 2>/dev/null
-        echo "reference -ncmoe $n: peak VRAM $(sort -n "$out/ref_vram.txt" | tail -1) MiB"
+        reference_bench "-ncmoe $n" "$ref" "$out/ref_vram.txt" -m "$f" -ngl 99 -ncmoe "$n" -t 16 -fa 1 -p 512 -n 64 -r 2
       done
     fi
   done
