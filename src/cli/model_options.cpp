@@ -2,6 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
 #include "cli/number_checks.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
@@ -67,6 +71,24 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 
 namespace {
 bool g_seed_given = false;  // one command runs per process
+
+// "15043+1" or "15043-100": llama.cpp's --logit-bias.
+LogitBias parse_logit_bias(const std::string& item) {
+  const size_t sign = item.find_first_of("+-");
+  LogitBias b;
+  const auto bad = [&] { fail("--logit-bias {}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043-100", item); };
+  if (sign == 0 || sign == std::string::npos) bad();
+  const auto [token_end, token_error] = std::from_chars(item.data(), item.data() + sign, b.token);
+  if (token_error != std::errc() || token_end != item.data() + sign || b.token < 0) bad();
+  try {
+    size_t used = 0;
+    b.bias = std::stof(item.substr(sign), &used);
+    if (used != item.size() - sign || !std::isfinite(b.bias)) bad();
+  } catch (const std::logic_error&) {
+    bad();
+  }
+  return b;
+}
 }  // namespace
 
 void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
@@ -87,6 +109,14 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
   cmd.add_option("--presence-penalty", p.presence_penalty, "Presence penalty")
       ->capture_default_str()
       ->check(within(l::kPresencePenalty));
+  cmd.add_option_function<std::vector<std::string>>(
+         "--logit-bias",
+         [&p](const std::vector<std::string>& items) {
+           for (const std::string& item : items) p.logit_bias.push_back(parse_logit_bias(item));
+         },
+         "Add BIAS to a token's logit before sampling, as TOKEN_ID+BIAS or TOKEN_ID-BIAS (15043-100 all but bans "
+         "token 15043); repeatable")
+      ->type_name("TOKEN(+|-)BIAS");
   p.seed = random_seed();
   cmd.add_option_function<std::string>(
          "-s,--seed",

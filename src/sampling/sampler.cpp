@@ -42,6 +42,16 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab_size)
   if (!std::isfinite(params.frequency_penalty) || !std::isfinite(params.presence_penalty))
     fail("sampler: frequency_penalty {} and presence_penalty {} must be finite", params.frequency_penalty,
          params.presence_penalty);
+  for (const LogitBias& b : params.logit_bias) {
+    if (b.token < 0 || b.token >= vocab_size) {
+      fail("sampler: logit_bias names token {}, outside the vocabulary of {}", b.token, vocab_size);
+    }
+    if (!std::isfinite(b.bias)) fail("sampler: logit_bias of token {} is {}; give a finite number", b.token, b.bias);
+  }
+}
+
+void Sampler::apply_biases(std::span<float> logits) const {
+  for (const LogitBias& b : params_.logit_bias) logits[size_t(b.token)] += b.bias;
 }
 
 bool Sampler::has_penalties() const {
@@ -53,6 +63,7 @@ void Sampler::narrow(std::span<float> logits) {
   if (int64_t(logits.size()) != vocab_size_)
     fail("sampler: got {} logits for a vocabulary of {}", logits.size(), vocab_size_);
   if (has_penalties()) apply_penalties(logits, recent_counts_, params_);
+  apply_biases(logits);
   // Top-k during the scan: a 128K vocabulary costs one pass and no copy.
   const bool greedy = params_.temperature <= 0.0f;
   candidates_.assign(logits, greedy ? 1 : params_.top_k);
@@ -81,6 +92,11 @@ int64_t Sampler::top_needed() const {
   if (!greedy && params_.top_k <= 0) return 0;
   int64_t needed = greedy ? 1 : params_.top_k;
   if (has_penalties()) needed += int64_t(recent_counts_.size());
+  // A raised token may come from anywhere in the row; a lowered one only moves down.
+  for (const LogitBias& b : params_.logit_bias) {
+    if (b.bias > 0.0f) return 0;
+    ++needed;
+  }
   return needed < vocab_size_ ? needed : 0;
 }
 
@@ -93,6 +109,11 @@ int32_t Sampler::sample_top(std::span<const Candidate> top) {
     for (Candidate& c : penalised_top_) {
       const auto it = recent_counts_.find(c.id);
       if (it != recent_counts_.end() && it->second > 0) c.logit = penalised(c.logit, it->second, params_);
+    }
+  }
+  for (const LogitBias& b : params_.logit_bias) {  // lowering only: top_needed() said so
+    for (Candidate& c : penalised_top_) {
+      if (c.id == b.token) c.logit += b.bias;
     }
   }
   const bool greedy = params_.temperature <= 0.0f;
@@ -112,7 +133,9 @@ int32_t Sampler::draw_from_candidates() {
   return draw_from(weights_, next_uniform());
 }
 
-bool Sampler::runs_without_history() const { return params_.temperature > 0.0f && top_needed() > 0 && !has_penalties(); }
+bool Sampler::runs_without_history() const {
+  return params_.temperature > 0.0f && top_needed() > 0 && !has_penalties() && params_.logit_bias.empty();
+}
 
 double Sampler::next_uniform() { return uniform_from_bits(rng_()); }
 

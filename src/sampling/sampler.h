@@ -20,6 +20,15 @@
 namespace nt {
 
 // Defaults are llama-cli's.
+// A number added to one token's logit before the chain (OpenAI's
+// logit_bias): -100 all but bans the token, +100 all but forces it.
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0.0f;
+
+  bool operator==(const LogitBias&) const = default;
+};
+
 struct SamplingParams {
   float temperature = 0.8f;        // <= 0: greedy
   int32_t top_k = 40;              // <= 0: whole vocabulary
@@ -30,6 +39,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // 0: off
   float presence_penalty = 0.0f;   // 0: off
   uint64_t seed = 0;               // same seed, same logits -> same tokens, on any platform
+  std::vector<LogitBias> logit_bias;  // added after the penalties, before top-k
 };
 
 // Greedy decoding's parameters: temperature 0, no penalties.
@@ -92,10 +102,12 @@ class Sampler {
 
   // Greedy without penalties: sample() would return the row's highest logit
   // untouched, so a backend may pick it itself (ModelRunner::forward_greedy).
-  bool picks_highest_logit() const { return params_.temperature <= 0.0f && !has_penalties(); }
+  bool picks_highest_logit() const { return params_.temperature <= 0.0f && !has_penalties() && params_.logit_bias.empty(); }
 
  private:
   bool has_penalties() const;
+  // Adds the logit biases to the tokens of `logits` (a whole row).
+  void apply_biases(std::span<float> logits) const;
   // The candidates after the penalties and top-k (one when greedy).
   void narrow(std::span<float> logits);
   // Top-p and min-p, then the weights of the final draw into weights_.

@@ -121,6 +121,23 @@ def test_greedy_completion_is_what_run_prints_raw(server):
     assert reply.usage.completion_tokens == 16 and reply.choices[0].finish_reason == "length"
 
 
+def test_logit_bias_is_what_run_prints_with_the_same_bias(server, tmp_path):
+    prompt = "The capital of France is"
+    plain = run_cli("--raw", "--no-display-prompt", "-p", prompt, "-n", 8, "--ids-out", tmp_path / "ids.json").stdout
+    first = json.loads((tmp_path / "ids.json").read_text())["generated"][0]
+    client = server.openai()
+    # Banning the greedy first token moves the reply off it, as run's --logit-bias does.
+    banned = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=8, temperature=0,
+                                       logit_bias={str(first): -100})
+    expected = run_cli("--raw", "--no-display-prompt", "-p", prompt, "-n", 8, "--logit-bias", f"{first}-100").stdout
+    assert banned.choices[0].text == expected and expected != plain
+    # A strong bias on a token makes it every pick, sampled too.
+    forced = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=3, temperature=0.8, seed=1,
+                                       logit_bias={str(first): 100})
+    status, text, _ = server.request("POST", "/detokenize", {"tokens": [first] * 3})
+    assert status == 200 and forced.choices[0].text == json.loads(text)["content"]
+
+
 def test_a_stream_adds_up_to_the_whole_reply_and_ends_with_its_usage(server):
     client = server.openai()
     whole = chat(client, "Write a haiku about rain.", max_tokens=32)
@@ -239,6 +256,11 @@ BAD = [  # body, status, words of the message, param
     ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}, 400,
      "constrained output", "response_format"),
     ({"messages": [{"role": "user", "content": "word " * 2000}]}, 400, "but the context holds 1024", None),
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"hello": 1}}, 400, "must be a token id",
+     "logit_bias.hello"),
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}}, 400, "from -100 to 100", "logit_bias.5"),
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"999999": 1}}, 400,
+     "logit_bias names token 999999, outside the vocabulary", None),
 ]
 
 

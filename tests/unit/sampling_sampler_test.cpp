@@ -257,8 +257,9 @@ TEST(Sampler, RejectsBadInput) {
 // sample_top on a row's top_needed() highest logits (shuffled: any order is
 // allowed) against sample() on the whole row, step by step with the same seed.
 // The window's tokens get the row's highest logits so that penalties reorder
-// the top and push penalised tokens out of the top-k; the rows are coarse, so
-// equal logits straddle the cut.
+// the top and push penalised tokens out of the top-k; so do tokens 0-9 where
+// a chain lowers them by a logit bias. The rows are coarse, so equal logits
+// straddle the cut.
 TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
   uint64_t seed;
   auto rng = fresh_rng(seed);
@@ -267,6 +268,7 @@ TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
     float temperature, repeat_penalty, frequency_penalty, presence_penalty;
     int32_t top_k, repeat_last_n;
     float top_p, min_p;
+    float bias = 0.0f;  // < 0: added to tokens 0-9
   };
   const Chain chains[] = {
       {0.8f, 1.0f, 0.0f, 0.0f, 40, 64, 0.95f, 0.05f},   // the CLI's defaults
@@ -274,6 +276,8 @@ TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
       {0.0f, 1.5f, 0.0f, 0.0f, 40, 8, 0.95f, 0.05f},    // greedy with a penalty
       {1.5f, 1.1f, 0.0f, 1.0f, 1, -1, 0.9f, 0.1f},      // top-1, the window unbounded
       {0.7f, 1.0f, 2.0f, 0.0f, 300, 32, 0.99f, 0.0f},  // a wide top-k
+      {0.9f, 1.2f, 0.0f, 0.0f, 5, 16, 1.0f, 0.0f, -3.0f},    // lowering biases beside penalties
+      {0.0f, 1.0f, 0.0f, 0.0f, 40, 0, 1.0f, 0.0f, -100.0f},  // greedy with banned tokens
   };
   const int64_t vocab = 1000;
   std::uniform_int_distribution<int32_t> any_token(0, int32_t(vocab) - 1);
@@ -287,6 +291,7 @@ TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
     p.repeat_last_n = c.repeat_last_n;
     p.top_p = c.top_p;
     p.min_p = c.min_p;
+    for (int32_t t = 0; c.bias < 0.0f && t < 10; ++t) p.logit_bias.push_back({t, c.bias});
     p.seed = rng();
     Sampler whole(p, vocab), top(p, vocab);
     std::vector<int32_t> history;
@@ -294,6 +299,7 @@ TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
     for (int step = 0; step < 300; ++step) {
       auto row = random_logits(rng, size_t(vocab), 3.0f);
       for (float& x : row) x = std::round(x * 4.0f) / 4.0f;  // ties
+      for (const LogitBias& b : p.logit_bias) row[size_t(b.token)] = 8.0f + float(b.token % 4);
       for (size_t i = history.size() > 20 ? history.size() - 20 : 0; i < history.size(); ++i) {
         row[size_t(history[i])] = 9.0f + float(i % 3);
       }
@@ -309,6 +315,27 @@ TEST(Sampler, ChoosesFromTheRowsTopAsFromTheWholeRow) {
       top.accept(next);
       history.push_back(next);
     }
+  }
+}
+
+// A raised token may come from anywhere in the row: the chain then needs all
+// of it, and the bias decides a greedy pick; a token outside the vocabulary
+// is refused by name.
+TEST(Sampler, RaisingBiasesNeedTheWholeRow) {
+  SamplingParams p = greedy_sampling();
+  p.logit_bias = {{7, 100.0f}};
+  Sampler sampler(p, 50);
+  EXPECT_EQ(sampler.top_needed(), 0);
+  EXPECT_FALSE(sampler.picks_highest_logit());
+  std::vector<float> row(50, 0.0f);
+  row[3] = 20.0f;
+  EXPECT_EQ(sampler.sample(row), 7);
+  p.logit_bias = {{50, -1.0f}};
+  try {
+    Sampler(p, 50);
+    FAIL() << "token 50 of a vocabulary of 50 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logit_bias names token 50"), std::string::npos) << e.what();
   }
 }
 
