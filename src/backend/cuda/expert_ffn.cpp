@@ -138,7 +138,7 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   NT_CUDA_CHECK(cudaMemcpyAsync(routed_, routed, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
 
   // Each expert over its rows, added into x (or, before a post-norm, into sum_).
-  store_.begin_layer(l, needed_, stream);
+  store_.begin_layer(l, needed_);
   const bool silu = layer.activation == FfnActivation::Silu;
   for (size_t i = 0; i < needed_.size(); ++i) {
     const int64_t e = needed_[i], first = start_[size_t(e)], m = start_[size_t(e) + 1] - first;

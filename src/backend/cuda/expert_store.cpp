@@ -192,7 +192,7 @@ void ExpertStore::fill(int64_t slot, int64_t x) {
   stats_.copied_bytes += bytes;
 }
 
-void ExpertStore::begin_layer(int64_t layer, std::span<const int32_t> experts, cudaStream_t) {
+void ExpertStore::begin_layer(int64_t layer, std::span<const int32_t> experts) {
   layer_ = layer;
   ++layer_mark_;
   needed_.assign(experts.begin(), experts.end());
@@ -208,7 +208,7 @@ void ExpertStore::begin_layer(int64_t layer, std::span<const int32_t> experts, c
   copy_misses();
 }
 
-// The least recently used slots that hold none of the running layer's
+// The least used slots (by_use_ order) that hold none of the running layer's
 // experts still to compute take its misses, in the order it computes them.
 void ExpertStore::copy_misses() {
   auto victim = by_use_.begin();
@@ -255,7 +255,7 @@ const ExpertMatrices& ExpertStore::use(size_t i, cudaStream_t compute) {
 
 bool ExpertStore::hold(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute) {
   if (int64_t(experts.size()) > slots()) return false;
-  begin_layer(layer, experts, compute);  // as many free slots as misses: every one takes a slot
+  begin_layer(layer, experts);  // as many free slots as misses: every one takes a slot
   for (size_t i = 0; i < needed_.size(); ++i) use(i, compute);
   if (!resident_) {  // the table's row goes after this layer's evictions and copies were decided
     NT_CUDA_CHECK(cudaMemcpyAsync(table_.as<int32_t>() + layer * n_experts_, host_table_.as<int32_t>() + layer * n_experts_,

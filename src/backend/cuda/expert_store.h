@@ -86,8 +86,9 @@ class ExpertStore {
   bool hold(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute);
   void release(cudaStream_t compute);
 
-  // The running layer's experts (ascending), their copies queued behind `compute`'s work so far.
-  void begin_layer(int64_t layer, std::span<const int32_t> experts, cudaStream_t compute);
+  // The running layer's experts (ascending): the misses start copying into
+  // the slots they may take (each copy waits for its slot's last reader).
+  void begin_layer(int64_t layer, std::span<const int32_t> experts);
   // Expert i of begin_layer's list, `compute` ordered after its copy.
   const ExpertMatrices& use(size_t i, cudaStream_t compute);
   // Its products are queued on `compute`: its slot may take another expert once they ran.
