@@ -12,13 +12,8 @@ set -uo pipefail
 build=${1:?build dir}; ref=${2:?reference bin dir (llama-bench)}
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
 ngls=${NT_FAMILY_NGL:-36,40,44,48}
-mkdir -p "$out" "$work"
-cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib -name 'libcublas.so.13*' 2>/dev/null | head -1)
-[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nt="$build/src/ntransformer"
-source "$(dirname "$0")/reference_peak.sh"
-log() { echo "== $* ($SECONDS s)"; }
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+source "$(dirname "$0")/device_lib.sh"
 for spec in qwen3-8b: gemma3-27b: qwen3-32b:16GiB; do
   IFS=: read -r preset budget <<< "$spec"
   f="$work/$preset-q4_k_m.gguf"

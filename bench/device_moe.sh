@@ -14,13 +14,8 @@ set -uo pipefail
 build=${1:?build dir}; ref=${2:-}
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
 stages=" ${NT_MOE_STAGES:-tests make ours reference} "
-mkdir -p "$out" "$work"
-cublas=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib -name 'libcublas.so.13*' 2>/dev/null | head -1)
-[[ -n "$cublas" ]] && export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nt="$build/src/ntransformer"
-source "$(dirname "$0")/reference_peak.sh"
-log() { echo "== $* ($SECONDS s)"; }
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+source "$(dirname "$0")/device_lib.sh"
 
 if [[ $stages == *" tests "* ]]; then
   log "GPU tests: CudaExperts, CudaFamilies"
