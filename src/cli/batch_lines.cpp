@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/completion.h"
+#include "sampling/logit_bias_json.h"
 #include "sampling/setting_limits.h"
 
 namespace nt::cli {
@@ -16,7 +17,7 @@ using nlohmann::json;
 constexpr std::string_view kFields[] = {"id",           "prompt",         "messages",          "max_tokens",
                                         "temperature",  "top_k",          "top_p",             "min_p",
                                         "seed",         "repeat_penalty", "repeat_last_n",     "frequency_penalty",
-                                        "presence_penalty", "stop",       "prediction"};
+                                        "presence_penalty", "stop",       "prediction",        "logit_bias"};
 
 constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool"};
 
@@ -152,6 +153,7 @@ void read_fields(const json& j, BatchLine& line) {
   }
   if (j.contains("stop")) line.stop = stop_strings(j["stop"]);
   if (j.contains("prediction")) line.prediction = prediction(j["prediction"]);
+  if (j.contains("logit_bias")) s.logit_bias = logit_bias_from_json(j["logit_bias"], bad);
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 //   {"id": ..., "prompt": "..."}                 raw completion
 //   {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}   chat template
 // plus optional max_tokens, temperature, top_k, top_p, min_p, seed,
-// repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty and stop
-// (a string or a list of them), which override the command line's, and
+// repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty,
+// logit_bias ({"token id": bias}, as OpenAI's) and stop (a string or a list
+// of them), which override the command line's, and
 // prediction (a string, or OpenAI's {"type": "content", "content": "..."}):
 // text the output is expected to resemble, which a lookup draft reads. Any
 // other field is an error: a misspelt one would otherwise change nothing

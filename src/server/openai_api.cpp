@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 
+#include "sampling/logit_bias_json.h"
 #include "sampling/setting_limits.h"
 #include "server/json_fields.h"
 #include "server/logprobs_json.h"
@@ -183,26 +183,6 @@ std::optional<int32_t> logprobs_request(Endpoint endpoint, const json& j) {
   return top;
 }
 
-// logit_bias: {"token id": bias in [-100, 100], ...}, as OpenAI takes it; the
-// ids are checked against the vocabulary when the request's sampler is made.
-std::vector<LogitBias> logit_bias_field(const json& j) {
-  if (!j.is_object()) bad("logit_bias", fmt::format("logit_bias: expected an object of token ids to biases, got {}", shown(j)));
-  std::vector<LogitBias> biases;
-  for (const auto& [key, value] : j.items()) {
-    const std::string at = "logit_bias." + key;
-    int32_t token = -1;
-    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), token);
-    if (error != std::errc() || end != key.data() + key.size() || token < 0) {
-      bad(at, fmt::format("{}: a key must be a token id, a non-negative integer", at));
-    }
-    if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
-      bad(at, fmt::format("{}: expected a number from -100 to 100, got {}", at, shown(value)));
-    }
-    biases.push_back({token, value.get<float>()});
-  }
-  return biases;
-}
-
 // What the engine cannot do yet is refused by name rather than ignored.
 void refuse_unsupported(const json& j) {
   for (const char* legacy : {"functions", "function_call"}) {
@@ -357,7 +337,11 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const s
     s.seed = random_seed();
   }
   if (j.contains("stop")) r.stop = stop_strings(j["stop"]);
-  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) s.logit_bias = logit_bias_field(j["logit_bias"]);
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+    s.logit_bias = logit_bias_from_json(j["logit_bias"], [](const std::string& field, const std::string& message) {
+      bad(field, fmt::format("{}: {}", field, message));
+    });
+  }
   // llama-server's extension, for benchmarks that need replies of a set length.
   if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) r.ignore_eos = bool_field(j["ignore_eos"], "ignore_eos");
   r.logprobs = logprobs_request(endpoint, j);

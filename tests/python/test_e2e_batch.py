@@ -30,6 +30,9 @@ GOOD = {
                 "stop": ["\n3."]},
     "penalized": {"id": "penalized", "prompt": "One, two, three,", "max_tokens": 20, "temperature": 0,
                   "repeat_penalty": 1.5, "repeat_last_n": 16, "frequency_penalty": 0.5, "presence_penalty": 0.25},
+    # 7042 is " Paris", the greedy first token; 30 a raised one.
+    "biased": {"id": "biased", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+               "logit_bias": {"7042": -100, "30": 2.5}},
 }
 
 # (input line, id echoed back, field the error must name, words it must
@@ -46,6 +49,7 @@ BAD = [
     ('{"id": 12, "messages": [{"role": "user"}]}', 12, "messages[0].content", "missing"),
     ('["not", "an", "object"]', None, None, "expected a JSON object"),
     ('{"id": "guess", "prompt": "x", "prediction": 5}', "guess", "prediction", "expected a string"),
+    ('{"id": "bias", "prompt": "x", "logit_bias": {"a": 1}}', "bias", "logit_bias.a", "must be a token id"),
     ('{"id": "kind", "prompt": "x", "prediction": {"type": "text", "content": "y"}}', "kind", "prediction.type",
      'expected "content"'),
     ('{"id": "huge", "prompt": "x", "temperature": 1e999}', None, None, "number overflow"),  # past a double
@@ -110,6 +114,8 @@ def run_alone(request):
             args += [flag, str(request[field])]
     for stop in request.get("stop", []):
         args += ["--stop", stop]
+    for token, bias in request.get("logit_bias", {}).items():
+        args += ["--logit-bias", f"{token}{bias:+g}"]
     result = subprocess.run([str(NTRANSFORMER), *args], capture_output=True, text=True, timeout=300, check=True)
     echo = request.get("prompt", "")  # a raw prompt is echoed before the text
     assert result.stdout.startswith(echo)
