@@ -41,8 +41,7 @@ ExpertCounts count_expert_routing(ModelRunner& runner, ModelIdentity model, std:
                                   const std::function<void(int64_t, int64_t)>& on_window) {
   const ModelSpec& c = runner.config();
   if (!c.has_experts()) fail("expert calibration: '{}' has no mixture of experts", model.file);
-  int64_t experts = 0;
-  for (const LayerSpec& l : c.layers) experts = std::max(experts, l.moe.n_experts);
+  const int64_t experts = c.widest_experts().n_experts;
   RoutingObserver observer(c.n_layers, experts);
   const CalibrationText run = observe_text(runner, tokens, n_ctx, bos, max_windows, observer, on_window, "expert calibration");
   if (!observer.routed()) fail("expert calibration: the {} backend does not report its routing; use --device cpu", runner.description());

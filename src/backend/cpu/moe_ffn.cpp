@@ -38,12 +38,8 @@ void route_token(ExpertGating gating, float* logits, int64_t n_experts, int64_t 
 }
 
 MoeFfn::MoeFfn(const ModelSpec& spec, int64_t max_rows) : dim_(spec.dim) {
-  int64_t experts = 0, used = 0, width = 0;
-  for (const LayerSpec& l : spec.layers) {
-    experts = std::max(experts, l.moe.n_experts);
-    used = std::max(used, l.moe.n_experts_used);
-    width = std::max(width, l.moe.expert_ffn_dim);
-  }
+  const MoeSpec widest = spec.widest_experts();
+  const int64_t experts = widest.n_experts, used = widest.n_experts_used, width = widest.expert_ffn_dim;
   const size_t n = size_t(max_rows);
   logits_.resize(n * size_t(experts));
   chosen_.resize(n * size_t(used));

@@ -5,46 +5,22 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family_ops.h"
 #include "backend/cuda/layer_pass.h"
-#include "backend/cuda/llama_ops.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/moe_ops.h"
 #include "core/error.h"
 
 namespace nt {
-namespace {
-
-struct Widest {
-  int64_t experts = 0, used = 0;
-};
-
-Widest widest(const ModelSpec& spec) {
-  Widest w;
-  for (const LayerSpec& l : spec.layers) {
-    w.experts = std::max(w.experts, l.moe.n_experts);
-    w.used = std::max(w.used, l.moe.n_experts_used);
-  }
-  return w;
-}
-
-void activate(FfnActivation activation, const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
-  switch (activation) {
-    case FfnActivation::Silu: swiglu(gate, up, n, h, stream); break;
-    case FfnActivation::GeluTanh: geglu(gate, up, n, h, stream); break;
-  }
-}
-
-}  // namespace
 
 uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
-  const Widest w = widest(spec);
+  const MoeSpec w = spec.widest_experts();
   const uint64_t rows = uint64_t(max_rows);
-  return align_device(4 * rows * uint64_t(w.experts)) + 3 * align_device(4 * rows * uint64_t(w.used)) +
+  return align_device(4 * rows * uint64_t(w.n_experts)) + 3 * align_device(4 * rows * uint64_t(w.n_experts_used)) +
          3 * align_device(4 * rows * uint64_t(spec.dim));
 }
 
 ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store)
     : spec_(spec), max_rows_(max_rows), store_(store) {
-  const Widest w = widest(spec);
+  const MoeSpec w = spec.widest_experts();
   for (const LayerSpec& l : spec.layers) {
     if (l.moe.expert_ffn_dim > spec.ffn_dim) {
       fail("an expert {} wide is wider than the model's feed_forward_length {}, whose buffers it shares",
@@ -59,16 +35,16 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
     at += align_device(bytes);
     return p;
   };
-  logits_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.experts)));
-  chosen_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.used)));
-  weights_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.used)));
-  routed_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.used)));
+  logits_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.n_experts)));
+  chosen_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.n_experts_used)));
+  weights_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.n_experts_used)));
+  routed_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.n_experts_used)));
   xe_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
-  host_ = PinnedBuffer(2 * 4 * rows * uint64_t(w.used), "the experts' routing transfers");
-  start_.resize(size_t(w.experts) + 1);
-  fill_.resize(size_t(w.experts));
+  host_ = PinnedBuffer(2 * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
+  start_.resize(size_t(w.n_experts) + 1);
+  fill_.resize(size_t(w.n_experts));
 }
 
 void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n,
@@ -164,7 +140,7 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
     } else {
       product(w.gate, in, m, act.gate, width);
       product(w.up, in, m, act.up, width);
-      activate(layer.activation, act.gate, act.up, m * width, act.h, stream);
+      pass.activate(l, act.gate, act.up, m * width, act.h);
     }
     product(w.down, pass.prepare_input(act.h, m, width, gemm), m, ye_, dim);
     store_.done(i, stream);
@@ -195,7 +171,7 @@ void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, floa
     p.w = w.up;
     p.y = act.up;
     matvec_experts(p, rows, pairs, stream);
-    activate(layer.activation, act.gate, act.up, pairs * width, act.h, stream);
+    pass.activate(l, act.gate, act.up, pairs * width, act.h);
   }
   const Input h = pass.prepare_input(act.h, pairs, width, false);
   MatvecParams down;

@@ -132,6 +132,8 @@ class LayerPass {
   void set_experts(ExpertFfn* experts) { experts_ = experts; }
   cudaStream_t stream() const { return stream_; }
   PassBuffers& buffers() { return act_; }
+  // h = act(gate) * up over n elements, layer l's activation.
+  void activate(int64_t l, const float* gate, const float* up, int64_t n, float* h);
 
   // The running chunk's paths (set before its layers).
   void set_paths(MatmulPaths paths) { paths_ = paths; }
@@ -189,8 +191,6 @@ class LayerPass {
   bool plain_rope(int64_t l) const;
   // RoPE and the cache store of `rope`'s tokens, with layer l's steps before RoPE.
   void rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvParams& rope);
-  // h = act(gate) * up over n elements, layer l's activation.
-  void activate(int64_t l, const float* gate, const float* up, int64_t n, float* h);
   KvPaging paging(SeqId seq) const { return {pool_.table->row(seq), page_stride()}; }
 
   ModelSpec config_;

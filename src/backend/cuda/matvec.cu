@@ -42,6 +42,17 @@ int default_rows_per_warp(int64_t rows, int warps_per_row) {
   return rows / 2 * warps_per_row >= kMinWarps ? 2 : 1;
 }
 
+void check_matvec_operands(const MatvecParams& p) {
+  if (p.w_up.rows && (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols)) {
+    fail("gated matvec needs matrices of one type and shape: {} {}x{} vs {} {}x{}", tensor_type_name(p.w.type), p.w.rows,
+         p.w.cols, tensor_type_name(p.w_up.type), p.w_up.rows, p.w_up.cols);
+  }
+  if (matvec_wants_q8(p.w.type) ? !p.x.q8 || !p.x.q8_scales : !p.x.f32) {
+    fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
+         matvec_wants_q8(p.w.type) ? "q8" : "f32");
+  }
+}
+
 StreamedBytes streamed_weights(std::initializer_list<const DeviceMatrix*> matrices) {
   uintptr_t first = UINTPTR_MAX, end = 0;
   for (const DeviceMatrix* m : matrices) {
@@ -63,14 +74,7 @@ namespace {
 
 // The params' own rules; `stepwise`: columns that each fold their norms as one does.
 void check_params(const MatvecParams& p, int64_t columns, bool stepwise) {
-  if (p.w_up.rows && (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols)) {
-    fail("gated matvec needs matrices of one type and shape: {} {}x{} vs {} {}x{}", tensor_type_name(p.w.type), p.w.rows,
-         p.w.cols, tensor_type_name(p.w_up.type), p.w_up.rows, p.w_up.cols);
-  }
-  if (matvec_wants_q8(p.w.type) ? !p.x.q8 || !p.x.q8_scales : !p.x.f32) {
-    fail("matvec over {} weights was not given {} activations", tensor_type_name(p.w.type),
-         matvec_wants_q8(p.w.type) ? "q8" : "f32");
-  }
+  cuda::check_matvec_operands(p);
   // Stepwise columns keep a forced split (the one-column launch's), not a row
   // pairing; other launches of several columns run one warp a row, or pair
   // rows over two warps.

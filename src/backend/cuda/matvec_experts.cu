@@ -41,13 +41,7 @@ void launch(const MatvecParams& p, const ExpertRows& ix, int64_t pairs, cudaStre
 }  // namespace
 
 void matvec_experts(const MatvecParams& p, const ExpertRows& ix, int64_t pairs, cudaStream_t stream) {
-  if (p.w_up.rows && (p.w_up.type != p.w.type || p.w_up.rows != p.w.rows || p.w_up.cols != p.w.cols)) {
-    fail("gated expert mat-vec needs matrices of one type and shape");
-  }
-  if (matvec_wants_q8(p.w.type) ? !p.x.q8 || !p.x.q8_scales : !p.x.f32) {
-    fail("expert mat-vec over {} weights was not given {} activations", tensor_type_name(p.w.type),
-         matvec_wants_q8(p.w.type) ? "q8" : "f32");
-  }
+  cuda::check_matvec_operands(p);
   if (pairs == 0) return;
   using namespace cuda;
   switch (p.w.type) {

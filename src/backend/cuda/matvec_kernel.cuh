@@ -259,6 +259,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_parts_kernel(const M
   }
 }
 
+// What every mat-vec launch needs of its params: a gated pair of one type
+// and shape, and activations in the form the weights take (q8 or f32).
+void check_matvec_operands(const MatvecParams& p);
+
 // The weight bytes of a launch over these matrices (they lie side by side in
 // the weight buffer), as one L2 streaming window.
 StreamedBytes streamed_weights(std::initializer_list<const DeviceMatrix*> matrices);

@@ -130,6 +130,16 @@ std::string cpu_only_reason(const ModelSpec& spec) {
   return text + " run on the CPU only for now";
 }
 
+MoeSpec ModelSpec::widest_experts() const {
+  MoeSpec w;
+  for (const LayerSpec& l : layers) {
+    w.n_experts = std::max(w.n_experts, l.moe.n_experts);
+    w.n_experts_used = std::max(w.n_experts_used, l.moe.n_experts_used);
+    w.expert_ffn_dim = std::max(w.expert_ffn_dim, l.moe.expert_ffn_dim);
+  }
+  return w;
+}
+
 std::string architecture_prefix(const GgufHeader& header) {
   return header.get_string("general.architecture", std::string("llama")) + ".";
 }

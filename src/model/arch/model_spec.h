@@ -121,6 +121,9 @@ struct ModelSpec {
   bool llama_layers() const;
   // Some layer's FFN is a mixture of experts.
   bool has_experts() const;
+  // The most experts, experts used and expert width of any layer: what
+  // scratch for every layer's mixture holds.
+  MoeSpec widest_experts() const;
 };
 
 // The blocks that differ from a Llama layer, in words, for `inspect`:
