@@ -1,16 +1,19 @@
 #include "runtime/kv_pages.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
 namespace nt {
 
-KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences)
-    : page_size_(page_size), max_length_(max_length), max_sequences_(max_sequences) {
+KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences, int64_t window)
+    : page_size_(page_size), max_length_(max_length), max_sequences_(max_sequences), window_(window) {
   if (max_sequences < 0) fail("KV pool for {} sequences: the count must not be negative", max_sequences);
+  if (window < 0) fail("KV pool with a window of {} positions: the window must not be negative", window);
   if (page_count <= 0 || page_size <= 0) fail("KV pool of {} pages of {} positions: both must be positive", page_count, page_size);
-  if (max_length <= 0 || max_length > page_count * page_size) {
+  // A window book needs room for one sequence's window and a write, not its context.
+  if (max_length <= 0 || (window == 0 && max_length > page_count * page_size)) {
     fail("a sequence of up to {} positions does not fit a KV pool of {} positions", max_length, page_count * page_size);
   }
   refs_.assign(size_t(page_count), 0);
@@ -55,7 +58,9 @@ int32_t KvPages::take_page() {
 
 void KvPages::free(SeqId seq) {
   Sequence& s = live(seq);
-  for (const int32_t page : s.pages) release(page);
+  for (const int32_t page : s.pages) {
+    if (page != kReleased) release(page);
+  }
   s = Sequence{};
 }
 
@@ -65,7 +70,7 @@ void KvPages::truncate(SeqId seq, int64_t length) {
   if (length >= s.length) return;
   s.length = length;
   while (int64_t(s.pages.size()) > pages_for(length)) {
-    release(s.pages.back());
+    if (s.pages.back() != kReleased) release(s.pages.back());
     s.pages.pop_back();
   }
 }
@@ -79,7 +84,7 @@ std::vector<PageCopy> KvPages::copy_prefix(SeqId src, SeqId dst, int64_t n) {
   to.length = n;
   for (int64_t i = 0; i < pages_for(n); ++i) {
     const int32_t page = from.pages[size_t(i)];
-    ++refs_[size_t(page)];
+    if (page != kReleased) ++refs_[size_t(page)];
     to.pages.push_back(page);
   }
   return {};
@@ -94,27 +99,42 @@ std::vector<PageCopy> KvPages::write(SeqId seq, int64_t from, int64_t end) {
   if (end > max_length_) {
     fail("context overflow: sequence {} would hold {} positions, more than the context of {}", seq, end, max_length_);
   }
+  if (!resumable(seq, from)) {
+    fail("sequence {}: its sliding-window layers keep the last {} positions and released those before {}; it cannot "
+         "continue from position {}, whose window starts at {}",
+         seq, window_, first_held(s), from, first_seen(from));
+  }
   // Pages the write needs: new ones past the kept prefix, and a private copy
-  // of the page `from` lands in when another sequence shares it.
+  // of the page `from` lands in when another sequence shares it (or a fresh
+  // one when a window of one released it: nothing before `from` is seen).
   const int64_t kept = pages_for(from);
-  const bool cow = from % page_size_ != 0 && refs_[size_t(s.pages[size_t(kept - 1)])] > 1;
-  const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept) + (cow ? 1 : 0);
-  // The pages past the kept prefix that only this sequence holds come free first.
+  const int32_t landing = from % page_size_ != 0 ? s.pages[size_t(kept - 1)] : kReleased;
+  const bool cow = landing != kReleased && refs_[size_t(landing)] > 1;
+  const bool refill = from % page_size_ != 0 && landing == kReleased;
+  const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept) + (cow || refill ? 1 : 0);
+  // The pages past the kept prefix that only this sequence holds come free
+  // first, and so do those before the write's window.
+  const int64_t unseen = first_seen(from) / page_size_;
   int64_t available = free_pages();
-  for (size_t i = size_t(kept); i < s.pages.size(); ++i) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;
+  for (size_t i = 0; i < s.pages.size(); ++i) {
+    if ((int64_t(i) >= kept || int64_t(i) < unseen) && s.pages[i] != kReleased) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;
+  }
   if (fresh > available) {
-    fail("KV pool exhausted: sequence {} needs {} more pages of {} positions, {} of {} are free", seq, fresh, page_size_,
-         available, page_count());
+    fail("KV pool{} exhausted: sequence {} needs {} more pages of {} positions, {} of {} are free",
+         window_ > 0 ? " of the sliding-window layers" : "", seq, fresh, page_size_, available, page_count());
   }
   truncate(seq, from);
+  for (int64_t i = 0; i < unseen; ++i) {
+    if (s.pages[size_t(i)] != kReleased) release(std::exchange(s.pages[size_t(i)], kReleased));
+  }
   std::vector<PageCopy> copies;
   if (cow) {
-    const int32_t shared = s.pages[size_t(kept - 1)];
     const int32_t own = take_page();
-    copies.push_back({shared, own});
-    release(shared);
+    copies.push_back({landing, own});
+    release(landing);
     s.pages[size_t(kept - 1)] = own;
   }
+  if (refill) s.pages[size_t(kept - 1)] = take_page();
   while (int64_t(s.pages.size()) < pages_for(end)) s.pages.push_back(take_page());
   s.length = end;
   return copies;
@@ -151,7 +171,28 @@ std::span<const int32_t> KvPages::pages(SeqId seq) const { return live(seq).page
 int64_t KvPages::slot(SeqId seq, int64_t pos) const {
   const Sequence& s = live(seq);
   if (pos < 0 || pos >= s.length) fail("sequence {} holds {} positions, not position {}", seq, s.length, pos);
-  return int64_t(s.pages[size_t(pos / page_size_)]) * page_size_ + pos % page_size_;
+  const int32_t page = s.pages[size_t(pos / page_size_)];
+  if (page == kReleased) fail("sequence {}: position {} lies before its sliding window and was released", seq, pos);
+  return int64_t(page) * page_size_ + pos % page_size_;
+}
+
+bool KvPages::resumable(SeqId seq, int64_t from) const {
+  const Sequence& s = live(seq);
+  if (window_ == 0 || first_seen(from) >= from) return true;
+  for (int64_t p = first_seen(from) / page_size_; p < pages_for(std::min(from, s.length)); ++p) {
+    if (s.pages[size_t(p)] == kReleased) return false;
+  }
+  return true;
+}
+
+int64_t KvPages::first_held(const Sequence& s) const {
+  const auto held = std::find_if(s.pages.begin(), s.pages.end(), [](int32_t page) { return page != kReleased; });
+  return std::min(int64_t(held - s.pages.begin()) * page_size_, s.length);
+}
+
+int64_t KvPages::held_pages(SeqId seq) const {
+  const auto& pages = live(seq).pages;
+  return std::count_if(pages.begin(), pages.end(), [](int32_t page) { return page != kReleased; });
 }
 
 bool KvPages::shared(SeqId seq, int64_t pos) const {

@@ -191,5 +191,88 @@ TEST(Batch, TreeRunsNameEarlierParentsAtTheirPositionPlusOne) {
   refused({{7, -1}, {8, 0}, {10, 0}});
 }
 
+// A sliding-window book: every position a query can still see stays held
+// and every page before the window goes back to the pool.
+TEST(KvPages, AWindowBookHoldsWhatTheWindowSeesAndReleasesTheRest) {
+  constexpr int64_t kPage = 8, kWindow = 10;
+  const int64_t most = KvPages::window_pages(kWindow, 1, kPage);
+  KvPages pages(most, kPage, 4096, 0, kWindow);
+  const SeqId s = pages.allocate();
+  for (int64_t pos = 0; pos < 300; ++pos) {
+    pages.write(s, pos, pos + 1);  // one decode step at a time never runs out
+    ASSERT_LE(pages.held_pages(s), most);
+    for (int64_t key = std::max<int64_t>(0, pos - kWindow + 1); key <= pos; ++key) {
+      ASSERT_NO_THROW(pages.slot(s, key)) << "query " << pos << " sees key " << key;
+    }
+  }
+  EXPECT_EQ(pages.length(s), 300);
+  EXPECT_EQ(pages.pages(s)[0], KvPages::kReleased);
+  EXPECT_THROW(pages.slot(s, 0), Error);
+  // Positions can be given back within the window, not past it.
+  // The last write started at 299: its window, from 290, is held.
+  EXPECT_TRUE(pages.resumable(s, 298));
+  EXPECT_FALSE(pages.resumable(s, 200));
+  try {
+    pages.write(s, 200, 201);
+    ADD_FAILURE() << "resumed before the window";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding-window"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pages.length(s), 300);  // nothing changed
+  pages.write(s, 298, 299);
+  EXPECT_EQ(pages.length(s), 299);
+  // Freeing returns every held page; an empty sequence starts anywhere from 0.
+  pages.free(s);
+  EXPECT_EQ(pages.free_pages(), most);
+}
+
+TEST(KvPages, AWindowBookTakesAWholeWriteAndItsWindow) {
+  constexpr int64_t kPage = 8, kWindow = 10, kWrite = 20;
+  KvPages pages(KvPages::window_pages(kWindow, kWrite, kPage), kPage, 4096, 0, kWindow);
+  const SeqId s = pages.allocate();
+  for (int64_t pos = 0; pos < 200; pos += kWrite) pages.write(s, pos, pos + kWrite);
+  EXPECT_EQ(pages.free_pages(), pages.page_count() - pages.held_pages(s));
+  // One more position than the pool holds names the sliding-window layers.
+  try {
+    pages.write(s, 200, 200 + kWrite + kPage);
+    ADD_FAILURE() << "a write past the pool fit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding-window layers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KvPages, AWindowBookSharesACopiedPrefixAndCopiesTheLandingPage) {
+  constexpr int64_t kPage = 8, kWindow = 12;
+  KvPages pages(16, kPage, 4096, 0, kWindow);
+  const SeqId src = pages.allocate(), dst = pages.allocate();
+  pages.write(src, 0, 40);
+  pages.write(src, 40, 43);  // releases the pages before position 31
+  const int64_t held = pages.held_pages(src);
+  EXPECT_TRUE(pages.copy_prefix(src, dst, 43).empty());
+  EXPECT_EQ(pages.held_pages(dst), held);
+  EXPECT_EQ(pages.free_pages(), 16 - held);  // shared, not copied
+  // dst continues inside a shared page: that page is copied, the rest stays shared.
+  const auto copies = pages.write(dst, 43, 44);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].from, pages.pages(src)[5]);
+  EXPECT_EQ(copies[0].to, pages.pages(dst)[5]);
+  EXPECT_EQ(pages.slot(dst, 36), pages.slot(src, 36));
+  EXPECT_NE(pages.slot(dst, 42), pages.slot(src, 42));
+  // A copied prefix the window no longer reaches cannot be continued.
+  EXPECT_TRUE(pages.copy_prefix(src, dst, 8).empty());
+  EXPECT_FALSE(pages.resumable(dst, 8));
+  EXPECT_THROW(pages.write(dst, 8, 9), Error);
+}
+
+TEST(KvPages, AWindowOfOneSeesOnlyItsOwnPosition) {
+  KvPages pages(2, 4, 64, 0, 1);
+  const SeqId s = pages.allocate();
+  for (int64_t pos = 0; pos < 21; ++pos) pages.write(s, pos, pos + 1);
+  EXPECT_EQ(pages.pages(s)[4], KvPages::kReleased);
+  pages.write(s, 17, 18);  // lands in a page the window released, but needs nothing before it
+  EXPECT_EQ(pages.length(s), 18);
+  EXPECT_NO_THROW(pages.slot(s, 17));
+}
+
 }  // namespace
 }  // namespace nt
