@@ -26,6 +26,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "CPU threads (0: physical cores)")->transform(at_most_hardware_threads());
   cmd.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd.add_flag("--kv-f32", o.kv_f32, "Keep the KV cache in F32 instead of F16");
+  cmd.add_flag("--swa-full", o.swa_full,
+               "Sliding-window layers (Gemma 3, gpt-oss) keep every position instead of only their window: more "
+               "memory, and a saved sequence state then holds its cache, not only its tokens");
   cmd.add_option("--kv-pool", o.kv_pool,
                  "KV cache positions shared by all sequences, taken 32 at a time as they grow (default: every sequence's "
                  "whole context; batch --parallel N holds N)")
@@ -165,6 +168,7 @@ OpenModelOptions open_options(const ModelOptions& o) {
   open.kv_pool = o.kv_pool;
   open.threads = o.threads;
   open.kv_f32 = o.kv_f32;
+  open.swa_full = o.swa_full;
   if (!o.gpus.empty()) open.gpus = parse_gpu_ids(o.gpus, "--gpus");
   if (!o.split.empty()) {
     if (open.gpus.empty()) fail("--split needs --gpus, e.g. --gpus 0,1 --split layer");

@@ -25,6 +25,7 @@ struct ModelOptions {
   int threads = 0;         // -t; 0 = physical cores
   std::string device = "auto";
   bool kv_f32 = false;
+  bool swa_full = false;
   // CUDA tiered streaming (see plan_cuda_placement); empty = automatic.
   std::string vram_budget, ram_budget;
   std::string io = "auto";

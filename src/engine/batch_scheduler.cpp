@@ -162,7 +162,7 @@ size_t BatchScheduler::slot_for(const std::vector<int32_t>& prompt) const {
     if (s.busy) continue;
     if (first == slots_.size()) first = i;
     if (s.kept.empty() && empty == slots_.size()) empty = i;
-    if (const int64_t length = reusable_prefix(prompt, s.kept); length > best_length) {
+    if (const int64_t length = runner_.seq_reusable(s.seq, reusable_prefix(prompt, s.kept)); length > best_length) {
       best = i;
       best_length = length;
     }
@@ -206,7 +206,7 @@ void BatchScheduler::start(size_t request, size_t slot, int64_t claim) {
   }
   // Continue from what the slot kept of its last prompt, if this one begins alike.
   Slot& s = slots_[slot];
-  const int64_t kept = options_.batch_invariant ? 0 : reusable_prefix(r.prompt, s.kept);
+  const int64_t kept = options_.batch_invariant ? 0 : runner_.seq_reusable(s.seq, reusable_prefix(r.prompt, s.kept));
   runner_.seq_truncate(s.seq, kept);
   s.kept.clear();
   record(request).result.shared_prompt_tokens = kept;
@@ -368,6 +368,7 @@ bool BatchScheduler::share_prefix(size_t index) {
   if (!source) return true;
   const Running& from = running_[source->running];
   if (from.cached < source->length) return false;  // its prefill is ahead in every pass: it gets there
+  if (!runner_.seq_resumable(slots_[from.slot].seq, source->length)) return true;  // its window moved on: computed anew
   Running& r = running_[index];
   runner_.seq_copy_prefix(slots_[from.slot].seq, slots_[r.slot].seq, source->length);
   r.cached = source->length;

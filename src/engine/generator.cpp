@@ -38,7 +38,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
 
   // Reuse the cached prefix; at least the last prompt token is evaluated for its logits.
   const auto [mismatch, unused] = std::mismatch(context_.begin(), context_.end(), prompt.begin(), prompt.end());
-  const int64_t reuse = std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1);
+  const int64_t reuse = runner_.seq_reusable(0, std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1));
   stats.reused_tokens = reuse;
   // The penalty window holds the prompt before its last token is evaluated:
   // how much of the row the sampler needs depends on it.

@@ -11,7 +11,7 @@ ModelDraft::ModelDraft(ModelRunner& draft, SeqId seq, const SamplingParams& para
 
 int64_t ModelDraft::keep_shared_prefix(std::span<const int32_t> context) {
   const auto [mismatch, unused] = std::mismatch(cached_.begin(), cached_.end(), context.begin(), context.end());
-  const int64_t reuse = std::min<int64_t>(mismatch - cached_.begin(), int64_t(context.size()) - 1);
+  const int64_t reuse = runner_.seq_reusable(seq_, std::min<int64_t>(mismatch - cached_.begin(), int64_t(context.size()) - 1));
   runner_.seq_truncate(seq_, reuse);
   return reuse;
 }

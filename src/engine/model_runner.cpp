@@ -40,18 +40,51 @@ std::vector<LayerPlace> ModelRunner::layer_places() const {
   return std::vector<LayerPlace>(size_t(config().n_layers), LayerPlace::Cpu);
 }
 
-void ModelRunner::init_pages(KvPages pages) {
+void ModelRunner::init_pages(KvPages pages, std::optional<KvPages> window_pages) {
   pages_.emplace(std::move(pages));
-  pages_->allocate();  // the default sequence, id 0
+  window_pages_ = std::move(window_pages);
+  seq_alloc();  // the default sequence, id 0
+}
+
+SeqId ModelRunner::seq_alloc() {
+  const SeqId seq = pages_->allocate();
+  if (window_pages_) {
+    try {
+      const SeqId same = window_pages_->allocate();  // the books allocate and free in step
+      if (same != seq) fail("KV books out of step: sequence {} is {} in the sliding-window layers' books", seq, same);
+    } catch (...) {
+      pages_->free(seq);
+      throw;
+    }
+  }
+  return seq;
 }
 
 void ModelRunner::seq_free(SeqId seq) {
   if (seq == 0) fail("sequence 0 is the default sequence and stays allocated (truncate it instead)");
   pages_->free(seq);
+  if (window_pages_) window_pages_->free(seq);
+}
+
+void ModelRunner::seq_truncate(SeqId seq, int64_t length) {
+  pages_->truncate(seq, length);
+  if (window_pages_) window_pages_->truncate(seq, length);
 }
 
 void ModelRunner::seq_copy_prefix(SeqId src, SeqId dst, int64_t n) {
-  const std::vector<PageCopy> copies = pages_->copy_prefix(src, dst, n);
+  std::vector<PageCopy> copies = pages_->copy_prefix(src, dst, n);
+  if (window_pages_) {
+    for (PageCopy c : window_pages_->copy_prefix(src, dst, n)) copies.push_back({c.from, c.to, KvBook::Window});
+  }
+  if (!copies.empty()) copy_pages(copies);
+}
+
+void ModelRunner::claim_window(std::span<const SequenceRun> chunk_runs) {
+  if (!window_pages_) return;
+  std::vector<PageCopy> copies;
+  for (const SequenceRun& r : chunk_runs) {
+    for (PageCopy c : window_pages_->write(r.seq, r.pos, r.pos + r.count)) copies.push_back({c.from, c.to, KvBook::Window});
+  }
   if (!copies.empty()) copy_pages(copies);
 }
 
@@ -66,16 +99,29 @@ void ModelRunner::seq_keep(SeqId seq, int64_t start, std::span<const int64_t> ke
            seq, length, kept[i], to);
     }
     if (kept[i] == to) continue;
-    if (pages_->shared(seq, to)) {
-      fail("sequence {}: position {} is shared with another sequence; keep only rows the sequence wrote itself", seq, to);
+    for (const auto& [book, kind] : {std::pair{&kv_pages(), KvBook::Full}, std::pair{window_pages(), KvBook::Window}}) {
+      if (!book) continue;
+      if (book->shared(seq, to)) {
+        fail("sequence {}: position {} is shared with another sequence; keep only rows the sequence wrote itself", seq, to);
+      }
+      copies.push_back({book->slot(seq, kept[i]), book->slot(seq, to), kind});
     }
-    copies.push_back({pages_->slot(seq, kept[i]), pages_->slot(seq, to)});
   }
   if (!copies.empty()) copy_rows(copies);
-  pages_->truncate(seq, start + int64_t(kept.size()));
+  seq_truncate(seq, start + int64_t(kept.size()));
+}
+
+// A saved state holds every position of every layer; a window book has released most of its layers' positions.
+static void check_rows_whole(const ModelRunner& runner) {
+  if (runner.window_pages()) {
+    fail("{}: a sequence's KV rows are saved whole, but the sliding-window layers keep only their last {} positions "
+         "(load the model with --swa-full to keep them all)",
+         runner.description(), runner.window_pages()->window());
+  }
 }
 
 std::vector<uint8_t> ModelRunner::seq_save_rows(SeqId seq) const {
+  check_rows_whole(*this);
   if (!saves_kv_rows()) fail("{}: this backend cannot read its KV cache rows back", description());
   std::vector<int64_t> rows(static_cast<size_t>(pages_->length(seq)));
   for (size_t p = 0; p < rows.size(); ++p) rows[p] = pages_->slot(seq, int64_t(p));
@@ -85,6 +131,7 @@ std::vector<uint8_t> ModelRunner::seq_save_rows(SeqId seq) const {
 }
 
 void ModelRunner::seq_load_rows(SeqId seq, int64_t length, std::span<const uint8_t> bytes) {
+  check_rows_whole(*this);
   if (!saves_kv_rows()) fail("{}: this backend cannot write KV cache rows", description());
   if (length < 0 || bytes.size() != uint64_t(length) * kv_bytes_per_position()) {
     fail("sequence {}: {} bytes of KV rows are not {} positions of {} bytes", seq, bytes.size(), length,
@@ -123,12 +170,18 @@ void ModelRunner::forward(const Batch& batch, BatchOutputs& out, const LayerSche
       const auto c = pages_->write(runs[r].seq, runs[r].pos, runs[r].pos + runs[r].count);
       copies.insert(copies.end(), c.begin(), c.end());
     } catch (...) {
-      for (size_t back = 0; back < r; ++back) pages_->truncate(runs[back].seq, runs[back].pos);
+      for (size_t back = 0; back < r; ++back) seq_truncate(runs[back].seq, runs[back].pos);
       throw;
     }
   }
   if (!copies.empty()) copy_pages(copies);
-  if (!batch.empty()) forward_pages(batch, runs, layers, out);
+  if (batch.empty()) return;
+  try {
+    forward_pages(batch, runs, layers, out);
+  } catch (...) {  // what the failed pass had claimed holds nothing computed
+    for (const SequenceRun& r : runs) seq_truncate(r.seq, r.pos);
+    throw;
+  }
 }
 
 void ModelRunner::forward_observed(const Batch& batch, BatchOutputs& out, const LayerSchedule& schedule,

@@ -110,9 +110,9 @@ class ModelRunner {
   // would not honour it.
   void set_default_schedule(LayerSchedule schedule);
 
-  SeqId seq_alloc() { return pages_->allocate(); }
+  SeqId seq_alloc();
   void seq_free(SeqId seq);  // not the default sequence
-  void seq_truncate(SeqId seq, int64_t length) { pages_->truncate(seq, length); }
+  void seq_truncate(SeqId seq, int64_t length);
   // dst (emptied first) holds the first n positions of src: a shared system prompt.
   void seq_copy_prefix(SeqId src, SeqId dst, int64_t n);
   // Keeps a token tree's accepted path: the cached positions `kept`
@@ -121,7 +121,18 @@ class ModelRunner {
   // rotated for the positions they move to.
   void seq_keep(SeqId seq, int64_t start, std::span<const int64_t> kept);
   int64_t seq_length(SeqId seq) const { return pages_->length(seq); }
+  // Whether a pass may continue seq from position n (n <= its length): false
+  // only where the sliding-window layers released positions it would see.
+  bool seq_resumable(SeqId seq, int64_t n) const { return !window_pages_ || window_pages_->resumable(seq, n); }
+  // How much of a cached prefix of n positions a pass can continue: n, or 0
+  // where the window released what it would see.
+  int64_t seq_reusable(SeqId seq, int64_t n) const { return seq_resumable(seq, n) ? n : 0; }
+  // The books of every layer's cache, or of the full-attention layers' where
+  // the backend keeps the sliding-window layers' apart (window_pages()).
   const KvPages& kv_pages() const { return *pages_; }
+  // The sliding-window layers' books, holding about a window of each
+  // sequence (KvPages with a window); null when those layers use kv_pages().
+  const KvPages* window_pages() const { return window_pages_ ? &*window_pages_ : nullptr; }
   // A sequence's cache as bytes (kv_bytes_per_position() per position, in
   // position order, in the backend's own layout and KV type): what a saved
   // sequence state holds, so that loading it needs no pass. Backends that
@@ -170,9 +181,15 @@ class ModelRunner {
                                  const std::function<bool(int32_t)>& on_token);
 
  protected:
-  // The backend's constructor hands over the books of its pool; the default
-  // sequence is allocated here.
-  void init_pages(KvPages pages);
+  // The backend's constructor hands over the books of its pool, and those of
+  // its sliding-window layers' pool when it keeps one; the default sequence
+  // is allocated here. A backend with a window book claims each pass chunk's
+  // positions in it (claim_window) before computing the chunk, so that the
+  // book holds a window and a chunk of each sequence, never a whole prompt.
+  void init_pages(KvPages pages, std::optional<KvPages> window_pages = std::nullopt);
+  // Makes room in the window book (if any) for each run's positions of a
+  // pass chunk about to be computed, and copies the pages that need it.
+  void claim_window(std::span<const SequenceRun> chunk_runs);
   // Whether every pass goes through forward_pages with the caller's schedule
   // (the backend overrides none of the single-sequence methods).
   virtual bool honours_default_schedule() const { return false; }
@@ -184,7 +201,8 @@ class ModelRunner {
   // One pass over a checked batch whose sequences' pages are in place.
   virtual void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                              BatchOutputs& out) = 0;
-  // Copies every layer's K and V of each `from` page to its `to` page.
+  // Copies every layer's K and V of each `from` page to its `to` page (in
+  // the copy's book: the full-attention or the sliding-window layers).
   virtual void copy_pages(std::span<const PageCopy> copies) = 0;
   // Copies every layer's K and V of each `from` row to its `to` row, one
   // copy after the other (a later copy may read what an earlier one wrote).
@@ -197,10 +215,10 @@ class ModelRunner {
   // of the default sequence (nt::Error on a context overflow, nothing written).
   void claim_default(int64_t pos, int64_t count);
   // After a run-ahead: the default sequence holds `length` positions.
-  void settle_default(int64_t length) { pages_->truncate(0, length); }
+  void settle_default(int64_t length) { seq_truncate(0, length); }
 
  private:
-  std::optional<KvPages> pages_;
+  std::optional<KvPages> pages_, window_pages_;
   LayerSchedule default_schedule_;
   LayerObserver* observer_ = nullptr;  // set during forward_observed only
   Batch one_batch_;  // the single-sequence defaults' batch and outputs

@@ -133,6 +133,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cpu.kv_pool = o.kv_pool;
     cpu.threads = o.threads;
     cpu.kv_f32 = o.kv_f32;
+    cpu.swa_full = o.swa_full;
     m.runner = make_cpu_runner(m.file, cpu);
   }
   return m;

@@ -32,6 +32,7 @@ struct OpenModelOptions {
   int64_t kv_pool = 0;         // positions of the KV pool shared by them; 0: each sequence's whole context
   int threads = 0;             // CPU: 0 = physical cores
   bool kv_f32 = false;         // CPU: F32 KV cache
+  bool swa_full = false;       // sliding-window layers keep every position (a window's worth otherwise)
   // CUDA tiered streaming; empty: automatic.
   std::optional<uint64_t> vram_budget, ram_budget;
   // CUDA over several GPUs: one stage of a layer split per entry, in layer

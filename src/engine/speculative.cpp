@@ -66,7 +66,7 @@ SpeculativeStats SpeculativeGenerator::generate(std::span<const int32_t> prompt,
 
   // Reuse the cached prefix; at least the last prompt token is evaluated for its pick.
   const auto [mismatch, unused] = std::mismatch(context_.begin(), context_.end(), prompt.begin(), prompt.end());
-  const int64_t reuse = std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1);
+  const int64_t reuse = runner_.seq_reusable(seq_, std::min<int64_t>(mismatch - context_.begin(), int64_t(prompt.size()) - 1));
   gen.reused_tokens = reuse;
   const auto prefill_start = std::chrono::steady_clock::now();
   // The prompt as one chunk, exactly as Generator prefills it.

@@ -7,10 +7,11 @@
 
 namespace nt {
 
-KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences, int64_t window)
-    : page_size_(page_size), max_length_(max_length), max_sequences_(max_sequences), window_(window) {
+KvPages::KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences, int64_t window,
+                 int64_t margin)
+    : page_size_(page_size), max_length_(max_length), max_sequences_(max_sequences), window_(window), margin_(margin) {
   if (max_sequences < 0) fail("KV pool for {} sequences: the count must not be negative", max_sequences);
-  if (window < 0) fail("KV pool with a window of {} positions: the window must not be negative", window);
+  if (window < 0 || margin < 0) fail("KV pool with a window of {} positions and {} more: neither may be negative", window, margin);
   if (page_count <= 0 || page_size <= 0) fail("KV pool of {} pages of {} positions: both must be positive", page_count, page_size);
   // A window book needs room for one sequence's window and a write, not its context.
   if (max_length <= 0 || (window == 0 && max_length > page_count * page_size)) {
@@ -114,7 +115,7 @@ std::vector<PageCopy> KvPages::write(SeqId seq, int64_t from, int64_t end) {
   const int64_t fresh = std::max<int64_t>(0, pages_for(end) - kept) + (cow || refill ? 1 : 0);
   // The pages past the kept prefix that only this sequence holds come free
   // first, and so do those before the write's window.
-  const int64_t unseen = first_seen(from) / page_size_;
+  const int64_t unseen = window_ > 0 ? std::max<int64_t>(0, first_seen(from) - margin_) / page_size_ : 0;
   int64_t available = free_pages();
   for (size_t i = 0; i < s.pages.size(); ++i) {
     if ((int64_t(i) >= kept || int64_t(i) < unseen) && s.pages[i] != kReleased) available += refs_[size_t(s.pages[i])] == 1 ? 1 : 0;

@@ -10,9 +10,11 @@
 // A book with a window keeps the sliding-window layers' positions: a query
 // at position p sees only (p - window, p], so a write releases the pages
 // that no query of it or after it can see, and a sequence holds about a
-// window of positions however long it grows. A released page's entry in
-// pages(seq) is kReleased; resuming a sequence before what it still holds
-// (truncating it back past the window) is an error that names the window.
+// window of positions however long it grows. It keeps `margin` positions
+// more, so that a sequence can step back that far (a draft model's rejected
+// tokens, a chat turn rendered again). A released page's entry in pages(seq)
+// is kReleased; resuming a sequence before what it still holds is an error
+// that names the window.
 #pragma once
 
 #include <algorithm>
@@ -44,8 +46,9 @@ class KvPages {
   // `max_length`: positions one sequence may hold (the context), at most
   // page_count * page_size; `max_sequences`: live sequences at once (0: any
   // number; a backend's block table may hold only so many); `window`: the
-  // sliding window this book keeps (0: every position).
-  KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences = 0, int64_t window = 0);
+  // sliding window this book keeps (0: every position), and `margin` more.
+  KvPages(int64_t page_count, int64_t page_size, int64_t max_length, int64_t max_sequences = 0, int64_t window = 0,
+          int64_t margin = 0);
 
   static constexpr int32_t kReleased = -1;  // a page entry the window released
 
@@ -60,8 +63,10 @@ class KvPages {
   // Makes room for positions [from, end) of seq, which must continue it
   // (from <= length; positions from `from` on are dropped first): new pages,
   // and a copy of a shared page the write lands in. Throws nt::Error naming
-  // the shortfall when the pool or the sequence's maximum length runs out;
-  // nothing changes then. The sequence's length becomes `end`.
+  // the shortfall when the pool or the sequence's maximum length runs out,
+  // or (with a window) when positions before `from` that its queries see
+  // were released; nothing changes then. The sequence's length becomes
+  // `end`, and a window releases the pages before from - window + 1 - margin.
   std::vector<PageCopy> write(SeqId seq, int64_t from, int64_t end);
   // Books that follow another pool's (a tensor-split rank in another process
   // follows rank 0's): seq, allocated if it was not, holds `length`
@@ -91,9 +96,9 @@ class KvPages {
   // (nor any a window releases).
   int64_t pages_for(int64_t length) const { return ceil_div(length, page_size_); }
   // Pages a window book's sequence holds at most when one write adds up to
-  // `write` positions: the window before the write, and the write.
-  static int64_t window_pages(int64_t window, int64_t write, int64_t page_size) {
-    return ceil_div(window - 1 + write, page_size) + 1;
+  // `write` positions: the window and margin before the write, and the write.
+  static int64_t window_pages(int64_t window, int64_t margin, int64_t write, int64_t page_size) {
+    return ceil_div(window - 1 + margin + write, page_size) + 1;
   }
   int64_t sequences() const;
 
@@ -123,7 +128,7 @@ class KvPages {
 
   int64_t page_size_, max_length_;
   int64_t max_sequences_;
-  int64_t window_;
+  int64_t window_, margin_;
   std::vector<int32_t> refs_;   // per page
   std::vector<int32_t> free_;   // pages with no reference, lowest last
   std::vector<Sequence> seqs_;  // by id; freed ids are reused

@@ -195,7 +195,7 @@ TEST(Batch, TreeRunsNameEarlierParentsAtTheirPositionPlusOne) {
 // and every page before the window goes back to the pool.
 TEST(KvPages, AWindowBookHoldsWhatTheWindowSeesAndReleasesTheRest) {
   constexpr int64_t kPage = 8, kWindow = 10;
-  const int64_t most = KvPages::window_pages(kWindow, 1, kPage);
+  const int64_t most = KvPages::window_pages(kWindow, 0, 1, kPage);
   KvPages pages(most, kPage, 4096, 0, kWindow);
   const SeqId s = pages.allocate();
   for (int64_t pos = 0; pos < 300; ++pos) {
@@ -228,7 +228,7 @@ TEST(KvPages, AWindowBookHoldsWhatTheWindowSeesAndReleasesTheRest) {
 
 TEST(KvPages, AWindowBookTakesAWholeWriteAndItsWindow) {
   constexpr int64_t kPage = 8, kWindow = 10, kWrite = 20;
-  KvPages pages(KvPages::window_pages(kWindow, kWrite, kPage), kPage, 4096, 0, kWindow);
+  KvPages pages(KvPages::window_pages(kWindow, 0, kWrite, kPage), kPage, 4096, 0, kWindow);
   const SeqId s = pages.allocate();
   for (int64_t pos = 0; pos < 200; pos += kWrite) pages.write(s, pos, pos + kWrite);
   EXPECT_EQ(pages.free_pages(), pages.page_count() - pages.held_pages(s));
@@ -262,6 +262,17 @@ TEST(KvPages, AWindowBookSharesACopiedPrefixAndCopiesTheLandingPage) {
   EXPECT_TRUE(pages.copy_prefix(src, dst, 8).empty());
   EXPECT_FALSE(pages.resumable(dst, 8));
   EXPECT_THROW(pages.write(dst, 8, 9), Error);
+}
+
+TEST(KvPages, AWindowBookKeepsItsMarginToStepBackInto) {
+  constexpr int64_t kPage = 8, kWindow = 10, kMargin = 20;
+  KvPages pages(KvPages::window_pages(kWindow, kMargin, 1, kPage), kPage, 4096, 0, kWindow, kMargin);
+  const SeqId s = pages.allocate();
+  for (int64_t pos = 0; pos < 100; ++pos) pages.write(s, pos, pos + 1);
+  EXPECT_TRUE(pages.resumable(s, 99 - kMargin));  // its window, from 70, is held
+  EXPECT_FALSE(pages.resumable(s, 99 - kMargin - kPage));
+  pages.write(s, 99 - kMargin, 100 - kMargin);
+  EXPECT_EQ(pages.length(s), 100 - kMargin);
 }
 
 TEST(KvPages, AWindowOfOneSeesOnlyItsOwnPosition) {

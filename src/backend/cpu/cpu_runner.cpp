@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/decoder_layer.h"
@@ -19,6 +20,7 @@
 #include "core/half.h"
 #include "model/model_weights.h"
 #include "model/rope.h"
+#include "runtime/kv_window.h"
 #include "storage/host_memory.h"
 
 namespace nt {
@@ -51,14 +53,20 @@ class CpuRunner final : public ModelRunner {
         layer_(config_, weights_.rope_freqs.info ? weights_.rope_freqs.f32() : nullptr, max_batch_) {
     const auto& c = config_;
     const int64_t context = opt.context > 0 ? opt.context : std::min<int64_t>(c.context_length, 4096);
-    const int64_t pages = KvPages::pool_pages(opt.kv_pool, std::max<int64_t>(1, opt.sequences), context, kPageSize);
+    const int64_t sequences = std::max<int64_t>(1, opt.sequences);
+    const int64_t pages = KvPages::pool_pages(opt.kv_pool, sequences, context, kPageSize);
+    kv_window_ = plan_kv_window(c, pages, sequences, max_batch_, kPageSize, opt.swa_full);
     pool_rows_ = pages * kPageSize;
-    const size_t kv_elems = size_t(c.n_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
+    window_rows_ = kv_window_.pages * kPageSize;
+    const size_t full_elems = size_t(kv_window_.full_layers) * size_t(pool_rows_) * size_t(c.kv_dim());
+    const size_t window_elems = size_t(kv_window_.window_layers) * size_t(window_rows_) * size_t(c.kv_dim());
     const size_t elem_bytes = kv_type_ == TensorType::F16 ? 2 : 4;
-    check_kv_fits(2 * double(kv_elems) * double(elem_bytes), context, opt);
-    init_pages(KvPages(pages, kPageSize, context));
-    k_cache_.resize(kv_elems * elem_bytes);
-    v_cache_.resize(kv_elems * elem_bytes);
+    check_kv_fits(2 * double(full_elems + window_elems) * double(elem_bytes), context, opt);
+    init_pages(KvPages(pages, kPageSize, context), kv_window_.books(kPageSize, context, 0));
+    k_cache_.resize(full_elems * elem_bytes);
+    v_cache_.resize(full_elems * elem_bytes);
+    k_window_.resize(window_elems * elem_bytes);
+    v_window_.resize(window_elems * elem_bytes);
     const size_t n = size_t(max_batch_);
     x_.resize(n * c.dim);
     xb_.resize(n * c.dim);
@@ -68,8 +76,10 @@ class CpuRunner final : public ModelRunner {
   const ModelSpec& config() const override { return config_; }
 
   std::string description() const override {
-    return fmt::format("cpu ({} threads, {}, {} KV cache of {} positions, context {})", pool_.size(),
-                       cpu::isa_name(cpu::kernels().isa), tensor_type_name(kv_type_), pool_rows_, context_size());
+    const std::string window =
+        kv_window_.window > 0 ? fmt::format(" ({} sliding-window layers: {} positions)", kv_window_.window_layers, window_rows_) : "";
+    return fmt::format("cpu ({} threads, {}, {} KV cache of {} positions{}, context {})", pool_.size(),
+                       cpu::isa_name(cpu::kernels().isa), tensor_type_name(kv_type_), pool_rows_, window, context_size());
   }
 
   uint64_t weight_bytes_per_token() const override {
@@ -79,7 +89,7 @@ class CpuRunner final : public ModelRunner {
   }
 
   int64_t pass_chunk_entries() const override { return max_batch_; }
-  uint64_t kv_bytes_per_position() const override { return (k_cache_.size() + v_cache_.size()) / uint64_t(pool_rows_); }
+  uint64_t kv_bytes_per_position() const override { return 2 * uint64_t(config_.n_layers) * row_bytes(); }
 
   void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                      BatchOutputs& out) override {
@@ -114,6 +124,7 @@ class CpuRunner final : public ModelRunner {
       // A tree's rows may have ancestors in an earlier chunk: their paths come from the whole batch.
       const bool tree = cpu::has_tree(chunk_runs_);
       if (tree) tree_rows_.assign(batch, runs, at, n);
+      claim_window(chunk_runs_);
       forward_chunk({batch.entries.data() + at, size_t(n)}, chunk_runs_, layers, tree ? &tree_rows_ : nullptr);
       hand_out(batch, at, out);
     }
@@ -125,28 +136,32 @@ class CpuRunner final : public ModelRunner {
 
   void copy_pages(std::span<const PageCopy> copies) override {
     const size_t page_bytes = size_t(kPageSize) * row_bytes();
-    for_each_layer_cache([&](uint8_t* base) {
-      for (const PageCopy& c : copies) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
+    for_each_layer_cache([&](uint8_t* base, KvBook book) {
+      for (const PageCopy& c : copies) {
+        if (c.book == book) std::memcpy(base + size_t(c.to) * page_bytes, base + size_t(c.from) * page_bytes, page_bytes);
+      }
     });
   }
 
   void copy_rows(std::span<const RowCopy> copies) override {
     const size_t bytes = row_bytes();
-    for_each_layer_cache([&](uint8_t* base) {
-      for (const RowCopy& c : copies) std::memcpy(base + size_t(c.to) * bytes, base + size_t(c.from) * bytes, bytes);
+    for_each_layer_cache([&](uint8_t* base, KvBook book) {
+      for (const RowCopy& c : copies) {
+        if (c.book == book) std::memcpy(base + size_t(c.to) * bytes, base + size_t(c.from) * bytes, bytes);
+      }
     });
   }
 
-  bool saves_kv_rows() const override { return true; }
+  // A window pool holds too little to save: a saved state then holds the tokens, decoded again on load.
+  bool saves_kv_rows() const override { return kv_window_.window == 0; }
 
   // A position's bytes: every layer's K row, then every layer's V row.
   void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const override {
     const size_t bytes = row_bytes();
-    const size_t layer_bytes = size_t(pool_rows_) * bytes;
     size_t part = 0;
-    for (const auto* cache : {&k_cache_, &v_cache_}) {
+    for (const bool keys : {true, false}) {
       for (int64_t l = 0; l < config_.n_layers; ++l, ++part) {
-        const uint8_t* base = cache->data() + size_t(l) * layer_bytes;
+        const uint8_t* base = layer_base(*this, keys, l);
         for (size_t r = 0; r < rows.size(); ++r) {
           std::memcpy(&out[(r * 2 * size_t(config_.n_layers) + part) * bytes], base + size_t(rows[r]) * bytes, bytes);
         }
@@ -157,7 +172,7 @@ class CpuRunner final : public ModelRunner {
   void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) override {
     const size_t bytes = row_bytes();
     size_t part = 0;
-    for_each_layer_cache([&](uint8_t* base) {
+    for_each_layer_cache([&](uint8_t* base, KvBook) {  // no window book: saved rows are whole
       for (size_t r = 0; r < rows.size(); ++r) {
         std::memcpy(base + size_t(rows[r]) * bytes, &in[(r * 2 * size_t(config_.n_layers) + part) * bytes], bytes);
       }
@@ -181,10 +196,12 @@ class CpuRunner final : public ModelRunner {
     }
     LayerObserver* observer = layer_observer();
     const size_t values = size_t(n * c.dim);
-    const cpu::LayerRows rows{n, runs, &kv_pages(), run_groups_, tree};
+    const cpu::LayerRows full_rows{n, runs, &kv_pages(), run_groups_, tree};
+    const cpu::LayerRows window_rows{n, runs, window_pages(), run_groups_, tree};
     for (const int32_t l : layers) {
       if (observer) layer_input_.assign(x_.begin(), x_.begin() + ptrdiff_t(values));
-      layer_.run(l, weights_.layers[size_t(l)], layer_cache(k_cache_, l), layer_cache(v_cache_, l), rows, x_.data(), pool_);
+      const cpu::LayerRows& rows = kv_window_.windowed[size_t(l)] ? window_rows : full_rows;
+      layer_.run(l, weights_.layers[size_t(l)], layer_cache(true, l), layer_cache(false, l), rows, x_.data(), pool_);
       if (!observer) continue;
       observer->observe(l, layer_input_, {x_.data(), values});
       if (const LayerSpec& spec = c.layers[size_t(l)]; spec.has_experts()) {
@@ -235,19 +252,26 @@ class CpuRunner final : public ModelRunner {
 
   size_t row_bytes() const { return size_t(config_.kv_dim()) * (kv_type_ == TensorType::F16 ? 2 : 4); }
 
-  // Calls f with the base of every layer's K cache, then every layer's V cache.
+  // Calls f with the base of every layer's K cache, then every layer's V
+  // cache, and the book that layer's rows follow.
   template <class F>
   void for_each_layer_cache(F f) {
-    for (auto* cache : {&k_cache_, &v_cache_}) {
-      for (int64_t l = 0; l < config_.n_layers; ++l) f(static_cast<uint8_t*>(layer_cache(*cache, l).data));
+    for (const bool keys : {true, false}) {
+      for (int64_t l = 0; l < config_.n_layers; ++l) {
+        f(static_cast<uint8_t*>(layer_cache(keys, l).data), kv_window_.windowed[size_t(l)] ? KvBook::Window : KvBook::Full);
+      }
     }
   }
 
-  // Layer l's cache holds [pool row][kv_dim] in kv_type_.
-  cpu::LayerCache layer_cache(std::vector<uint8_t>& cache, int64_t layer) {
-    const size_t elem = kv_type_ == TensorType::F16 ? 2 : 4;
-    const size_t layer_bytes = size_t(pool_rows_) * size_t(config_.kv_dim()) * elem;
-    return {cache.data() + size_t(layer) * layer_bytes, kv_type_};
+  // Layer l's K (or V) cache holds [pool row][kv_dim] in kv_type_, in the
+  // window pool for a sliding-window layer that has one.
+  cpu::LayerCache layer_cache(bool keys, int64_t layer) { return {layer_base(*this, keys, layer), kv_type_}; }
+  template <class Self>  // CpuRunner or const CpuRunner
+  static std::conditional_t<std::is_const_v<Self>, const uint8_t*, uint8_t*> layer_base(Self& self, bool keys, int64_t layer) {
+    const bool windowed = self.kv_window_.windowed[size_t(layer)];
+    auto& cache = windowed ? (keys ? self.k_window_ : self.v_window_) : (keys ? self.k_cache_ : self.v_cache_);
+    const size_t layer_bytes = size_t(windowed ? self.window_rows_ : self.pool_rows_) * self.row_bytes();
+    return cache.data() + size_t(self.kv_window_.index[size_t(layer)]) * layer_bytes;
   }
 
   std::shared_ptr<const GgufFile> file_;
@@ -257,7 +281,10 @@ class CpuRunner final : public ModelRunner {
   int64_t max_batch_;
   TensorType kv_type_;
   int64_t pool_rows_ = 0;                   // positions the KV pool holds, over all sequences
-  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][pool row][kv_dim] in kv_type_
+  std::vector<uint8_t> k_cache_, v_cache_;  // [full-attention layer][pool row][kv_dim] in kv_type_
+  KvWindowPlan kv_window_;                   // which layers keep only their window, in a pool of its own
+  int64_t window_rows_ = 0;
+  std::vector<uint8_t> k_window_, v_window_;  // [sliding-window layer][window pool row][kv_dim]
   cpu::DecoderLayer layer_;                   // every layer's pass, with its scratch
   std::vector<float> x_;            // residual stream [n][dim]
   std::vector<float> layer_input_;  // x_ before the layer, for a LayerObserver

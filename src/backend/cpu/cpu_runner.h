@@ -16,6 +16,7 @@ struct CpuRunnerOptions {
   int threads = 0;         // 0 = physical cores
   bool kv_f32 = false;     // F16 KV cache by default
   int64_t max_batch = 256; // prompt tokens per matrix-matrix pass (bounds scratch memory)
+  bool swa_full = false;   // sliding-window layers keep every position, not only their window (state saves need it)
 };
 
 std::unique_ptr<ModelRunner> make_cpu_runner(std::shared_ptr<const GgufFile> file, const CpuRunnerOptions& options);
