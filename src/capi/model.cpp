@@ -59,7 +59,8 @@ nlohmann::json plan_json(const nt_model& m, const nt_context_params& p) {
                                   ? m.params.ram_budget
                                   : nt::automatic_ram_budget(nt::host_mem_available(), c, nt::kDefaultMaxBatch).budget;
   const nt::RunnerBuffers buffers =
-      nt::runner_buffers(c, weights, context, nt::kv_cache_context(context), nt::kDefaultMaxBatch, int(sequences), kAssumedSms);
+      nt::runner_buffers(c, weights, context, nt::kv_cache_context(context), nt::kDefaultMaxBatch, int(sequences), kAssumedSms,
+                         0, true);
   const nt::DevicePlacement placed =
       nt::plan_device_placement(c, weights, reads, buffers, kRingSlots, vram_budget, ram_budget);
   const nt::PlacementPlan& plan = placed.plan;

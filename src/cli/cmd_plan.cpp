@@ -58,6 +58,7 @@ struct PlanOptions {
   int64_t context = 0;
   int64_t sequences = 1;
   int64_t kv_pool = 0;               // KV positions shared by the sequences; 0: each one's whole context
+  bool swa_full = false;             // sliding-window layers keep every position, as run --swa-full
   int64_t batch = kDefaultMaxBatch;  // the runner's prefill chunk
   int ring = 2;
   int gpu_sms = 0;
@@ -175,10 +176,20 @@ DraftVram plan_draft(const PlanOptions& o, int64_t context, int64_t sequences, i
 }
 
 // The CUDA runner's buffers for `sequences` sequences sharing a pool of
-// kv_pool positions (0: each its context): the code it allocates from.
+// kv_pool positions (0: each its context): the code it allocates from. A
+// split over several GPUs keeps every position of every layer.
 RunnerBuffers plan_buffers(const ModelSpec& config, const ModelWeights& weights, int64_t context, const PlanOptions& o,
-                           int64_t sequences, int64_t kv_pool, int sms) {
-  return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms, kv_pool);
+                           int64_t sequences, int64_t kv_pool, int sms, bool split = false) {
+  return runner_buffers(config, weights, context, kv_cache_context(context), o.batch, int(sequences), sms, kv_pool,
+                        !o.swa_full && !split);
+}
+
+// Below the KV cache's row, where the sliding-window layers keep their window only.
+void print_window_note(const ModelSpec& config, int64_t context, const PlanOptions& o) {
+  const KvWindowPlan w = device_kv_window(config, kv_cache_context(context), int(o.sequences), o.kv_pool, o.batch, !o.swa_full);
+  if (w.window == 0) return;
+  fmt::print("    of which {} sliding-window layers keep {} tokens (a window of {} and more; --swa-full: all)\n",
+             w.window_layers, w.pages * kKvTile, w.window);
 }
 
 // The H2D link's rate: given, measured, or without a GPU assumed and said so.
@@ -253,7 +264,8 @@ void plan_gpus(const PlanOptions& o, const std::vector<int>& ids, bool have_gpu,
   }
   // The placement the pipeline runner would make: the same request from the same buffers.
   in.request = device_multi_gpu_request(src.file.header(), src.config, model,
-                                        plan_buffers(src.config, src.weights, src.context, o, o.sequences, o.kv_pool, src.sms),
+                                        plan_buffers(src.config, src.weights, src.context, o, o.sequences, o.kv_pool, src.sms,
+                                                     true),
                                         std::move(gpus), ram_budget, o.ring);
   MultiGpuRequest& r = in.request;
   // The slowest link of the chain bounds the hand-offs and the ring all-reduce.
@@ -405,6 +417,7 @@ void plan(const PlanOptions& o) {
   auto row = [](const std::string& label, const std::string& value) { fmt::print("  {:<34} {:>12}\n", label, value); };
   fmt::print("\nVRAM\n");
   row(kv_cache_label("KV cache", "F16, ", o, context), format_size(r.kv_cache));
+  print_window_note(config, context, o);
   row(fmt::format("activations (batch {})", o.batch), format_size(r.activations));
   row(fmt::format("logits (batch {})", o.batch), format_size(r.logits));
   row("prefill GEMM scratch", format_size(r.gemm_scratch));
@@ -513,6 +526,7 @@ void add_plan_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--kv-pool", o.kv_pool, "KV cache positions shared by the sequences (default: each one's whole context)")
       ->check(non_negative());
+  cmd->add_flag("--swa-full", o.swa_full, "Sliding-window layers keep every position, as run --swa-full does");
   cmd->add_option("--batch", o.batch, "Largest prefill batch in tokens (the CUDA runner's prefill chunk)")->capture_default_str()->check(positive());
   cmd->add_option("--ring", o.ring, "GPU layer buffers (and host staging buffers) for streaming")->capture_default_str()->check(positive());
   cmd->add_option("--gpu-sms", o.gpu_sms, "GPU multiprocessors the memory plan assumes (default: the GPU's; without one the H200's 132)")

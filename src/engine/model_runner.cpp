@@ -88,6 +88,16 @@ void ModelRunner::claim_window(std::span<const SequenceRun> chunk_runs) {
   if (!copies.empty()) copy_pages(copies);
 }
 
+void ModelRunner::claim_window(std::span<const SequenceRun> runs, int64_t at, int64_t n) {
+  if (!window_pages_) return;
+  std::vector<SequenceRun> chunk;
+  for (const SequenceRun& r : runs) {
+    const int64_t first = std::max(r.first, at), end = std::min(r.first + r.count, at + n);
+    if (first < end) chunk.push_back({r.seq, first, end - first, r.pos + (first - r.first), r.stepwise, r.tree});
+  }
+  claim_window(chunk);
+}
+
 void ModelRunner::seq_keep(SeqId seq, int64_t start, std::span<const int64_t> kept) {
   const int64_t length = pages_->length(seq);
   std::vector<RowCopy> copies;

@@ -190,6 +190,8 @@ class ModelRunner {
   // Makes room in the window book (if any) for each run's positions of a
   // pass chunk about to be computed, and copies the pages that need it.
   void claim_window(std::span<const SequenceRun> chunk_runs);
+  // The same for the entries [at, at + n) of a pass's runs.
+  void claim_window(std::span<const SequenceRun> runs, int64_t at, int64_t n);
   // Whether every pass goes through forward_pages with the caller's schedule
   // (the backend overrides none of the single-sequence methods).
   virtual bool honours_default_schedule() const { return false; }

@@ -82,6 +82,11 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.expert_counts = expert_counts;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
+    // CPU layers keep whole contexts (keeps_kv_windows): where the sliding-window
+    // layers would keep their window, no CPU layers unless asked for, and then whole contexts.
+    const bool slides = std::any_of(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.attention.window > 0; });
+    cuda.swa_full = o.swa_full || (slides && o.cpu_layers.value_or(0) > 0);
+    const bool windows = slides && !cuda.swa_full;
     if (several_gpus && spec.has_experts()) {
       fail("{}: --gpus: the layer and tensor splits run dense models only so far; run this mixture of experts on one GPU",
            m.path);
@@ -103,8 +108,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
     }
     std::optional<CudaPlacement> placement;
     try {
-      // A mixture of experts keeps its layers on the GPU: no hybrid split of whole layers.
-      if (!spec.has_experts()) placement = plan_cuda_placement(*m.file, context, cuda);
+      // A mixture of experts keeps its layers on the GPU, and a model keeping
+      // its windows its caches there: no hybrid split of whole layers.
+      if (!spec.has_experts() && !windows) placement = plan_cuda_placement(*m.file, context, cuda);
     } catch (const Error&) {
       // Nothing fits: the runner says why, with the free memory beside it.
     }

@@ -83,14 +83,21 @@ uint64_t page_table_bytes(int64_t sequences, int64_t width) { return align_devic
 
 uint64_t cache_bytes_per_position(const ModelSpec& c) { return 2 * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 2; }
 
+KvWindowPlan device_kv_window(const ModelSpec& c, int64_t cache_context, int max_sequences, int64_t kv_pool,
+                              int64_t max_batch, bool windowed) {
+  const int64_t full_pages = KvPages::pool_pages(kv_pool, max_sequences, cache_context, kKvTile);
+  return plan_kv_window(c, full_pages, max_sequences, max_batch, kKvTile, !windowed);
+}
+
 RunnerBuffers runner_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
-                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool) {
-  return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true, kv_pool);
+                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool, bool windowed) {
+  return stage_buffers(c, w, context, cache_context, max_batch, max_sequences, multiprocessors, c.n_layers, true, kv_pool,
+                       windowed);
 }
 
 RunnerBuffers stage_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
-                            int64_t kv_pool) {
+                            int64_t kv_pool, bool windowed) {
   uint64_t largest = uint64_t(w.token_embd.rows) * uint64_t(w.token_embd.cols);
   if (!c.tied_embeddings) largest = std::max(largest, uint64_t(w.output.rows) * uint64_t(w.output.cols));
   for (const LayerWeights& lw : w.layers) {
@@ -102,8 +109,13 @@ RunnerBuffers stage_buffers(const ModelSpec& c, const ModelWeights& w, int64_t c
   }
   RunnerBuffers b;
   const int64_t pool_positions = KvPages::pool_pages(kv_pool, max_sequences, cache_context, kKvTile) * kKvTile;
-  b.kv = cache_bytes_per_position(c) / uint64_t(c.n_layers) * uint64_t(layers) * uint64_t(pool_positions);
-  b.page_table = page_table_bytes(max_sequences, cache_context / kKvTile);
+  const uint64_t layer_position = cache_bytes_per_position(c) / uint64_t(c.n_layers);
+  // A stage of a split holds a whole context in every layer.
+  const KvWindowPlan window = device_kv_window(c, cache_context, max_sequences, kv_pool, max_batch, windowed && layers == c.n_layers);
+  const int64_t full_layers = window.window > 0 ? window.full_layers : layers;
+  b.window_kv = layer_position * uint64_t(window.window_layers) * uint64_t(window.pages * kKvTile);
+  b.kv = layer_position * uint64_t(full_layers) * uint64_t(pool_positions) + b.window_kv;
+  b.page_table = page_table_bytes(max_sequences, cache_context / kKvTile) * (window.window > 0 ? 2 : 1);
   b.gemm = std::min(kGemmScratchMaxBytes, largest * 2);
   const ActivationLayout a = layout_activations(c, max_batch, context, multiprocessors, head);
   b.activations = a.total;

@@ -13,6 +13,7 @@
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
 #include "runtime/device_layout.h"
+#include "runtime/kv_window.h"
 #include "storage/layer_reads.h"
 #include "storage/multi_gpu_plan.h"
 #include "storage/placement.h"
@@ -80,24 +81,33 @@ uint64_t cache_bytes_per_position(const ModelSpec& c);
 // Device memory besides the weights, shared by the planner and the allocation.
 struct RunnerBuffers {
   uint64_t kv = 0, gemm = 0, activations = 0;
-  uint64_t page_table = 0;  // the KV pool's block table (page_table_bytes)
+  uint64_t window_kv = 0;   // the sliding-window layers' pool, part of `kv` (device_kv_window)
+  uint64_t page_table = 0;  // the KV pool's block table (page_table_bytes), and the window pool's
   uint64_t logits = 0;      // the activation arena's logits rows, part of `activations`
 };
 
 // The block table of a KV pool of `sequences` sequences of up to `width` pages each.
 uint64_t page_table_bytes(int64_t sequences, int64_t width);
 
+// The sliding-window layers' pool of a whole-model runner whose pool holds
+// `max_sequences` contexts of cache_context positions (or kv_pool positions)
+// and whose prefill chunks are max_batch tokens: none unless `windowed`.
+KvWindowPlan device_kv_window(const ModelSpec& c, int64_t cache_context, int max_sequences, int64_t kv_pool,
+                              int64_t max_batch, bool windowed);
+
 // `cache_context` is kv_cache_context(context) (runtime/kernel_shapes.h).
 // `max_batch` tokens a prefill chunk, a KV pool of `max_sequences` whole
-// contexts or (kv_pool > 0) of kv_pool positions shared by them.
+// contexts or (kv_pool > 0) of kv_pool positions shared by them; with
+// `windowed`, the sliding-window layers keep their window in a pool of their own.
 RunnerBuffers runner_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
-                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool = 0);
+                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t kv_pool = 0,
+                             bool windowed = false);
 // The same for a stage of a layer split (CudaRunnerOptions::stage) holding
 // `layers` of the model's layers: their KV pages only, and the logits rows
 // only when it holds the head. As the multi-GPU planner reserves per GPU.
 RunnerBuffers stage_buffers(const ModelSpec& c, const ModelWeights& w, int64_t context, int64_t cache_context,
                             int64_t max_batch, int max_sequences, int multiprocessors, int64_t layers, bool head,
-                            int64_t kv_pool = 0);
+                            int64_t kv_pool = 0, bool windowed = false);
 
 // The model's sizes in device layout (layers, head, norms, token embedding).
 ModelFootprint device_footprint(const ModelSpec& c, const ModelWeights& w, const std::vector<LayerRead>& reads);

@@ -489,5 +489,65 @@ TEST(CudaFamilies, IgnoringGemma3sWindowWouldBeCaught) {
   std::filesystem::remove(unwindowed);
 }
 
+// Gemma 3's local layers keep their window in a pool of their own, whose
+// pages are reused as the sequences move on: a prompt of many chunks, greedy
+// decoding far past that pool (queued a chunk of steps at a time) and a
+// batch of two sequences give every logit and pick of --swa-full, bit for bit.
+TEST(CudaFamilies, Gemma3sWindowPoolComputesWhatEveryPositionComputes) {
+  const auto file = GgufFile::open(family_model("tiny-gemma3", "f32"));
+  constexpr int64_t kLong = 4096;
+  CudaRunnerOptions o;
+  o.max_batch = 64;
+  o.max_sequences = 3;  // the default sequence and two more
+  auto windowed = make_cuda_runner(*file, kLong, o);
+  o.swa_full = true;
+  auto full = make_cuda_runner(*file, kLong, o);
+  std::printf("  %s\n", windowed->description().c_str());
+  ASSERT_NE(windowed->window_pages(), nullptr) << windowed->description();
+  ASSERT_EQ(full->window_pages(), nullptr);
+  const int64_t pool = windowed->window_pages()->page_count() * windowed->window_pages()->page_size();
+  const int64_t vocab = windowed->config().vocab_size;
+
+  const auto prompt = random_tokens(size_t(2 * pool), vocab);
+  std::vector<float> got(prompt.size() * size_t(vocab)), want(got.size());
+  windowed->forward(prompt, 0, got.data(), true);
+  full->forward(prompt, 0, want.data(), true);
+  EXPECT_TRUE(got == want) << "a prompt of " << prompt.size() << " tokens in chunks of 64";
+
+  std::vector<int32_t> picks[2];
+  for (const auto& [runner, out] : {std::pair{windowed.get(), &picks[0]}, std::pair{full.get(), &picks[1]}}) {
+    runner->seq_truncate(0, 0);
+    const int32_t first = runner->forward_greedy(std::span(prompt).first(8), 0);
+    runner->decode_greedy(first, 8, kLong - 16, [&](int32_t t) {
+      out->push_back(t);
+      return true;
+    });
+  }
+  EXPECT_EQ(picks[0], picks[1]) << "greedy decoding past " << kLong - 16 << " positions";
+
+  // Two sequences decoded in batches, one started far ahead of the other.
+  for (auto* runner : {windowed.get(), full.get()}) runner->seq_truncate(0, 0);
+  std::vector<float> rows[2];
+  for (int r = 0; r < 2; ++r) {
+    ModelRunner& runner = r == 0 ? *windowed : *full;
+    const SeqId a = runner.seq_alloc(), b = runner.seq_alloc();
+    Batch batch;
+    batch.add_run(std::span(prompt).first(size_t(pool)), 0, a, Output::None);
+    batch.add_run(std::span(prompt).first(5), 0, b, Output::None);
+    BatchOutputs out;
+    runner.forward(batch, out);
+    for (int64_t step = 0; step < pool; ++step) {
+      batch.clear();
+      batch.add(prompt[size_t(step)], pool + step, a, Output::Logits);
+      batch.add(prompt[size_t(step + 1)], 5 + step, b, Output::Logits);
+      runner.forward(batch, out);
+      rows[r].insert(rows[r].end(), out.logits.begin(), out.logits.end());
+    }
+    runner.seq_free(a);
+    runner.seq_free(b);
+  }
+  EXPECT_TRUE(rows[0] == rows[1]) << "batched decode steps of two sequences";
+}
+
 }  // namespace
 }  // namespace nt

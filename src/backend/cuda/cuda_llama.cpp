@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -162,7 +163,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void copy_rows(std::span<const RowCopy> copies) override;
   // A whole model's runner reads its rows back (saved_kv_rows.h); a
   // pipeline's or tensor split's stage leaves that to its runner, which cannot.
-  bool saves_kv_rows() const override { return !options_.stage; }
+  bool saves_kv_rows() const override { return !options_.stage && !window_pages(); }
   void read_rows(std::span<const int64_t> rows, std::span<uint8_t> out) const override;
   void write_rows(std::span<const int64_t> rows, std::span<const uint8_t> in) override;
   // The single-sequence paths run default_layers_ (layer skip); graphs only the full schedule.
@@ -253,8 +254,15 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // this batch cannot replay one; captured from `pass` on first use.
   cudaGraphExec_t batch_decode_graph(const Batch& batch, std::span<const SequenceRun> runs, int64_t at, int64_t n,
                                      std::span<const int32_t> layers, const std::function<void()>& pass);
-  // The KV caches' layout, for the kernels that move rows (layers, rows and staging unset).
-  KvRowsParams cache_layout() const;
+  // The KV caches' layout, for the kernels that move rows (layers, rows and
+  // staging unset): the pool of the full-attention layers (every layer
+  // without a window pool), or the sliding-window layers' pool.
+  KvRowsParams cache_layout(KvBook book = KvBook::Full) const;
+  // The layers a pool holds.
+  int64_t pool_layers(KvBook book) const {
+    if (kv_window_.window == 0) return stage_layers();
+    return book == KvBook::Window ? kv_window_.window_layers : kv_window_.full_layers;
+  }
   // The pages of a pass's sequences into the block table, before it queues anything.
   void sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs);
   // Whether a chunk of n tokens folds the RMSNorms into its mat-vecs.
@@ -293,6 +301,11 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
 
   DeviceBuffer k_cache_, v_cache_;  // the pool: pages of kKvTile positions of every layer held (kv_layout.h)
   std::optional<DevicePageTable> page_table_;
+  // The sliding-window layers' own pool where they keep only their window
+  // (runtime/kv_window.h); the pool above then holds the other layers.
+  KvWindowPlan kv_window_;
+  DeviceBuffer k_window_, v_window_;
+  std::optional<DevicePageTable> window_table_;
   PassBuffers act_;
   std::optional<Gemm> gemm_;
   std::optional<LayerPass> pass_;  // the layers' kernels, over act_, gemm_ and the pool
@@ -388,8 +401,11 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   has_head_ = end_layer_ == config_.n_layers && ends;
   // Pages of one KV tile: every kernel walks keys a tile at a time, and a
   // tile is contiguous in memory.
+  kv_window_ = device_kv_window(config_, cache_context_, options_.max_sequences, options_.kv_pool, options_.max_batch,
+                                keeps_kv_windows(options_));
   init_pages(KvPages(KvPages::pool_pages(options_.kv_pool, options_.max_sequences, context_, kKvTile), kKvTile, context_,
-                     options_.max_sequences));
+                     options_.max_sequences),
+             kv_window_.books(kKvTile, context_, options_.max_sequences));
   for (int64_t l = first_layer_; l < end_layer_; ++l) default_layers_.push_back(int32_t(l));
   const ModelWeights weights = load_model_weights(file, full);
   NT_CUDA_CHECK(cudaSetDevice(device_.index));
@@ -400,14 +416,20 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   NT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
   const RunnerBuffers buffers = stage_buffers(config_, weights, context_, cache_context_, options_.max_batch,
                                               options_.max_sequences, device_.multiprocessors, stage_layers(), has_head_,
-                                              options_.kv_pool);
+                                              options_.kv_pool, keeps_kv_windows(options_));
   weights_ = std::make_unique<DeviceWeights>(file, config_, weights, context_, buffers, LayerRange{first_layer_, end_layer_},
                                              device_, options_);
   streamer_ = weights_->streamer();
   if (options_.decode_gemm_min_tokens == 0) options_.decode_gemm_min_tokens = float_layers() ? 9 : 65;
   allocate_caches(weights, buffers);
   allocate_activations();
-  const KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
+  KvPool pool{k_cache_.as<uint16_t>(), v_cache_.as<uint16_t>(), first_layer_, stage_layers(), &*page_table_};
+  if (window_table_) {
+    pool.window = &kv_window_;
+    pool.window_k = k_window_.as<uint16_t>();
+    pool.window_v = v_window_.as<uint16_t>();
+    pool.window_table = &*window_table_;
+  }
   const ResidualSum residual = tensor_ ? ResidualSum{tensor_->rank == 0, tensor_->reducer} : ResidualSum{};
   const PassKernelChoices choices{options_.int8_gemm_min_tokens, options_.int8_gemm_widest_tile,
                                   options_.super_block_activations, options_.matvec_row_pairs,
@@ -449,8 +471,11 @@ std::string CudaLlamaRunner::description() const {
                      options_.stage ? gpu_label() : device_.name, device_.multiprocessors,
                      double(resident_bytes_) / double(1ull << 20), context_,
                      options_.max_sequences > 1 ? fmt::format(" x {} sequences", options_.max_sequences) : std::string(),
-                     options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile)
-                                          : std::string(),
+                     (options_.kv_pool > 0 ? fmt::format(", KV pool of {} positions", kv_pages().page_count() * kKvTile)
+                                           : std::string()) +
+                         (kv_window_.window > 0 ? fmt::format(", {} sliding-window layers: {} positions", kv_window_.window_layers,
+                                                              kv_window_.pages * kKvTile)
+                                                : std::string()),
                      decodes_in_graphs() ? "decode graph" : "no graph",
                      folds_norms(1, false) ? ", folded norms" : "",
                      options_.stepwise_steps_max > 0
@@ -461,12 +486,18 @@ std::string CudaLlamaRunner::description() const {
 }
 
 void CudaLlamaRunner::allocate_caches(const ModelWeights& weights, const RunnerBuffers& buffers) {
-  k_cache_ = DeviceBuffer(buffers.kv / 2, "the K cache");
-  v_cache_ = DeviceBuffer(buffers.kv / 2, "the V cache");
-  NT_CUDA_CHECK(cudaMemset(k_cache_.get(), 0, k_cache_.size()));
-  NT_CUDA_CHECK(cudaMemset(v_cache_.get(), 0, v_cache_.size()));
-  NT_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, unordered with stream_
+  k_cache_ = DeviceBuffer((buffers.kv - buffers.window_kv) / 2, "the K cache");
+  v_cache_ = DeviceBuffer((buffers.kv - buffers.window_kv) / 2, "the V cache");
+  // Zeroed: a released page's entry reads page 0 of its pool (page_table.cpp), never garbage.
+  for (DeviceBuffer* cache : {&k_cache_, &v_cache_}) NT_CUDA_CHECK(cudaMemset(cache->get(), 0, cache->size()));
   page_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
+  if (kv_window_.window > 0) {
+    k_window_ = DeviceBuffer(buffers.window_kv / 2, "the sliding-window layers' K cache");
+    v_window_ = DeviceBuffer(buffers.window_kv / 2, "the sliding-window layers' V cache");
+    for (DeviceBuffer* cache : {&k_window_, &v_window_}) NT_CUDA_CHECK(cudaMemset(cache->get(), 0, cache->size()));
+    window_table_.emplace(options_.max_sequences, cache_context_ / kKvTile);
+  }
+  NT_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, unordered with stream_
   gemm_.emplace(buffers.gemm);
   resident_bytes_ = weights_->device_bytes() + buffers.kv + buffers.page_table;
   // The host's scratch holds its widest pass.
@@ -557,7 +588,10 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
 }
 
 void CudaLlamaRunner::sync_page_table(const KvPages& pages, std::span<const SequenceRun> runs) {
-  for (const SequenceRun& r : runs) page_table_->sync(pages, r.seq, stream_);
+  for (const SequenceRun& r : runs) {
+    page_table_->sync(pages, r.seq, stream_);
+    if (window_table_) window_table_->sync(*window_pages(), r.seq, stream_);
+  }
 }
 
 void CudaLlamaRunner::run_chunk(int64_t n, const ChunkRows& chunk, std::span<const int32_t> layers, const HeadRows& head,
@@ -740,10 +774,29 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
                                       const std::function<void(int64_t)>& before_step,
                                       const std::function<bool(int32_t)>& on_token) {
   if (max_steps < 0) fail("decoding {} steps: the count must not be negative", max_steps);
+  if (window_pages() && max_steps > options_.max_batch) {
+    // The window pool holds a chunk's positions past each window: the steps
+    // are queued that many at a time, each run's pages claimed before it.
+    int64_t handed = 0;
+    bool stopped = false;
+    const auto pick = [&](int32_t t) {
+      token = t;
+      stopped = !on_token(t);
+      return !stopped;
+    };
+    while (handed < max_steps && !stopped) {
+      const int64_t first = handed;
+      handed += decode_ahead(token, pos + first, std::min(options_.max_batch, max_steps - first), top_k, kind,
+                             [&](int64_t step) { before_step(first + step); }, pick);
+    }
+    return handed;
+  }
   check_token_ids({&token, 1});
   claim_default(pos, max_steps);
   if (max_steps == 0) return 0;
-  page_table_->sync(kv_pages(), 0, stream_);  // every queued step's page
+  const SequenceRun steps{0, 0, max_steps, pos};
+  claim_window({&steps, 1});
+  sync_page_table(kv_pages(), {&steps, 1});  // every queued step's page
   stage_inputs({&token, 1}, pos, top_k);
   copy_inputs(1);
   // Both graphs a run that crosses kShortDecodeMaxKeys needs, captured before any step is queued.
@@ -767,11 +820,14 @@ void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, c
   const int64_t total = int64_t(tokens.size());
   check_token_ids(tokens);
   claim_default(pos, total);
-  page_table_->sync(kv_pages(), 0, stream_);
   const int64_t vocab = config_.vocab_size;
   void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
   for (int64_t start = 0; start < total; start += options_.max_batch) {
     const int64_t n = std::min(options_.max_batch, total - start);
+    // The previous chunk synchronized: the block tables may change.
+    const SequenceRun chunk{0, 0, n, pos + start};
+    claim_window({&chunk, 1});
+    sync_page_table(kv_pages(), {&chunk, 1});
     const bool last_chunk = start + n == total;
     // The previous chunk synchronized, so the pinned staging is free to rewrite.
     stage_inputs(tokens.subspan(size_t(start), size_t(n)), pos + start, out.keep);
@@ -867,9 +923,11 @@ bool CudaLlamaRunner::rows_attend_short(const Batch& batch) const {
 }
 
 void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
-  const uint64_t page_bytes = 2 * uint64_t(kv_page_elems(stage_layers(), config_.n_kv_heads, config_.head_dim));
   for (const PageCopy& copy : copies) {
-    for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
+    using Caches = std::array<const DeviceBuffer*, 2>;
+    const Caches caches = copy.book == KvBook::Window ? Caches{&k_window_, &v_window_} : Caches{&k_cache_, &v_cache_};
+    const uint64_t page_bytes = 2 * uint64_t(kv_page_elems(pool_layers(copy.book), config_.n_kv_heads, config_.head_dim));
+    for (const DeviceBuffer* cache : caches) {
       auto* base = cache->as<uint8_t>();
       NT_CUDA_CHECK(cudaMemcpyAsync(base + uint64_t(copy.to) * page_bytes, base + uint64_t(copy.from) * page_bytes, page_bytes,
                                     cudaMemcpyDeviceToDevice, stream_));
@@ -879,14 +937,14 @@ void CudaLlamaRunner::copy_pages(std::span<const PageCopy> copies) {
   if (hybrid_) hybrid_->layers().copy_pages(copies);
 }
 
-KvRowsParams CudaLlamaRunner::cache_layout() const {
+KvRowsParams CudaLlamaRunner::cache_layout(KvBook book) const {
   const ModelSpec& c = config_;
   KvRowsParams p;
-  p.k_cache = k_cache_.as<uint16_t>();
-  p.v_cache = v_cache_.as<uint16_t>();
+  p.k_cache = (book == KvBook::Window ? k_window_ : k_cache_).as<uint16_t>();
+  p.v_cache = (book == KvBook::Window ? v_window_ : v_cache_).as<uint16_t>();
   p.layer_stride = kv_page_elems(1, c.n_kv_heads, c.head_dim);
   // Built before pass_ (the host layers take it): computed here. A pipeline stage holds its layers only.
-  p.page_stride = kv_page_elems(stage_layers(), c.n_kv_heads, c.head_dim);
+  p.page_stride = kv_page_elems(pool_layers(book), c.n_kv_heads, c.head_dim);
   p.page_size = kKvTile;
   p.n_kv_heads = int(c.n_kv_heads);
   p.head_dim = int(c.head_dim);
@@ -894,20 +952,27 @@ KvRowsParams CudaLlamaRunner::cache_layout() const {
 }
 
 void CudaLlamaRunner::copy_rows(std::span<const RowCopy> copies) {
-  KvRowMoves moves;
-  moves.caches = cache_layout();
-  moves.n_layers = int(stage_layers());
-  // A row is page * kKvTile + position in the page; launches of moves follow each other.
-  for (size_t i = 0; i < copies.size(); i += kMaxKvRowMoves) {
-    moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, copies.size() - i));
-    for (int j = 0; j < moves.n_moves; ++j) {
-      const RowCopy& copy = copies[i + size_t(j)];
-      moves.from_page[j] = int32_t(copy.from / kKvTile);
-      moves.from[j] = int32_t(copy.from % kKvTile);
-      moves.to_page[j] = int32_t(copy.to / kKvTile);
-      moves.to[j] = int32_t(copy.to % kKvTile);
+  // A row is page * kKvTile + position in the page; launches of moves follow
+  // each other. Each book's rows move in its own pool, in order.
+  for (const KvBook book : {KvBook::Full, KvBook::Window}) {
+    std::vector<RowCopy> mine;
+    for (const RowCopy& copy : copies) {
+      if (copy.book == book) mine.push_back(copy);
     }
-    move_kv_rows(moves, stream_);
+    KvRowMoves moves;
+    moves.caches = cache_layout(book);
+    moves.n_layers = int(pool_layers(book));
+    for (size_t i = 0; i < mine.size(); i += kMaxKvRowMoves) {
+      moves.n_moves = int(std::min<size_t>(kMaxKvRowMoves, mine.size() - i));
+      for (int j = 0; j < moves.n_moves; ++j) {
+        const RowCopy& copy = mine[i + size_t(j)];
+        moves.from_page[j] = int32_t(copy.from / kKvTile);
+        moves.from[j] = int32_t(copy.from % kKvTile);
+        moves.to_page[j] = int32_t(copy.to / kKvTile);
+        moves.to[j] = int32_t(copy.to % kKvTile);
+      }
+      move_kv_rows(moves, stream_);
+    }
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (hybrid_) hybrid_->layers().copy_rows(copies);
@@ -979,7 +1044,9 @@ void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const Sequence
   const std::span<const SequenceRun> pass_runs = step_alone ? std::span<const SequenceRun>(stepwise_runs_) : runs;
   const int64_t total = int64_t(batch.size());
   for (int64_t at = 0; at < total; at += options_.max_batch) {
-    run_batch_chunk(pass, pass_runs, kv_pages(), at, std::min(options_.max_batch, total - at), layers, out);
+    const int64_t n = std::min(options_.max_batch, total - at);
+    claim_window(pass_runs, at, n);
+    run_batch_chunk(pass, pass_runs, kv_pages(), at, n, layers, out);
   }
 }
 

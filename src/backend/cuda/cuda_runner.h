@@ -119,6 +119,10 @@ struct CudaRunnerOptions {
   // wider passes it lists; passes wider still stream them like the rest.
   int64_t cpu_layers = 0;
   CpuPassPlan cpu_passes = {.all_up_to = 1, .wider = {}};
+  // Sliding-window layers keep every position, not only their window and a
+  // margin (runtime/kv_window.h); a layer split, a tensor split and CPU
+  // layers keep every position anyway (keeps_kv_windows).
+  bool swa_full = false;
   int cpu_threads = 0;  // 0: one a physical core
   // A --draft-model that will be resident beside this runner on its GPU,
   // holding max_sequences sequences of this context: its weights, KV cache
@@ -129,6 +133,11 @@ struct CudaRunnerOptions {
   // tier's into pinned memory; (file bytes so far, their total).
   std::function<void(uint64_t, uint64_t)> on_load_progress;
 };
+
+// Whether a runner of these options keeps only the window of its
+// sliding-window layers: a whole model on one GPU, with no CPU layers (whose
+// host caches hold whole contexts).
+inline bool keeps_kv_windows(const CudaRunnerOptions& o) { return !o.stage && o.cpu_layers == 0 && !o.swa_full; }
 
 // Where the runner would put each layer, with the sizes it planned from (CUDA
 // device-layout bytes). Needs a GPU for its SM count and, when no VRAM budget

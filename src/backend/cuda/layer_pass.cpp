@@ -108,15 +108,20 @@ void LayerPass::matmul(const DeviceMatrix& m, const Input& in, int64_t n, float*
   }
 }
 
-uint16_t* LayerPass::k_cache_at(int64_t layer) const {
-  return pool_.k + kv_page_elems(layer - pool_.first_layer, config_.n_kv_heads, config_.head_dim);
+LayerKv LayerPass::kv(int64_t layer) const {
+  const auto elems = [&](int64_t layers) { return kv_page_elems(layers, config_.n_kv_heads, config_.head_dim); };
+  if (const KvWindowPlan* w = pool_.window) {
+    const int64_t index = w->index[size_t(layer)];
+    if (w->windowed[size_t(layer)]) {
+      return {pool_.window_k + elems(index), pool_.window_v + elems(index), pool_.window_table, elems(w->window_layers)};
+    }
+    return {pool_.k + elems(index), pool_.v + elems(index), pool_.table, elems(w->full_layers)};
+  }
+  const int64_t index = layer - pool_.first_layer;
+  return {pool_.k + elems(index), pool_.v + elems(index), pool_.table, elems(pool_.layers)};
 }
 
-uint16_t* LayerPass::v_cache_at(int64_t layer) const {
-  return pool_.v + kv_page_elems(layer - pool_.first_layer, config_.n_kv_heads, config_.head_dim);
-}
-
-RopeKvParams LayerPass::rope_shape(const LayerOnDevice& L) const {
+RopeKvParams LayerPass::rope_shape(const LayerOnDevice& L, int64_t l) const {
   const ModelSpec& c = config_;
   RopeKvParams rope;
   rope.qkv_stride = c.q_dim() + 2 * c.kv_dim();
@@ -125,8 +130,11 @@ RopeKvParams LayerPass::rope_shape(const LayerOnDevice& L) const {
   rope.n_heads = int(c.n_heads);
   rope.n_kv_heads = int(c.n_kv_heads);
   rope.head_dim = int(c.head_dim);
-  rope.paging = {pool_.table->table(), page_stride()};
-  rope.table_width = pool_.table->width();
+  const LayerKv cache = kv(l);
+  rope.k_cache = cache.k;
+  rope.v_cache = cache.v;
+  rope.paging = cache.every_row();
+  rope.table_width = cache.table->width();
   return rope;
 }
 
@@ -185,7 +193,7 @@ void LayerPass::activate(int64_t l, const float* gate, const float* up, int64_t 
 bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows) {
   const ModelSpec& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
-  RopeKvParams rope = rope_shape(L);
+  RopeKvParams rope = rope_shape(L, l);
   const AttentionParams shape = attention_shape(l);
   if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
     rope.qkv = act_.qkv;
@@ -193,8 +201,6 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
     rope.token_pos = rows.token_pos;
     rope.token_row = rows.token_seq;
     rope.token_rope_pos = rows.token_rope_pos;
-    rope.k_cache = k_cache_at(l);
-    rope.v_cache = v_cache_at(l);
     rope_and_store(L, l, rope);
   }
   const bool multi = rows.token_pos && attention_multi_sequence_supported(shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -206,13 +212,12 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
     size_t run = 1;
     while (multi && alone(s) && i + run < rows.seqs.size() && alone(rows.seqs[i + run])) ++run;
     AttentionParams att = shape;
-    uint16_t* k_cache = k_cache_at(l);
-    uint16_t* v_cache = v_cache_at(l);
+    const LayerKv cache = kv(l);
     att.q = act_.qkv + s.first_row * qkv_width;
     att.out = act_.att + s.first_row * c.q_dim();
-    att.k_cache = k_cache;
-    att.v_cache = v_cache;
-    att.paging = paging(s.seq);
+    att.k_cache = cache.k;
+    att.v_cache = cache.v;
+    att.paging = cache.paging(s.seq);
     att.pos = s.pos;
     att.n_tokens = s.rows;
     att.max_keys = s.rows == 1 ? s.max_keys : 0;
@@ -226,9 +231,9 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
     if (run > 1) {
       att.n_seqs = int64_t(run);
       att.pos = rows.token_pos + s.first_row;
-      att.paging.pages = pool_.table->table();
+      att.paging.pages = cache.table->table();
       att.seq_rows = rows.token_seq + s.first_row;
-      att.table_width = pool_.table->width();
+      att.table_width = cache.table->width();
       att.max_keys = 0;
       att.n_splits = choices_.sequence_splits ? attention_sequence_splits(att.n_seqs, att.n_heads, att.n_kv_heads,
                                                                           att.head_dim, context_, multiprocessors_)
@@ -239,7 +244,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
       // and wo's q8 input happen inside the attention launch, so Q/K/V,
       // attention and wo follow each other directly.
       if (n == 1 && !use_gemm && plain_rope(l) && attention_decode_fusion_supported(att)) {
-        att.rope = {L.inv_freq, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), k_cache, v_cache};
+        att.rope = {L.inv_freq, int(c.rope_dim / 2), att.q + c.q_dim(), att.q + c.q_dim() + c.kv_dim(), cache.k, cache.v};
         if (matvec_wants_q8(L.wo.type)) {
           att.out_q8 = act_.q8;
           att.out_q8_scales = act_.q8_scales;
@@ -250,8 +255,6 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
         rope.n_tokens = s.rows;
         rope.pos = s.pos;
         rope.paging = att.paging;
-        rope.k_cache = k_cache;
-        rope.v_cache = v_cache;
         rope_and_store(L, l, rope);
       }
     }
@@ -390,14 +393,12 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   matvec_parts_stepwise(qkv, s, qkv_width, stream_);
   // Every row's RoPE and cache store, then each row attends as a one-token
   // step at its position does: its key count picks the kernel and the splits.
-  RopeKvParams rope = rope_shape(L);
+  RopeKvParams rope = rope_shape(L, l);
   rope.qkv = act_.qkv + first * qkv_width;
   rope.n_tokens = s;
   rope.token_pos = rows.token_pos + first;
   rope.token_row = rows.token_seq + first;
   if (rows.token_rope_pos) rope.token_rope_pos = rows.token_rope_pos + first;
-  rope.k_cache = k_cache_at(l);
-  rope.v_cache = v_cache_at(l);
   rope_and_store(L, l, rope);
   // Consecutive rows whose steps take the short-context decode attend in one
   // launch of it (n_seqs rows, each computed as its own launch computes it).
@@ -415,9 +416,10 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
       AttentionParams att = attention_shape(l);
       att.q = act_.qkv + row * qkv_width;
       att.out = act_.att + row * c.q_dim();
-      att.k_cache = k_cache_at(l);
-      att.v_cache = v_cache_at(l);
-      att.paging = paging(seq.seq);
+      const LayerKv cache = kv(l);
+      att.k_cache = cache.k;
+      att.v_cache = cache.v;
+      att.paging = cache.paging(seq.seq);
       att.pos = rows.token_pos + row;
       att.n_tokens = 1;
       att.max_keys = decode_max_keys(seq.first_pos + t);
@@ -433,9 +435,9 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
         if (shorts.n_seqs == 0) {
           first_short = shorts = att;
           shorts.n_seqs = 0;
-          shorts.paging.pages = pool_.table->table();
+          shorts.paging.pages = cache.table->table();
           shorts.seq_rows = rows.token_seq + row;
-          shorts.table_width = pool_.table->width();
+          shorts.table_width = cache.table->width();
           shorts.n_splits = 1;
         }
         shorts.max_keys = std::max(shorts.max_keys, att.max_keys);

@@ -33,6 +33,7 @@
 #include "backend/cuda/residual_reducer.h"
 #include "model/arch/model_spec.h"
 #include "runtime/kv_pages.h"
+#include "runtime/kv_window.h"
 
 namespace nt {
 
@@ -85,12 +86,28 @@ struct MatmulPaths {
   bool int8 = false;
 };
 
-// The paged KV pool of the layers [first_layer, ...) a runner holds.
+// The paged KV pool of the layers [first_layer, ...) a runner holds; with
+// `window` (a whole model), the sliding-window layers' own pool beside it,
+// each layer at its place among its pool's layers (runtime/kv_window.h).
 struct KvPool {
   uint16_t* k = nullptr;  // page 0, the first layer held
   uint16_t* v = nullptr;
   int64_t first_layer = 0, layers = 0;
   const DevicePageTable* table = nullptr;
+  const KvWindowPlan* window = nullptr;  // null: every layer above
+  uint16_t* window_k = nullptr;
+  uint16_t* window_v = nullptr;
+  const DevicePageTable* window_table = nullptr;
+};
+
+// One layer's K and V caches in its pool, and how to find a position's page.
+struct LayerKv {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+  const DevicePageTable* table = nullptr;
+  int64_t page_stride = 0;  // elements from one page to the next
+  KvPaging paging(SeqId seq) const { return {table->row(seq), page_stride}; }
+  KvPaging every_row() const { return {table->table(), page_stride}; }
 };
 
 // How attn_output and ffn_down reach the residual stream: added to it, or,
@@ -124,9 +141,7 @@ class LayerPass {
   // left to the caller); layer l's adds its window.
   AttentionParams attention_shape() const;
   AttentionParams attention_shape(int64_t l) const;
-  int64_t page_stride() const { return kv_page_elems(pool_.layers, config_.n_kv_heads, config_.head_dim); }
-  uint16_t* k_cache_at(int64_t layer) const;
-  uint16_t* v_cache_at(int64_t layer) const;
+  LayerKv kv(int64_t layer) const;
 
   // The mixture-of-experts FFN of the layers that have one (the runner's).
   void set_experts(ExpertFfn* experts) { experts_ = experts; }
@@ -184,14 +199,13 @@ class LayerPass {
   // Layer l's RoPE, cache store and attention over the chunk's rows; whether
   // attention also wrote wo's q8 input.
   bool attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_gemm, const ChunkRows& rows);
-  RopeKvParams rope_shape(const LayerOnDevice& L) const;
+  RopeKvParams rope_shape(const LayerOnDevice& L, int64_t l) const;
   const LayerSpec& spec(int64_t l) const { return config_.layers[size_t(l)]; }
   // Whether layer l's Q and K go to RoPE as the projections leave them, its
   // pairs adjacent (a Llama layer): RoPE may then fold into a one-token attention launch.
   bool plain_rope(int64_t l) const;
   // RoPE and the cache store of `rope`'s tokens, with layer l's steps before RoPE.
   void rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvParams& rope);
-  KvPaging paging(SeqId seq) const { return {pool_.table->row(seq), page_stride()}; }
 
   ModelSpec config_;
   int64_t context_;

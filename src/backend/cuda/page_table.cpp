@@ -26,10 +26,13 @@ void DevicePageTable::sync(const KvPages& pages, SeqId seq, cudaStream_t stream)
   const std::span<const int32_t> held = pages.pages(seq);
   if (int64_t(held.size()) > width_) fail("sequence {} holds {} pages, more than the block table's {}", seq, held.size(), width_);
   int32_t* row = staging_.as<int32_t>() + seq * width_;
-  const auto differs = std::mismatch(held.begin(), held.end(), row);
-  if (differs.first == held.end()) return;
-  const size_t first = size_t(differs.first - held.begin());
-  std::copy(held.begin() + first, held.end(), row + first);
+  // A page a sliding window released reads as page 0: kernels skip the
+  // positions before a window, and any read of them stays inside the pool.
+  const auto entry = [](int32_t page) { return page == KvPages::kReleased ? 0 : page; };
+  size_t first = 0;
+  while (first < held.size() && entry(held[first]) == row[first]) ++first;
+  if (first == held.size()) return;
+  std::transform(held.begin() + ptrdiff_t(first), held.end(), row + first, entry);
   NT_CUDA_CHECK(cudaMemcpyAsync(device_.as<int32_t>() + seq * width_ + first, row + first, (held.size() - first) * 4,
                                 cudaMemcpyHostToDevice, stream));
 }

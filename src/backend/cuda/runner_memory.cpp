@@ -53,7 +53,7 @@ CudaPlacement plan_cuda_placement(const GgufFile& file, int64_t context, const C
   const auto reads = plan_layer_reads(file.header(), opened.reader->alignment(), file.path());
   return place_layers(config, weights, reads,
                       runner_buffers(config, weights, context, kv_cache_context(context), options.max_batch, options.max_sequences,
-                                     device.multiprocessors, options.kv_pool),
+                                     device.multiprocessors, options.kv_pool, keeps_kv_windows(options)),
                       context, device.multiprocessors, options);
 }
 
