@@ -2,13 +2,17 @@
 tiny presets: `batch` (continuous batching: sequences' prompt chunks and
 decode steps share passes, so an expert takes tokens of several sequences at
 once) gives every line the greedy text `run` gives it alone (tiny-qwen3moe,
-and tiny-gpt-oss with its MXFP4 experts and sliding layers), and `plan`
+and tiny-gpt-oss with its MXFP4 experts and sliding layers), and so do
+speculative decoding (drafts from the context, from the model's own first
+layers, from a draft model, as chains and as trees) and the server's
+concurrent completions through the official `openai` client; `plan`
 places a MoE model's experts: all in VRAM when the budget holds them, else as
 many as fit cached in front of pinned RAM, with sizes read from the file by
 the `gguf` package; a gpt-oss file is planned with the note of the blocks the
 GPU lacks. (The logits themselves are checked against the float64 reference
 in test_architectures.py, the GPU's against the CPU's in the GPU tests.)"""
 
+import concurrent.futures
 import json
 import subprocess
 
@@ -47,6 +51,41 @@ def test_batch_greedy_output_equals_run(model, preset):
     assert [o["id"] for o in outputs] == list(range(len(PROMPTS)))
     for prompt, out in zip(PROMPTS, outputs):
         assert out["text"] == run_alone(path, prompt), prompt
+
+
+SPECULATION = {"lookup": ["--lookup"], "self": ["--draft-self", "2"], "model": ["--draft-model", None],
+               "tree": ["--draft-model", None, "--draft-tree", "8"]}
+
+
+@pytest.mark.parametrize("source", SPECULATION)
+@pytest.mark.parametrize("preset", ["tiny-qwen3moe", "tiny-gpt-oss"])
+def test_speculative_greedy_output_equals_run(model, preset, source):
+    """Verification passes route every drafted token through the experts at
+    once; rejected drafts leave the cache as plain decoding would."""
+    path = model(preset)
+    flags = [str(path) if f is None else f for f in SPECULATION[source]]
+    for prompt in PROMPTS[:3]:
+        result = subprocess.run([str(NTRANSFORMER), "run", "-m", str(path), "--device", "cpu", "--raw", "--temp", "0",
+                                 "-n", str(N_PREDICT), "--ignore-eos", "-p", prompt, *flags],
+                                capture_output=True, text=True, check=True)
+        assert result.stdout == prompt + run_alone(path, prompt), (prompt, result.stderr)
+
+
+def test_the_server_completes_each_request_as_run_does(model):
+    """Concurrent requests share the server's passes and so its expert reads."""
+    test_server = pytest.importorskip("test_server")
+    path = model("tiny-qwen3moe")
+    with test_server.serving("-np", 3, model=path) as server:
+        client = server.openai()
+
+        def complete(prompt):
+            return client.completions.create(model=path.stem, prompt=prompt, max_tokens=N_PREDICT, temperature=0,
+                                             extra_body={"ignore_eos": True}).choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+            texts = list(pool.map(complete, PROMPTS))
+    for prompt, text in zip(PROMPTS, texts):
+        assert text == run_alone(path, prompt), prompt
 
 
 PLAN_RATES = ["--h2d-gbps", "8", "--disk-gbps", "2", "--gpu-gbps", "500", "--cpu-gbps", "20"]

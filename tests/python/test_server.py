@@ -27,11 +27,11 @@ TIMEOUT = 300
 
 
 class Served:
-    def __init__(self, *flags):
+    def __init__(self, *flags, model=MODEL):
         require_built(NTRANSFORMER)
-        if not MODEL.exists():
-            pytest.skip(f"{MODEL} is absent")
-        self.proc = subprocess.Popen([str(NTRANSFORMER), "serve", "-m", str(MODEL), "--device", "cpu", "-t", "2",
+        if not model.exists():
+            pytest.skip(f"{model} is absent")
+        self.proc = subprocess.Popen([str(NTRANSFORMER), "serve", "-m", str(model), "--device", "cpu", "-t", "2",
                                       "--port", "0", "-c", "1024", *map(str, flags)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + TIMEOUT
@@ -73,9 +73,9 @@ class Served:
 
 
 @contextlib.contextmanager
-def serving(*flags):
-    """A server with these flags, stopped at the end; it must exit cleanly."""
-    server = Served(*flags)
+def serving(*flags, model=MODEL):
+    """A server of `model` with these flags, stopped at the end; it must exit cleanly."""
+    server = Served(*flags, model=model)
     try:
         yield server
     finally:
