@@ -261,10 +261,17 @@ NT_API nt_status nt_get_logits(nt_context* ctx, int32_t i, const float** out);
 
 /* Positions seq holds (its next position), 0 when empty. */
 NT_API nt_status nt_seq_length(const nt_context* ctx, nt_seq_id seq, nt_pos* out);
+/* The first position of seq whose keys and values every layer still holds,
+ * -1 when seq is empty: 0, except where sliding-window layers (Gemma 3's
+ * local layers, half of gpt-oss's) keep only their window and about 256
+ * positions more, and released the positions before. */
+NT_API nt_status nt_seq_pos_min(const nt_context* ctx, nt_seq_id seq, nt_pos* out);
 /* Removes positions [p0, p1) of seq (seq -1: every sequence; p0 < 0: 0;
  * p1 < 0: to the end). Sequences hold consecutive positions from 0, so the
  * removed range must reach the end of the sequence: a hole in the middle is
- * NT_STATUS_UNSUPPORTED. */
+ * NT_STATUS_UNSUPPORTED, and so is a cut to a length whose next position's
+ * window the sliding-window layers released (before nt_seq_pos_min + the
+ * window); cutting to 0 always works. */
 NT_API nt_status nt_seq_rm(nt_context* ctx, nt_seq_id seq, nt_pos p0, nt_pos p1);
 /* Makes dst (emptied first) hold positions [0, p1) of src, sharing their KV
  * pages until either writes (p1 < 0: all of src). p0 must be 0 or -1: a

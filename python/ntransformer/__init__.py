@@ -144,6 +144,7 @@ def _library():
         "nt_batch_size": (status, [P, PI32]),
         "nt_decode": (status, [P, P]), "nt_get_logits": (status, [P, I32, ctypes.POINTER(ctypes.POINTER(F))]),
         "nt_seq_length": (status, [P, I32, PI32]), "nt_seq_rm": (status, [P, I32, I32, I32]),
+        "nt_seq_pos_min": (status, [P, I32, PI32]),
         "nt_seq_cp": (status, [P, I32, I32, I32, I32]), "nt_seq_keep": (status, [P, I32]),
         "nt_memory_clear": (status, [P]),
         "nt_seq_state_save": (status, [P, I32, ctypes.c_char_p, SZ, PSZ]),
@@ -301,6 +302,12 @@ class Context:
     def seq_length(self, seq: int = 0) -> int:
         n = ctypes.c_int32()
         _check(self._lib.nt_seq_length(self._handle, seq, ctypes.byref(n)))
+        return n.value
+
+    def seq_pos_min(self, seq: int = 0) -> int:
+        """The first position every layer still holds (-1: empty); above 0 where sliding windows released the rest."""
+        n = ctypes.c_int32()
+        _check(self._lib.nt_seq_pos_min(self._handle, seq, ctypes.byref(n)))
         return n.value
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1):

@@ -399,6 +399,18 @@ nt_status nt_seq_length(const nt_context* ctx, nt_seq_id seq, nt_pos* out) {
   });
 }
 
+nt_status nt_seq_pos_min(const nt_context* ctx, nt_seq_id seq, nt_pos* out) {
+  return guard([&] {
+    const nt_context& c = context_arg(ctx, "nt_seq_pos_min");
+    need(out, "nt_seq_pos_min", "out");
+    check_batch_mode(c, "nt_seq_pos_min");
+    check_seq(c, seq, "nt_seq_pos_min");
+    const nt::SeqId s = c.sequences[size_t(seq)];
+    *out = c.runner->seq_length(s) == 0 ? -1 : nt_pos(c.runner->seq_first_held(s));
+    return NT_STATUS_OK;
+  });
+}
+
 nt_status nt_seq_rm(nt_context* ctx, nt_seq_id seq, nt_pos p0, nt_pos p1) {
   return guard([&] {
     nt_context& c = context_arg(ctx, "nt_seq_rm");
@@ -412,6 +424,12 @@ nt_status nt_seq_rm(nt_context* ctx, nt_seq_id seq, nt_pos p0, nt_pos p1) {
       if (p1 >= 0 && p1 < length && from < p1) {
         refuse(NT_STATUS_UNSUPPORTED, "nt_seq_rm: sequence {} holds {} positions; removing {}..{} would leave a hole "
                "(remove to the end: p1 -1)", s, length, from, p1 - 1);
+      }
+      if (from < length && !c.runner->seq_resumable(c.sequences[size_t(s)], from)) {
+        refuse(NT_STATUS_UNSUPPORTED, "nt_seq_rm: sequence {}'s sliding-window layers keep its positions from {} "
+               "(a window of {}); position {} would need earlier ones: cut it to 0, or not below {}",
+               s, c.runner->seq_first_held(c.sequences[size_t(s)]), c.runner->window_pages()->window(), from,
+               c.runner->seq_first_held(c.sequences[size_t(s)]) + c.runner->window_pages()->window() - 1);
       }
     }
     for (nt_seq_id s = 0; s < nt_seq_id(c.params.n_seq_max); ++s) {

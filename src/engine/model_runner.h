@@ -127,6 +127,9 @@ class ModelRunner {
   // How much of a cached prefix of n positions a pass can continue: n, or 0
   // where the window released what it would see.
   int64_t seq_reusable(SeqId seq, int64_t n) const { return seq_resumable(seq, n) ? n : 0; }
+  // The first position whose keys and values every layer holds: 0, or the
+  // first the sliding-window layers kept.
+  int64_t seq_first_held(SeqId seq) const { return window_pages_ ? window_pages_->first_held(seq) : 0; }
   // The books of every layer's cache, or of the full-attention layers' where
   // the backend keeps the sliding-window layers' apart (window_pages()).
   const KvPages& kv_pages() const { return *pages_; }

@@ -86,6 +86,8 @@ class KvPages {
   bool resumable(SeqId seq, int64_t from) const;
   // Pages the sequence holds (released ones not counted).
   int64_t held_pages(SeqId seq) const;
+  // The first position whose page the sequence holds (its length when it holds none).
+  int64_t first_held(SeqId seq) const { return first_held(live(seq)); }
 
   int64_t page_size() const { return page_size_; }
   int64_t page_count() const { return int64_t(refs_.size()); }

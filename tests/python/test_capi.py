@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, SOURCE_DIR, convert_stories260k, require_built
+from project_paths import BUILD_DIR, MODELS_DIR, NTRANSFORMER, SOURCE_DIR, convert_stories260k, make_model, require_built
 
 LIBRARY = BUILD_DIR / "src" / "capi" / "libntransformer.so"
 SIMPLE = BUILD_DIR / "examples" / "c" / "simple"
@@ -164,6 +164,40 @@ def test_state_saved_and_restored_continues_the_same(nt, models):
             batch.clear().add(expected[0], len(prompt), 0, True)
             ctx.decode(batch)
             assert sampler.sample(ctx) == expected[1]
+
+
+def test_a_windowed_sequence_says_where_it_can_be_cut_and_its_state_decodes_again(nt, tmp_path):
+    """tiny-gemma3's local layers keep their window (16) and 256 positions
+    more: past that, nt_seq_pos_min moves on and nt_seq_rm refuses a cut whose
+    next position's window is gone. A saved state holds the tokens, decoded
+    again on load: the next logits are those of the sequence it was saved from."""
+    path = make_model(tmp_path / "gemma3.gguf", "tiny-gemma3", "f32", 8)
+    window = 16
+    ids = [(7 * i) % 3000 + 10 for i in range(1000)]
+    with nt.Model(path, device="cpu") as model, model.context(n_ctx=2048, n_seq_max=2) as ctx:
+        assert ctx.seq_pos_min(0) == -1
+        batch = nt.Batch(256)
+        for start in range(0, len(ids), 200):
+            batch.clear()
+            for i in range(start, min(start + 200, len(ids))):
+                batch.add(ids[i], i, 0, i == len(ids) - 1)
+            ctx.decode(batch)
+        first = ctx.seq_pos_min(0)
+        assert 0 < first < len(ids) - window
+        with pytest.raises(nt.NtError, match="sliding-window") as e:
+            ctx.seq_rm(0, first)
+        assert e.value.status == 6 and str(first + window - 1) in e.value.message
+        state = ctx.save_state(0)
+        ctx.load_state(state, 1)
+        ctx.seq_rm(0, first + window - 1)  # the earliest cut whose next position sees only what is held
+        for seq in (0, 1):
+            ctx.seq_rm(seq, first + window - 1)
+            ctx.decode(batch.clear().add(ids[first + window - 1], first + window - 1, seq, True))
+            if seq == 0:
+                expected = ctx.logits()
+        assert ctx.logits() == expected
+        ctx.seq_rm(0, 0)
+        assert ctx.seq_pos_min(0) == -1
 
 
 def test_errors_raise_with_status_and_message(nt, models, tmp_path):
