@@ -20,8 +20,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
-#include "backend/cuda/launch.cuh"
-#include "backend/cuda/matvec_kernel.cuh"
+#include "backend/cuda/kernels/launch.cuh"
+#include "backend/cuda/kernels/matvec_kernel.cuh"
 #include "event_timing.h"
 #include "grid_counter.cuh"
 

@@ -2,7 +2,7 @@
 // (decode) or four (a batch of four sequences), with other warps-per-row
 // splits, rows per warp and unroll depths (units of loads in flight per
 // thread) for the formats of Q4_K_M / Q8_0 / F16 models.
-#include "backend/cuda/matvec_kernel.cuh"
+#include "backend/cuda/kernels/matvec_kernel.cuh"
 
 namespace nt::cuda {
 namespace {

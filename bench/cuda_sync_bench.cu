@@ -12,7 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
-#include "backend/cuda/launch.cuh"
+#include "backend/cuda/kernels/launch.cuh"
 #include "event_timing.h"
 #include "grid_counter.cuh"
 

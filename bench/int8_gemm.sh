@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which matmul a decode batch takes, measured: batched decode of one made
 # model under each setting of the path switches, alternating rounds in one
-# device call (the int8 GEMM of src/backend/cuda/quantized_gemm.cu against
+# device call (the int8 GEMM of src/backend/cuda/kernels/quantized_gemm.cu against
 # the mat-vec it replaces from each format's quantized_gemm_min_tokens, and
 # cuBLAS for float layers). With NT_PASS=1 also the single-sequence pass
 # cost of T tokens (a prompt chunk: the mat-vec and f16 GEMM) per setting.

@@ -11,7 +11,7 @@
 #include "capi/handles.h"
 #include "core/error.h"
 #include "model/model_weights.h"
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 #include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"

@@ -26,14 +26,14 @@
 #include "gguf/gguf_file.h"
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/kv_pages.h"
 #include "storage/disk_bench.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"
-#include "storage/multi_gpu_plan.h"
-#include "storage/placement.h"
+#include "planning/multi_gpu_plan.h"
+#include "planning/placement.h"
 #include "core/byte_size.h"
 namespace nt::cli {
 namespace {

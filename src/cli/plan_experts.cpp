@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/byte_size.h"
-#include "runtime/expert_plan.h"
+#include "planning/expert_plan.h"
 
 namespace nt::cli {
 

@@ -1,6 +1,6 @@
 // The mixture-of-experts part of `plan`: every layer's attention, norms and
 // router resident, the experts in VRAM as far as the budget goes and cached
-// from pinned RAM beyond it (runtime/expert_plan.h, what the CUDA runner
+// from pinned RAM beyond it (planning/expert_plan.h, what the CUDA runner
 // allocates from), and the predicted decode rate at uniform routing.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 
 namespace nt::cli {
 

@@ -1,13 +1,13 @@
 // The four-tier part of `plan`: the CPU-layer split chosen for one pass of a
 // token and of a batch, every other split beside it, and the projection for
-// consumer machines (storage/hybrid_plan.h has the cost model).
+// consumer machines (planning/hybrid_plan.h has the cost model).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include "storage/hybrid_plan.h"
+#include "planning/hybrid_plan.h"
 
 namespace nt::cli {
 

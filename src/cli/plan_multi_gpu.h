@@ -1,13 +1,13 @@
 // The several-GPU part of `plan --gpus 0,1 --split layer|tensor|auto`: the
 // predicted pass of each split and the chosen split's per-GPU placement
-// (storage/multi_gpu_plan.h has the planner and its cost model).
+// (planning/multi_gpu_plan.h has the planner and its cost model).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "storage/multi_gpu_plan.h"
+#include "planning/multi_gpu_plan.h"
 
 namespace nt::cli {
 

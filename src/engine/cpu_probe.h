@@ -1,6 +1,6 @@
 // The CPU backend's rate on a model's own layers: GB of weights per second
 // that the matmul kernel computes with the available threads, at one token
-// per pass and at a batch, for the four-tier planner (storage/hybrid_plan.h).
+// per pass and at a batch, for the four-tier planner (planning/hybrid_plan.h).
 #pragma once
 
 #include <cstdint>

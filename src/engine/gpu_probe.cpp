@@ -3,7 +3,7 @@
 #include "core/error.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/gpu_set.h"
+#include "backend/cuda/multi_gpu/gpu_set.h"
 #endif
 
 namespace nt {

@@ -1,6 +1,6 @@
 // The split a run over several GPUs takes (--split layer|tensor|auto): the
 // one given, or for auto the multi-GPU planner's faster prediction
-// (storage/multi_gpu_plan.h) from rates measured now: each GPU's host link
+// (planning/multi_gpu_plan.h) from rates measured now: each GPU's host link
 // and compute, the copies between neighbouring GPUs, and storage when a
 // layer would stream from it.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "gguf/gguf_file.h"
-#include "storage/multi_gpu_plan.h"
+#include "planning/multi_gpu_plan.h"
 
 namespace nt {
 

@@ -3,7 +3,7 @@
 // still pay for all of them, and how many of them it takes in wider passes
 // (the rest stream like the other layers). The count
 // is given (--cpu-layers N) or chosen by the four-tier planner
-// (storage/hybrid_plan.h) from rates measured now: the link and the CPU on
+// (planning/hybrid_plan.h) from rates measured now: the link and the CPU on
 // this model's own layers, timed together as a split runs them, and storage
 // when layers stream from it.
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "gguf/gguf_file.h"
-#include "storage/hybrid_plan.h"
+#include "planning/hybrid_plan.h"
 
 namespace nt {
 

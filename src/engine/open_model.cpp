@@ -12,7 +12,7 @@
 #include "model/arch/model_spec.h"
 #ifdef NT_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "engine/open_pipeline.h"
 #endif
 

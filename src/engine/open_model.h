@@ -13,7 +13,7 @@
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "storage/io_reader.h"
-#include "storage/multi_gpu_plan.h"
+#include "planning/multi_gpu_plan.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "backend/cuda/tensor_parallel_runner.h"
+#include "backend/cuda/multi_gpu/tensor_parallel_runner.h"
 #include "core/error.h"
 #include "engine/gpu_split.h"
 

@@ -1,7 +1,7 @@
 // The CUDA backend over several GPUs (OpenModelOptions::gpus): the split
 // (engine/gpu_split.h), then for the layer split the pipeline of one stage
-// per GPU (backend/cuda/pipeline_runner.h), for the tensor split one rank
-// per GPU (backend/cuda/tensor_parallel_runner.h). The tensor split runs
+// per GPU (backend/cuda/multi_gpu/pipeline_runner.h), for the tensor split one rank
+// per GPU (backend/cuda/multi_gpu/tensor_parallel_runner.h). The tensor split runs
 // when asked for; chosen by auto, the layer split runs instead (the tensor
 // split is unmeasured on several GPUs) and the summary says so.
 #pragma once
@@ -11,10 +11,10 @@
 #include <optional>
 #include <string>
 
-#include "backend/cuda/pipeline_runner.h"
+#include "backend/cuda/multi_gpu/pipeline_runner.h"
 #include "engine/model_runner.h"
 #include "gguf/gguf_file.h"
-#include "storage/multi_gpu_plan.h"
+#include "planning/multi_gpu_plan.h"
 
 namespace nt {
 

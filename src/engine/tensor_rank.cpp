@@ -6,8 +6,8 @@
 #include "engine/default_model.h"
 #include "gguf/gguf_file.h"
 #ifdef NT_HAVE_CUDA
-#include "backend/cuda/gpu_set.h"
-#include "backend/cuda/tensor_parallel_runner.h"
+#include "backend/cuda/multi_gpu/gpu_set.h"
+#include "backend/cuda/multi_gpu/tensor_parallel_runner.h"
 #endif
 
 namespace nt {

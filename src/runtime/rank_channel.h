@@ -1,7 +1,7 @@
 // How rank 0 of a tensor split reaches the ranks that run elsewhere (one
 // process per GPU): every message rank 0 sends (rank_messages.h) reaches
 // every other rank, in the order sent. Over NCCL between processes
-// (backend/cuda/nccl_rank_channel.h); over memory between threads of one
+// (backend/cuda/multi_gpu/nccl_rank_channel.h); over memory between threads of one
 // process (local_rank_channels), which is how one GPU tests the protocol.
 #pragma once
 

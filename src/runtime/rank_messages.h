@@ -16,7 +16,7 @@
 #include "runtime/batch.h"
 #include "runtime/kv_pages.h"
 #include "runtime/tensor_shard.h"
-#include "storage/placement.h"
+#include "planning/placement.h"
 
 namespace nt {
 

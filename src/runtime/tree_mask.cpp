@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 
 namespace nt {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/attention.h"
+#include "backend/cuda/kernels/attention.h"
 #include "core/half.h"
 #include "gpu_test_util.h"
 

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cuda/attention.h"
-#include "backend/cuda/llama_ops.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/llama_ops.h"
 #include "gpu_test_util.h"
 #include "runtime/kv_pages.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "backend/cuda/attention.h"
+#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/cuda_device.h"
 #include "model/arch/model_spec.h"
 #include "model/rope.h"

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/attention.h"
+#include "backend/cuda/kernels/attention.h"
 #include "gpu_test_util.h"
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 
 namespace nt {
 namespace {

@@ -14,7 +14,7 @@
 #include <limits>
 #include <random>
 
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "engine/batch_scheduler.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"

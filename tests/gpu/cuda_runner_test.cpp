@@ -10,9 +10,9 @@
 #include <functional>
 #include <set>
 
-#include "backend/cuda/attention.h"
-#include "backend/cuda/cuda_runner.h"
-#include "backend/cuda/top_logits.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/runner/cuda_runner.h"
+#include "backend/cuda/kernels/top_logits.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
 #include "test_models.h"

@@ -2,7 +2,7 @@
 // against the CPU reference decoder.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/dequantize.h"
+#include "backend/cuda/kernels/dequantize.h"
 #include "gpu_test_util.h"
 
 namespace nt {

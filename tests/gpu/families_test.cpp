@@ -28,12 +28,12 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_runner.h"
-#include "backend/cuda/cuda_runner.h"
-#include "backend/cuda/pipeline_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
+#include "backend/cuda/multi_gpu/pipeline_runner.h"
 #include "gpu_test_util.h"
 #include "model/presets.h"
 #include "model/synthetic_model.h"
-#include "storage/multi_gpu_plan.h"
+#include "planning/multi_gpu_plan.h"
 #include "streaming_budgets.h"
 
 namespace nt {

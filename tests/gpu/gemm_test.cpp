@@ -1,7 +1,7 @@
 // Prefill GEMM (f16 decode + cuBLAS) against float64 products.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels/gemm.h"
 #include "gpu_test_util.h"
 
 namespace nt {

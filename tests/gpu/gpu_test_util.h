@@ -14,7 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
-#include "backend/cuda/device_matrix.h"
+#include "backend/cuda/weights/device_matrix.h"
 #include "core/half.h"
 #include "quant/quant.h"
 #include "quant/tensor_type.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_runner.h"
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "engine/layer_skip.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"

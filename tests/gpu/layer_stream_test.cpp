@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <utility>
 
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
 #include "streaming_budgets.h"

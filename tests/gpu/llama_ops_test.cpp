@@ -2,9 +2,9 @@
 // against float64 CPU versions.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/attention.h"
-#include "backend/cuda/llama_ops.h"
-#include "backend/cuda/quantized_gemm.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/llama_ops.h"
+#include "backend/cuda/kernels/quantized_gemm.h"
 #include "engine/model_runner.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"

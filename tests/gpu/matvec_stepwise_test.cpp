@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/matvec.h"
+#include "backend/cuda/kernels/matvec.h"
 #include "gpu_test_util.h"
 
 namespace nt {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <utility>
 
-#include "backend/cuda/matvec.h"
+#include "backend/cuda/kernels/matvec.h"
 #include "gpu_test_util.h"
 
 namespace nt {

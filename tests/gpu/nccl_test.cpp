@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/nccl_comm.h"
+#include "backend/cuda/multi_gpu/nccl_comm.h"
 #include "gpu_test_util.h"
 #include "run_self.h"
 

@@ -10,9 +10,9 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/llama_ops.h"
-#include "backend/cuda/matvec.h"
-#include "backend/cuda/quantized_gemm.h"
+#include "backend/cuda/kernels/llama_ops.h"
+#include "backend/cuda/kernels/matvec.h"
+#include "backend/cuda/kernels/quantized_gemm.h"
 #include "core/half.h"
 #include "gpu_test_util.h"
 

@@ -17,7 +17,7 @@
 #include <functional>
 
 #include "backend/cpu/cpu_runner.h"
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "stories.h"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cuda/residual_reducer.h"
+#include "backend/cuda/multi_gpu/residual_reducer.h"
 #include "gpu_test_util.h"
 
 namespace nt {

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "streaming_budgets.h"
 #include "test_models.h"

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/attention.h"
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 
 namespace nt::test {
 

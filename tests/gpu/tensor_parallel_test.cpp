@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "backend/cuda/gemm.h"
-#include "backend/cuda/matvec.h"
+#include "backend/cuda/kernels/gemm.h"
+#include "backend/cuda/kernels/matvec.h"
 #include "gpu_test_util.h"
 #include "quant/matrix_shard.h"
 

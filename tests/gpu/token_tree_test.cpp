@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
 #include "engine/self_draft.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <span>
 
-#include "backend/cuda/top_logits.h"
+#include "backend/cuda/kernels/top_logits.h"
 #include "gpu_test_util.h"
 #include "sampling/candidates.h"
 

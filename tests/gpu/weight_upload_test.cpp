@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/weight_upload.h"
+#include "backend/cuda/weights/weight_upload.h"
 #include "core/error.h"
 #include "gpu_test_util.h"
 

@@ -1,6 +1,6 @@
 // The host-side memory plan against the documented formulas, worked out here
 // independently: the CUDA runner allocates exactly these numbers.
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/batch.h"
-#include "runtime/device_memory_plan.h"
+#include "planning/device_memory_plan.h"
 #include "runtime/tree_mask.h"
 
 namespace nt {

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "storage/hybrid_plan.h"
+#include "planning/hybrid_plan.h"
 
 namespace nt {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "storage/multi_gpu_plan.h"
-#include "storage/placement.h"
+#include "planning/multi_gpu_plan.h"
+#include "planning/placement.h"
 
 namespace nt {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "storage/placement.h"
+#include "planning/placement.h"
 #include "core/byte_size.h"
 
 namespace nt {

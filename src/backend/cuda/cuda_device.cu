@@ -1,5 +1,5 @@
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/launch.cuh"
+#include "backend/cuda/kernels/launch.cuh"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

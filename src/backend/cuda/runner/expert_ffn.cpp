@@ -1,0 +1,187 @@
+#include "backend/cuda/runner/expert_ffn.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/family_ops.h"
+#include "backend/cuda/runner/layer_pass.h"
+#include "backend/cuda/kernels/matvec.h"
+#include "backend/cuda/kernels/moe_ops.h"
+#include "core/error.h"
+
+namespace nt {
+
+uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
+  const MoeSpec w = spec.widest_experts();
+  const uint64_t rows = uint64_t(max_rows);
+  return align_device(4 * rows * uint64_t(w.n_experts)) + 3 * align_device(4 * rows * uint64_t(w.n_experts_used)) +
+         3 * align_device(4 * rows * uint64_t(spec.dim));
+}
+
+ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store)
+    : spec_(spec), max_rows_(max_rows), store_(store) {
+  const MoeSpec w = spec.widest_experts();
+  for (const LayerSpec& l : spec.layers) {
+    if (l.moe.expert_ffn_dim > spec.ffn_dim) {
+      fail("an expert {} wide is wider than the model's feed_forward_length {}, whose buffers it shares",
+           l.moe.expert_ffn_dim, spec.ffn_dim);
+    }
+  }
+  scratch_ = DeviceBuffer(scratch_bytes(spec, max_rows), "the experts' routing scratch");
+  const uint64_t rows = uint64_t(max_rows);
+  auto* at = scratch_.as<uint8_t>();
+  const auto take = [&](uint64_t bytes) {
+    uint8_t* p = at;
+    at += align_device(bytes);
+    return p;
+  };
+  logits_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.n_experts)));
+  chosen_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.n_experts_used)));
+  weights_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(w.n_experts_used)));
+  routed_ = reinterpret_cast<int32_t*>(take(4 * rows * uint64_t(w.n_experts_used)));
+  xe_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
+  ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
+  sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
+  host_ = PinnedBuffer(2 * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
+  start_.resize(size_t(w.n_experts) + 1);
+  fill_.resize(size_t(w.n_experts));
+}
+
+void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n,
+                    bool stepwise, const float* post_norm) {
+  const LayerSpec& layer = spec_.layers[size_t(l)];
+  const MoeSpec& moe = layer.moe;
+  const int64_t experts = moe.n_experts, k = moe.n_experts_used, width = moe.expert_ffn_dim, dim = spec_.dim;
+  const cudaStream_t stream = pass.stream();
+  PassBuffers& act = pass.buffers();
+  // y = m * in over `rows` rows, as the pass multiplies, or column by column as one-token steps do.
+  const auto product = [&](const DeviceMatrix& m, const Input& in, int64_t rows, float* y, int64_t y_stride) {
+    if (!stepwise) {
+      pass.matmul(m, in, rows, y, y_stride, false);
+      return;
+    }
+    MatvecParams p;
+    p.w = m;
+    p.x = {in.f32, in.q8, in.q8_scales};
+    p.y = y;
+    p.y_stride = y_stride;
+    matvec_stepwise(p, rows, stream);
+  };
+  const auto uses_gemm = [&](int64_t rows) { return !stepwise && rows >= pass.paths().gemm_from; };
+
+  // The router and its top-k.
+  product(router, pass.prepare_input(xn, n, dim, uses_gemm(n)), n, logits_, experts);
+  route_top_k(logits_, n, experts, k, chosen_, weights_, stream);
+  float* out = post_norm ? sum_ : x;
+  if (post_norm) NT_CUDA_CHECK(cudaMemsetAsync(sum_, 0, size_t(n * dim) * 4, stream));
+  const auto finish = [&] {
+    if (post_norm) add_normed(sum_, post_norm, n, dim, spec_.rms_eps, x, stream);
+  };
+  // Rows that each compute as a one-token step does find their experts on
+  // the GPU, all pairs in one launch a matrix; in VRAM for good, no host
+  // round trip (decode steps then replay graphs).
+  const bool alone = (stepwise || n == 1) && n * k <= max_rows_ && n * k * width <= max_rows_ * spec_.ffn_dim;
+  if (alone && store_.all_resident()) {
+    each_row_alone(pass, l, xn, out, n);
+    finish();
+    return;
+  }
+  int32_t* chosen = host_.as<int32_t>();
+  int32_t* routed = chosen + n * k;
+  NT_CUDA_CHECK(cudaMemcpyAsync(chosen, chosen_, size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream));
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  // The (row, choice) pairs by expert, rows ascending (a counting sort).
+  std::fill(start_.begin(), start_.begin() + experts + 1, 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const int32_t e = chosen[i];
+    if (e < 0 || e >= experts) fail("internal: the router of layer {} chose expert {} of {}", l, e, experts);
+    ++start_[size_t(e) + 1];
+  }
+  needed_.clear();
+  for (int64_t e = 0; e < experts; ++e) {
+    if (start_[size_t(e) + 1] > 0) needed_.push_back(int32_t(e));
+    start_[size_t(e) + 1] += start_[size_t(e)];
+  }
+  std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
+  for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
+  if (alone && store_.hold(l, needed_, stream)) {
+    each_row_alone(pass, l, xn, out, n);
+    store_.release(stream);
+    finish();
+    return;
+  }
+  NT_CUDA_CHECK(cudaMemcpyAsync(routed_, routed, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
+
+  // Each expert over its rows, added into x (or, before a post-norm, into sum_).
+  store_.begin_layer(l, needed_);
+  const bool silu = layer.activation == FfnActivation::Silu;
+  for (size_t i = 0; i < needed_.size(); ++i) {
+    const int64_t e = needed_[i], first = start_[size_t(e)], m = start_[size_t(e) + 1] - first;
+    const int32_t* pairs = routed_ + first;
+    gather_routed_rows(xn, pairs, m, k, dim, xe_, stream);
+    const bool gemm = uses_gemm(m);
+    const Input in = pass.prepare_input(xe_, m, dim, gemm);
+    const ExpertMatrices& w = store_.use(i, stream);
+    const bool gated = silu && !gemm && w.gate.type == w.up.type &&
+                       (stepwise || (m <= kMatvecMaxColumns && !pass.int8_gemm_takes(w.gate, m)));
+    if (gated) {  // gate, up and SwiGLU in one mat-vec launch
+      MatvecParams p;
+      p.w = w.gate;
+      p.w_up = w.up;
+      p.x = {in.f32, in.q8, in.q8_scales};
+      p.y = act.h;
+      p.y_stride = width;
+      if (stepwise) {
+        matvec_stepwise(p, m, stream);
+      } else {
+        matvec(p, int(m), stream);
+      }
+    } else {
+      product(w.gate, in, m, act.gate, width);
+      product(w.up, in, m, act.up, width);
+      pass.activate(l, act.gate, act.up, m * width, act.h);
+    }
+    product(w.down, pass.prepare_input(act.h, m, width, gemm), m, ye_, dim);
+    store_.done(i, stream);
+    add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
+  }
+  finish();
+}
+
+void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n) {
+  const LayerSpec& layer = spec_.layers[size_t(l)];
+  const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim, pairs = n * k;
+  const cudaStream_t stream = pass.stream();
+  PassBuffers& act = pass.buffers();
+  const ExpertMatrices w = store_.slot0(l);
+  ExpertRows rows{chosen_, store_.slot_of(l), store_.slot_bytes(), int(k), false};
+  const Input in = pass.prepare_input(xn, n, dim, false);
+  MatvecParams p;
+  p.x = {in.f32, in.q8, in.q8_scales};
+  p.y_stride = width;
+  p.w = w.gate;
+  if (layer.activation == FfnActivation::Silu && w.gate.type == w.up.type) {  // gate, up and SwiGLU in one launch
+    p.w_up = w.up;
+    p.y = act.h;
+    matvec_experts(p, rows, pairs, stream);
+  } else {
+    p.y = act.gate;
+    matvec_experts(p, rows, pairs, stream);
+    p.w = w.up;
+    p.y = act.up;
+    matvec_experts(p, rows, pairs, stream);
+    pass.activate(l, act.gate, act.up, pairs * width, act.h);
+  }
+  const Input h = pass.prepare_input(act.h, pairs, width, false);
+  MatvecParams down;
+  down.w = w.down;
+  down.x = {h.f32, h.q8, h.q8_scales};
+  down.y = ye_;
+  down.y_stride = dim;
+  rows.per_pair_input = true;
+  matvec_experts(down, rows, pairs, stream);
+  add_expert_outputs(ye_, chosen_, weights_, n, k, dim, out, stream);
+}
+
+}  // namespace nt

@@ -1,0 +1,62 @@
+// The mixture-of-experts FFN of a layer on one GPU. The router and its top-k
+// run on the GPU. Rows that each compute as a one-token step (a decode step,
+// stepwise rows) find their experts there too, through the store's slot
+// table: one launch for gate and up over every (row, choice) pair, one for
+// down, one for the weighted sums; with every expert in VRAM nothing comes
+// back to the host, so decode steps replay graphs. Otherwise the chosen
+// experts come back (a few bytes a row): the store copies the misses in, and
+// wider passes sort their rows by expert and walk the layer's experts in
+// ascending order, each over its rows through the pass's products (mat-vec,
+// int8 GEMM or cuBLAS by its row count, as a dense layer's matrices do).
+// Either way a row adds its experts in ascending order, so its sum does not
+// depend on what the cache held. The experts' memory is the ExpertStore's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/weights/device_matrix.h"
+#include "backend/cuda/weights/expert_store.h"
+#include "model/arch/model_spec.h"
+
+namespace nt {
+
+class LayerPass;
+
+class ExpertFfn {
+ public:
+  // Device scratch for passes of up to max_rows rows: what the memory plan reserves.
+  static uint64_t scratch_bytes(const ModelSpec& spec, int64_t max_rows);
+
+  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store);
+
+  // x += [post_norm] the mixture of experts of layer l on the normed rows
+  // xn [n][dim]; `stepwise`: each row's products computed as a one-token
+  // step's are (matvec_stepwise).
+  void run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n, bool stepwise,
+           const float* post_norm);
+
+  ExpertStore& store() const { return store_; }
+
+ private:
+  // Every row's k experts found on the GPU (the store holds them all): gate
+  // and up in one launch over the pairs, down in another, the weighted sum
+  // in a third; each pair computed as a one-token step computes it.
+  void each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n);
+
+  const ModelSpec& spec_;
+  int64_t max_rows_;
+  ExpertStore& store_;
+  DeviceBuffer scratch_;
+  float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
+  int32_t *chosen_ = nullptr, *routed_ = nullptr;
+  PinnedBuffer host_;  // the chosen experts [n][k], then the (row, choice) pairs sorted by expert
+  std::vector<int64_t> start_;     // [n_experts + 1]: each expert's pairs in the sorted list
+  std::vector<int64_t> fill_;      // [n_experts]: the next free place of each while sorting
+  std::vector<int32_t> needed_;    // the experts some row chose, ascending
+};
+
+}  // namespace nt
