@@ -49,13 +49,13 @@
 #include "backend/cuda/kernels/llama_ops.h"
 #include "backend/cuda/kernels/matvec.h"
 #include "backend/cuda/runner/page_table.h"
+#include "backend/cuda/runner/runner_switches.h"
 #include "backend/cuda/runner/pass_buffers.h"
 #include "backend/cuda/multi_gpu/pipeline_stage.h"
 #include "backend/cuda/multi_gpu/residual_reducer.h"
 #include "backend/cuda/runner/saved_kv_rows.h"
 #include "backend/cuda/kernels/sample_top.h"
 #include "backend/cuda/kernels/top_logits.h"
-#include "core/env_setting.h"
 #include "model/model_weights.h"
 #include "runtime/tree_mask.h"
 
@@ -327,7 +327,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
 CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const CudaRunnerOptions& options)
     : context_(context),
       cache_context_(kv_cache_context(context)),
-      options_(options),
+      options_(with_environment_switches(options)),
       device_(require_cuda_device(options.device)) {
   const ModelSpec full = read_model_spec(file.header(), file.path());
   if (options_.stage && options_.stage->tensor) {
@@ -335,8 +335,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
     if (!tensor_->reducer) fail("{}: tensor-split rank {} has no reducer", gpu_label(), tensor_->rank);
     // Decode steps replay graphs where the sums across ranks are NCCL's, which
     // a graph captures; sums through one GPU's memory wait on the host.
-    options_.decode_graph = options_.decode_graph && tensor_->reducer->queues_only() &&
-                            env_setting("NT_CUDA_TENSOR_GRAPHS", 1, 0, 1) != 0;
+    options_.decode_graph = options_.decode_graph && tensor_->reducer->queues_only() && options_.tensor_graphs;
   }
   if (tensor_ && !full.llama_layers()) {
     fail("{}: the tensor split runs Llama layers only so far, not architecture '{}' ({}); run it on one GPU",
@@ -345,10 +344,6 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   config_ = tensor_ ? shard_config(full, tensor_->shard) : full;
   if (context <= 0) fail("{}: context size must be positive, got {}", file.path(), context);
   if (options_.max_batch < 1) fail("max_batch must be at least 1, got {}", options_.max_batch);
-  // One-token steps run the decode mat-vec, which stepwise runs reproduce column by column.
-  // For A/B runs: NT_CUDA_DECODE_GEMM=N sends decode batches of N and more tokens to cuBLAS.
-  options_.decode_gemm_min_tokens =
-      env_setting("NT_CUDA_DECODE_GEMM", options_.decode_gemm_min_tokens, 0, std::numeric_limits<int64_t>::max());
   if (options_.gemm_min_tokens < 2 || (options_.decode_gemm_min_tokens != 0 && options_.decode_gemm_min_tokens < 2)) {
     fail("gemm_min_tokens must be at least 2 and decode_gemm_min_tokens 0 (by the formats) or at least 2, got {} and {}",
          options_.gemm_min_tokens, options_.decode_gemm_min_tokens);
@@ -365,22 +360,9 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
   if (config_.q_dim() % 32 != 0 || config_.kv_dim() % 32 != 0 || config_.ffn_dim % 32 != 0) {
     options_.gemm_min_tokens = options_.decode_gemm_min_tokens = std::numeric_limits<int64_t>::max();
   }
-  // For A/B runs: NT_CUDA_INT8_GEMM=0 sends those chunks back to the mat-vec,
-  // NT_CUDA_INT8_GEMM=N sets int8_gemm_min_tokens to N.
-  if (const int64_t n = env_setting("NT_CUDA_INT8_GEMM", -1, 0, std::numeric_limits<int64_t>::max()); n >= 0) {
-    if (n == 1) fail("NT_CUDA_INT8_GEMM=1: expected 0 (off) or the smallest chunk it takes, at least 2");
-    options_.int8_gemm_min_tokens = n == 0 ? std::numeric_limits<int64_t>::max() : n;
-  }
-  options_.super_block_activations = env_setting("NT_CUDA_SUPER_BLOCKS", options_.super_block_activations, 0, 1) != 0;
-  options_.int8_gemm_widest_tile = int(env_setting("NT_CUDA_INT8_TILE", options_.int8_gemm_widest_tile, 32, 64));
   if (options_.int8_gemm_widest_tile != 32 && options_.int8_gemm_widest_tile != 64) {
     fail("int8_gemm_widest_tile (NT_CUDA_INT8_TILE) is 32 or 64 tokens, not {}", options_.int8_gemm_widest_tile);
   }
-  options_.stream_run_ahead = env_setting("NT_STREAM_RUN_AHEAD", options_.stream_run_ahead, 0, 1) != 0;
-  options_.matvec_row_pairs = env_setting("NT_CUDA_MATVEC_PAIRS", options_.matvec_row_pairs, 0, 1) != 0;
-  options_.sequence_splits = env_setting("NT_CUDA_SEQUENCE_SPLITS", options_.sequence_splits, 0, 1) != 0;
-  options_.stepwise_steps_max =
-      env_setting("NT_CUDA_STEPWISE_STEPS", options_.stepwise_steps_max, -1, std::numeric_limits<int32_t>::max());
   if (options_.max_sequences < 1) fail("max_sequences must be at least 1, got {}", options_.max_sequences);
   if (options_.stepwise_steps_max < -1) {
     fail("stepwise_steps_max must be -1 (by the model), 0 (off) or a sequence count, got {}", options_.stepwise_steps_max);

@@ -92,6 +92,9 @@ struct CudaRunnerOptions {
   // runs NT_CUDA_STEPWISE_STEPS=N sets it.
   int64_t stepwise_steps_max = -1;
   bool decode_graph = true;      // replay single-token steps from a captured CUDA graph (resident models only)
+  // A tensor-split rank whose sums are NCCL's replays decode graphs too
+  // (a graph captures NCCL's launches); NT_CUDA_TENSOR_GRAPHS=0 turns it off for A/B runs.
+  bool tensor_graphs = true;
   bool fold_norms = true;        // single-token steps fold the RMSNorms into the mat-vecs where they can
   // Tiered streaming: layers beyond the VRAM budget stream from pinned RAM,
   // those beyond the RAM budget from storage.
