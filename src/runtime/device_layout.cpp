@@ -44,6 +44,8 @@ const WeightLayout kQ4_1 = planes(32, 20, {16, 4}, {Seg{4, 16, 0, 0}, Seg{0, 4, 
 const WeightLayout kQ5_0 = planes(32, 22, {16, 4, 2}, {Seg{6, 16, 0, 0}, Seg{2, 4, 1, 0}, Seg{0, 2, 2, 0}});
 // Q5_1 {d, m, qh[4], qs[16]} -> qs | qh | (d, m)
 const WeightLayout kQ5_1 = planes(32, 24, {16, 4, 4}, {Seg{8, 16, 0, 0}, Seg{4, 4, 1, 0}, Seg{0, 4, 2, 0}});
+// MXFP4 {e, qs[16]} -> qs | e
+const WeightLayout kMXFP4 = planes(32, 17, {16, 1}, {Seg{1, 16, 0, 0}, Seg{0, 1, 1, 0}});
 // Q8_0 {d, qs[32]} -> qs | d
 const WeightLayout kQ8_0 = planes(32, 34, {32, 2}, {Seg{2, 32, 0, 0}, Seg{0, 2, 1, 0}});
 // Q2_K {scales[16], qs[64], d, dmin} -> qs | scales | (d, dmin)
@@ -66,6 +68,7 @@ const WeightLayout& weight_layout(TensorType type) {
     case TensorType::F16: return kF16;
     case TensorType::BF16: return kBF16;
     case TensorType::Q4_0: return kQ4_0;
+    case TensorType::MXFP4: return kMXFP4;
     case TensorType::Q4_1: return kQ4_1;
     case TensorType::Q5_0: return kQ5_0;
     case TensorType::Q5_1: return kQ5_1;

@@ -103,7 +103,9 @@ inline std::vector<uint8_t> random_weights(TensorType type, int64_t rows, int64_
   const auto& info = tensor_type_info(type);
   std::uniform_real_distribution<float> magnitude(0.25f * scale, scale);
   std::bernoulli_distribution negative(0.5);
+  std::uniform_int_distribution<int> exponent(118, 124);  // MXFP4 scales 2^-10 .. 2^-4, as the fp16 ones
   for (size_t block = 0; block < bytes.size() / size_t(info.block_bytes); ++block) {
+    if (type == TensorType::MXFP4) bytes[block * size_t(info.block_bytes)] = uint8_t(exponent(rng()));
     for (int offset : half_fields(type)) {
       const float v = magnitude(rng()) * (negative(rng()) ? -1.0f : 1.0f);
       const uint16_t h = fp32_to_fp16(v);
@@ -182,7 +184,7 @@ inline const std::vector<TensorType>& all_weight_types() {
   static const std::vector<TensorType> types = {
       TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
       TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
-      TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+      TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4};
   return types;
 }
 

@@ -110,6 +110,25 @@ struct Decode8<cuda::FormatQ8_0> {
   }
 };
 
+// MXFP4: quarters as Q4_0's, each code's value from FormatMXFP4's table.
+template <>
+struct Decode8<cuda::FormatMXFP4> {
+  using F = cuda::FormatMXFP4;
+  static __device__ void run(const DeviceMatrix& m, int64_t row, int col, float* v) {
+    const int64_t b = row * (m.cols / 32) + col / 32;
+    const int k = (col % 32) / 8;
+    const uint2 q = load<uint2>(m.plane[0] + b * 16 + 8 * (k % 2));
+    const uint32_t lo = uint32_t(F::values((q.x >> (4 * (k / 2))) & kLowNibbles));
+    const uint32_t hi = uint32_t(F::values((q.y >> (4 * (k / 2))) & kLowNibbles));
+    const float d = F::scale(load<uint8_t>(m.plane[1] + b));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = mul(float(int8_t(lo >> (8 * i))), d);
+      v[4 + i] = mul(float(int8_t(hi >> (8 * i))), d);
+    }
+  }
+};
+
 // K-quants: element e = col % 256 of super-block sb; the layouts are those
 // listed in weight_formats.cuh (l = e % 32 is the byte inside a 32-byte run).
 template <bool kFifthBit>

@@ -53,6 +53,7 @@ void matvec_experts(const MatvecParams& p, const ExpertRows& ix, int64_t pairs, 
     case TensorType::Q5_0: launch<FormatQ5_0>(p, ix, pairs, stream); return;
     case TensorType::Q5_1: launch<FormatQ5_1>(p, ix, pairs, stream); return;
     case TensorType::Q8_0: launch<FormatQ8_0>(p, ix, pairs, stream); return;
+    case TensorType::MXFP4: launch<FormatMXFP4>(p, ix, pairs, stream); return;
     case TensorType::Q2_K: launch<FormatQ2_K>(p, ix, pairs, stream); return;
     case TensorType::Q3_K: launch<FormatQ3_K>(p, ix, pairs, stream); return;
     case TensorType::Q4_K: launch<FormatQ4_K>(p, ix, pairs, stream); return;

@@ -161,6 +161,7 @@ std::optional<bool> stepwise_call(const StepwiseCall& c) {
     case TensorType::Q5_0: return launch_format<FormatQ5_0>(c);
     case TensorType::Q5_1: return launch_format<FormatQ5_1>(c);
     case TensorType::Q8_0: return launch_format<FormatQ8_0>(c);
+    case TensorType::MXFP4: return launch_format<FormatMXFP4>(c);
     case TensorType::Q2_K: return launch_format<FormatQ2_K>(c);
     case TensorType::Q3_K: return launch_format<FormatQ3_K>(c);
     case TensorType::Q4_K:  // gated: the gated decode mat-vec's units (launch_matvec_kquant)

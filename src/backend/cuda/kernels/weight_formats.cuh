@@ -192,6 +192,63 @@ struct FormatQ8_0 {
   }
 };
 
+// MXFP4: x = v[q] * 2^(e - 128), v the doubled E2M1 values of
+// quant/blocks.h (integers, -12 to 12) and e the E8M0 exponent. planes:
+// qs[16] | e. Byte i of qs holds element i (low nibble) and 16+i, as Q4_0.
+struct FormatMXFP4 {
+  static constexpr int kUnitElems = 32, kUnroll = 2;
+  static constexpr bool kQ8 = true;
+  struct Regs {
+    uint4 q;
+    uint32_t e;
+  };
+  static __device__ Regs load(const DeviceMatrix& m, int64_t row, int unit) {
+    const int64_t b = row * (m.cols / 32) + unit;
+    return {load_stream16(plane_record(m, 0, b, 16)), uint32_t(__ldg(plane_record(m, 1, b, 1)))};
+  }
+  // The values of four codes (the low nibbles of a word's bytes), one int8
+  // a byte: the code's low three bits pick a byte of the positive or the
+  // negative half of the table, its fourth bit which half.
+  static __device__ int values(uint32_t codes) {
+    constexpr uint32_t kPositive[2] = {0x03020100u, 0x0c080604u};  // 0 1 2 3 | 4 6 8 12
+    constexpr uint32_t kNegative[2] = {0xfdfeff00u, 0xf4f8fafcu};  // 0 -1 -2 -3 | -4 -6 -8 -12
+    const uint32_t select = (codes & 0xfu) | ((codes >> 4) & 0xf0u) | ((codes >> 8) & 0xf00u) | ((codes >> 12) & 0xf000u);
+    const uint32_t positive = __byte_perm(kPositive[0], kPositive[1], select);
+    const uint32_t negative = __byte_perm(kNegative[0], kNegative[1], select);
+    const uint32_t sign = ((codes >> 3) & 0x01010101u) * 0xffu;
+    return int((positive & ~sign) | (negative & sign));
+  }
+  // 2^(e - 128), as mxfp4_scale: subnormal below e = 2.
+  static __device__ float scale(uint32_t e) { return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23); }
+  static __device__ float dot(const Regs& r, const int8_t* xq_row, const float2* xds_row, int unit) {
+    const int8_t* xq = xq_row + 32 * unit;
+    const int4 xa = load_int4(xq), xb = load_int4(xq + 16);
+    const int lo_x[4] = {xa.x, xa.y, xa.z, xa.w}, hi_x[4] = {xb.x, xb.y, xb.z, xb.w};
+    int sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t q = uint32_t(word_at(r.q, k));
+      sum = __dp4a(values(q & kLowNibbles), lo_x[k], sum);
+      sum = __dp4a(values((q >> 4) & kLowNibbles), hi_x[k], sum);
+    }
+    return scale(r.e) * (__ldg(xds_row + unit).x * float(sum));
+  }
+  static __device__ void dequant32(const DeviceMatrix& m, int64_t row, int64_t chunk, float* out) {
+    const Regs r = load(m, row, int(chunk));
+    const float d = scale(r.e);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t q = uint32_t(word_at(r.q, k));
+      const uint32_t lo = uint32_t(values(q & kLowNibbles)), hi = uint32_t(values((q >> 4) & kLowNibbles));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[4 * k + j] = mul(float(int8_t(lo >> (8 * j))), d);
+        out[16 + 4 * k + j] = mul(float(int8_t(hi >> (8 * j))), d);
+      }
+    }
+  }
+};
+
 // ---------------------------------------------------------------- K-quants (256-element super-blocks)
 //
 // Units are 16-byte chunks of the code plane, so a lane decodes elements
@@ -532,6 +589,7 @@ void dispatch_format(TensorType type, F&& f) {
     case TensorType::Q5_0: f(FormatQ5_0{}); break;
     case TensorType::Q5_1: f(FormatQ5_1{}); break;
     case TensorType::Q8_0: f(FormatQ8_0{}); break;
+    case TensorType::MXFP4: f(FormatMXFP4{}); break;
     case TensorType::Q2_K: f(FormatQ2_K{}); break;
     case TensorType::Q3_K: f(FormatQ3_K{}); break;
     case TensorType::Q4_K: f(FormatQ4_K{}); break;
