@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 
 namespace nt::cli {

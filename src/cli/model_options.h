@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "core/progress.h"
 #include "engine/open_model.h"
 #include "gguf/gguf_file.h"

@@ -40,7 +40,7 @@
 
 #include "engine/completion.h"
 #include "engine/draft_verifier.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "engine/speculative.h"
 #include "sampling/sampler.h"
 #include "sampling/token_logprobs.h"

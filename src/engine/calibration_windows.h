@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

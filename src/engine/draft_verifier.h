@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/draft_tree.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "runtime/batch.h"
 #include "sampling/sampler.h"
 #include "sampling/speculative_acceptance.h"

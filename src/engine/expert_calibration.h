@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/calibration_file.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/completion.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 

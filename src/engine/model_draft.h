@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "engine/speculative.h"
 #include "engine/step_drafter.h"
 #include "tokenizer/vocab.h"

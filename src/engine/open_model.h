@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "storage/io_reader.h"
 #include "planning/multi_gpu_plan.h"

@@ -7,7 +7,7 @@
 #include <functional>
 #include <span>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

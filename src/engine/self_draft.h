@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "engine/speculative.h"
 #include "engine/step_drafter.h"
 

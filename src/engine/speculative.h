@@ -15,7 +15,7 @@
 #include "engine/draft_tree.h"
 #include "engine/draft_verifier.h"
 #include "engine/generator.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 

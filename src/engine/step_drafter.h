@@ -12,7 +12,7 @@
 
 #include "engine/draft_calibration.h"
 #include "engine/draft_tree.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/token_distribution.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "runtime/batch.h"
 
 namespace nt::test {

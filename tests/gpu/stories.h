@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"

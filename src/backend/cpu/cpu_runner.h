@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 
 namespace nt {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "planning/device_memory_plan.h"
 #include "runtime/tensor_shard.h"

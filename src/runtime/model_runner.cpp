@@ -1,4 +1,4 @@
-#include "engine/model_runner.h"
+#include "runtime/model_runner.h"
 
 #include <algorithm>
 #include <cmath>
