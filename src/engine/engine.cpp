@@ -159,6 +159,10 @@ bool Engine::step() {
   stats_.queued = int64_t(queued_.size());
   stats_.kv_pages = model_.runner->kv_pages().page_count();
   stats_.kv_pages_free = model_.runner->kv_pages().free_pages();
+  if (const KvPages* window = model_.runner->window_pages()) {
+    stats_.kv_window_pages = window->page_count();
+    stats_.kv_window_pages_free = window->free_pages();
+  }
   stats_.weight_bytes_per_token = model_.runner->weight_bytes_per_token();
   stats_.experts = model_.runner->expert_traffic();
   stats_.slots.clear();

@@ -60,6 +60,7 @@ struct EngineStats {
   int64_t most_running = 0;  // the most requests one pass has decoded together
   int64_t queued = 0;        // submitted, not yet taken by a step
   int64_t kv_pages = 0, kv_pages_free = 0;  // the KV pool (finished prompts' pages count as used until needed)
+  int64_t kv_window_pages = 0, kv_window_pages_free = 0;  // the sliding-window layers' pool, where there is one
   uint64_t weight_bytes_per_token = 0;      // what one pass reads of the weights (streamed ones cross the link)
   ExpertTraffic experts;                    // a mixture of experts' cache, since load
   std::vector<EngineSlot> slots;            // in slot order

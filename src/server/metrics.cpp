@@ -46,6 +46,11 @@ std::string Metrics::prometheus_text(const EngineStats* stats, int slots) const 
   metric(out, "kv_pool_pages", "gauge", "Pages of the KV pool", double(stats->kv_pages));
   metric(out, "kv_pool_pages_used", "gauge", "Pages of the KV pool held (finished prompts' kept for the prefix cache too)",
          double(stats->kv_pages - stats->kv_pages_free));
+  if (stats->kv_window_pages > 0) {
+    metric(out, "kv_window_pool_pages", "gauge", "Pages of the sliding-window layers' KV pool", double(stats->kv_window_pages));
+    metric(out, "kv_window_pool_pages_used", "gauge", "Pages of the sliding-window layers' KV pool held",
+           double(stats->kv_window_pages - stats->kv_window_pages_free));
+  }
   metric(out, "weight_bytes_per_pass", "gauge", "Bytes of weights one pass reads; streamed layers cross the link",
          double(stats->weight_bytes_per_token));
   if (stats->experts.uses > 0) {

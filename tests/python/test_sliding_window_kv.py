@@ -81,3 +81,15 @@ def test_a_draft_model_steps_back_inside_the_window_pool(preset, family_file, tm
     plain, _ = generated(path, tmp_path, "--kv-f32")
     drafted, stderr = generated(path, tmp_path, "--kv-f32", "--draft-model", path, "--draft-max", 8)
     assert drafted == plain, stderr
+
+
+def test_the_server_reports_the_window_pool_beside_the_kv_pool(family_file):
+    """/metrics counts the window pool's pages apart: fewer than the KV pool's,
+    and held once a request has run (its slot keeps the prompt's cache)."""
+    test_server = pytest.importorskip("test_server")
+    path = family_file("tiny-gemma3")
+    with test_server.serving("-np", 2, model=path) as server:
+        assert server.metric("kv_window_pool_pages_used") == 0
+        server.openai().completions.create(model=path.stem, prompt="Once upon a time", max_tokens=40, temperature=0)
+        assert 0 < server.metric("kv_window_pool_pages") < server.metric("kv_pool_pages")
+        assert 0 < server.metric("kv_window_pool_pages_used") <= server.metric("kv_window_pool_pages")
