@@ -426,10 +426,10 @@ nt_status nt_seq_rm(nt_context* ctx, nt_seq_id seq, nt_pos p0, nt_pos p1) {
                "(remove to the end: p1 -1)", s, length, from, p1 - 1);
       }
       if (from < length && !c.runner->seq_resumable(c.sequences[size_t(s)], from)) {
+        const int64_t held = c.runner->seq_first_held(c.sequences[size_t(s)]), window = c.runner->window_pages()->window();
         refuse(NT_STATUS_UNSUPPORTED, "nt_seq_rm: sequence {}'s sliding-window layers keep its positions from {} "
                "(a window of {}); position {} would need earlier ones: cut it to 0, or not below {}",
-               s, c.runner->seq_first_held(c.sequences[size_t(s)]), c.runner->window_pages()->window(), from,
-               c.runner->seq_first_held(c.sequences[size_t(s)]) + c.runner->window_pages()->window() - 1);
+               s, held, window, from, held + window - 1);
       }
     }
     for (nt_seq_id s = 0; s < nt_seq_id(c.params.n_seq_max); ++s) {

@@ -84,9 +84,8 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.cpu_threads = o.threads;
     // CPU layers keep whole contexts (keeps_kv_windows): where the sliding-window
     // layers would keep their window, no CPU layers unless asked for, and then whole contexts.
-    const bool slides = std::any_of(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.attention.window > 0; });
-    cuda.swa_full = o.swa_full || (slides && o.cpu_layers.value_or(0) > 0);
-    const bool windows = slides && !cuda.swa_full;
+    cuda.swa_full = o.swa_full || (spec.has_sliding_layers() && o.cpu_layers.value_or(0) > 0);
+    const bool windows = spec.has_sliding_layers() && !cuda.swa_full;
     if (several_gpus && spec.has_experts()) {
       fail("{}: --gpus: the layer and tensor splits run dense models only so far; run this mixture of experts on one GPU",
            m.path);

@@ -21,7 +21,7 @@ KvWindowPlan plan_kv_window(const ModelSpec& spec, int64_t full_pages, int64_t s
   if (keep_all || plan.window == 0 || plan.pages >= full_pages) plan.window = plan.pages = 0;
   plan.index.resize(n);
   for (size_t l = 0; l < n; ++l) {
-    plan.windowed[l] = plan.window > 0 && spec.layers[l].attention.window > 0;
+    plan.windowed[l] = plan.window > 0 && spec.layers[l].slides();
     plan.index[l] = int32_t(plan.windowed[l] ? plan.window_layers++ : plan.full_layers++);
   }
   return plan;

@@ -77,9 +77,9 @@ std::string describe_layers(const ModelSpec& spec) {
   every([](const LayerSpec& l) { return l.post_attention_norm || l.post_ffn_norm; }, "post norms");
   every([](const LayerSpec& l) { return l.activation == FfnActivation::GeluTanh; }, "GeGLU");
   every([](const LayerSpec& l) { return l.activation == FfnActivation::SwigluOai; }, "clamped SwiGLU");
-  const auto windowed = std::find_if(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.attention.window > 0; });
+  const auto windowed = std::find_if(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& l) { return l.slides(); });
   if (windowed != spec.layers.end()) {
-    every([](const LayerSpec& l) { return l.attention.window > 0; }, fmt::format("sliding window {} (rope theta {})",
+    every([](const LayerSpec& l) { return l.slides(); }, fmt::format("sliding window {} (rope theta {})",
                                                                                 windowed->attention.window,
                                                                                 windowed->attention.rope.theta));
   }
@@ -107,6 +107,10 @@ bool ModelSpec::llama_layers() const {
 
 bool ModelSpec::has_experts() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.has_experts(); });
+}
+
+bool ModelSpec::has_sliding_layers() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.slides(); });
 }
 
 // The CUDA backend runs mixtures of experts softmaxed over all experts

@@ -88,6 +88,7 @@ struct LayerSpec {
   MoeSpec moe;
 
   bool has_experts() const { return moe.n_experts > 0; }
+  bool slides() const { return attention.window > 0; }
 
   bool operator==(const LayerSpec&) const = default;
 };
@@ -121,6 +122,7 @@ struct ModelSpec {
   bool llama_layers() const;
   // Some layer's FFN is a mixture of experts.
   bool has_experts() const;
+  bool has_sliding_layers() const;
   // The most experts, experts used and expert width of any layer: what
   // scratch for every layer's mixture holds.
   MoeSpec widest_experts() const;

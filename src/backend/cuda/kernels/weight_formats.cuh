@@ -92,6 +92,25 @@ using FormatBF16 = FormatHalf<true>;
 
 // ---------------------------------------------------------------- legacy 32-element blocks
 
+// The integer dot product of a 32-element block of 4-bit codes (byte i holds
+// element i in its low nibble and 16 + i in its high one, as Q4_0 and MXFP4
+// pack them) with the block's q8 activations xq. values(k, high, nibbles)
+// turns the four low (high = false) or high nibbles of code word k, one in
+// each byte's low bits, into the four int8 values dp4a multiplies.
+template <class Values>
+__device__ __forceinline__ int nibble_block_dot(const uint4& q, const int8_t* xq, Values values) {
+  const int4 xa = load_int4(xq), xb = load_int4(xq + 16);
+  const int lo_x[4] = {xa.x, xa.y, xa.z, xa.w}, hi_x[4] = {xb.x, xb.y, xb.z, xb.w};
+  int sum = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t w = uint32_t(word_at(q, k));
+    sum = __dp4a(values(k, false, w & kLowNibbles), lo_x[k], sum);
+    sum = __dp4a(values(k, true, (w >> 4) & kLowNibbles), hi_x[k], sum);
+  }
+  return sum;
+}
+
 // Q4_0: x = (q - 8) d. Q4_1: x = q d + m. Q5_*: q gains a fifth bit from qh
 // (and Q5_0 subtracts 16). Byte i of qs holds element i (low nibble) and 16+i.
 template <bool kFifthBit, bool kMin>
@@ -116,21 +135,11 @@ struct FormatLegacy4 {
     return r;
   }
   static __device__ float dot(const Regs& r, const int8_t* xq_row, const float2* xds_row, int unit) {
-    const int8_t* xq = xq_row + 32 * unit;
-    const int4 xa = load_int4(xq), xb = load_int4(xq + 16);
-    const int lo_x[4] = {xa.x, xa.y, xa.z, xa.w}, hi_x[4] = {xb.x, xb.y, xb.z, xb.w};
-    int sum = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t q = uint32_t(word_at(r.q, k));
-      int lo = int(q & kLowNibbles), hi = int((q >> 4) & kLowNibbles);
-      if constexpr (kFifthBit) {
-        lo |= fifth_bits(r.qh >> (4 * k));
-        hi |= fifth_bits(r.qh >> (16 + 4 * k));
-      }
-      sum = __dp4a(lo, lo_x[k], sum);
-      sum = __dp4a(hi, hi_x[k], sum);
-    }
+    const int sum = nibble_block_dot(r.q, xq_row + 32 * unit, [&](int k, bool high, uint32_t nibbles) {
+      int codes = int(nibbles);
+      if constexpr (kFifthBit) codes |= fifth_bits(r.qh >> ((high ? 16 : 0) + 4 * k));
+      return codes;
+    });
     const float2 xd = __ldg(xds_row + unit);
     const float d = half_to_float(uint16_t(r.dm & 0xffff));
     if constexpr (kMin) {
@@ -221,16 +230,7 @@ struct FormatMXFP4 {
   // 2^(e - 128), as mxfp4_scale: subnormal below e = 2.
   static __device__ float scale(uint32_t e) { return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23); }
   static __device__ float dot(const Regs& r, const int8_t* xq_row, const float2* xds_row, int unit) {
-    const int8_t* xq = xq_row + 32 * unit;
-    const int4 xa = load_int4(xq), xb = load_int4(xq + 16);
-    const int lo_x[4] = {xa.x, xa.y, xa.z, xa.w}, hi_x[4] = {xb.x, xb.y, xb.z, xb.w};
-    int sum = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t q = uint32_t(word_at(r.q, k));
-      sum = __dp4a(values(q & kLowNibbles), lo_x[k], sum);
-      sum = __dp4a(values((q >> 4) & kLowNibbles), hi_x[k], sum);
-    }
+    const int sum = nibble_block_dot(r.q, xq_row + 32 * unit, [](int, bool, uint32_t nibbles) { return values(nibbles); });
     return scale(r.e) * (__ldg(xds_row + unit).x * float(sum));
   }
   static __device__ void dequant32(const DeviceMatrix& m, int64_t row, int64_t chunk, float* out) {
