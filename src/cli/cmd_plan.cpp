@@ -297,9 +297,6 @@ void plan(const PlanOptions& o) {
   const ModelSpec config = read_model_spec(file->header(), path);
   const int64_t context = o.context > 0 ? o.context : std::min<int64_t>(config.context_length, 4096);
   KvPages::check_pool(o.kv_pool, context);
-  if (const std::string cpu_only = cpu_only_reason(config); !cpu_only.empty()) {
-    fmt::print("note: {}; the GPU placement below is what a CUDA run of its size would take\n", cpu_only);
-  }
   const IoBackend io = parse_io_backend(o.io);
   const std::optional<int64_t> cpu_layers = parse_cpu_layers(o.cpu_layers);
   const std::vector<int> gpu_ids = o.gpus.empty() ? std::vector<int>() : parse_gpu_ids(o.gpus, "--gpus");
@@ -359,7 +356,7 @@ void plan(const PlanOptions& o) {
     draft = plan_draft(o, context, o.sequences, o.kv_pool, reader_options, sms);
     draft_one = plan_draft(o, context, 1, 0, reader_options, sms);
   }
-  if (config.has_experts() && cpu_only_reason(config).empty()) {
+  if (config.has_experts()) {
     const ModelFootprint model = device_footprint(config, weights, reads);
     fmt::print("model    {}\n         {} layers, {}\n", path, config.n_layers, describe_layers(config));
     fmt::print("context  {} tokens{}, batches up to {}\n", context,

@@ -205,7 +205,6 @@ LoadProgress::LoadProgress(const ModelOptions& o, OpenModelOptions& open) : line
 
 void LoadProgress::done(const OpenedModel& opened) const {
   line_.finish();
-  if (!opened.device_note.empty()) fmt::print(stderr, "{}\n", opened.device_note);
   if (!opened.hybrid_summary.empty()) fmt::print(stderr, "{}\n", opened.hybrid_summary);
   if (!opened.split_summary.empty()) fmt::print(stderr, "{}\n", opened.split_summary);
   fmt::print(stderr, "model: {} on {}\n", opened.path, opened.runner->description());

@@ -55,17 +55,9 @@ OpenedModel open_model(const OpenModelOptions& o) {
         read_expert_counts_for(o.expert_counts, model_identity(*m.file, spec.n_layers), spec.layers[0].moe.n_experts).flat();
   }
 #ifdef NT_HAVE_CUDA
-  // The CUDA backend runs every family it knows the layers of; others are noted and run on the CPU.
-  const std::string cpu_only = cpu_only_reason(spec);
-  const bool cuda_runs_it = cpu_only.empty();
-  if (!cuda_runs_it && (device == Device::Cuda || !o.gpus.empty())) fail("{}: {} (--device cpu)", m.path, cpu_only);
   if (device == Device::Auto) {  // GPUs named are used, or named in the error that they are absent
     std::string why;
-    const bool gpu = !o.gpus.empty() || probe_cuda_device(0, &why);
-    device = gpu && cuda_runs_it ? Device::Cuda : Device::Cpu;
-    if (gpu && !cuda_runs_it) {
-      m.device_note = fmt::format("note: running on the CPU: {}", cpu_only);
-    }
+    device = !o.gpus.empty() || probe_cuda_device(0, &why) ? Device::Cuda : Device::Cpu;
   }
   if (device == Device::Cpu && !o.gpus.empty()) fail("--gpus: the GPUs run only on the CUDA backend (--device cuda)");
   if (device == Device::Cuda) {

@@ -62,7 +62,6 @@ struct OpenedModel {
   std::shared_ptr<const GgufFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ModelRunner> runner;
-  std::string device_note;     // why the model runs on another device than the one asked for; empty when none
   std::string hybrid_summary;  // how the CUDA hybrid split was chosen; empty when nothing is in host RAM
   std::string split_summary;   // how --split auto chose among several GPUs; empty otherwise
   std::vector<int> gpus;       // the GPUs the runner uses; none: it runs on the CPU

@@ -20,7 +20,7 @@ json plan_json(const OpenedModel& model) {
     counts[name] = counts[name].get<int64_t>() + 1;
   }
   json notes = json::array();
-  for (const std::string* note : {&model.device_note, &model.hybrid_summary, &model.split_summary}) {
+  for (const std::string* note : {&model.hybrid_summary, &model.split_summary}) {
     if (!note->empty()) notes.push_back(*note);
   }
   return {{"device", runner.description()},

@@ -1,6 +1,7 @@
 // Causal GQA attention over the f16 cache against float64 softmax attention,
-// for decode and prefill shapes, split and unsplit key ranges, on every path:
-// the decode kernel, the tensor-core prefill kernel and the generic one.
+// for decode and prefill shapes, split and unsplit key ranges, windows and
+// sinks, on every path: the decode kernel, the tensor-core prefill kernel and
+// the generic one.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,7 +25,19 @@ struct Shape {
   bool paged = false;         // the cache in a pool of pages (kv_layout.h), scattered, the unused ones NaN
   int window = 0;             // > 0: a query at p sees keys from p - window + 1 on (AttentionParams::window)
   float scale = 0.0f;         // > 0: the softmax scale instead of 1/sqrt(head_dim)
+  // Attention sinks (AttentionParams::sinks): a logit per head in the
+  // reference's softmax, and in the launch unless `kernel_sinks` is false
+  // (a check that forgetting them would be seen).
+  bool sinks = false;
+  bool kernel_sinks = true;
 };
+
+// `s` with attention sinks.
+Shape with_sinks(Shape s, bool in_kernel = true) {
+  s.sinks = true;
+  s.kernel_sinks = in_kernel;
+  return s;
+}
 
 // `s` within a sliding window, at another softmax scale.
 Shape windowed(Shape s, int window, float scale) {
@@ -124,6 +137,10 @@ double run_attention(const Shape& s) {
       }
     }
   }
+  // Sinks about as large as the scores' maxima, so that they take a share
+  // of every softmax that varies by head and row.
+  const auto sinks = test::random_floats(size_t(s.n_heads), 2.0f, 6.0f);
+  const DeviceBuffer dsinks = test::to_device(sinks);
   const DeviceBuffer dq = test::to_device(q), dk = test::to_device(k), dv = test::to_device(v), dtable = test::to_device(table);
   const DeviceBuffer dfreq = test::to_device(inv_freq.empty() ? std::vector<float>{0.0f} : inv_freq), dnew = test::to_device(new_kv);
   DeviceBuffer q8 = test::poisoned(size_t(s.n_heads * s.head_dim)), q8_scales = test::poisoned(size_t(s.n_heads * s.head_dim / 32) * 8);
@@ -148,6 +165,7 @@ double run_attention(const Shape& s) {
   p.max_keys = s.max_keys;
   p.window = s.window;
   p.scale = s.scale;
+  if (s.sinks && s.kernel_sinks) p.sinks = dsinks.as<float>();
   if (s.paged) p.paging = {dtable.as<int32_t>(), host_paging.page_stride};
   if (fused) {
     EXPECT_TRUE(attention_decode_fusion_supported(p));
@@ -200,6 +218,7 @@ double run_attention(const Shape& s) {
         m = std::max(m, w[size_t(j)]);
       }
       for (double& x : w) sum += (x = std::exp(x - m));
+      if (s.sinks) sum += std::exp(double(sinks[size_t(h)]) - m);  // joins the denominator, weighs no value
       std::vector<double> o(size_t(s.head_dim), 0.0);
       for (int64_t j = 0; j <= last; ++j) {
         const float* vr = vf.data() + (kvh * context + j) * s.head_dim;
@@ -357,6 +376,36 @@ TEST(Attention, WindowsAndScalesMatchReference) {
     SCOPED_TRACE(describe(c.s) + ", window " + testing::PrintToString(c.s.window));
     EXPECT_LT(run_attention(c.s), c.bound);
   }
+}
+
+// Attention sinks (gpt-oss) on every kernel: the decode kernel, unsplit and
+// split (merged in its launch), the generic prefill, the tensor cores'
+// decode and prefill, split prefill (merged by the combine kernel), and the
+// short-context decode; with windows, as gpt-oss's sliding layers have them.
+TEST(Attention, SinksMatchReference) {
+  const int64_t m = kShortDecodeMaxKeys;
+  struct Case {
+    Shape s;
+    double bound;
+  };
+  std::vector<Case> cases = {
+      {with_sinks(Shape{1, 100, 32, 8, 128, 1, true}), 1e-4},                  // decode kernel
+      {with_sinks(Shape{1, 1000, 32, 8, 128, 7, true}), 1e-4},                 // decode kernel, split
+      {with_sinks(windowed(Shape{13, 40, 8, 4, 8, 1}, 7, 0.3f)), 1e-4},        // generic prefill, windowed
+      {with_sinks(Shape{1, 300, 8, 4, 64, 3}), 5e-3},                          // tensor-core decode, split
+      {with_sinks(windowed(Shape{200, 150, 8, 2, 64, 1}, 16, 0.125f)), 5e-3},  // tensor-core prefill, gpt-oss's shape
+      {with_sinks(Shape{300, 0, 16, 2, 128, 3}), 5e-3},                        // split prefill
+  };
+  if (cuda::device_is_hopper_or_newer()) {
+    cases.push_back({with_sinks(windowed(Shape{1, 200, 8, 2, 64, 1, false, -1, m}, 16, 0.125f)), 1e-3});  // short-context
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c.s) + ", window " + testing::PrintToString(c.s.window));
+    EXPECT_LT(run_attention(c.s), c.bound);
+  }
+  // A launch without the sinks is far from the reference that has them.
+  EXPECT_GT(run_attention(with_sinks(Shape{1, 300, 8, 4, 64, 3}, false)), 0.05);
+  EXPECT_GT(run_attention(with_sinks(Shape{200, 150, 8, 2, 64, 1}, false)), 0.05);
 }
 
 // The last position of Llama 3.1's 131072-token context, as the 8B decode

@@ -1,6 +1,7 @@
 // Qwen2, Qwen3 and Gemma 3 layers, and mixtures of experts (Mixtral-style
-// Llama, Qwen3-MoE), on CUDA against the CPU runner on the tiny presets
-// (`make-model --preset tiny-qwen2|tiny-qwen3|tiny-gemma3|tiny-mixtral|tiny-qwen3moe`),
+// Llama, Qwen3-MoE, gpt-oss with its sinks, biases, YaRN, clamped SwiGLU
+// and MXFP4 experts), on CUDA against the CPU runner on the tiny presets
+// (`make-model --preset tiny-qwen2|tiny-qwen3|tiny-gemma3|tiny-mixtral|tiny-qwen3moe|tiny-gpt-oss`),
 // whose numbers the CPU's own tests pin to a float64 reference: a prompt's
 // logits row by row, decode steps teacher-forced with the CPU's picks, and
 // greedy decoding; resident, streamed from RAM and storage, in a hybrid
@@ -317,7 +318,7 @@ INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaFamilies,
                          case_name);
 
 // Mixtures of experts (tiny-mixtral, tiny-qwen3moe: 4 layers of 8 experts,
-// 2 chosen a token): every expert in VRAM, and three of the 32 cached in
+// 2 chosen a token; tiny-gpt-oss: 4 chosen): every expert in VRAM, and three of the 32 cached in
 // front of pinned RAM, so that a pass misses and evicts in every layer and a
 // prompt's layer needs more experts than the cache has slots. The cache
 // only changes where an expert's weights are read from, and every row sums
@@ -384,7 +385,9 @@ INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaExperts,
                                                              {"tiny-mixtral", "q4_k_m"},
                                                              {"tiny-qwen3moe", "f32"},
                                                              {"tiny-qwen3moe", "q8_0"},
-                                                             {"tiny-qwen3moe", "q4_k_m"}}),
+                                                             {"tiny-qwen3moe", "q4_k_m"},
+                                                             {"tiny-gpt-oss", "f32"},
+                                                             {"tiny-gpt-oss", "q8_0"}}),
                          case_name);
 
 // The layer split: stages over consecutive layers (two on one GPU here) run

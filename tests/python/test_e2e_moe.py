@@ -145,9 +145,18 @@ def test_plan_refuses_experts_over_several_gpus(model):
     assert "run dense models only so far" in result.stderr, result.stderr
 
 
-def test_plan_notes_what_gpt_oss_runs_on_the_cpu(model):
-    # Its MXFP4 experts are planned at their file size, with the blocks the CUDA backend lacks named.
-    result = plan(model("tiny-gpt-oss"), "200MiB")
+def test_plan_places_gpt_oss_mxfp4_experts_at_their_file_size(model):
+    # The GPU's MXFP4 layout (codes, then the exponent) keeps a block's 17 bytes.
+    path = model("tiny-gpt-oss")
+    reader = gguf.GGUFReader(str(path))
+    stacks = [t for t in reader.tensors if t.name.startswith("blk.") and "_exps.weight" in t.name]
+    assert {t.tensor_type for t in stacks} == {gguf.GGMLQuantizationType.MXFP4}
+    layers = len({t.name.split(".")[1] for t in stacks})
+    experts_per_layer = int(stacks[0].shape[-1])
+    total = layers * experts_per_layer
+    expert_mib = sum(int(t.n_bytes) for t in stacks) / total / 2**20
+    result = plan(path, "200MiB")
     assert result.returncode == 0, result.stderr
-    assert ("note: attention sinks, attention output biases, YaRN RoPE, top-k-then-softmax routing, expert biases "
-            "and clamped SwiGLU run on the CPU only for now") in result.stdout
+    experts = row(result.stdout, "experts (")
+    assert f"experts ({total} of {total}, " in experts, result.stdout
+    assert abs(mib(experts.split(", ")[1].split(" each")[0]) - expert_mib) < 0.01, experts

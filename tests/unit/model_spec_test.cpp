@@ -131,7 +131,6 @@ TEST(ModelSpec, LlamaWithExpertsIsMixtral) {
   EXPECT_TRUE(s.has_experts());
   EXPECT_FALSE(s.llama_layers());
   EXPECT_EQ(describe_layers(s), "mixture of 8 experts (2 used, FFN 768)");
-  EXPECT_EQ(cpu_only_reason(s), "");  // the CUDA backend runs its experts
   const auto roles = layer_roles(s, 0);
   EXPECT_EQ(std::vector<LayerRole>(roles.end() - 4, roles.end()),
             (std::vector<LayerRole>{LayerRole::FfnRouter, LayerRole::FfnGateExperts, LayerRole::FfnUpExperts,
@@ -145,7 +144,6 @@ TEST(ModelSpec, LlamaWithExpertsIsMixtral) {
   Header dense("llama");
   dense.set("llama.expert_count", GgufValue::of_u32(0));
   EXPECT_FALSE(dense.spec().has_experts());
-  EXPECT_EQ(cpu_only_reason(dense.spec()), "");
 }
 
 TEST(ModelSpec, Qwen3MoeExpertsOfTheirOwnWidth) {
@@ -198,9 +196,6 @@ TEST(ModelSpec, GptOssLayers) {
   EXPECT_EQ(describe_layers(s),
             "qkv bias, output bias, attention sinks, clamped SwiGLU, sliding window 128 (rope theta 150000) on 2 of 4 "
             "layers, mixture of 32 experts (4 used, FFN 128, biases, softmax over the chosen), rope over halves");
-  EXPECT_EQ(cpu_only_reason(s),
-            "attention sinks, attention output biases, YaRN RoPE, top-k-then-softmax routing, expert biases and clamped "
-            "SwiGLU run on the CPU only for now");
   const std::vector<LayerRole> roles = layer_roles(s, 1);
   using enum LayerRole;
   EXPECT_EQ(roles, (std::vector<LayerRole>{AttnNorm, AttnQ, AttnK, AttnV, AttnQBias, AttnKBias, AttnVBias, AttnSinks, AttnOutput,

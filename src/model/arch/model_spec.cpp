@@ -113,27 +113,6 @@ bool ModelSpec::has_sliding_layers() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.slides(); });
 }
 
-// The CUDA backend runs mixtures of experts softmaxed over all experts
-// before the top-k, with SwiGLU or GeGLU experts and no biases; gpt-oss's
-// blocks beyond those are named.
-std::string cpu_only_reason(const ModelSpec& spec) {
-  const auto any = [&](auto&& has) { return std::any_of(spec.layers.begin(), spec.layers.end(), has); };
-  const auto yarn = [](const RopeSpec& r) { return r.scaling.kind == RopeScaling::Kind::Yarn; };
-  std::vector<std::string> blocks;
-  if (any([](const LayerSpec& l) { return l.attention.sinks; })) blocks.emplace_back("attention sinks");
-  if (any([](const LayerSpec& l) { return l.attention.output_bias; })) blocks.emplace_back("attention output biases");
-  if (yarn(spec.rope()) || any([&](const LayerSpec& l) { return yarn(l.attention.rope); })) blocks.emplace_back("YaRN RoPE");
-  if (any([](const LayerSpec& l) { return l.moe.gating == ExpertGating::TopKSoftmax; })) {
-    blocks.emplace_back("top-k-then-softmax routing");
-  }
-  if (any([](const LayerSpec& l) { return l.moe.biases; })) blocks.emplace_back("expert biases");
-  if (any([](const LayerSpec& l) { return l.activation == FfnActivation::SwigluOai; })) blocks.emplace_back("clamped SwiGLU");
-  if (blocks.empty()) return "";
-  std::string text = blocks[0];
-  for (size_t i = 1; i < blocks.size(); ++i) text += (i + 1 == blocks.size() ? " and " : ", ") + blocks[i];
-  return text + " run on the CPU only for now";
-}
-
 MoeSpec ModelSpec::widest_experts() const {
   MoeSpec w;
   for (const LayerSpec& l : layers) {

@@ -132,10 +132,6 @@ struct ModelSpec {
 // "q/k norm, post norms, GeGLU, sliding window 1024 on 52 of 62 layers (rope theta 10000)".
 std::string describe_layers(const ModelSpec& spec);
 
-// Why the CUDA backend does not run `spec` ("" when it does), for the note or
-// error that sends the model to the CPU.
-std::string cpu_only_reason(const ModelSpec& spec);
-
 // A Llama layer: SwiGLU, no biases, no extra norms, the model's RoPE table.
 LayerSpec llama_layer(const ModelSpec& spec);
 

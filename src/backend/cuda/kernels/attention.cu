@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionParams p, 
     const int64_t t = t0 + r / g.group;
     const int head = kv_head * g.group + r % g.group;
     if (p.n_splits == 1) {
-      p.out[t * p.out_stride + int64_t(head) * hd + d] = acc[i] / l_s[r];
+      p.out[t * p.out_stride + int64_t(head) * hd + d] = acc[i] / with_sink(p, head, m_s[r], l_s[r]);
     } else {
       partial_acc(p, split, t, head)[d] = acc[i];
       if (d == 0) *partial_ml(p, split, t, head) = make_float2(m_s[r], l_s[r]);
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attention_decode_kernel(Att
     }
     const int head = kv_head * group + g;
     if (p.n_splits == 1) {
-      p.out[int64_t(head) * hd + d] = num / den;
+      p.out[int64_t(head) * hd + d] = num / with_sink(p, head, mx, den);
     } else {
       partial_acc(p, split, 0, head)[d] = num;
       if (d == 0) *partial_ml(p, split, 0, head) = make_float2(mx, den);
@@ -365,7 +365,7 @@ __global__ void combine_splits_kernel(AttentionParams p) {
         den += w * ml.y;
       }
     }
-    p.out[t * p.out_stride + int64_t(head) * hd + d] = num / den;
+    p.out[t * p.out_stride + int64_t(head) * hd + d] = num / with_sink(p, head, m, den);
   }
 }
 

@@ -94,7 +94,12 @@ struct AttentionParams {
   // tree_pos[i] is tree entry i's (device); with path_parents, pos is.
   int window = 0;
   const int32_t* tree_pos = nullptr;
+  // Attention sinks (gpt-oss): per query head, a learned logit (in the units
+  // of the scaled scores) that joins the softmax's denominator and weighs no
+  // value, so a head may attend to little. Device, n_heads floats; null: none.
+  const float* sinks = nullptr;
 };
+
 
 // Whether a query at position query_pos sees the key at key_pos under a window of `window` (0: every key).
 __host__ __device__ inline bool in_window(int window, int64_t query_pos, int64_t key_pos) {

@@ -70,6 +70,13 @@ __device__ __forceinline__ void select_sequence(AttentionParams& p, int64_t s) {
   if (p.n_splits > 1) p.partials += s * attention_sequence_partials_stride(p.n_heads, p.head_dim, p.n_splits);
 }
 
+// The denominator of query head `head`'s softmax whose scores sum to l
+// relative to their maximum m (natural-log units), with the head's sink
+// joined (AttentionParams::sinks).
+__device__ __forceinline__ float with_sink(const AttentionParams& p, int head, float m, float l) {
+  return p.sinks ? l + __expf(p.sinks[head] - m) : l;
+}
+
 constexpr int kMaxSplits = kAttentionMaxSplits;
 
 // How the split blocks of one KV head (of one sequence) meet: `counter`
@@ -189,7 +196,7 @@ static __device__ void merge_splits_if_last(const AttentionParams& p, SplitMerge
       den += w * ml[j].y;
     }
     den = cuda::warp_sum(den);
-    if (lane == 0) inv_den[g] = 1.0f / den;
+    if (lane == 0) inv_den[g] = 1.0f / with_sink(p, head, mx, den);
   }
   __syncthreads();
   constexpr int kBatch = 16;

@@ -262,7 +262,7 @@ __device__ __forceinline__ void short_decode(const AttentionParams& p) {
         v = make_float4(v.x + f * t.x, v.y + f * t.y, v.z + f * t.z, v.w + f * t.w);
       }
     }
-    const float inv = 1.0f / total;
+    const float inv = 1.0f / with_sink(p, head, top, total);
     store_output_quad(p, head, 4 * lane, make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv), active);
   }
   cluster.sync();  // the other blocks' shared memory stays until rank 0 has read it

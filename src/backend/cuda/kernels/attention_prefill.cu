@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t t = t0 + r / group;
     const int head = kv_head * group + r % group;
     if (p.n_splits == 1) {
-      const float inv = 1.0f / l[h];
+      const float inv = 1.0f / with_sink(p, head, m[h] * kLn2, l[h]);
       float* out = p.out + t * p.out_stride + int64_t(head) * kHeadDim + 2 * q;
 #pragma unroll
       for (int dt = 0; dt < kDimTiles; ++dt) *reinterpret_cast<float2*>(out + dt * 8) = make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);

@@ -56,6 +56,8 @@ __global__ void prepare_qkv_kernel(RopeKvParams p, QkvPrep prep) {
       const int partner = prep.halves ? (first ? d + pairs : d - pairs) : d ^ 1;
       float s, c;
       sincosf(float(rotation) * p.inv_freq[pair], &s, &c);
+      s *= prep.magnitude;
+      c *= prep.magnitude;
       const float2 r = first ? cuda::rope_rotate(out, head[partner], c, s) : cuda::rope_rotate(head[partner], out, c, s);
       out = first ? r.x : r.y;
     }
@@ -92,6 +94,25 @@ __global__ void geglu_kernel(const float* gate, const float* up, int64_t n, floa
   if (i >= n) return;
   const float g = gate[i];
   h[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+}
+
+__global__ void swiglu_oai_kernel(const float* gate, const float* up, int64_t n, float* h) {
+  // gpt-oss's constants, which its files do not carry (as on the CPU).
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = fminf(gate[i], kLimit);
+  const float u = fminf(fmaxf(up[i], -kLimit), kLimit);
+  h[i] = g / (1.0f + expf(-kAlpha * g)) * (u + 1.0f);
+}
+
+__global__ void add_bias_rows_kernel(float* rows, const float* bias, int64_t n, int64_t width) {
+  cuda::allow_dependents();
+  cuda::wait_for_inputs();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n * width) rows[i] += bias[i % width];
 }
 
 __global__ void scale_floats_kernel(float* x, int64_t n, float scale) {
@@ -137,6 +158,18 @@ void add_normed(const float* y, const float* weight, int64_t n_rows, int64_t dim
 void geglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
   if (n == 0) return;
   cuda::launch_kernel(geglu_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_oai(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream) {
+  if (n == 0) return;
+  cuda::launch_kernel(swiglu_oai_kernel, dim3(cuda::blocks_for(n, 256)), dim3(256), 0, stream, gate, up, n, h);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias_rows(float* rows, const float* bias, int64_t n, int64_t width, cudaStream_t stream) {
+  if (n * width == 0) return;
+  cuda::launch_kernel(add_bias_rows_kernel, dim3(cuda::blocks_for(n * width, 256)), dim3(256), 0, stream, rows, bias, n, width);
   NT_CUDA_CHECK_LAUNCH();
 }
 

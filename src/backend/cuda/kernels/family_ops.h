@@ -23,6 +23,7 @@ struct QkvPrep {
   const float* k_norm = nullptr;
   float eps = 0.0f;
   bool halves = false;  // RopeStyle::Halves: pairs (i, i + rope_pairs); else (2i, 2i + 1)
+  float magnitude = 1.0f;  // the rotated pairs' scale besides turning (rope_magnitude: YaRN's)
 };
 
 // rope_and_store_kv with `prep`'s steps before RoPE: q prepared in place, k
@@ -35,6 +36,13 @@ void add_normed(const float* y, const float* weight, int64_t n_rows, int64_t dim
 
 // h[i] = gelu(gate[i]) * up[i] for i < n, gelu's tanh approximation.
 void geglu(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
+
+// gpt-oss's clamped SwiGLU for i < n: g * sigmoid(1.702 g) * (u + 1) with
+// g = min(gate[i], 7) and u = up[i] clamped to [-7, 7].
+void swiglu_oai(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
+
+// rows[t] += bias for each of n rows of `width` (an output projection's or a router's bias).
+void add_bias_rows(float* rows, const float* bias, int64_t n, int64_t width, cudaStream_t stream);
 
 // x[i] *= scale for i < n (Gemma's embedding scale).
 void scale_floats(float* x, int64_t n, float scale, cudaStream_t stream);

@@ -3,34 +3,40 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/device_util.cuh"
 #include "backend/cuda/kernels/launch.cuh"
 
 namespace nt {
 namespace {
 
-// One warp a row, the probabilities in shared memory. It reads n_experts
-// floats and writes 2k values a row: nothing to tune.
-__global__ void route_top_k_kernel(const float* logits, int n_experts, int k, int32_t* experts, float* weights) {
+// One warp a row, the scores in shared memory: the probabilities over all
+// experts (softmax_over_all) or the logits. It reads n_experts floats and
+// writes 2k values a row: nothing to tune.
+__global__ void route_top_k_kernel(const float* logits, int n_experts, int k, bool softmax_over_all, int32_t* experts,
+                                   float* weights) {
   extern __shared__ float p[];
   const int lane = threadIdx.x;
   const float* row = logits + int64_t(blockIdx.x) * n_experts;
-  float top = -INFINITY;
-  for (int e = lane; e < n_experts; e += 32) top = fmaxf(top, row[e]);
-  for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-  float sum = 0.0f;
-  for (int e = lane; e < n_experts; e += 32) {
-    p[e] = expf(row[e] - top);
-    sum += p[e];
+  if (softmax_over_all) {
+    float top = -INFINITY;
+    for (int e = lane; e < n_experts; e += 32) top = fmaxf(top, row[e]);
+    top = cuda::warp_max(top);
+    float sum = 0.0f;
+    for (int e = lane; e < n_experts; e += 32) {
+      p[e] = expf(row[e] - top);
+      sum += p[e];
+    }
+    sum = cuda::warp_sum(sum);
+    __syncwarp();
+    for (int e = lane; e < n_experts; e += 32) p[e] /= sum;
+  } else {
+    for (int e = lane; e < n_experts; e += 32) p[e] = row[e];
   }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  __syncwarp();
-  for (int e = lane; e < n_experts; e += 32) p[e] /= sum;
   __syncwarp();
   int32_t* out_e = experts + int64_t(blockIdx.x) * k;
   float* out_w = weights + int64_t(blockIdx.x) * k;
-  float chosen_sum = 0.0f;
   for (int j = 0; j < k; ++j) {
-    float best = -1.0f;
+    float best = -INFINITY;
     int best_e = n_experts;
     for (int e = lane; e < n_experts; e += 32) {
       if (p[e] > best) {  // e ascending: a lane keeps the lowest index of a tie
@@ -49,12 +55,28 @@ __global__ void route_top_k_kernel(const float* logits, int n_experts, int k, in
     if (lane == 0) {
       out_e[j] = best_e;
       out_w[j] = best;
-      p[best_e] = -1.0f;  // taken: probabilities are positive
+      p[best_e] = -INFINITY;  // taken
     }
-    chosen_sum += best;
     __syncwarp();
   }
-  if (lane < k) out_w[lane] /= chosen_sum;
+  // The chosen scores in decreasing order: renormalized probabilities, or
+  // the softmax of the chosen logits (out_w[0] their maximum).
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      if (!softmax_over_all) out_w[j] = expf(out_w[j] - out_w[0]);
+      sum += out_w[j];
+    }
+    for (int j = 0; j < k; ++j) out_w[j] /= sum;
+  }
+}
+
+__global__ void add_expert_biases_kernel(float* ye, const int32_t* experts, const float* bias, int64_t width) {
+  float* to = ye + int64_t(blockIdx.y) * width;
+  const float* from = bias + int64_t(experts[blockIdx.y]) * width;
+  for (int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; d < width; d += int64_t(gridDim.x) * blockDim.x) {
+    to[d] += from[d];
+  }
 }
 
 __global__ void gather_routed_rows_kernel(const float* x, const int32_t* routed, int k, int64_t dim, float* xe) {
@@ -105,11 +127,17 @@ dim3 row_grid(int64_t m, int64_t dim) { return dim3(std::min(cuda::blocks_for(di
 
 }  // namespace
 
-void route_top_k(const float* logits, int64_t n, int64_t n_experts, int64_t k, int32_t* experts, float* weights,
-                 cudaStream_t stream) {
+void route_top_k(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool softmax_over_all, int32_t* experts,
+                 float* weights, cudaStream_t stream) {
   if (n == 0) return;
   route_top_k_kernel<<<unsigned(n), kRouteThreads, size_t(n_experts) * sizeof(float), stream>>>(
-      logits, int(n_experts), int(k), experts, weights);
+      logits, int(n_experts), int(k), softmax_over_all, experts, weights);
+  NT_CUDA_CHECK_LAUNCH();
+}
+
+void add_expert_biases(float* ye, const int32_t* experts, const float* bias, int64_t m, int64_t width, cudaStream_t stream) {
+  if (m == 0) return;
+  add_expert_biases_kernel<<<row_grid(m, width), kRowThreads, 0, stream>>>(ye, experts, bias, width);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,11 +9,18 @@
 
 namespace nt {
 
-// Per row of logits [n][n_experts]: softmax, the k largest probabilities
-// (a tie goes to the lower expert index, as on the CPU), renormalized to sum
-// 1. experts and weights are [n][k], in order of decreasing weight.
-void route_top_k(const float* logits, int64_t n, int64_t n_experts, int64_t k, int32_t* experts, float* weights,
-                 cudaStream_t stream);
+// Per row of logits [n][n_experts], as the CPU's route_token: with
+// softmax_over_all (ExpertGating::SoftmaxTopK) the k largest probabilities
+// of the softmax over all experts, renormalized to sum 1; otherwise
+// (TopKSoftmax) the k largest logits, softmaxed among themselves. A tie
+// goes to the lower expert index. experts and weights are [n][k], in order
+// of decreasing weight.
+void route_top_k(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool softmax_over_all, int32_t* experts,
+                 float* weights, cudaStream_t stream);
+
+// ye[i] += bias[experts[i]] for the m (row, choice) pairs i, each a row of
+// `width`: every chosen expert's bias (one row per expert) on its pair's output.
+void add_expert_biases(float* ye, const int32_t* experts, const float* bias, int64_t m, int64_t width, cudaStream_t stream);
 
 // xe[i] = x[routed[i] / k] for i < m: the rows an expert takes, routed[i]
 // being a (row, choice) pair's index row * k + choice.

@@ -551,11 +551,14 @@ bool CudaLlamaRunner::folds_norms(int64_t n, bool use_gemm) const {
   // wo and down then run one 1024-thread block per 32 rows, one per
   // multiprocessor: the 70B's 256 would take two waves (-0.5%, cuda_NOTES.md).
   if (config_.dim / 32 > device_.multiprocessors) return false;
-  // A norm on a block's output comes between the product and the residual
-  // add, and GeGLU's gate and up run apart (the gated kernels compute SwiGLU):
-  // the mat-vecs cannot fold such layers' norms.
+  // A norm or a bias on a block's output comes between the product and the
+  // residual add, and GeGLU's gate and up run apart (the gated kernels
+  // compute SwiGLU): the mat-vecs cannot fold such layers' norms.
   for (const LayerSpec& layer : config_.layers) {
-    if (layer.post_attention_norm || layer.post_ffn_norm || layer.activation != FfnActivation::Silu) return false;
+    if (layer.post_attention_norm || layer.post_ffn_norm || layer.activation != FfnActivation::Silu ||
+        layer.attention.output_bias) {
+      return false;
+    }
   }
   for (int64_t l = first_layer_; l < end_layer_; ++l) {
     const LayerOnDevice& L = weights_->layer(l);

@@ -47,7 +47,7 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   fill_.resize(size_t(w.n_experts));
 }
 
-void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n,
+void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* x, int64_t n,
                     bool stepwise, const float* post_norm) {
   const LayerSpec& layer = spec_.layers[size_t(l)];
   const MoeSpec& moe = layer.moe;
@@ -70,8 +70,9 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   const auto uses_gemm = [&](int64_t rows) { return !stepwise && rows >= pass.paths().gemm_from; };
 
   // The router and its top-k.
-  product(router, pass.prepare_input(xn, n, dim, uses_gemm(n)), n, logits_, experts);
-  route_top_k(logits_, n, experts, k, chosen_, weights_, stream);
+  product(L.router, pass.prepare_input(xn, n, dim, uses_gemm(n)), n, logits_, experts);
+  if (moe.biases) add_bias_rows(logits_, L.router_bias, n, experts, stream);
+  route_top_k(logits_, n, experts, k, moe.gating == ExpertGating::SoftmaxTopK, chosen_, weights_, stream);
   float* out = post_norm ? sum_ : x;
   if (post_norm) NT_CUDA_CHECK(cudaMemsetAsync(sum_, 0, size_t(n * dim) * 4, stream));
   const auto finish = [&] {
@@ -82,7 +83,7 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   // round trip (decode steps then replay graphs).
   const bool alone = (stepwise || n == 1) && n * k <= max_rows_ && n * k * width <= max_rows_ * spec_.ffn_dim;
   if (alone && store_.all_resident()) {
-    each_row_alone(pass, l, xn, out, n);
+    each_row_alone(pass, L, l, xn, out, n);
     finish();
     return;
   }
@@ -106,7 +107,7 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
   std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
   if (alone && store_.hold(l, needed_, stream)) {
-    each_row_alone(pass, l, xn, out, n);
+    each_row_alone(pass, L, l, xn, out, n);
     store_.release(stream);
     finish();
     return;
@@ -123,8 +124,12 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
     const bool gemm = uses_gemm(m);
     const Input in = pass.prepare_input(xe_, m, dim, gemm);
     const ExpertMatrices& w = store_.use(i, stream);
-    const bool gated = silu && !gemm && w.gate.type == w.up.type &&
+    const bool gated = silu && !moe.biases && !gemm && w.gate.type == w.up.type &&
                        (stepwise || (m <= kMatvecMaxColumns && !pass.int8_gemm_takes(w.gate, m)));
+    // Expert e's bias rows on the m outputs of one of its matrices (MoeSpec::biases).
+    const auto add_bias = [&](const float* biases, float* y, int64_t cols) {
+      if (moe.biases) add_bias_rows(y, biases + e * cols, m, cols, stream);
+    };
     if (gated) {  // gate, up and SwiGLU in one mat-vec launch
       MatvecParams p;
       p.w = w.gate;
@@ -139,18 +144,22 @@ void ExpertFfn::run(LayerPass& pass, const DeviceMatrix& router, int64_t l, cons
       }
     } else {
       product(w.gate, in, m, act.gate, width);
+      add_bias(L.gate_exps_bias, act.gate, width);
       product(w.up, in, m, act.up, width);
+      add_bias(L.up_exps_bias, act.up, width);
       pass.activate(l, act.gate, act.up, m * width, act.h);
     }
     product(w.down, pass.prepare_input(act.h, m, width, gemm), m, ye_, dim);
+    add_bias(L.down_exps_bias, ye_, dim);
     store_.done(i, stream);
     add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
   }
   finish();
 }
 
-void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n) {
+void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n) {
   const LayerSpec& layer = spec_.layers[size_t(l)];
+  const bool biases = layer.moe.biases;
   const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim, pairs = n * k;
   const cudaStream_t stream = pass.stream();
   PassBuffers& act = pass.buffers();
@@ -161,16 +170,18 @@ void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, floa
   p.x = {in.f32, in.q8, in.q8_scales};
   p.y_stride = width;
   p.w = w.gate;
-  if (layer.activation == FfnActivation::Silu && w.gate.type == w.up.type) {  // gate, up and SwiGLU in one launch
+  if (layer.activation == FfnActivation::Silu && !biases && w.gate.type == w.up.type) {  // gate, up and SwiGLU in one launch
     p.w_up = w.up;
     p.y = act.h;
     matvec_experts(p, rows, pairs, stream);
   } else {
     p.y = act.gate;
     matvec_experts(p, rows, pairs, stream);
+    if (biases) add_expert_biases(act.gate, chosen_, L.gate_exps_bias, pairs, width, stream);
     p.w = w.up;
     p.y = act.up;
     matvec_experts(p, rows, pairs, stream);
+    if (biases) add_expert_biases(act.up, chosen_, L.up_exps_bias, pairs, width, stream);
     pass.activate(l, act.gate, act.up, pairs * width, act.h);
   }
   const Input h = pass.prepare_input(act.h, pairs, width, false);
@@ -181,6 +192,7 @@ void ExpertFfn::each_row_alone(LayerPass& pass, int64_t l, const float* xn, floa
   down.y_stride = dim;
   rows.per_pair_input = true;
   matvec_experts(down, rows, pairs, stream);
+  if (biases) add_expert_biases(ye_, chosen_, L.down_exps_bias, pairs, dim, stream);
   add_expert_outputs(ye_, chosen_, weights_, n, k, dim, out, stream);
 }
 

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/weights/device_matrix.h"
+#include "backend/cuda/weights/device_weights.h"
 #include "backend/cuda/weights/expert_store.h"
 #include "model/arch/model_spec.h"
 
@@ -33,10 +34,10 @@ class ExpertFfn {
 
   ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store);
 
-  // x += [post_norm] the mixture of experts of layer l on the normed rows
-  // xn [n][dim]; `stepwise`: each row's products computed as a one-token
-  // step's are (matvec_stepwise).
-  void run(LayerPass& pass, const DeviceMatrix& router, int64_t l, const float* xn, float* x, int64_t n, bool stepwise,
+  // x += [post_norm] the mixture of experts of layer l (its router and
+  // biases in L) on the normed rows xn [n][dim]; `stepwise`: each row's
+  // products computed as a one-token step's are (matvec_stepwise).
+  void run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* x, int64_t n, bool stepwise,
            const float* post_norm);
 
   ExpertStore& store() const { return store_; }
@@ -45,7 +46,7 @@ class ExpertFfn {
   // Every row's k experts found on the GPU (the store holds them all): gate
   // and up in one launch over the pairs, down in another, the weighted sum
   // in a third; each pair computed as a one-token step computes it.
-  void each_row_alone(LayerPass& pass, int64_t l, const float* xn, float* out, int64_t n);
+  void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n);
 
   const ModelSpec& spec_;
   int64_t max_rows_;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/kernels/dequantize.h"
 #include "backend/cuda/kernels/family_ops.h"
+#include "model/rope.h"
 
 namespace nt {
 
@@ -18,7 +19,9 @@ LayerPass::LayerPass(const ModelSpec& config, int64_t context, PassBuffers& act,
       multiprocessors_(multiprocessors),
       choices_(choices),
       residual_(residual),
-      stream_(stream) {}
+      stream_(stream) {
+  for (const LayerSpec& layer : config.layers) rope_magnitudes_.push_back(rope_magnitude(layer.attention.rope));
+}
 
 Input LayerPass::prepare_input(const float* x, int64_t n, int64_t cols, bool use_gemm, int64_t first_row) {
   if (use_gemm) {
@@ -152,15 +155,16 @@ AttentionParams LayerPass::attention_shape() const {
   return shape;
 }
 
-AttentionParams LayerPass::attention_shape(int64_t l) const {
+AttentionParams LayerPass::attention_shape(const LayerOnDevice& L, int64_t l) const {
   AttentionParams shape = attention_shape();
   shape.window = int(spec(l).attention.window);
+  if (spec(l).attention.sinks) shape.sinks = L.sinks;
   return shape;
 }
 
 bool LayerPass::plain_rope(int64_t l) const {
   const AttentionSpec& a = spec(l).attention;
-  return !a.qkv_bias && !a.qk_norm && config_.rope_style == RopeStyle::AdjacentPairs;
+  return !a.qkv_bias && !a.qk_norm && config_.rope_style == RopeStyle::AdjacentPairs && rope_magnitudes_[size_t(l)] == 1.0f;
 }
 
 void LayerPass::rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvParams& rope) {
@@ -180,6 +184,7 @@ void LayerPass::rope_and_store(const LayerOnDevice& L, int64_t l, const RopeKvPa
   }
   prep.eps = config_.rms_eps;
   prep.halves = config_.rope_style == RopeStyle::Halves;
+  prep.magnitude = rope_magnitudes_[size_t(l)];
   prepare_qkv_and_store(rope, prep, stream_);
 }
 
@@ -187,6 +192,7 @@ void LayerPass::activate(int64_t l, const float* gate, const float* up, int64_t 
   switch (spec(l).activation) {
     case FfnActivation::Silu: swiglu(gate, up, n, h, stream_); break;
     case FfnActivation::GeluTanh: geglu(gate, up, n, h, stream_); break;
+    case FfnActivation::SwigluOai: swiglu_oai(gate, up, n, h, stream_); break;
   }
 }
 
@@ -194,7 +200,7 @@ bool LayerPass::attend(const LayerOnDevice& L, int64_t l, int64_t n, bool use_ge
   const ModelSpec& c = config_;
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   RopeKvParams rope = rope_shape(L, l);
-  const AttentionParams shape = attention_shape(l);
+  const AttentionParams shape = attention_shape(L, l);
   if (rows.token_pos) {  // every row's RoPE and cache store in one launch, each at its position in its sequence
     rope.qkv = act_.qkv;
     rope.n_tokens = n;
@@ -270,16 +276,20 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const int64_t qkv_width = c.q_dim() + 2 * c.kv_dim();
   const Activations folded_x{nullptr, act_.norm_q8, act_.norm_q8_scales};
   const NormIn folded_in{act_.norm_sumsq, c.rms_eps};
-  // x += m * in, or with `post_norm` x += norm(m * in) (through act.xn, free
-  // by then; folds_norms never folds such layers); when folding, also the
-  // input of the RMSNorm with weight `norm` (if any).
-  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* post_norm, const float* norm) {
+  // x += m * in [+ bias], or with `post_norm` x += norm(m * in [+ bias])
+  // (through act.xn, free by then; folds_norms never folds such layers, nor
+  // those with a bias); when folding, also the input of the RMSNorm with
+  // weight `norm` (if any).
+  auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* bias, const float* post_norm,
+                             const float* norm) {
     if (post_norm) {
       matmul(m, in, n, act_.xn, c.dim, false);
+      if (bias) add_bias_rows(act_.xn, bias, n, c.dim, stream_);
       add_normed(act_.xn, post_norm, n, c.dim, c.rms_eps, act_.x, stream_);
     } else {
       matmul(m, in, n, act_.x, c.dim, residual_.adds_residual,
              fold && norm ? NormOut{norm, act_.norm_q8, act_.norm_q8_scales, act_.norm_sumsq} : NormOut{});
+      if (bias) add_bias_rows(act_.x, bias, n, c.dim, stream_);
     }
     if (residual_.reducer) residual_.reducer->sum(act_.x, n * c.dim, stream_);
   };
@@ -307,11 +317,12 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const Input att_in = super_blocks_take({&L.wo}, n) ? super_input(act_.att, n, c.q_dim())
                        : att_q8 ? Input{act_.att, act_.q8, act_.q8_scales, nullptr, c.q_dim()}
                                 : prepare_input(act_.att, n, c.q_dim(), use_gemm);
-  add_to_residual(L.wo, att_in, layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
+  const float* o_bias = layer.attention.output_bias ? L.o_bias : nullptr;
+  add_to_residual(L.wo, att_in, o_bias, layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
 
   if (layer.has_experts()) {  // folds_norms never folds such layers: nothing wrote the norm's input
     rms_norm(act_.x, L.ffn_norm, n, c.dim, c.rms_eps, act_.xn, nullptr, nullptr, stream_);
-    experts_->run(*this, L.router, l, act_.xn, act_.x, n, false, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
+    experts_->run(*this, L, l, act_.xn, act_.x, n, false, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
     return;
   }
   // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
@@ -350,7 +361,7 @@ void LayerPass::chunk_layer(const LayerOnDevice& L, int64_t l, int64_t n, bool u
   const Input down_in = down_super   ? super_input(act_.h, n, c.ffn_dim)
                         : gated_int8 ? Input{act_.h, act_.q8, act_.q8_scales, nullptr, c.ffn_dim}
                                      : prepare_input(act_.h, n, c.ffn_dim, use_gemm);
-  add_to_residual(L.down, down_in, layer.post_ffn_norm ? L.post_ffn_norm : nullptr, next_norm);
+  add_to_residual(L.down, down_in, nullptr, layer.post_ffn_norm ? L.post_ffn_norm : nullptr, next_norm);
 }
 
 void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first, int64_t n, bool fold,
@@ -368,8 +379,9 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   const auto norm_of = [&](const float* weight) {
     return NormOut{weight, act_.norm_q8 + first * dim, act_.norm_q8_scales + first * dim / 32, act_.norm_sumsq + first * dim / 32};
   };
-  // x += m * in, or x += norm(m * in) with `post_norm`, as a one-token step's wo and down do.
-  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* post_norm, const float* norm) {
+  // x += m * in [+ bias], or x += norm(m * in [+ bias]) with `post_norm`, as a one-token step's wo and down do.
+  const auto add_to_residual = [&](const DeviceMatrix& m, const Input& in, const float* bias, const float* post_norm,
+                                   const float* norm) {
     MatvecParams p;
     p.w = m;
     p.x = {in.f32, in.q8, in.q8_scales};
@@ -378,6 +390,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     p.residual = residual_.adds_residual && !post_norm ? x : nullptr;
     if (fold && norm) p.norm_out = norm_of(norm);
     matvec_stepwise(p, s, stream_);
+    if (bias) add_bias_rows(p.y, bias, s, dim, stream_);
     if (post_norm) add_normed(xn, post_norm, s, dim, c.rms_eps, x, stream_);
     if (residual_.reducer) residual_.reducer->sum(x, s * dim, stream_);
   };
@@ -413,7 +426,7 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     if (!seq.stepwise) continue;
     for (int64_t t = 0; t < seq.rows; ++t) {
       const int64_t row = seq.first_row + t;
-      AttentionParams att = attention_shape(l);
+      AttentionParams att = attention_shape(L, l);
       att.q = act_.qkv + row * qkv_width;
       att.out = act_.att + row * c.q_dim();
       const LayerKv cache = kv(l);
@@ -450,11 +463,12 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
   }
   flush_shorts();
   add_to_residual(L.wo, prepare_input(act_.att + first * c.q_dim(), s, c.q_dim(), false, first),
-                  layer.post_attention_norm ? L.post_attn_norm : nullptr, L.ffn_norm);
+                  layer.attention.output_bias ? L.o_bias : nullptr, layer.post_attention_norm ? L.post_attn_norm : nullptr,
+                  L.ffn_norm);
 
   if (layer.has_experts()) {
     rms_norm(x, L.ffn_norm, s, dim, c.rms_eps, xn, nullptr, nullptr, stream_);
-    experts_->run(*this, L.router, l, xn, x, s, true, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
+    experts_->run(*this, L, l, xn, x, s, true, layer.post_ffn_norm ? L.post_ffn_norm : nullptr);
     return;
   }
   // Feed-forward block: x += [post-norm] Wdown * (act(Wgate * norm(x)) * (Wup * norm(x)))
@@ -477,8 +491,8 @@ void LayerPass::stepwise_layer(const LayerOnDevice& L, int64_t l, int64_t first,
     matvec_stepwise(p, s, stream_);
     activate(l, act_.gate + first * c.ffn_dim, act_.up + first * c.ffn_dim, s * c.ffn_dim, h);
   }
-  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), layer.post_ffn_norm ? L.post_ffn_norm : nullptr,
-                  next_norm);
+  add_to_residual(L.down, prepare_input(h, s, c.ffn_dim, false, first), nullptr,
+                  layer.post_ffn_norm ? L.post_ffn_norm : nullptr, next_norm);
 }
 
 bool LayerPass::stepwise_columns_apart(const LayerOnDevice& L, int64_t l, int64_t n, bool fold) const {

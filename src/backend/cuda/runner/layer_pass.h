@@ -4,8 +4,10 @@
 // kernel (mat-vec columns, the int8 GEMM, cuBLAS, or norms folded into the
 // mat-vecs) is chosen here from the chunk's shape. A layer's spec (LayerSpec)
 // adds its family's steps around those: Q/K/V biases and per-head norms
-// before RoPE (which then pairs dims as the model does), a sliding window,
-// norms on the blocks' outputs, GeGLU; a Llama layer launches none of them. Rows of stepwise runs
+// before RoPE (which then pairs dims as the model does, YaRN's magnitude
+// folded in), a sliding window and sinks, the output projection's bias, norms
+// on the blocks' outputs, GeGLU or the clamped SwiGLU; a Llama layer
+// launches none of them. Rows of stepwise runs
 // (speculative verification) compute as one-token steps do: their columns go
 // through mat-vec launches that compute every column as the one-column launch
 // does (matvec_stepwise), with the step's folded norms, and each row attends
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "backend/cpu/tree_rows.h"
 #include "backend/cuda/kernels/attention.h"
@@ -138,9 +141,9 @@ class LayerPass {
     return pos < kShortDecodeMaxKeys && context_ > kShortDecodeMaxKeys ? kShortDecodeMaxKeys : context_;
   }
   // The shape of this model's attention launches (positions, rows and caches
-  // left to the caller); layer l's adds its window.
+  // left to the caller); layer l's (L) adds its window and sinks.
   AttentionParams attention_shape() const;
-  AttentionParams attention_shape(int64_t l) const;
+  AttentionParams attention_shape(const LayerOnDevice& L, int64_t l) const;
   LayerKv kv(int64_t layer) const;
 
   // The mixture-of-experts FFN of the layers that have one (the runner's).
@@ -218,6 +221,7 @@ class LayerPass {
   cudaStream_t stream_;
   MatmulPaths paths_;
   ExpertFfn* experts_ = nullptr;
+  std::vector<float> rope_magnitudes_;  // per layer (rope_magnitude)
 };
 
 }  // namespace nt

@@ -45,7 +45,7 @@ const float** LayerOnDevice::vector(LayerRole role) {
   using enum LayerRole;
   switch (role) {
     case AttnNorm: return &attn_norm;
-    case FfnNorm: return &ffn_norm;
+    case FfnNorm: case FfnNormNamedPostAttention: return &ffn_norm;
     case AttnQBias: return &q_bias;
     case AttnKBias: return &k_bias;
     case AttnVBias: return &v_bias;
@@ -53,6 +53,12 @@ const float** LayerOnDevice::vector(LayerRole role) {
     case AttnKNorm: return &k_norm;
     case PostAttnNorm: return &post_attn_norm;
     case PostFfnNorm: return &post_ffn_norm;
+    case AttnSinks: return &sinks;
+    case AttnOutputBias: return &o_bias;
+    case FfnRouterBias: return &router_bias;
+    case FfnGateExpertsBias: return &gate_exps_bias;
+    case FfnUpExpertsBias: return &up_exps_bias;
+    case FfnDownExpertsBias: return &down_exps_bias;
     default: fail("layer role {} is a matrix, not a vector", role_info(role).gguf_part);
   }
 }

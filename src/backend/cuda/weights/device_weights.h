@@ -46,6 +46,14 @@ struct LayerOnDevice {
   const float* k_norm = nullptr;
   const float* post_attn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
+  const float* sinks = nullptr;   // attention sinks: n_heads logits
+  const float* o_bias = nullptr;  // attention output bias
+  // A mixture of experts' biases (MoeSpec::biases): the router's, and one
+  // row per expert for each of the experts' matrices.
+  const float* router_bias = nullptr;
+  const float* gate_exps_bias = nullptr;
+  const float* up_exps_bias = nullptr;
+  const float* down_exps_bias = nullptr;
   const float* inv_freq = nullptr;  // rope_dim / 2 frequencies of the layer's RoPE table
   std::vector<MatrixPart> qkv;  // one fused matrix when Q, K and V share a format
   DeviceMatrix wo, gate, up, down;
