@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks a change end to end on the GPU: the GPU test
 # suite, then `serve` on a GPU-resident model answering an OpenAI request and
-# a streamed one, then a run and a batch on the same model. Binaries come
+# a streamed one, then a run and a batch on the same model, every family on
+# CUDA, and with NT_CHECK_8B=1 (default) or NT_CHECK_Q4_0=1 Llama 8B benches. Binaries come
 # packed by bench/pack_device.sh (with the shared libraries it carries).
 #   bench/device_check.sh        (carry .devdata; logs under $OUT)
 set -uo pipefail
@@ -37,16 +38,20 @@ served = json.loads((out / "completion.json").read_text())["choices"][0]["text"]
 ran = (out / "run.txt").read_text()[len("Hello"):]
 print("serve == run:", served == ran, repr(served[:60]), repr(ran[:60]))
 PY
-# Qwen3 and Gemma 3 run on CUDA (their GPU tests compare logits with the
-# CPU's; these lines show a run of each); a mixture of experts falls back to
-# the CPU with a note, and --device cuda is refused by name.
-for preset in tiny-qwen3 tiny-gemma3; do
+# Every family runs on CUDA (the GPU tests compare logits with the CPU's):
+# a greedy run of each on both backends, whose texts agree unless a near
+# tie falls the other way.
+for preset in tiny-qwen3 tiny-gemma3 tiny-qwen3moe tiny-gpt-oss; do
   $nt make-model --preset $preset --type q8_0 --out /tmp/nt/$preset.gguf 2>&1 | tail -1
-  $nt run -m /tmp/nt/$preset.gguf --device cuda -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^model:|tok/s" | head -3
+  gpu=$($nt run -m /tmp/nt/$preset.gguf --device cuda -p "Hello" -n 16 --temp 0 --raw 2> /tmp/nt/$preset.err)
+  cpu=$($nt run -m /tmp/nt/$preset.gguf --device cpu -p "Hello" -n 16 --temp 0 --raw 2> /dev/null)
+  echo "$preset: same text as the cpu: $([[ "$gpu" == "$cpu" ]] && echo yes || echo no); $(grep -m1 "^model:" /tmp/nt/$preset.err)"
 done
-$nt make-model --preset tiny-qwen3moe --type q8_0 --out /tmp/nt/moe.gguf 2>&1 | tail -1
-$nt run -m /tmp/nt/moe.gguf -p "Hello" -n 8 --temp 0 --raw 2>&1 | grep -E "^note|tok/s" | head -3
-$nt run -m /tmp/nt/moe.gguf --device cuda -p "Hello" -n 8 2>&1 | tail -1
+# A Q4_0 8B at decode batches of 1 and 3 (docs/PERFORMANCE.md's H100 figure at B = 3: 1,043 tok/s).
+if [[ "${NT_CHECK_Q4_0:-0}" == 1 ]]; then
+  $nt make-model --preset llama3-8b --type q4_0 --out /tmp/nt/8b-q4_0.gguf 2>&1 | tail -1
+  $nt bench -m /tmp/nt/8b-q4_0.gguf --device cuda -npp 128 -ntg 64 -npl 1,3 2>&1 | tail -4
+fi
 # Llama decode and prefill, and with a second build packed as
 # .devdata/before.txz the same bench of that build, alternately, in this call.
 if [[ "${NT_CHECK_8B:-1}" == 1 ]]; then

@@ -18,6 +18,7 @@ using attention_detail::partial_acc;
 using attention_detail::partial_ml;
 using attention_detail::select_sequence;
 using attention_detail::split_range;
+using attention_detail::with_sink;
 
 constexpr int kThreads = 256;
 constexpr int kKeyTile = kKvTile;               // one key per lane in the softmax step
