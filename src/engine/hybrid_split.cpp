@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "core/env_setting.h"
+#include "core/tuning.h"
 #include "core/error.h"
 #include "engine/cpu_probe.h"
 #include "engine/gpu_probe.h"
@@ -46,7 +46,7 @@ MeasuredRates measure_rates(const GgufFile& file, const ModelSpec& config, const
 
 }  // namespace
 
-int hybrid_ring_slots() { return int(env_setting("NT_HYBRID_RING_SLOTS", 3, 2, 8)); }
+int hybrid_ring_slots() { return tuning().hybrid_ring_slots; }
 
 HybridSplit choose_hybrid_split(const GgufFile& file, const ModelFootprint& model, const PlacementPlan& base,
                                 std::optional<int64_t> forced, int threads) {

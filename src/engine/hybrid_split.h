@@ -23,8 +23,8 @@ struct HybridSplit {
   std::string summary;   // what was measured and predicted, for the log
 };
 
-// GPU slots of the streamed-layer ring when the CPU computes layers: 3, or
-// NT_HYBRID_RING_SLOTS (2 to 8) for A/B runs.
+// GPU slots of the streamed-layer ring when the CPU computes layers:
+// Tuning::hybrid_ring_slots (3, or 2 to 8 for A/B runs).
 int hybrid_ring_slots();
 
 // Passes of 1 to this many tokens are weighed for the CPU's shares.

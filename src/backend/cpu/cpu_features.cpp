@@ -1,9 +1,9 @@
 #include "backend/cpu/cpu_features.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
+#include "core/tuning.h"
 
 namespace nt::cpu {
 
@@ -41,10 +41,9 @@ Isa best_isa() {
   return best;
 }
 
-static Isa isa_from_env() {
-  const char* env = std::getenv("NT_CPU_ISA");
-  if (!env || !*env) return best_isa();
-  const std::string name(env);
+static Isa tuned_isa() {
+  const std::string& name = tuning().cpu_isa;
+  if (name.empty()) return best_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (name != isa_name(isa)) continue;
     if (!isa_supported(isa)) fail("NT_CPU_ISA={}: this CPU does not support {}", name, name);
@@ -54,7 +53,7 @@ static Isa isa_from_env() {
 }
 
 Isa active_isa() {
-  static const Isa active = isa_from_env();
+  static const Isa active = tuned_isa();
   return active;
 }
 

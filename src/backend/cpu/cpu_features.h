@@ -1,5 +1,6 @@
-// Which x86 SIMD level the CPU kernels run at. Detected once; NT_CPU_ISA
-// (scalar | avx2 | avx512) forces a lower level for tests and comparisons.
+// Which x86 SIMD level the CPU kernels run at. Detected once;
+// Tuning::cpu_isa (NT_CPU_ISA = scalar | avx2 | avx512) forces a lower level
+// for tests and comparisons.
 #pragma once
 
 #include <string_view>
@@ -20,8 +21,8 @@ bool isa_supported(Isa isa);
 // The best level this CPU supports.
 Isa best_isa();
 
-// The level the kernels use: best_isa(), or NT_CPU_ISA when set. Throws
-// nt::Error when NT_CPU_ISA names an unknown or unsupported level.
+// The level the kernels use: best_isa(), or Tuning::cpu_isa when set.
+// Throws nt::Error when it names a level this CPU lacks.
 Isa active_isa();
 
 }  // namespace nt::cpu

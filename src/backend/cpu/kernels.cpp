@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/env_setting.h"
+#include "core/tuning.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -64,8 +64,7 @@ void split_row(ActFormat format, const void* blocks, int64_t n, uint8_t* out) {
 }
 
 Prefetch prefetch_setting() {
-  static const Prefetch setting{int(env_setting("NT_CPU_PREFETCH_BYTES", 2048, 0, 1 << 20)),
-                                env_setting("NT_CPU_PREFETCH_NTA", 0, 0, 1) != 0};
+  static const Prefetch setting{tuning().cpu_prefetch_bytes, tuning().cpu_prefetch_nta};
   return setting;
 }
 

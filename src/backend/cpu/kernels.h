@@ -124,10 +124,9 @@ struct Kernels {
 
 // How far ahead of the block it computes a dot product or unpacks a GEMM
 // panel the kernels prefetch the weights (kernels_x86.inc says why): 2048
-// bytes into every cache level, or NT_CPU_PREFETCH_BYTES (0: no prefetch)
-// and NT_CPU_PREFETCH_NTA=1 (the non-temporal hint, for weights read once a
-// pass) for measuring other machines. Throws nt::Error naming the variable
-// when it is out of range.
+// bytes into every cache level, or Tuning::cpu_prefetch_bytes (0: no
+// prefetch) and cpu_prefetch_nta (the non-temporal hint, for weights read
+// once a pass) for measuring other machines (core/tuning.h).
 struct Prefetch {
   int bytes;
   bool non_temporal;

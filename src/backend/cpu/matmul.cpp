@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/align.h"
-#include "core/env_setting.h"
+#include "core/tuning.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -18,11 +18,10 @@ namespace {
 // the dots against the GEMM: SmolLM2 Q4_1 pp4 532 / 498, pp5 492 / 625 (the
 // legacy formats keep 4); llama3-1b Q4_K_M pp8 105 / 76, pp15 134 / 110,
 // pp16 126 / 127.
-// NT_CPU_GEMM_MIN_TOKENS=N sets one threshold for every format, for A/B runs
-// on other machines (the numbers round differently on each side of it).
+// Tuning::cpu_gemm_min_tokens sets one threshold for every format, for A/B
+// runs on other machines (the numbers round differently on each side of it).
 int gemm_min_tokens(TensorType type) {
-  static const int forced = int(env_setting("NT_CPU_GEMM_MIN_TOKENS", 0, 1, 1 << 20));
-  if (forced) return forced;
+  if (const int forced = tuning().cpu_gemm_min_tokens) return forced;
   return tensor_type_info(type).block_elems == kQK_K ? 16 : 4;
 }
 // Weight bytes of the rows that share each token group's activations in the

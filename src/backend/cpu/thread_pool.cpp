@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "core/env_setting.h"
+#include "core/tuning.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,7 +59,7 @@ int read_int(const std::string& path) {
 
 // Pieces a parallel_for hands each thread: enough that threads that finish
 // early take over from slow ones, few enough that each stays a long sequential read.
-int pieces_per_thread_setting() { return int(env_setting("NT_CPU_PIECES_PER_THREAD", 4, 1, 64)); }
+int pieces_per_thread_setting() { return tuning().cpu_pieces_per_thread; }
 
 }  // namespace
 

@@ -66,7 +66,7 @@ class ThreadPool {
   void run_task(int index);
 
   int n_threads_;
-  int pieces_per_thread_;  // 4 unless NT_CPU_PIECES_PER_THREAD says otherwise (1: one static share each, for A/B runs)
+  int pieces_per_thread_;  // Tuning::cpu_pieces_per_thread (1: one static share each, for A/B runs)
   std::vector<std::thread> workers_;
   std::mutex dispatch_mutex_;  // one parallel op at a time from outside
   void* task_ctx_ = nullptr;

@@ -7,14 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/tuning.h"
 
 namespace nt {
 
@@ -219,8 +218,7 @@ bool device_is_hopper_or_newer() {
 
 bool programmatic_launch_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("NT_CUDA_PDL");
-    return !(env && std::string_view(env) == "0") && device_is_hopper_or_newer();
+    return tuning().cuda_pdl && device_is_hopper_or_newer();
   }();
   return enabled;
 }

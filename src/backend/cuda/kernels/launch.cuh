@@ -4,7 +4,7 @@
 // writes), and wait in wait_for_inputs() until the previous kernel's results
 // are visible. Every kernel launched through launch_kernel calls
 // wait_for_inputs() before reading or writing activations.
-// On by default (NT_CUDA_PDL=0 turns it off for A/B runs): on an H200 it gained
+// On by default (Tuning::cuda_pdl, NT_CUDA_PDL=0, turns it off for A/B runs): on an H200 it gained
 // 9% in 8B decode (a kernel's loads overlap the previous one's tail) and 3% in
 // prefill (bench/cuda_NOTES.md).
 #pragma once
@@ -48,7 +48,7 @@ __device__ __forceinline__ void wait_for_inputs() {
   NT_TRACE_WAITED();
 }
 
-// The current device is sm_90 or newer and NT_CUDA_PDL is not "0".
+// The current device is sm_90 or newer and Tuning::cuda_pdl is on.
 bool programmatic_launch_enabled();
 
 // Opts `kernel` into `bytes` of dynamic shared memory on the current GPU the

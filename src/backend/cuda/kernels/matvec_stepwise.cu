@@ -11,7 +11,7 @@
 
 #include "backend/cuda/kernels/matvec_kernel.cuh"
 #include "core/align.h"
-#include "core/env_setting.h"
+#include "core/tuning.h"
 
 namespace nt::cuda {
 namespace {
@@ -62,11 +62,11 @@ __global__ void __launch_bounds__(kNormOutWarps * 32) matvec_apart_norm_out_kern
 // costs about what one column's does (small models, whose one-column launches
 // leave most of the GPU idle). On SmolLM2's shapes (H100) two waves beat one
 // by 10-65% at 5 to 8 columns, and three to eight gained nothing more.
-// NT_CUDA_COLUMNS_APART=N allows N waves for A/B runs (0: never apart). The
+// Tuning::cuda_columns_apart_waves allows other counts for A/B runs (0: never apart). The
 // occupancy is the first device's, asked once per kernel.
 template <auto kKernel>
 bool columns_fit_apart(int threads, int64_t blocks) {
-  static const int64_t waves = env_setting("NT_CUDA_COLUMNS_APART", 2, 0, 64);
+  const int64_t waves = tuning().cuda_columns_apart_waves;
   static std::atomic<int64_t> resident{-1};
   if (waves <= 0) return false;
   if (resident.load() < 0) {
