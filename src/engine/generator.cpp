@@ -82,8 +82,7 @@ GenerationStats Generator::generate(std::span<const int32_t> prompt, Sampler& sa
         input = pick;
         return take(pick);
       };
-      stats.decode_passes = runner_picks ? runner_.decode_greedy(input, pos, steps, on_pick)
-                                         : runner_.decode_sampled(input, pos, steps, sampler, on_pick);
+      stats.decode_passes = runner_.decode(input, pos, steps, runner_picks ? StepPolicy{} : sampler.step_policy(), on_pick);
     }
   } else {
     for (int32_t token = picked; take(token);) {

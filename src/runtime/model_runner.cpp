@@ -251,28 +251,20 @@ void ModelRunner::forward_top(std::span<const int32_t> tokens, int64_t pos, int6
   top = std::move(one_out_.top.at(0));
 }
 
-int64_t ModelRunner::decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
-                                    const std::function<bool(int32_t)>& on_token) {
-  if (!sampler.runs_without_history()) fail("decode_sampled runs a chain with a top-k, a temperature and no penalties");
+int64_t ModelRunner::decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
+                            const std::function<bool(int32_t)>& on_token) {
+  if (!policy.argmax() && !policy.choose) fail("decode: a sampling step policy needs its chooser");
   if (pos < 0 || max_steps < 0 || pos + max_steps > context_size()) {
-    fail("context overflow: {} sampled steps from position {} do not fit the KV cache of {} tokens", max_steps, pos,
-         context_size());
+    fail("context overflow: {} {} steps from position {} do not fit the KV cache of {} tokens", max_steps,
+         policy.argmax() ? "greedy" : "sampled", pos, context_size());
   }
   for (int64_t step = 0; step < max_steps; ++step) {
-    forward_top({&token, 1}, pos + step, sampler.top_needed(), step_top_);
-    token = sampler.sample_top(step_top_);
-    if (!on_token(token)) return step + 1;
-  }
-  return max_steps;
-}
-
-int64_t ModelRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) {
-  if (pos < 0 || max_steps < 0 || pos + max_steps > context_size()) {
-    fail("context overflow: {} greedy steps from position {} do not fit the KV cache of {} tokens", max_steps, pos,
-         context_size());
-  }
-  for (int64_t step = 0; step < max_steps; ++step) {
-    token = forward_greedy({&token, 1}, pos + step);
+    if (policy.argmax()) {
+      token = forward_greedy({&token, 1}, pos + step);
+    } else {
+      forward_top({&token, 1}, pos + step, policy.top_k, step_top_);
+      token = policy.choose(step_top_);
+    }
     if (!on_token(token)) return step + 1;
   }
   return max_steps;

@@ -23,7 +23,7 @@
 #include "runtime/kv_pages.h"
 #include "runtime/layer_schedule.h"
 #include "sampling/candidates.h"
-#include "sampling/sampler.h"
+#include "sampling/step_policy.h"
 
 namespace nt {
 
@@ -158,14 +158,21 @@ class ModelRunner {
   // copying them out; this default runs a batch that asks for the argmax.
   virtual int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
 
-  // Greedy decoding: runs `token` at `pos`, hands its pick to on_token, runs
-  // that pick at pos + 1, and so on, until on_token returns false or
-  // max_steps picks are handed over; returns how many were. Every step's
-  // position must fit the context (nt::Error otherwise). A backend may run a
-  // few steps ahead of on_token; their cache positions are past the last pick
-  // and the next forward() from there overwrites them. This default calls
-  // forward_greedy per step.
-  virtual int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token);
+  // Multi-step decoding: runs `token` at `pos`, hands the token `policy`
+  // picks from its logits to on_token, runs that pick at pos + 1, and so on,
+  // until on_token returns false or max_steps picks are handed over; returns
+  // how many were. Every step's position must fit the context (nt::Error
+  // otherwise). A backend may run a few steps ahead of on_token; their cache
+  // positions are past the last pick and the next forward() from there
+  // overwrites them, and a sampling policy's draws are then taken for them
+  // too. This default steps forward_greedy, or forward_top and the policy's
+  // chooser.
+  virtual int64_t decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
+                         const std::function<bool(int32_t)>& on_token);
+  // decode() picking each step's argmax: greedy decoding.
+  int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) {
+    return decode(token, pos, max_steps, StepPolicy{}, on_token);
+  }
 
   // Runs `tokens` like forward() and returns in `top` the `keep` (0 < keep <
   // vocab_size) highest logits after the last one, highest first, equal
@@ -173,15 +180,6 @@ class ModelRunner {
   // errors for a NaN or +inf logit. For sampling (Sampler::sample_top): a
   // backend may select them where the logits are; this default runs a batch.
   virtual void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
-
-  // Sampled decoding for a chain that runs without history
-  // (Sampler::runs_without_history): like decode_greedy, but each step's
-  // token is what `sampler` chooses from the step's logits (sample_top on
-  // their top). The sampler's random draws are taken in step order; a backend
-  // that runs ahead takes up to a few more draws than the picks it hands over.
-  // This default steps forward_top and sample_top.
-  virtual int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
-                                 const std::function<bool(int32_t)>& on_token);
 
  protected:
   // The backend's constructor hands over the books of its pool, and those of
@@ -228,7 +226,7 @@ class ModelRunner {
   LayerObserver* observer_ = nullptr;  // set during forward_observed only
   Batch one_batch_;  // the single-sequence defaults' batch and outputs
   BatchOutputs one_out_;
-  std::vector<Candidate> step_top_;  // the default decode_sampled's
+  std::vector<Candidate> step_top_;  // the default decode's, sampling
 };
 
 // The first index of the largest value; NaN never wins, and 0 when nothing beats -inf.

@@ -137,6 +137,18 @@ bool Sampler::runs_without_history() const {
   return params_.temperature > 0.0f && top_needed() > 0 && !has_penalties() && params_.logit_bias.empty();
 }
 
+StepPolicy Sampler::step_policy() {
+  if (!runs_without_history()) fail("a decode's sampling step policy is a chain with a top-k, a temperature and no penalties");
+  StepPolicy p;
+  p.top_k = top_needed();
+  p.temperature = params_.temperature;
+  p.top_p = params_.top_p;
+  p.min_p = params_.min_p;
+  p.choose = [this](std::span<const Candidate> top) { return sample_top(top); };
+  p.draw = [this] { return next_uniform(); };
+  return p;
+}
+
 double Sampler::next_uniform() { return uniform_from_bits(rng_()); }
 
 void Sampler::accept(int32_t token) {

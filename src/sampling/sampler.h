@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sampling/candidates.h"
+#include "sampling/step_policy.h"
 #include "sampling/token_distribution.h"
 
 namespace nt {
@@ -84,9 +85,15 @@ class Sampler {
   // Whether the chain is top-k, top-p, min-p and a draw at a positive
   // temperature with no penalties: it needs only the row's top_k and the
   // random draws, no history, so a backend can run it where the logits are
-  // (ModelRunner::decode_sampled; the CUDA one repeats these float64 steps in
+  // (ModelRunner::decode with step_policy(); the CUDA one repeats these float64 steps in
   // the same order, and its exp may differ in the last bit).
   bool runs_without_history() const;
+
+  // This chain as a decode's step policy (step_policy.h): its top,
+  // temperature, top-p and min-p, sample_top as the chooser and next_uniform
+  // as the draws, both on this sampler, which must outlive the decode.
+  // nt::Error unless runs_without_history().
+  StepPolicy step_policy();
 
   // The uniform draw in [0, 1) the next sample() or sample_top() would take;
   // for a backend that runs the chain itself, in step order.

@@ -257,7 +257,7 @@ TEST(CudaRunner, SampledDecodeOnTheDeviceChoosesAsTheHostSampler) {
       want.push_back(token);
     }
     std::vector<int32_t> got;
-    EXPECT_EQ(runner->decode_sampled(first, start, steps, device, [&](int32_t t) {
+    EXPECT_EQ(runner->decode(first, start, steps, device.step_policy(), [&](int32_t t) {
       got.push_back(t);
       return true;
     }), steps);
@@ -300,7 +300,7 @@ TEST(CudaRunner, SamplingRefusesAPoisonedRow) {
   const std::vector<int32_t> prompt = {1, 2, 3};
   expect_poisoned([&] { runner->forward_top(prompt, 0, sampler.top_needed(), top); });
   expect_poisoned([&] { runner->forward_top(std::span(prompt).first(1), 3, sampler.top_needed(), top); });
-  expect_poisoned([&] { runner->decode_sampled(1, 4, 3, sampler, [](int32_t) { return true; }); });
+  expect_poisoned([&] { runner->decode(1, 4, 3, sampler.step_policy(), [](int32_t) { return true; }); });
 }
 
 TEST(CudaRunner, RefusesContextsThatDoNotFit) {

@@ -74,8 +74,10 @@ class ScriptedRunner final : public ModelRunner {
     return ModelRunner::forward_greedy(tokens, pos);
   }
 
-  int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override {
-    if (run_ahead == 0) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
+  int64_t decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
+                 const std::function<bool(int32_t)>& on_token) override {
+    if (!policy.argmax()) ++sampled_runs;
+    if (run_ahead == 0 || !policy.argmax()) return ModelRunner::decode(token, pos, max_steps, policy, on_token);
     std::vector<int32_t> picks;
     int64_t handed = 0;
     while (handed < max_steps) {
@@ -86,12 +88,6 @@ class ScriptedRunner final : public ModelRunner {
       if (!on_token(picks[size_t(handed++)])) break;
     }
     return handed;
-  }
-
-  int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
-                         const std::function<bool(int32_t)>& on_token) override {
-    ++sampled_runs;
-    return ModelRunner::decode_sampled(token, pos, max_steps, sampler, on_token);
   }
 
   static constexpr int32_t kFallback = 300;
@@ -233,7 +229,7 @@ TEST_F(GeneratorTest, RunnerRunningAheadGeneratesTheSame) {
   EXPECT_EQ(got_context, want_context);
 }
 
-// A chain that needs no history decodes through the runner's decode_sampled
+// A chain that needs no history decodes through the runner's decode
 // (which a GPU runs on the device, ahead of the picks), choosing what the
 // sampler chooses from each step's whole row; one with penalties steps
 // forward() on the host.

@@ -114,9 +114,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     }
     return token;
   }
-  int64_t decode_greedy(int32_t token, int64_t pos, int64_t max_steps, const std::function<bool(int32_t)>& on_token) override;
-  int64_t decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
-                         const std::function<bool(int32_t)>& on_token) override;
+  int64_t decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
+                 const std::function<bool(int32_t)>& on_token) override;
   // The top is selected on the GPU (top_logits): k candidates cross the bus
   // instead of the row.
   void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
@@ -193,7 +192,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   // The sampler's error for a row top_logits found poisoned at index `poisoned`
   // (or, when it is negative, all -inf); the stream has drained.
   [[noreturn]] void fail_unsampleable(int32_t poisoned, int64_t top_k) const;
-  // Queues step graphs ahead of the picks it hands over (decode_greedy, decode_sampled; DecodeAhead).
+  // Queues step graphs ahead of the picks it hands over (decode; DecodeAhead).
   int64_t decode_ahead(int32_t token, int64_t pos, int64_t max_steps, int64_t top_k, StepGraph kind,
                        const std::function<void(int64_t)>& before_step, const std::function<bool(int32_t)>& on_token);
   // The graph of a one-token step prepared for max_keys keys, captured on first use.
@@ -729,30 +728,22 @@ cudaGraphExec_t CudaLlamaRunner::decode_graph(int64_t max_keys, StepGraph kind) 
 // Each step's graph picks its token and feeds it to the next on the GPU, so
 // the host only queues graphs and reads picks: no copies, argmax launches or
 // host round trip between steps (they cost ~27 us a step on the H200: +1.5%
-// 8B and +3.5% 1B decode, bench/cuda_NOTES.md).
-int64_t CudaLlamaRunner::decode_greedy(int32_t token, int64_t pos, int64_t max_steps,
-                                       const std::function<bool(int32_t)>& on_token) {
-  if (!decodes_in_graphs()) return ModelRunner::decode_greedy(token, pos, max_steps, on_token);
-  return decode_ahead(token, pos, max_steps, 0, StepGraph::Greedy, [](int64_t) {}, on_token);
-}
-
-// As decode_greedy, with the sampler's chain run on the GPU over the row's
-// top (sample_top_and_advance); the host hands each step its draw when it
-// queues it. 1B sampled decode ~+4% over a host round trip per step
-// (bench/cuda_NOTES.md).
-int64_t CudaLlamaRunner::decode_sampled(int32_t token, int64_t pos, int64_t max_steps, Sampler& sampler,
-                                        const std::function<bool(int32_t)>& on_token) {
-  const int64_t k = sampler.top_needed();
-  if (!decodes_in_graphs() || !sampler.runs_without_history() || !top_logits_fits(config_.vocab_size, k)) {
-    return ModelRunner::decode_sampled(token, pos, max_steps, sampler, on_token);
+// 8B and +3.5% 1B decode, bench/cuda_NOTES.md). A sampling policy's chain
+// runs on the GPU over the row's top (sample_top_and_advance); the host
+// hands each step its draw when it queues it. 1B sampled decode ~+4% over a
+// host round trip per step (bench/cuda_NOTES.md).
+int64_t CudaLlamaRunner::decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
+                                const std::function<bool(int32_t)>& on_token) {
+  if (!decodes_in_graphs() || (!policy.argmax() && (!policy.draw || !top_logits_fits(config_.vocab_size, policy.top_k)))) {
+    return ModelRunner::decode(token, pos, max_steps, policy, on_token);
   }
+  if (policy.argmax()) return decode_ahead(token, pos, max_steps, 0, StepGraph::Greedy, [](int64_t) {}, on_token);
   SampleChain& chain = ahead_->chain();
-  const SamplingParams& params = sampler.params();
-  chain.temperature = params.temperature;
-  chain.top_p = params.top_p;
-  chain.min_p = params.min_p;
-  const auto draw = [&](int64_t step) { chain.uniforms[(pos + step) % kSampleUniforms] = sampler.next_uniform(); };
-  return decode_ahead(token, pos, max_steps, k, StepGraph::Sampled, draw, on_token);
+  chain.temperature = policy.temperature;
+  chain.top_p = policy.top_p;
+  chain.min_p = policy.min_p;
+  const auto draw = [&](int64_t step) { chain.uniforms[(pos + step) % kSampleUniforms] = policy.draw(); };
+  return decode_ahead(token, pos, max_steps, policy.top_k, StepGraph::Sampled, draw, on_token);
 }
 
 int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_steps, int64_t top_k, StepGraph kind,
