@@ -1,10 +1,12 @@
-// What the engine needs from a backend: Llama forward passes over a paged KV
-// pool shared by many sequences. A pass takes a Batch (runtime/batch.h) of
-// {token, position, sequence, output} entries and a LayerSchedule; sequence
-// memory (allocate, free, truncate, copy a prefix) is kept here, over the
-// backend's pool. The single-sequence methods work on the default sequence
-// (id 0, always allocated): they are the paths a backend makes fastest for
-// one conversation (graph-captured decode, run-ahead, on-device sampling).
+// What the engine needs from a backend: forward passes over a paged KV pool
+// shared by many sequences. A pass takes a Batch (runtime/batch.h) of
+// {token, position, sequence, output} entries and a LayerSchedule: the one
+// pass a backend implements (forward_pages). Sequence memory (allocate,
+// free, truncate, copy a prefix) is kept here, over the backend's pool. The
+// single-sequence methods work on the default sequence (id 0, always
+// allocated) as passes of one run; a backend serves those on the paths it
+// makes fastest for one conversation (graph-captured steps), and decode()'s
+// steps too (run-ahead, on-device sampling).
 // The CPU and CUDA backends implement it; generation, batching, chat,
 // perplexity and benchmarks are written once against it.
 #pragma once
@@ -146,17 +148,19 @@ class ModelRunner {
   void seq_load_rows(SeqId seq, int64_t length, std::span<const uint8_t> bytes);
 
   // --- The default sequence ---
+  // Each of these passes is one forward(Batch) of one run of sequence 0; a
+  // backend serves such a pass on a path of its own where it has one (the
+  // CUDA runner's captured step graphs).
   // Runs `tokens` at positions pos, pos+1, ... (overwriting any cached
   // positions from `pos` on). Writes vocab_size logits per token into `logits`
-  // when all_logits, else only the last token's. Throws nt::Error when
-  // pos + tokens.size() exceeds context_size(). This default runs a batch.
-  virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits);
+  // when all_logits, else only the last token's (none when logits is null).
+  // Throws nt::Error when pos + tokens.size() exceeds context_size().
+  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits);
 
   // Runs `tokens` like forward() and returns the token with the highest logit
-  // after the last one (argmax_first of its logits):
-  // greedy decoding. A backend may pick it where the logits are instead of
-  // copying them out; this default runs a batch that asks for the argmax.
-  virtual int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
+  // after the last one (argmax_first of its logits): greedy decoding. A
+  // backend may pick it where the logits are instead of copying them out.
+  int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos);
 
   // Multi-step decoding: runs `token` at `pos`, hands the token `policy`
   // picks from its logits to on_token, runs that pick at pos + 1, and so on,
@@ -178,8 +182,8 @@ class ModelRunner {
   // vocab_size) highest logits after the last one, highest first, equal
   // logits lowest id first: what Candidates::assign(row, keep) keeps, with its
   // errors for a NaN or +inf logit. For sampling (Sampler::sample_top): a
-  // backend may select them where the logits are; this default runs a batch.
-  virtual void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
+  // backend may select them where the logits are.
+  void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top);
 
  protected:
   // The backend's constructor hands over the books of its pool, and those of
@@ -194,7 +198,7 @@ class ModelRunner {
   // The same for the entries [at, at + n) of a pass's runs.
   void claim_window(std::span<const SequenceRun> runs, int64_t at, int64_t n);
   // Whether every pass goes through forward_pages with the caller's schedule
-  // (the backend overrides none of the single-sequence methods).
+  // (decode() included: the backend does not override it).
   virtual bool honours_default_schedule() const { return false; }
   // Called when set_default_schedule changes it, with its layers in order.
   virtual void default_schedule_changed(std::span<const int32_t> layers) { (void)layers; }

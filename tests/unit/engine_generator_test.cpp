@@ -48,6 +48,7 @@ class ScriptedRunner final : public ModelRunner {
       for (int64_t i = 0; i < run.count; ++i) call.tokens.push_back(batch.entries[size_t(run.first + i)].token);
       calls.push_back(std::move(call));
     }
+    if (batch.entries.back().output == Output::Argmax) ++greedy_calls;
     std::vector<float> row(kVocab);
     // Generation asks for the last token's output only.
     for (size_t i = 0; i + 1 < batch.size(); ++i) ASSERT_EQ(batch.entries[i].output, Output::None);
@@ -68,11 +69,6 @@ class ScriptedRunner final : public ModelRunner {
   }
   void copy_pages(std::span<const PageCopy>) override {}
   void copy_rows(std::span<const RowCopy>) override {}
-
-  int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
-    ++greedy_calls;
-    return ModelRunner::forward_greedy(tokens, pos);
-  }
 
   int64_t decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
                  const std::function<bool(int32_t)>& on_token) override {

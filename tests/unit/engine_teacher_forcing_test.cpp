@@ -2,6 +2,7 @@
 // every position's logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -28,11 +29,12 @@ TEST(ScoreStep, TopMarginAndGapOverTheReference) {
   EXPECT_THROW(score_step(row, 4), Error);
 }
 
-// Position p's logits are {p, token}: what each call evaluated shows in its rows.
+// Position p's logits start {p, token}: what each pass evaluated shows in its rows.
 class EchoRunner final : public ModelRunner {
  public:
+  static constexpr int64_t kVocab = 2000;
   EchoRunner() {
-    config_.vocab_size = 2;
+    config_.vocab_size = kVocab;
     config_.context_length = 1000;
     init_pages(KvPages(1, 1000, 1000));
   }
@@ -40,17 +42,18 @@ class EchoRunner final : public ModelRunner {
   std::string description() const override { return "echo"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   uint64_t kv_bytes_per_position() const override { return 0; }
-  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    calls.push_back({pos, int64_t(tokens.size()), all_logits});
-    for (size_t i = all_logits ? 0 : tokens.size() - 1; i < tokens.size(); ++i) {
-      float* row = logits + (all_logits ? i * 2 : 0);
-      row[0] = float(pos + int64_t(i));
-      row[1] = float(tokens[i]);
+  void forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t>,
+                     BatchOutputs& out) override {
+    EXPECT_EQ(runs.size(), 1u);
+    const bool every_row =
+        std::all_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.output == Output::Logits; });
+    calls.push_back({runs[0].pos, runs[0].count, every_row});
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch.entries[i].output != Output::Logits) continue;
+      float* row = out.logits.data() + out.index[i] * kVocab;
+      row[0] = float(batch.entries[i].pos);
+      row[1] = float(batch.entries[i].token);
     }
-  }
-  // The single-sequence forward above is the only path this runner takes.
-  void forward_pages(const Batch&, std::span<const SequenceRun>, std::span<const int32_t>, BatchOutputs&) override {
-    ADD_FAILURE() << "a batch pass";
   }
   void copy_pages(std::span<const PageCopy>) override {}
   void copy_rows(std::span<const RowCopy>) override {}
@@ -71,7 +74,7 @@ TEST(ForEachLogitRow, HandsOutEachPositionFromTheFirstInChunks) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(1000 + i);
   std::vector<int64_t> positions;
   for_each_logit_row(runner, tokens, 10, [&](int64_t pos, std::span<const float> row) {
-    ASSERT_EQ(row.size(), 2u);
+    ASSERT_EQ(row.size(), size_t(EchoRunner::kVocab));
     EXPECT_EQ(row[0], float(pos));
     EXPECT_EQ(row[1], float(tokens[size_t(pos)]));
     positions.push_back(pos);

@@ -98,39 +98,8 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
     }
     return layers;
   }
-  void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    run_tokens(tokens, pos, {.logits = logits, .all_logits = all_logits});
-  }
-  // The argmax runs on the GPU: 4 bytes cross the bus instead of the logits.
-  int32_t forward_greedy(std::span<const int32_t> tokens, int64_t pos) override {
-    int32_t token = 0;
-    if (tokens.size() == 1 && decodes_in_graphs()) {
-      decode_greedy(tokens[0], pos, 1, [&](int32_t pick) {
-        token = pick;
-        return false;
-      });
-    } else {
-      run_tokens(tokens, pos, {.greedy = &token});
-    }
-    return token;
-  }
   int64_t decode(int32_t token, int64_t pos, int64_t max_steps, const StepPolicy& policy,
                  const std::function<bool(int32_t)>& on_token) override;
-  // The top is selected on the GPU (top_logits): k candidates cross the bus
-  // instead of the row.
-  void forward_top(std::span<const int32_t> tokens, int64_t pos, int64_t keep, std::vector<Candidate>& top) override {
-    if (keep <= 0 || keep >= config_.vocab_size) {
-      fail("the top {} logits of a vocabulary of {}: keep 1 to one less", keep, config_.vocab_size);
-    }
-    if (!top_logits_fits(config_.vocab_size, keep)) {  // the row comes over and the host selects
-      top_row_.resize(size_t(config_.vocab_size));
-      forward(tokens, pos, top_row_.data(), false);
-      top_candidates_.assign(top_row_, keep);
-      top.assign(top_candidates_.view().begin(), top_candidates_.view().end());
-      return;
-    }
-    run_tokens(tokens, pos, {.top = &top, .keep = keep});
-  }
 
   // As a pipeline stage.
   int device() const override { return device_.index; }
@@ -206,14 +175,22 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   void* host_out() { return host_io_.as<int32_t>() + batch_input_words(options_.max_batch); }
   // Fails unless `tokens` are in the vocabulary (claim_default checks the positions).
   void check_token_ids(std::span<const int32_t> tokens) const;
-  // What a run hands back after its tokens: one of
+  // What a run of the default sequence hands back after its tokens: one of
   struct Readout {
-    float* logits = nullptr;  // forward(): the last token's row, or every token's
+    float* logits = nullptr;  // the last token's row, or every token's
     bool all_logits = false;
-    int32_t* greedy = nullptr;              // forward_greedy(): the pick
-    std::vector<Candidate>* top = nullptr;  // forward_top(): the `keep` highest
+    int32_t* greedy = nullptr;              // the last token's argmax: 4 bytes cross the bus instead of the row
+    std::vector<Candidate>* top = nullptr;  // its `keep` highest, selected on the GPU (top_logits)
     int64_t keep = 0;
   };
+  // A pass that is one run of the default sequence through every layer,
+  // asking for the last token's output or every token's logits: what the
+  // single-sequence path serves (its captured step graphs, its prefill
+  // chunks). Where in `out` it hands back; nothing for any other pass.
+  std::optional<Readout> single_sequence_readout(const Batch& batch, std::span<const SequenceRun> runs,
+                                                 std::span<const int32_t> layers, BatchOutputs& out) const;
+  // The single-sequence path over positions the pass has claimed.
+  void run_default(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
   void run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out);
   // The rows that go through the head: the last `count` of the chunk, or
   // when `gather` (device) is set, those rows in that order.
@@ -313,6 +290,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   GraphCache decode_graphs_;
   GraphCache batch_graphs_;  // batched decode steps, by sequence count and attention launch
   std::optional<DecodeAhead> ahead_;  // the step graphs' picks ring and sampling parameters
+  std::vector<int32_t> default_tokens_;  // a single-sequence pass's tokens
   std::vector<float> top_row_;  // a Top row when top_logits cannot select that many
   Candidates top_candidates_;
   LayerStreamer* streamer_ = nullptr;  // weights_'s; null when every layer is resident
@@ -792,10 +770,54 @@ int64_t CudaLlamaRunner::decode_ahead(int32_t token, int64_t pos, int64_t max_st
   return handed;
 }
 
+std::optional<CudaLlamaRunner::Readout> CudaLlamaRunner::single_sequence_readout(const Batch& batch,
+                                                                                 std::span<const SequenceRun> runs,
+                                                                                 std::span<const int32_t> layers,
+                                                                                 BatchOutputs& out) const {
+  if (runs.size() != 1 || runs[0].seq != 0 || runs[0].stepwise || runs[0].tree || runs[0].count != int64_t(batch.size()) ||
+      int64_t(layers.size()) != config_.n_layers) {
+    return std::nullopt;
+  }
+  const auto& entries = batch.entries;
+  const auto outputs = [&](Output o) { return [o](const BatchEntry& e) { return e.output == o; }; };
+  const bool every_row = std::all_of(entries.begin(), entries.end(), outputs(Output::Logits));
+  if (!every_row && !std::all_of(entries.begin(), entries.end() - 1, outputs(Output::None))) return std::nullopt;
+  Readout r;
+  switch (entries.back().output) {
+    case Output::Logits:
+      r.logits = out.logits.data();
+      r.all_logits = every_row && entries.size() > 1;
+      return r;
+    case Output::Argmax: r.greedy = &out.argmax[0]; return r;
+    case Output::Top:
+      r.top = &out.top[0];
+      r.keep = batch.top_k;
+      return r;
+    case Output::None: break;
+  }
+  return std::nullopt;
+}
+
+void CudaLlamaRunner::run_default(std::span<const int32_t> tokens, int64_t pos, const Readout& out) {
+  if (out.greedy && tokens.size() == 1 && decodes_in_graphs()) {  // the step graph picks it
+    decode_ahead(tokens[0], pos, 1, 0, StepGraph::Greedy, [](int64_t) {}, [&](int32_t pick) {
+      *out.greedy = pick;
+      return false;
+    });
+    return;
+  }
+  if (out.top && !top_logits_fits(config_.vocab_size, out.keep)) {  // the row comes over and the host selects
+    top_row_.resize(size_t(config_.vocab_size));
+    run_tokens(tokens, pos, {.logits = top_row_.data()});
+    top_candidates_.assign(top_row_, out.keep);
+    out.top->assign(top_candidates_.view().begin(), top_candidates_.view().end());
+    return;
+  }
+  run_tokens(tokens, pos, out);
+}
+
 void CudaLlamaRunner::run_tokens(std::span<const int32_t> tokens, int64_t pos, const Readout& out) {
   const int64_t total = int64_t(tokens.size());
-  check_token_ids(tokens);
-  claim_default(pos, total);
   const int64_t vocab = config_.vocab_size;
   void* host = host_out();  // a row of logits, the pick, or the top and its poisoned index
   for (int64_t start = 0; start < total; start += options_.max_batch) {
@@ -984,18 +1006,13 @@ bool CudaLlamaRunner::trees_run_stepwise(const Batch& batch, std::span<const Seq
 
 void CudaLlamaRunner::forward_pages(const Batch& batch, std::span<const SequenceRun> runs, std::span<const int32_t> layers,
                                     BatchOutputs& out) {
-  // One token of the default sequence through every layer is a decode step
-  // of the single-sequence path: its captured graphs serve it.
-  const BatchEntry& first = batch.entries[0];
-  if (batch.size() == 1 && first.seq == 0 && first.output != Output::None && int64_t(layers.size()) == config_.n_layers &&
-      decodes_in_graphs()) {
-    const std::span<const int32_t> token{&first.token, 1};
-    switch (first.output) {
-      case Output::Argmax: out.argmax[0] = forward_greedy(token, first.pos); return;
-      case Output::Logits: forward(token, first.pos, out.logits.data(), false); return;
-      case Output::Top: forward_top(token, first.pos, batch.top_k, out.top[0]); return;
-      case Output::None: break;
-    }
+  // One run of the default sequence is the single-sequence path's: its
+  // captured step graphs serve a decode step.
+  if (const std::optional<Readout> readout = single_sequence_readout(batch, runs, layers, out)) {
+    default_tokens_.clear();
+    for (const BatchEntry& e : batch.entries) default_tokens_.push_back(e.token);
+    run_default(default_tokens_, runs[0].pos, *readout);
+    return;
   }
   for (const SequenceRun& r : runs) {
     if (r.tree && r.count > options_.max_batch) {  // its rows' ancestor bits are planned for trees of one chunk
