@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
+#include "runtime/model_runner.h"
 
 namespace nt::cli {
 

@@ -16,6 +16,7 @@
 #include "cli/plan_experts.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "engine/cpu_probe.h"
 #include "engine/default_model.h"
@@ -27,14 +28,13 @@
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
 #include "planning/device_memory_plan.h"
+#include "planning/multi_gpu_plan.h"
+#include "planning/placement.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/kv_pages.h"
 #include "storage/disk_bench.h"
 #include "storage/host_memory.h"
 #include "storage/io_reader.h"
-#include "planning/multi_gpu_plan.h"
-#include "planning/placement.h"
-#include "core/byte_size.h"
 namespace nt::cli {
 namespace {
 

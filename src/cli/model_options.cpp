@@ -9,14 +9,14 @@
 #include "cli/number_checks.h"
 #include "cli/plan_hybrid.h"
 #include "cli/plan_multi_gpu.h"
-#include "model/arch/model_spec.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/default_model.h"
 #include "engine/gpu_list.h"
 #include "engine/open_model.h"
+#include "model/arch/model_spec.h"
 #include "storage/io_reader.h"
-#include "core/byte_size.h"
 
 namespace nt::cli {
 

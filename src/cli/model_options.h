@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "core/progress.h"
 #include "engine/open_model.h"
 #include "gguf/gguf_file.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 

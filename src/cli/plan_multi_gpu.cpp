@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
 #include "core/byte_size.h"
+#include "core/error.h"
 
 namespace nt::cli {
 namespace {

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <charconv>
 
+#include "cli/id_list.h"
 #include "cli/number_checks.h"
 #include "core/error.h"
-#include "cli/id_list.h"
 #include "core/read_file.h"
 #include "engine/default_model.h"
 #include "gguf/gguf_file.h"

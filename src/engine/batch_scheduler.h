@@ -40,8 +40,8 @@
 
 #include "engine/completion.h"
 #include "engine/draft_verifier.h"
-#include "runtime/model_runner.h"
 #include "engine/speculative.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/token_logprobs.h"
 #include "tokenizer/tokenizer.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "engine/draft_tree.h"
-#include "runtime/model_runner.h"
 #include "runtime/batch.h"
+#include "runtime/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/speculative_acceptance.h"
 #include "sampling/token_distribution.h"

@@ -3,8 +3,8 @@
 #include <charconv>
 #include <string>
 
-#include "core/error.h"
 #include "core/byte_size.h"
+#include "core/error.h"
 
 namespace nt {
 namespace {

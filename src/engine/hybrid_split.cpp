@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "core/tuning.h"
 #include "core/error.h"
+#include "core/tuning.h"
 #include "engine/cpu_probe.h"
 #include "engine/gpu_probe.h"
 #include "storage/disk_bench.h"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "engine/speculative.h"
 #include "engine/step_drafter.h"
+#include "runtime/model_runner.h"
 #include "tokenizer/vocab.h"
 
 namespace nt {

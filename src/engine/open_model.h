@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
-#include "storage/io_reader.h"
 #include "planning/multi_gpu_plan.h"
+#include "runtime/model_runner.h"
+#include "storage/io_reader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "planning/multi_gpu_plan.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "runtime/model_runner.h"
 #include "engine/speculative.h"
 #include "engine/step_drafter.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

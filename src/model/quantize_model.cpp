@@ -1,8 +1,8 @@
 #include "model/quantize_model.h"
 
-#include "model/arch/model_spec.h"
-#include "core/output_file.h"
 #include "core/byte_size.h"
+#include "core/output_file.h"
+#include "model/arch/model_spec.h"
 
 #include <fmt/core.h>
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
 #include "runtime/kv_pages.h"
-#include "core/byte_size.h"
 
 namespace nt {
 

@@ -12,11 +12,11 @@
 
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
+#include "planning/multi_gpu_plan.h"
+#include "planning/placement.h"
 #include "runtime/device_layout.h"
 #include "runtime/kv_window.h"
 #include "storage/layer_reads.h"
-#include "planning/multi_gpu_plan.h"
-#include "planning/placement.h"
 
 namespace nt {
 

@@ -6,10 +6,10 @@
 #include <set>
 
 #include "core/align.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "model/tensor_names.h"
 #include "quant/tensor_type.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "core/byte_size.h"
+#include "core/error.h"
 
 namespace nt {
 

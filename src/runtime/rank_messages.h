@@ -13,10 +13,10 @@
 #include <variant>
 #include <vector>
 
+#include "planning/placement.h"
 #include "runtime/batch.h"
 #include "runtime/kv_pages.h"
 #include "runtime/tensor_shard.h"
-#include "planning/placement.h"
 
 namespace nt {
 

@@ -18,9 +18,9 @@
 #include <mutex>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "storage/pooled_reader.h"
 #include "storage/readers.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

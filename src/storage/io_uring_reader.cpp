@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "storage/read_queue.h"
 #include "storage/readers.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -12,9 +12,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/byte_size.h"
 #include "storage/pooled_reader.h"
 #include "storage/readers.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

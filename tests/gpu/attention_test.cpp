@@ -6,11 +6,11 @@
 
 #include <string>
 
-#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/kernels/attention.h"
+#include "gpu_test_util.h"
 #include "model/arch/model_spec.h"
 #include "model/rope.h"
-#include "gpu_test_util.h"
 
 namespace nt {
 namespace {

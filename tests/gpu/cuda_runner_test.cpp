@@ -11,14 +11,14 @@
 #include <set>
 
 #include "backend/cuda/kernels/attention.h"
-#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/kernels/top_logits.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
-#include "test_models.h"
 #include "model/tensor_names.h"
 #include "reference_llama.h"
 #include "sampling/sampler.h"
+#include "test_models.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {

@@ -29,8 +29,8 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_runner.h"
-#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "model/presets.h"
 #include "model/synthetic_model.h"

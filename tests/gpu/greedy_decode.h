@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "runtime/batch.h"
+#include "runtime/model_runner.h"
 
 namespace nt::test {
 

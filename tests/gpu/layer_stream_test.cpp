@@ -16,11 +16,11 @@
 #include "backend/cuda/runner/cuda_runner.h"
 #include "gguf/gguf_writer.h"
 #include "gpu_test_util.h"
-#include "streaming_budgets.h"
-#include "test_models.h"
 #include "model/arch/model_spec.h"
 #include "model/tensor_names.h"
 #include "quant/quant.h"
+#include "streaming_budgets.h"
+#include "test_models.h"
 
 namespace nt {
 namespace {

@@ -5,9 +5,9 @@
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/llama_ops.h"
 #include "backend/cuda/kernels/quantized_gemm.h"
-#include "runtime/model_runner.h"
 #include "gpu_test_util.h"
 #include "model/rope.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 namespace {

@@ -23,8 +23,8 @@
 #include <optional>
 #include <random>
 
-#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "engine/open_model.h"
 #include "engine/self_draft.h"
 #include "engine/speculative.h"

@@ -20,9 +20,9 @@
 #include "backend/cuda/runner/cuda_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
-#include "stories.h"
-#include "model/llama2c_converter.h"
 #include "model/arch/model_spec.h"
+#include "model/llama2c_converter.h"
+#include "stories.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nt {

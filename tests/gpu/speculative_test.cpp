@@ -20,6 +20,7 @@
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/runner/cuda_runner.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/lookup_draft.h"
@@ -28,7 +29,6 @@
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
 #include "gpu_test_util.h"
-#include "core/byte_size.h"
 #include "stories.h"
 #include "streaming_budgets.h"
 #include "tokenizer/tokenizer.h"

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "gpu_test_util.h"
 #include "greedy_decode.h"
 #include "model/llama2c_converter.h"
+#include "runtime/model_runner.h"
 
 namespace nt::test {
 

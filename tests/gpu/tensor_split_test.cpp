@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "backend/cpu/cpu_runner.h"
-#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/multi_gpu/nccl_rank_channel.h"
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
 #include "backend/cuda/multi_gpu/tensor_parallel_runner.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "core/error.h"
 #include "engine/open_model.h"
 #include "engine/tensor_rank.h"

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "runtime/kernel_shapes.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "error_text.h"
 #include "engine/gpu_list.h"
+#include "error_text.h"
 
 namespace nt {
 namespace {

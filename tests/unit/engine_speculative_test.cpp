@@ -25,8 +25,8 @@
 #include "engine/prompts.h"
 #include "engine/self_draft.h"
 #include "engine/speculative.h"
-#include "model/quantize_model.h"
 #include "engine_test_models.h"
+#include "model/quantize_model.h"
 #include "sampling_test_util.h"
 
 namespace nt {

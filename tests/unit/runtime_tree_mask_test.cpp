@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "runtime/batch.h"
 #include "planning/device_memory_plan.h"
+#include "runtime/batch.h"
 #include "runtime/tree_mask.h"
 
 namespace nt {

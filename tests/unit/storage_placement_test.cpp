@@ -6,9 +6,9 @@
 #include <random>
 #include <string>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "planning/placement.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

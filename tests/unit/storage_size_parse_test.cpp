@@ -2,9 +2,9 @@
 
 #include <string>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "storage/host_memory.h"
-#include "core/byte_size.h"
 
 namespace nt {
 namespace {

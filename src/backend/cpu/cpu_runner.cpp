@@ -8,15 +8,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/decoder_layer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/tree_rows.h"
-#include "core/error.h"
 #include "core/byte_size.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "model/model_weights.h"
 #include "model/rope.h"

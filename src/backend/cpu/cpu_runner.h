@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

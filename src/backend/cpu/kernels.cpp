@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "core/tuning.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/tuning.h"
 
 namespace nt::cpu {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/align.h"
-#include "core/tuning.h"
 #include "core/error.h"
+#include "core/tuning.h"
 #include "quant/quant.h"
 
 namespace nt::cpu {

@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "core/tuning.h"
 #include "core/error.h"
+#include "core/tuning.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

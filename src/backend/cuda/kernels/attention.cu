@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "backend/cuda/kernels/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention_common.cuh"
 #include "backend/cuda/kernels/device_util.cuh"
 #include "backend/cuda/kernels/launch.cuh"
 

@@ -9,8 +9,8 @@
 // same pipeline and the splits merge in the launch's last block per KV head.
 #include <cuda_fp16.h>
 
-#include "backend/cuda/kernels/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention_common.cuh"
 #include "backend/cuda/kernels/launch.cuh"
 
 namespace nt::attention_detail {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/device_util.cuh"
 #include "backend/cuda/kernels/launch.cuh"
 

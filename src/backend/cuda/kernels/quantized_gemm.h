@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "backend/cuda/weights/device_matrix.h"
 #include "backend/cuda/kernels/matvec.h"
+#include "backend/cuda/weights/device_matrix.h"
 
 namespace nt {
 

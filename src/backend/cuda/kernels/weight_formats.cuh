@@ -18,8 +18,8 @@
 // Quantized units apply block scales after the integer dot product.
 #pragma once
 
-#include "backend/cuda/weights/device_matrix.h"
 #include "backend/cuda/kernels/device_util.cuh"
+#include "backend/cuda/weights/device_matrix.h"
 
 namespace nt::cuda {
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "backend/cuda/runner/cuda_runner.h"
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "planning/multi_gpu_plan.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

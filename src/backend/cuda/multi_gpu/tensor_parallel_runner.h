@@ -20,9 +20,9 @@
 
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
 #include "backend/cuda/multi_gpu/rank_link.h"
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "planning/multi_gpu_plan.h"
+#include "runtime/model_runner.h"
 
 namespace nt {
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_runner.h"
 #include "gguf/gguf_file.h"
 #include "planning/device_memory_plan.h"
-#include "runtime/tensor_shard.h"
 #include "planning/hybrid_plan.h"
-#include "storage/io_reader.h"
 #include "planning/placement.h"
+#include "runtime/model_runner.h"
+#include "runtime/tensor_shard.h"
+#include "storage/io_reader.h"
 
 namespace nt {
 

@@ -4,9 +4,9 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/family_ops.h"
-#include "backend/cuda/runner/layer_pass.h"
 #include "backend/cuda/kernels/matvec.h"
 #include "backend/cuda/kernels/moe_ops.h"
+#include "backend/cuda/runner/layer_pass.h"
 #include "core/error.h"
 
 namespace nt {

@@ -9,8 +9,8 @@
 #include <cstdint>
 
 #include "backend/cuda/device_buffer.h"
-#include "runtime/batch.h"
 #include "planning/device_memory_plan.h"  // page_table_bytes
+#include "runtime/batch.h"
 #include "runtime/kv_pages.h"
 
 namespace nt {

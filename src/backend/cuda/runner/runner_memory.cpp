@@ -5,9 +5,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/weights/layer_stream.h"
+#include "planning/placement.h"
 #include "runtime/kernel_shapes.h"
 #include "storage/host_memory.h"
-#include "planning/placement.h"
 
 namespace nt {
 

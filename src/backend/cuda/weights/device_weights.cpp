@@ -16,8 +16,8 @@
 #include "core/align.h"
 #include "core/error.h"
 #include "model/rope.h"
-#include "quant/matrix_shard.h"
 #include "planning/hybrid_plan.h"
+#include "quant/matrix_shard.h"
 #include "storage/page_cache.h"
 
 namespace nt {

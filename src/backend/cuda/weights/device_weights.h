@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/kernels/kv_rows.h"
+#include "backend/cuda/runner/cuda_runner.h"
 #include "backend/cuda/weights/device_matrix.h"
 #include "backend/cuda/weights/expert_store.h"
 #include "backend/cuda/weights/host_layers.h"
-#include "backend/cuda/kernels/kv_rows.h"
 #include "backend/cuda/weights/layer_stream.h"
 #include "gguf/gguf_file.h"
 #include "model/arch/model_spec.h"

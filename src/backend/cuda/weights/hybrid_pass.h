@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "backend/cpu/decoder_layer.h"
-#include "backend/cuda/weights/host_layers.h"
 #include "backend/cuda/runner/layer_pass.h"
+#include "backend/cuda/weights/host_layers.h"
 #include "backend/cuda/weights/layer_stream.h"
-#include "runtime/kv_pages.h"
 #include "planning/hybrid_plan.h"
+#include "runtime/kv_pages.h"
 
 namespace nt {
 

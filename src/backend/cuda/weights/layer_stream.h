@@ -40,9 +40,9 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/weights/device_matrix.h"
+#include "planning/placement.h"
 #include "storage/io_reader.h"
 #include "storage/layer_reads.h"
-#include "planning/placement.h"
 
 namespace nt {
 
