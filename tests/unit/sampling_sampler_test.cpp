@@ -358,6 +358,32 @@ TEST(Sampler, NeedsTheWholeRowWithoutATopKAndRejectsTooShortATop) {
   EXPECT_THROW(sampler.sample_top(six), Error);
 }
 
+// A decode's step policy carries the chain's settings, chooses as sample_top
+// does and draws what next_uniform would; only a chain without history has one.
+TEST(Sampler, StepPolicyIsTheChainWithoutHistory) {
+  SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 5;
+  params.top_p = 0.9f;
+  params.min_p = 0.02f;
+  params.seed = 11;
+  Sampler sampler(params, 50), reference(params, 50);
+  const StepPolicy policy = sampler.step_policy();
+  EXPECT_FALSE(policy.argmax());
+  EXPECT_EQ(policy.top_k, 5);
+  EXPECT_EQ(policy.temperature, 0.7f);
+  EXPECT_EQ(policy.top_p, 0.9f);
+  EXPECT_EQ(policy.min_p, 0.02f);
+  const std::vector<Candidate> top = {{2.0f, 3}, {1.5f, 8}, {1.0f, 1}, {0.5f, 9}, {0.0f, 4}};
+  for (int step = 0; step < 20; ++step) EXPECT_EQ(policy.choose(top), reference.sample_top(top)) << "step " << step;
+  EXPECT_EQ(policy.draw(), reference.next_uniform());
+  params.repeat_penalty = 1.2f;
+  EXPECT_THROW(Sampler(params, 50).step_policy(), Error);
+  params.repeat_penalty = 1.0f;
+  params.temperature = 0.0f;
+  EXPECT_THROW(Sampler(params, 50).step_policy(), Error) << "greedy: the argmax policy, not a chain";
+}
+
 TEST(Sampler, MaskedTokensAreNeverDrawn) {
   uint64_t seed;
   auto rng = fresh_rng(seed);
