@@ -63,10 +63,7 @@ void split_row(ActFormat format, const void* blocks, int64_t n, uint8_t* out) {
   }
 }
 
-Prefetch prefetch_setting() {
-  static const Prefetch setting{tuning().cpu_prefetch_bytes, tuning().cpu_prefetch_nta};
-  return setting;
-}
+Prefetch prefetch_setting() { return {tuning().cpu_prefetch_bytes, tuning().cpu_prefetch_nta}; }
 
 const Kernels& kernels_for(Isa isa) {
   if (!isa_supported(isa)) fail("CPU kernels: this CPU does not support {}", isa_name(isa));
