@@ -62,9 +62,10 @@ __global__ void route_top_k_kernel(const float* logits, int n_experts, int k, bo
   // The chosen scores in decreasing order: renormalized probabilities, or
   // the softmax of the chosen logits (out_w[0] their maximum).
   if (lane == 0) {
+    const float top = out_w[0];
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) {
-      if (!softmax_over_all) out_w[j] = expf(out_w[j] - out_w[0]);
+      if (!softmax_over_all) out_w[j] = expf(out_w[j] - top);
       sum += out_w[j];
     }
     for (int j = 0; j < k; ++j) out_w[j] /= sum;
