@@ -42,14 +42,13 @@ Isa best_isa() {
 }
 
 static Isa tuned_isa() {
-  const std::string& name = tuning().cpu_isa;
-  if (name.empty()) return best_isa();
+  const std::string& name = tuning().cpu_isa;  // empty, or a level's name (tuning_from_environment checks it)
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (name != isa_name(isa)) continue;
     if (!isa_supported(isa)) fail("NT_CPU_ISA={}: this CPU does not support {}", name, name);
     return isa;
   }
-  fail("NT_CPU_ISA={}: expected scalar, avx2 or avx512", name);
+  return best_isa();
 }
 
 Isa active_isa() {
