@@ -9,7 +9,8 @@
 # the budget is its best), its peak VRAM sampled by nvidia-smi.
 #   bench/device_moe.sh BUILD_DIR [REF_BIN_DIR]
 # NT_MOE_STAGES picks stages (default "tests make ours reference");
-# NT_MOE_MODELS "preset:budget:ncmoe-list ..." (default qwen3-30b-a3b:8GiB:28,30,32,34).
+# NT_MOE_MODELS "preset:budget:ncmoe-list ..." (default qwen3-30b-a3b:8GiB:28,30,32,34);
+# NT_MOE_MISSES the --expert-misses policies at the budget (default "auto"; e.g. "auto link cpu").
 set -uo pipefail
 build=${1:?build dir}; ref=${2:-}
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
@@ -36,8 +37,13 @@ for spec in ${NT_MOE_MODELS:-qwen3-30b-a3b:8GiB:28,30,32,34}; do
       "$nt" bench -m "$f" --device cuda -p 512 -n 64 -r 2 2>&1 | grep -E "pp512|tg64|experts|model|error" 
       log "ours: $preset skew $skew at $budget"
       "$nt" plan -m "$f" --vram-budget "$budget" 2>&1 | grep -E "experts \(|in VRAM|over the link|predicted|H2D"
-      "$nt" bench -m "$f" --device cuda --vram-budget "$budget" -p 512 -n 64 -r 2 2>&1 | grep -E "pp512|tg64|experts|error"
-      "$nt" bench -m "$f" --device cuda --vram-budget "$budget" -npp 128 -ntg 32 -npl 16 -r 1 2>&1 | grep -E "^\||experts|error" | tail -4
+      for misses in ${NT_MOE_MISSES:-auto}; do
+        log "ours: $preset skew $skew at $budget, --expert-misses $misses"
+        "$nt" bench -m "$f" --device cuda --vram-budget "$budget" --expert-misses "$misses" -p 512 -n 64 -r 2 2>&1 |
+          grep -E "pp512|tg64|experts|error"
+        "$nt" bench -m "$f" --device cuda --vram-budget "$budget" --expert-misses "$misses" -npp 128 -ntg 32 -npl 16 -r 1 2>&1 |
+          grep -E "^\||experts|error" | tail -4
+      done
     fi
     if [[ $stages == *" reference "* && -n $ref ]]; then
       for n in ${ncmoe//,/ }; do

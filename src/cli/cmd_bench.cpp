@@ -95,8 +95,9 @@ bool bench_threads(const BenchOptions& o, int threads) {
     const uint64_t uses = now.uses - before.uses;
     if (uses > 0) {
       expert_lines.push_back(fmt::format(
-          "experts in {}: {:.1f}% of {} uses in VRAM, {:.1f} MiB a token copied in", test,
+          "experts in {}: {:.1f}% of {} uses in VRAM, {:.1f}% on the CPU, {:.1f} MiB a token copied in", test,
           100.0 * double(now.in_vram - before.in_vram) / double(uses), uses,
+          100.0 * double(now.on_cpu - before.on_cpu) / double(uses),
           double(now.copied_bytes - before.copied_bytes) / double(tokens * (o.repetitions + 1)) / double(1 << 20)));
     }
     before = now;

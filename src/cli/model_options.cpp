@@ -49,6 +49,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--expert-counts", o.expert_counts,
                  "CUDA: a mixture of experts starts with the experts these counts (calibrate-experts) chose most in VRAM")
       ->check(CLI::ExistingFile);
+  cmd.add_option("--expert-misses", o.expert_misses,
+                 "CUDA: where a mixture's experts that miss the VRAM cache compute: auto (split between copies over the "
+                 "link and the CPU by their measured rates, so both finish together), link (all copied) or cpu (all "
+                 "computed by the CPU from pinned RAM)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "link", "cpu"}));
   cmd.add_option("--gpus", o.gpus,
                  "CUDA: the GPUs to run on, e.g. 0,1: one stage of consecutive layers on each, in order (a GPU listed "
                  "twice holds two stages; default: GPU 0 alone)");
@@ -189,6 +195,9 @@ OpenModelOptions open_options(const ModelOptions& o) {
   open.trace_path = o.trace;
   open.draft_model = o.draft_model;
   open.expert_counts = o.expert_counts;
+  open.expert_misses = o.expert_misses == "link" ? ExpertMisses::Link
+                       : o.expert_misses == "cpu" ? ExpertMisses::Cpu
+                                                  : ExpertMisses::Auto;
   open.cpu_layers = parse_cpu_layers(o.cpu_layers);
   return open;
 }

@@ -32,6 +32,7 @@ struct ModelOptions {
   std::string cpu_layers = "auto";  // CUDA: RAM-tier layers the CPU computes: N, 0 or auto
   std::string trace;  // Chrome-trace JSON of streamed layers' reads, copies and compute
   std::string expert_counts;  // calibrate-experts' counts: a mixture of experts' placement in VRAM
+  std::string expert_misses = "auto";  // CUDA: where experts missing from VRAM compute: auto, link or cpu
   // CUDA over several GPUs: --gpus 0,1 (a GPU may repeat: stages sharing it)
   // and --split layer|tensor|auto; empty: GPU 0 alone.
   std::string gpus, split;

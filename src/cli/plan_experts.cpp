@@ -35,10 +35,12 @@ void print_expert_plan(const ExpertReportInput& in) {
   row("prefill GEMM scratch, upload buffer", format_size(in.buffers.gemm + kUploadStagingBytes));
   row("output head, norms, token embedding", format_size(head));
   row("attention and routers (every layer)", format_size(dense));
-  row(fmt::format("experts ({} of {}, {} each)", p.slots, p.experts, format_size(p.slot_bytes)), format_size(p.vram_bytes()));
+  row(fmt::format("experts ({} of {}, {} each)", p.slots, p.experts, format_size(p.slot_bytes)),
+      format_size(p.vram_bytes() - (p.all_resident() ? 0 : p.landing_bytes)));
+  if (!p.all_resident()) row("a miss's landing buffer", format_size(p.landing_bytes));
   row("total", format_size(fixed + p.vram_bytes()) + " of " + format_size(in.vram_budget));
   fmt::print("RAM (pinned)\n");
-  row("experts (every one, as laid out on the GPU)", format_size(p.pinned_bytes()));
+  row("experts (every one, as the file lays them out)", format_size(p.pinned_bytes()));
   if (p.pinned_bytes() > in.ram_budget) {
     fmt::print("  the experts need {} of pinned RAM beyond the RAM budget of {}\n", format_size(p.pinned_bytes()),
                format_size(in.ram_budget));
@@ -51,7 +53,11 @@ void print_expert_plan(const ExpertReportInput& in) {
                                        : counted_share(in.counts, experts_in_vram(p, c.n_layers, in.counts));
   const double link_bytes = double(p.used_bytes_per_token) * (1.0 - hit);
   const double vram_bytes = double(dense + head) + double(p.used_bytes_per_token) * hit;
-  const double seconds = vram_bytes / (in.gpu_gbps * 1e9) + link_bytes / (in.h2d_gbps * 1e9);
+  const double resident_seconds = vram_bytes / (in.gpu_gbps * 1e9);
+  const double copied = resident_seconds + link_bytes / (in.h2d_gbps * 1e9);
+  // --expert-misses auto: the CPU computes a share of the misses from pinned
+  // RAM while the link copies the rest, so that both finish together.
+  const double split = resident_seconds + link_bytes / ((in.h2d_gbps + in.cpu_gbps) * 1e9);
   fmt::print("\nper token (one decode step; {} of {} experts a layer)\n", moe.n_experts_used, moe.n_experts);
   fmt::print("  experts read        {:>12}\n", format_size(p.used_bytes_per_token));
   if (in.counts.empty()) {
@@ -65,8 +71,13 @@ void print_expert_plan(const ExpertReportInput& in) {
   fmt::print("  over the link       {:>12}\n", format_size(uint64_t(link_bytes)));
   fmt::print("  H2D link            {:>9.2f} GB/s ({})\n", in.h2d_gbps, in.h2d_source);
   fmt::print("  GPU reads           {:>9.0f} GB/s ({})\n", in.gpu_gbps, in.gpu_source);
-  fmt::print("  predicted           {:>9.4f} s/token = {:.1f} tok/s (VRAM reads then the misses' copies, not overlapped)\n",
-             seconds, 1.0 / seconds);
+  fmt::print("  CPU                 {:>9.2f} GB/s of weights at one token ({})\n", in.cpu_gbps, in.cpu_source);
+  fmt::print("  predicted, misses copied             {:>9.3f} ms/token = {:.1f} tok/s (VRAM reads then the copies, not "
+             "overlapped)\n",
+             1e3 * copied, 1.0 / copied);
+  fmt::print("  predicted, misses split with the CPU {:>9.3f} ms/token = {:.1f} tok/s (--expert-misses auto, the default: "
+             "the link and the CPU together)\n",
+             1e3 * split, 1.0 / split);
 }
 
 }  // namespace nt::cli

@@ -1,7 +1,8 @@
 // The mixture-of-experts part of `plan`: every layer's attention, norms and
 // router resident, the experts in VRAM as far as the budget goes and cached
 // from pinned RAM beyond it (planning/expert_plan.h, what the CUDA runner
-// allocates from), and the predicted decode rate at uniform routing.
+// allocates from), and the predicted decode rate at uniform routing, the
+// misses copied or split between the link and the CPU.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +23,8 @@ struct ExpertReportInput {
   int64_t batch = 0;  // the runner's prefill chunk
   uint64_t vram_budget = 0, ram_budget = 0;
   std::string vram_source, ram_source;
-  double h2d_gbps = 0, gpu_gbps = 0;
-  std::string h2d_source, gpu_source;
+  double h2d_gbps = 0, gpu_gbps = 0, cpu_gbps = 0;  // cpu: weights a second at one token
+  std::string h2d_source, gpu_source, cpu_source;
   // calibrate-experts' counts ([layer * experts + expert]; empty: none) and what they were counted on.
   std::vector<uint64_t> counts;
   std::string counts_source;

@@ -72,6 +72,7 @@ OpenedModel open_model(const OpenModelOptions& o) {
     cuda.trace_path = o.trace_path;
     cuda.draft_model = o.draft_model;
     cuda.expert_counts = expert_counts;
+    cuda.expert_misses = o.expert_misses;
     cuda.on_load_progress = o.on_load_progress;
     cuda.cpu_threads = o.threads;
     // CPU layers keep whole contexts (keeps_kv_windows): where the sliding-window

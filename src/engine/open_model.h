@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "planning/expert_plan.h"
 #include "planning/multi_gpu_plan.h"
 #include "runtime/model_runner.h"
 #include "storage/io_reader.h"
@@ -54,6 +55,7 @@ struct OpenModelOptions {
   std::string draft_model;
   // CUDA: calibrate-experts' counts for this model (engine/expert_calibration.h); empty: none.
   std::string expert_counts;
+  ExpertMisses expert_misses = ExpertMisses::Auto;  // CUDA: where experts missing from VRAM compute
   std::function<void(uint64_t, uint64_t)> on_load_progress;  // weights loaded, total
 };
 

@@ -22,6 +22,14 @@ ExpertLayout expert_layout(const ModelSpec& spec, const LayerWeights& layer, int
   return t;
 }
 
+uint64_t expert_file_bytes(const LayerWeights& layer, std::span<const LayerRole> roles) {
+  uint64_t bytes = 0;
+  for (const LayerRole role : roles) {
+    if (layer.has(role)) bytes += layer[role].bytes() / uint64_t(layer[role].experts);
+  }
+  return bytes;
+}
+
 std::vector<int64_t> experts_in_vram(const ExpertPlan& plan, int64_t n_layers, std::span<const uint64_t> counts) {
   std::vector<int64_t> experts(size_t(plan.experts));
   std::iota(experts.begin(), experts.end(), 0);
@@ -55,9 +63,13 @@ ExpertPlan plan_experts(const ModelSpec& spec, const ModelWeights& weights, uint
     const ExpertLayout t = expert_layout(spec, weights.layers[size_t(l)], l);
     p.slot_bytes = std::max(p.slot_bytes, t.bytes);
     p.used_bytes_per_token += uint64_t(moe.n_experts_used) * t.bytes;
+    const LayerWeights& lw = weights.layers[size_t(l)];
+    p.file_bytes += uint64_t(per_layer) * expert_file_bytes(lw);
+    p.landing_bytes = std::max(p.landing_bytes, expert_file_bytes(lw, kExpertMatrices));
   }
   p.experts = spec.n_layers * per_layer;
   int64_t room = int64_t(vram_bytes / p.slot_bytes);
+  if (room < p.experts) room = vram_bytes > p.landing_bytes ? int64_t((vram_bytes - p.landing_bytes) / p.slot_bytes) : 0;
   if (max_slots > 0) room = std::min(room, max_slots);
   p.slots = std::min(room, p.experts);
   if (p.slots < 1) {

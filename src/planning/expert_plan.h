@@ -3,6 +3,7 @@
 // `ntransformer plan` prints them, so the two cannot disagree.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,16 +23,35 @@ struct ExpertLayout {
 
 ExpertLayout expert_layout(const ModelSpec& spec, const LayerWeights& layer, int64_t l);
 
+// The roles of a layer's stacked experts: their matrices, then their biases where the mixture has them.
+inline constexpr std::array<LayerRole, 3> kExpertMatrices{LayerRole::FfnGateExperts, LayerRole::FfnUpExperts,
+                                                          LayerRole::FfnDownExperts};
+inline constexpr std::array<LayerRole, 6> kExpertRoles{LayerRole::FfnGateExperts,     LayerRole::FfnUpExperts,
+                                                       LayerRole::FfnDownExperts,     LayerRole::FfnGateExpertsBias,
+                                                       LayerRole::FfnUpExpertsBias,   LayerRole::FfnDownExpertsBias};
+
+// One expert's bytes in the file: its share of each stacked tensor of `roles` the layer has.
+uint64_t expert_file_bytes(const LayerWeights& layer, std::span<const LayerRole> roles = kExpertRoles);
+
+// Where the experts that miss the VRAM cache compute: split between copies
+// over the link and the CPU's work from their pinned copy by the two's
+// measured rates (Auto), or all copied (Link), or all on the CPU (Cpu).
+enum class ExpertMisses { Auto, Link, Cpu };
+
 struct ExpertPlan {
   int64_t experts = 0;      // every layer's
   int64_t slots = 0;        // held in VRAM
   uint64_t slot_bytes = 0;  // the largest layer's expert
   uint64_t used_bytes_per_token = 0;  // the experts a token reads (k a layer, each layer's own size)
+  uint64_t file_bytes = 0;     // every expert's matrices and biases as the file lays them out
+  uint64_t landing_bytes = 0;  // the largest expert's matrices in the file's layout: a miss lands there before its re-lay
 
   bool all_resident() const { return slots == experts; }
-  uint64_t vram_bytes() const { return uint64_t(slots) * slot_bytes; }
-  // Every expert's device image in pinned RAM, when VRAM caches only some.
-  uint64_t pinned_bytes() const { return all_resident() ? 0 : uint64_t(experts) * slot_bytes; }
+  // The slots, and the landing buffer when they cache only some.
+  uint64_t vram_bytes() const { return uint64_t(slots) * slot_bytes + (all_resident() ? 0 : landing_bytes); }
+  // Every expert in pinned RAM in the file's layout, when VRAM caches only
+  // some: what a miss copies from and what the CPU computes from.
+  uint64_t pinned_bytes() const { return all_resident() ? 0 : file_bytes; }
   // The share of a token's expert reads that finds them in VRAM when routing
   // is uniform (random weights; the worst case of a cache).
   double uniform_hit_rate() const { return experts ? double(slots) / double(experts) : 1.0; }
@@ -47,7 +67,8 @@ std::vector<int64_t> experts_in_vram(const ExpertPlan& plan, int64_t n_layers, s
 double counted_share(std::span<const uint64_t> counts, std::span<const int64_t> experts);
 
 // The experts of every layer of `spec` within vram_bytes and at most
-// max_slots of them (0: no limit). Fails when every layer is not a mixture of
+// max_slots of them (0: no limit); when not all fit, the landing buffer
+// comes out of vram_bytes first. Fails when every layer is not a mixture of
 // the same number of experts (the GPU's layout), or the budget holds none.
 ExpertPlan plan_experts(const ModelSpec& spec, const ModelWeights& weights, uint64_t vram_bytes, int64_t max_slots = 0);
 

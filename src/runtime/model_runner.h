@@ -46,7 +46,7 @@ class LayerObserver {
 // experts: the uses (one token's choice of one expert in one layer), those
 // VRAM served, and the bytes copied in for the rest.
 struct ExpertTraffic {
-  uint64_t uses = 0, in_vram = 0, copied_bytes = 0;
+  uint64_t uses = 0, in_vram = 0, on_cpu = 0, copied_bytes = 0;  // on_cpu: misses the CPU computed in place of a copy
 };
 
 // A layer in a pass: computed by the GPU from VRAM, or from weights streamed

@@ -58,6 +58,8 @@ std::string Metrics::prometheus_text(const EngineStats* stats, int slots) const 
            double(stats->experts.uses));
     metric(out, "expert_uses_in_vram_total", "counter", "Of them, served by an expert in VRAM",
            double(stats->experts.in_vram));
+    metric(out, "expert_uses_on_cpu_total", "counter", "Of them, computed by the CPU in place of a copy",
+           double(stats->experts.on_cpu));
     metric(out, "expert_copied_bytes_total", "counter", "Bytes of experts copied into VRAM for the others",
            double(stats->experts.copied_bytes));
   }

@@ -320,17 +320,24 @@ INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaFamilies,
 // Mixtures of experts (tiny-mixtral, tiny-qwen3moe: 4 layers of 8 experts,
 // 2 chosen a token; tiny-gpt-oss: 4 chosen): every expert in VRAM, and three of the 32 cached in
 // front of pinned RAM, so that a pass misses and evicts in every layer and a
-// prompt's layer needs more experts than the cache has slots. The cache
-// only changes where an expert's weights are read from, and every row sums
-// its experts in ascending order, so both give the same logits bit for bit.
+// prompt's layer needs more experts than the cache has slots. When every
+// miss is copied, the cache only changes where an expert's weights are read
+// from, and every row sums its experts in ascending order, so both give the
+// same logits bit for bit. Misses the CPU computes (all of them, or the
+// measured split's share) match the CPU runner as the GPU's own products do.
 class CudaExperts : public CudaFamilies {
  protected:
-  static CudaRunnerOptions cached() {
+  static CudaRunnerOptions cached(ExpertMisses misses = ExpertMisses::Link) {
     CudaRunnerOptions o;
     o.max_vram_experts = 3;
+    o.expert_misses = misses;
     return o;
   }
 };
+
+std::string misses_name(ExpertMisses m) {
+  return m == ExpertMisses::Link ? "misses copied" : m == ExpertMisses::Cpu ? "misses on the CPU" : "misses split";
+}
 
 TEST_P(CudaExperts, ResidentMatchesTheCpu) {
   auto cuda = make_cuda_runner(*file_, kContext);
@@ -344,13 +351,25 @@ TEST_P(CudaExperts, ResidentMatchesTheCpu) {
 }
 
 TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
-  auto cuda = make_cuda_runner(*file_, kContext, cached());
-  std::printf("  %s\n", cuda->description().c_str());
-  EXPECT_NE(cuda->description().find("3 of 32 experts cached in VRAM"), std::string::npos) << cuda->description();
-  const RowCheck check = check_against_cpu(*cuda, *cpu_, 1);
-  std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
-  cpu_ = cpu_runner(file_);
-  check_greedy(*cuda, *cpu_, float_weights());
+  for (const ExpertMisses misses : {ExpertMisses::Link, ExpertMisses::Cpu, ExpertMisses::Auto}) {
+    SCOPED_TRACE(misses_name(misses));
+    auto cuda = make_cuda_runner(*file_, kContext, cached(misses));
+    std::printf("  %s: %s\n", misses_name(misses).c_str(), cuda->description().c_str());
+    EXPECT_NE(cuda->description().find("3 of 32 experts cached in VRAM"), std::string::npos) << cuda->description();
+    cpu_ = cpu_runner(file_);
+    const RowCheck check = check_against_cpu(*cuda, *cpu_, 1);
+    std::printf("  worst relative logits error %.2e, %d picks compared\n", check.worst, check.picks);
+    cpu_ = cpu_runner(file_);
+    check_greedy(*cuda, *cpu_, float_weights());
+    // Where the misses went: never to the CPU when copied, every one when it takes them.
+    const ExpertTraffic t = cuda->expert_traffic();
+    const uint64_t misses_seen = t.uses - t.in_vram;
+    ASSERT_GT(misses_seen, 0u);
+    if (misses == ExpertMisses::Link) EXPECT_EQ(t.on_cpu, 0u);
+    if (misses == ExpertMisses::Cpu) EXPECT_EQ(t.on_cpu, misses_seen);
+    std::printf("  %llu uses, %llu in VRAM, %llu on the CPU\n", (unsigned long long)t.uses, (unsigned long long)t.in_vram,
+                (unsigned long long)t.on_cpu);
+  }
 }
 
 // Also when calibration counts (here: the last expert of each layer chosen
@@ -372,10 +391,12 @@ TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
 
 TEST_P(CudaExperts, BatchedDecodeMatchesTheCpu) {
   for (const int64_t stepwise : {int64_t(0), int64_t(1) << 20}) {
-    for (const bool cache : {false, true}) {
-      SCOPED_TRACE(fmt::format("{}, {}", stepwise == 0 ? "batched kernels" : "stepwise rows", cache ? "3 experts cached" : "resident"));
+    for (const int cache : {0, 1, 2}) {
+      const ExpertMisses misses = cache == 1 ? ExpertMisses::Link : ExpertMisses::Cpu;
+      SCOPED_TRACE(fmt::format("{}, {}", stepwise == 0 ? "batched kernels" : "stepwise rows",
+                               cache ? "3 experts cached, " + misses_name(misses) : "resident"));
       cpu_ = cpu_runner(file_, 4);
-      check_batched(*file_, *cpu_, stepwise, float_weights(), cache ? cached() : CudaRunnerOptions{}, 1);
+      check_batched(*file_, *cpu_, stepwise, float_weights(), cache ? cached(misses) : CudaRunnerOptions{}, 1);
     }
   }
 }

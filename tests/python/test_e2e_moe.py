@@ -124,14 +124,28 @@ def test_plan_places_experts_in_vram_then_pinned_ram(tmp_path):
     assert abs(mib(experts.split(", ")[1].split(" each")[0]) - expert_mib) < 0.01, experts
     assert abs(mib(" ".join(experts.split()[-2:])) - total * expert_mib) < 0.01, experts
 
-    # A budget that leaves room for five and a half experts past everything else.
+    # A budget that leaves room for six and a half experts past everything
+    # else: one expert's file bytes go to the landing buffer a miss copies
+    # into, five to slots.
     fixed = mib(" ".join(row(roomy.stdout, "total").split()[1:3])) - total * expert_mib
-    tight = plan(path, f"{fixed + 5.5 * expert_mib:.3f}MiB")
+    tight = plan(path, f"{fixed + 6.5 * expert_mib:.3f}MiB")
     assert tight.returncode == 0, tight.stderr
     assert f"experts (5 of {total}, " in row(tight.stdout, "experts ("), tight.stdout
+    landing = row(tight.stdout, "a miss's landing buffer")
+    assert abs(mib(" ".join(landing.split()[-2:])) - expert_mib) < 0.01, landing
     pinned = row(tight.stdout, "experts (every one")
     assert abs(mib(" ".join(pinned.split()[-2:])) - total * expert_mib) < 0.01, pinned
     assert f"{100 * 5 / total:.1f}%" in row(tight.stdout, "in VRAM"), tight.stdout
+
+    # The predictions: the misses' bytes over the link alone, or over the
+    # link and the CPU together (PLAN_RATES: 8 and 20 GB/s).
+    def seconds(label):
+        return float(row(tight.stdout, label).split("ms/token")[0].split()[-1]) / 1e3
+    link_mib = mib(" ".join(row(tight.stdout, "over the link").split()[-2:]))
+    link_seconds = link_mib * 2**20 / 8e9
+    both_seconds = link_mib * 2**20 / 28e9
+    assert abs((seconds("predicted, misses copied") - seconds("predicted, misses split")) -
+               (link_seconds - both_seconds)) < 2e-6, tight.stdout
 
     # Too small for one expert: the error says both sizes.
     none = plan(path, f"{fixed:.3f}MiB")

@@ -101,7 +101,7 @@ void MoeFfn::expert_matmul(const MoeSpec& moe, const LayerWeights& w, LayerRole 
 // y[row] += weight * down(act(gate(x[row])) * up(x[row])) for every row routed to `expert`.
 void MoeFfn::run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
                         const float* x, float* y, ThreadPool& pool) {
-  const int64_t m = int64_t(tokens.size()), width = layer.moe.expert_ffn_dim;
+  const int64_t m = int64_t(tokens.size());
   // The expert's rows keep their groups' kernels: a group's rows are adjacent here too.
   expert_groups_.clear();
   for (int64_t i = 0; i < m; ++i) {
@@ -109,6 +109,19 @@ void MoeFfn::run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t e
     if (i == 0 || g != row_group_[size_t(tokens[size_t(i) - 1].row)]) expert_groups_.push_back({i, 0, groups_[size_t(g)].alone});
     ++expert_groups_.back().count;
   }
+  compute_expert(layer, w, expert, tokens, x, y, pool);
+}
+
+void MoeFfn::add_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
+                        const float* x, float* y, ThreadPool& pool) {
+  const int64_t m = int64_t(tokens.size());
+  expert_groups_.assign(1, {0, m, m});
+  compute_expert(layer, w, expert, tokens, x, y, pool);
+}
+
+void MoeFfn::compute_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
+                            const float* x, float* y, ThreadPool& pool) {
+  const int64_t m = int64_t(tokens.size()), width = layer.moe.expert_ffn_dim;
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + tokens[size_t(i)].row * dim_;
     std::copy(row, row + dim_, xe_.begin() + i * dim_);

@@ -35,12 +35,18 @@ class MoeFfn {
   // The last run's routing: each of its n rows' k experts, [n][k].
   std::span<const int32_t> chosen(int64_t n, int64_t k) const { return {chosen_.data(), size_t(n * k)}; }
 
- private:
-  // One token routed to the expert at hand, and its weight there.
+  // One token routed to an expert, and its weight there.
   struct Routed {
     int64_t row;
     float weight;
   };
+  // y[row] += weight * expert `expert`'s FFN of x[row] for each of `tokens`
+  // (at most max_rows, rows ascending), multiplied together as one call of
+  // theirs: an expert that another backend routed (the CUDA runner's misses).
+  void add_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
+                  const float* x, float* y, ThreadPool& pool);
+
+ private:
   void route(const MoeSpec& moe, const LayerWeights& w, const float* x, int64_t n, std::span<const TokenGroup> groups,
              ThreadPool& pool);
   // out [m][rows of the matrix] = expert `expert`'s matrix of `role` times in, plus its bias where the mixture has them.
@@ -48,6 +54,9 @@ class MoeFfn {
                      int64_t m, ThreadPool& pool);
   void run_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens, const float* x,
                   float* y, ThreadPool& pool);
+  // run_expert's products once expert_groups_ cover the tokens.
+  void compute_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
+                      const float* x, float* y, ThreadPool& pool);
 
   int64_t dim_ = 0;
   std::vector<float> logits_;           // router [n][n_experts], then probabilities

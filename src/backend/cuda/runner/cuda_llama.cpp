@@ -88,7 +88,7 @@ class CudaLlamaRunner final : public ModelRunner, public PipelineStage {
   ExpertTraffic expert_traffic() const override {
     if (!experts_) return {};
     const ExpertCacheStats& s = experts_->store().stats();
-    return {s.uses, s.hits, s.copied_bytes};
+    return {s.uses, s.hits, s.on_cpu, s.copied_bytes};
   }
   std::vector<int32_t> resident_layers() const override {
     if (!weights_->streamer() && !hybrid_) return ModelRunner::resident_layers();
@@ -395,7 +395,7 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
                                   options_.sequence_splits};
   pass_.emplace(config_, context_, act_, *gemm_, pool, device_.multiprocessors, choices, residual, stream_);
   if (ExpertStore* store = weights_->experts()) {
-    experts_.emplace(config_, options_.max_batch, *store);
+    experts_.emplace(config_, options_.max_batch, *store, options_.expert_misses, options_.cpu_threads);
     pass_->set_experts(&*experts_);
   }
   stepwise_by_model_ = options_.stepwise_steps_max < 0;

@@ -11,6 +11,7 @@
 
 #include "gguf/gguf_file.h"
 #include "planning/device_memory_plan.h"
+#include "planning/expert_plan.h"
 #include "planning/hybrid_plan.h"
 #include "planning/placement.h"
 #include "runtime/model_runner.h"
@@ -107,6 +108,7 @@ struct CudaRunnerOptions {
   // (engine/expert_calibration.h): the most chosen start in VRAM. Empty: the
   // first experts of every layer alike.
   std::vector<uint64_t> expert_counts;
+  ExpertMisses expert_misses = ExpertMisses::Auto;  // where the experts that miss the VRAM cache compute
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
   // The last streamed layers of a pass start copying the next pass's first

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/family_ops.h"
+#include "backend/cuda/kernels/llama_ops.h"
 #include "backend/cuda/kernels/matvec.h"
 #include "backend/cuda/kernels/moe_ops.h"
 #include "backend/cuda/runner/layer_pass.h"
@@ -18,7 +19,7 @@ uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
          3 * align_device(4 * rows * uint64_t(spec.dim));
 }
 
-ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store)
+ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads)
     : spec_(spec), max_rows_(max_rows), store_(store) {
   const MoeSpec w = spec.widest_experts();
   for (const LayerSpec& l : spec.layers) {
@@ -42,9 +43,15 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   xe_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
-  host_ = PinnedBuffer(2 * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
+  host_ = PinnedBuffer(3 * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
   start_.resize(size_t(w.n_experts) + 1);
   fill_.resize(size_t(w.n_experts));
+  // The CPU takes misses in narrow passes only (decode steps, small batches,
+  // trees): a wide pass's expert has rows enough that its copy costs less.
+  constexpr int64_t kCpuRowsMax = 64;
+  if (!store.all_resident() && misses != ExpertMisses::Link) {
+    cpu_ = std::make_unique<CpuExperts>(spec, store, misses, std::min(max_rows, kCpuRowsMax), cpu_threads);
+  }
 }
 
 void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* x, int64_t n,
@@ -89,7 +96,13 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   }
   int32_t* chosen = host_.as<int32_t>();
   int32_t* routed = chosen + n * k;
+  float* weights = reinterpret_cast<float*>(routed + n * k);
   NT_CUDA_CHECK(cudaMemcpyAsync(chosen, chosen_, size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream));
+  const bool cpu_may_help = cpu_ && n <= cpu_->max_rows();
+  if (cpu_may_help) {  // what the CPU's experts take
+    NT_CUDA_CHECK(cudaMemcpyAsync(weights, weights_, size_t(n * k) * 4, cudaMemcpyDeviceToHost, stream));
+    NT_CUDA_CHECK(cudaMemcpyAsync(cpu_->host_rows(), xn, size_t(n * dim) * 4, cudaMemcpyDeviceToHost, stream));
+  }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   // The (row, choice) pairs by expert, rows ascending (a counting sort).
@@ -106,7 +119,11 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   }
   std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
-  if (alone && store_.hold(l, needed_, stream)) {
+  std::span<const int32_t> on_gpu = needed_;
+  if (cpu_may_help) cpu_->split(l, needed_, start_);
+  const bool cpu_part = cpu_may_help && !cpu_->on_cpu().empty();
+  if (cpu_part) on_gpu = cpu_->on_gpu();
+  if (!cpu_part && alone && store_.hold(l, needed_, stream)) {
     each_row_alone(pass, L, l, xn, out, n);
     store_.release(stream);
     finish();
@@ -115,10 +132,10 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   NT_CUDA_CHECK(cudaMemcpyAsync(routed_, routed, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
 
   // Each expert over its rows, added into x (or, before a post-norm, into sum_).
-  store_.begin_layer(l, needed_);
+  store_.begin_layer(l, on_gpu);
   const bool silu = layer.activation == FfnActivation::Silu;
-  for (size_t i = 0; i < needed_.size(); ++i) {
-    const int64_t e = needed_[i], first = start_[size_t(e)], m = start_[size_t(e) + 1] - first;
+  for (size_t i = 0; i < on_gpu.size(); ++i) {
+    const int64_t e = on_gpu[i], first = start_[size_t(e)], m = start_[size_t(e) + 1] - first;
     const int32_t* pairs = routed_ + first;
     gather_routed_rows(xn, pairs, m, k, dim, xe_, stream);
     const bool gemm = uses_gemm(m);
@@ -153,6 +170,12 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
     add_bias(L.down_exps_bias, ye_, dim);
     store_.done(i, stream);
     add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
+  }
+  if (cpu_part) {  // while the GPU works through the queue above
+    cpu_->compute(l, start_, routed, weights, n);
+    for (const int32_t e : cpu_->on_cpu()) store_.count_cpu_use(l, e);
+    NT_CUDA_CHECK(cudaMemcpyAsync(ye_, cpu_->host_sums(), size_t(n * dim) * 4, cudaMemcpyHostToDevice, stream));
+    add_floats(ye_, out, n * dim, stream);
   }
   finish();
 }

@@ -9,15 +9,19 @@
 // ascending order, each over its rows through the pass's products (mat-vec,
 // int8 GEMM or cuBLAS by its row count, as a dense layer's matrices do).
 // Either way a row adds its experts in ascending order, so its sum does not
-// depend on what the cache held. The experts' memory is the ExpertStore's.
+// depend on what the cache held. When the store caches only some experts,
+// the CPU computes some of a narrow pass's misses meanwhile (cpu_experts.h),
+// and their sum comes up after the GPU's. The experts' memory is the ExpertStore's.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/runner/cpu_experts.h"
 #include "backend/cuda/weights/device_matrix.h"
 #include "backend/cuda/weights/device_weights.h"
 #include "backend/cuda/weights/expert_store.h"
@@ -32,7 +36,8 @@ class ExpertFfn {
   // Device scratch for passes of up to max_rows rows: what the memory plan reserves.
   static uint64_t scratch_bytes(const ModelSpec& spec, int64_t max_rows);
 
-  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store);
+  // `misses` and `cpu_threads` (0: one a physical core) say where the misses compute.
+  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads);
 
   // x += [post_norm] the mixture of experts of layer l (its router and
   // biases in L) on the normed rows xn [n][dim]; `stepwise`: each row's
@@ -51,10 +56,11 @@ class ExpertFfn {
   const ModelSpec& spec_;
   int64_t max_rows_;
   ExpertStore& store_;
+  std::unique_ptr<CpuExperts> cpu_;  // when the store caches only some experts and the CPU may take misses
   DeviceBuffer scratch_;
   float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
   int32_t *chosen_ = nullptr, *routed_ = nullptr;
-  PinnedBuffer host_;  // the chosen experts [n][k], then the (row, choice) pairs sorted by expert
+  PinnedBuffer host_;  // the chosen experts [n][k], the (row, choice) pairs sorted by expert, the weights [n][k]
   std::vector<int64_t> start_;     // [n_experts + 1]: each expert's pairs in the sorted list
   std::vector<int64_t> fill_;      // [n_experts]: the next free place of each while sorting
   std::vector<int32_t> needed_;    // the experts some row chose, ascending

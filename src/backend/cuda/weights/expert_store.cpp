@@ -3,8 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
+#include <chrono>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
@@ -73,7 +74,7 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
     start = experts_in_vram(plan, spec.n_layers, counts);
     for (size_t x = 0; x < counts.size(); ++x) uses_[x] = uint32_t(std::min<uint64_t>(counts[x], 1u << 24));
   }
-  const uint64_t load_total = uint64_t(resident_ ? total : total + slots) * slot_bytes_;
+  const uint64_t load_total = resident_ ? uint64_t(total) * slot_bytes_ : host_bytes;
   uint64_t loaded = 0;
   if (resident_) {
     // Through a pinned staging of a few experts at a time.
@@ -87,19 +88,18 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
       if (on_progress) on_progress(loaded, load_total);
     }
   } else {
-    host_ = PinnedBuffer(host_bytes, "the experts in pinned RAM");
-    const int64_t batch = std::max<int64_t>(1, int64_t((1ull << 30) / slot_bytes_));
-    for (int64_t x = 0; x < total; x += batch) {
-      const int64_t count = std::min(batch, total - x);
-      lay_out_all(weights, x, count, [&](int64_t y) { return host_.as<uint8_t>() + uint64_t(y) * slot_bytes_; });
-      loaded += uint64_t(count) * slot_bytes_;
+    // The misses' source in the file's layout, then the slots' first experts through the landing buffer.
+    pin_file_experts(weights, host_bytes, [&](uint64_t bytes) {
+      loaded += bytes;
       if (on_progress) on_progress(loaded, load_total);
-    }
-    for (int64_t s = 0; s < slots; ++s) {
-      const int64_t x = start[size_t(s)];
-      NT_CUDA_CHECK(cudaMemcpy(slot_base(s), host_.as<uint8_t>() + uint64_t(x) * slot_bytes_, layout_of(x).bytes,
-                               cudaMemcpyHostToDevice));
-    }
+    });
+    landing_ = DeviceBuffer(plan.landing_bytes, "the experts' landing buffer");
+    const auto start_time = std::chrono::steady_clock::now();
+    for (int64_t s = 0; s < slots; ++s) fill(s, start[size_t(s)]);
+    NT_CUDA_CHECK(cudaStreamSynchronize(copy_));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+    if (slots > 0 && seconds > 0) link_gbps_ = double(stats_.copied_bytes) / seconds / 1e9;
+    stats_.copied_bytes = 0;  // the load's, not a miss's
     if (on_progress) on_progress(load_total, load_total);
   }
   table_ = DeviceBuffer(size_t(total) * 4, "the experts' slot table");
@@ -149,14 +149,14 @@ void ExpertStore::lay_out_all(const ModelWeights& weights, int64_t from, int64_t
 
 std::string ExpertStore::describe() const {
   if (resident_) return fmt::format("all {} experts in VRAM ({:.2f} GiB)", experts(), gib(device_bytes()));
-  return fmt::format("{} of {} experts cached in VRAM ({:.2f} GiB), all in pinned RAM ({:.2f} GiB)", slots(), experts(),
-                     gib(device_bytes()), gib(pinned_bytes()));
+  return fmt::format("{} of {} experts cached in VRAM ({:.2f} GiB), all in pinned RAM ({:.2f} GiB, {:.1f} GB/s to the GPU)",
+                     slots(), experts(), gib(device_bytes()), gib(pinned_bytes()), link_gbps_);
 }
 
 std::string ExpertStore::summary() const {
-  const double hit = stats_.uses ? 100.0 * double(stats_.hits) / double(stats_.uses) : 0.0;
-  return fmt::format("experts: {} uses, {:.1f}% in VRAM, {:.2f} GB copied in", stats_.uses, hit,
-                     double(stats_.copied_bytes) / 1e9);
+  const auto share = [&](uint64_t part) { return stats_.uses ? 100.0 * double(part) / double(stats_.uses) : 0.0; };
+  return fmt::format("experts: {} uses, {:.1f}% in VRAM, {:.1f}% on the CPU, {:.2f} GB copied in", stats_.uses,
+                     share(stats_.hits), share(stats_.on_cpu), double(stats_.copied_bytes) / 1e9);
 }
 
 std::tuple<uint32_t, uint64_t, int64_t> ExpertStore::key(int64_t slot) const {
@@ -178,18 +178,81 @@ void ExpertStore::touch(int64_t slot) {
 }
 
 void ExpertStore::fill(int64_t slot, int64_t x) {
+  using enum LayerRole;
   Slot& s = slot_[size_t(slot)];
   int32_t* table = host_table_.as<int32_t>();
   if (s.expert >= 0) home_[size_t(s.expert)] = table[s.expert] = -1;
   s.expert = x;
   home_[size_t(x)] = slot;
   table[x] = int32_t(slot);
-  const uint64_t bytes = layout_of(x).bytes;
   NT_CUDA_CHECK(cudaStreamWaitEvent(copy_, s.read, 0));  // its last reader is done
-  NT_CUDA_CHECK(cudaMemcpyAsync(slot_base(slot), host_.as<uint8_t>() + uint64_t(x) * slot_bytes_, bytes,
-                                cudaMemcpyHostToDevice, copy_));
+  // The file's bytes land, then the GPU re-lays them into the slot; the
+  // next miss's copy waits behind this re-lay on the same stream.
+  const int64_t layer = x / n_experts_, e = x % n_experts_;
+  const LayerWeights& host = host_layers_[size_t(layer)];
+  const ExpertMatrices m = place_expert(layout_of(x), slot_base(slot));
+  uint8_t* landing = landing_.as<uint8_t>();
+  for (const auto& [role, target] : {std::pair{FfnGateExperts, &m.gate}, std::pair{FfnUpExperts, &m.up},
+                                     std::pair{FfnDownExperts, &m.down}}) {
+    const WeightRef w = host[role].expert(e);
+    const uint64_t bytes = uint64_t(w.rows) * w.row_stride();
+    NT_CUDA_CHECK(cudaMemcpyAsync(landing, w.data, bytes, cudaMemcpyHostToDevice, copy_));
+    relay_matrix_rows_async(*target, 0, w.rows, landing, copy_);
+    landing += bytes;
+  }
   NT_CUDA_CHECK(cudaEventRecord(s.landed, copy_));
-  stats_.copied_bytes += bytes;
+  stats_.copied_bytes += copy_bytes_[size_t(layer)];
+}
+
+void ExpertStore::pin_file_experts(const ModelWeights& weights, uint64_t total_bytes,
+                                   const std::function<void(uint64_t)>& on_bytes) {
+  host_ = PinnedBuffer(total_bytes, "the experts in pinned RAM");
+  // Each stacked tensor's bytes, in pieces that several threads copy out of the file.
+  struct Piece {
+    uint8_t* to;
+    const uint8_t* from;
+    uint64_t bytes;
+  };
+  std::vector<Piece> pieces;
+  constexpr uint64_t kPiece = 64ull << 20;
+  uint8_t* at = host_.as<uint8_t>();
+  for (const LayerWeights& file_layer : weights.layers) {
+    LayerWeights& host = host_layers_.emplace_back(file_layer);
+    for (const LayerRole role : kExpertRoles) {
+      if (!file_layer.has(role)) continue;
+      const uint64_t bytes = file_layer[role].bytes();
+      for (uint64_t done = 0; done < bytes; done += kPiece) {
+        pieces.push_back({at + done, file_layer[role].data + done, std::min(kPiece, bytes - done)});
+      }
+      host[role].data = at;
+      at += bytes;
+    }
+    copy_bytes_.push_back(expert_file_bytes(file_layer, kExpertMatrices));
+  }
+  if (uint64_t(at - host_.as<uint8_t>()) != total_bytes) {
+    fail("internal: the experts' file bytes add up to {}, not the plan's {}", at - host_.as<uint8_t>(), total_bytes);
+  }
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t round = 16 * threads;  // pieces between progress reports (about 1 GiB with 16 threads)
+  for (size_t first = 0; first < pieces.size(); first += round) {
+    const size_t last = std::min(pieces.size(), first + round);
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < std::min(threads, last - first); ++t) {
+      pool.emplace_back([&, t] {
+        for (size_t i = first + t; i < last; i += threads) std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes);
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    uint64_t bytes = 0;
+    for (size_t i = first; i < last; ++i) bytes += pieces[i].bytes;
+    on_bytes(bytes);
+  }
+}
+
+void ExpertStore::count_cpu_use(int64_t layer, int64_t e) {
+  ++stats_.uses;
+  ++stats_.on_cpu;
+  ++uses_[size_t(index(layer, e))];
 }
 
 void ExpertStore::begin_layer(int64_t layer, std::span<const int32_t> experts) {

@@ -1,7 +1,8 @@
 // Where a mixture of experts' experts live on one GPU, expert by expert:
 // all in VRAM when the budget holds them, else a VRAM cache of slots in
-// front of a pinned-RAM copy of every expert, laid out as on the GPU, so
-// that a miss is one host-to-device copy. The cache evicts, of the experts
+// front of a pinned-RAM copy of every expert in the file's layout, which the
+// CPU computes from (cpu_experts.h) and a miss copies from: into a landing
+// buffer, then re-laid into its slot on the GPU. The cache evicts, of the experts
 // the running layer does not need, the one used least often since load
 // (counts halve as uses pass eight per expert, so that the cache follows a
 // changing workload), the least recently used of those tied. Counting keeps
@@ -45,7 +46,7 @@ ExpertMatrices place_expert(const ExpertLayout& layout, uint8_t* base);
 
 // What the cache did, since load.
 struct ExpertCacheStats {
-  uint64_t uses = 0, hits = 0;
+  uint64_t uses = 0, hits = 0, on_cpu = 0;  // on_cpu: misses the CPU computed instead of copying
   uint64_t copied_bytes = 0;
 };
 
@@ -66,13 +67,26 @@ class ExpertStore {
   int64_t slots() const { return int64_t(slot_.size()); }
   int64_t experts() const { return int64_t(home_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }  // the largest expert's three matrices on the GPU
-  uint64_t device_bytes() const { return slots_.size(); }
+  uint64_t device_bytes() const { return slots_.size() + landing_.size(); }
   uint64_t pinned_bytes() const { return host_.size(); }
   const ExpertCacheStats& stats() const { return stats_; }
   // "all 1024 experts in VRAM", or "512 of 6144 experts cached in VRAM (1.50 GiB), the rest in pinned RAM".
   std::string describe() const;
-  // What the cache did: "experts: 1,536 uses, 41.2% in VRAM, 2.31 GB copied in".
+  // What the cache did: "experts: 1,536 uses, 41.2% in VRAM, 20.3% on the CPU, 2.31 GB copied in".
   std::string summary() const;
+
+  // Whether the layer's expert e is in VRAM now.
+  bool in_vram(int64_t layer, int64_t e) const { return home_[size_t(index(layer, e))] >= 0; }
+  // The layer's stacked experts in pinned RAM, as the file lays them out (the
+  // other roles point into the file): what the CPU computes a miss from. Only
+  // when not every expert is resident.
+  const LayerWeights& host_layer(int64_t layer) const { return host_layers_[size_t(layer)]; }
+  // The bytes a miss of the layer copies over the link: its matrices in the file's layout.
+  uint64_t copy_bytes(int64_t layer) const { return copy_bytes_[size_t(layer)]; }
+  // The link's rate, GB/s, as the first slots' copies at load measured it (0: not measured).
+  double link_gbps() const { return link_gbps_; }
+  // The layer's expert e computed on the CPU in place of a miss: a use, counted as the cache counts its own.
+  void count_cpu_use(int64_t layer, int64_t e);
 
   // Every expert of `layer` where kernels find it: slot slot_of(layer)[e] of
   // the slots from slot0(layer) on, slot_bytes() apart (ExpertRows, matvec.h).
@@ -107,6 +121,8 @@ class ExpertStore {
   void lay_out(const ModelWeights& weights, int64_t x, uint8_t* image) const;
   // Lays out experts [0, count) with `threads` threads, image of x at images(x).
   void lay_out_all(const ModelWeights& weights, int64_t from, int64_t count, const std::function<uint8_t*(int64_t)>& images) const;
+  // Copies every layer's stacked experts from the file into host_ and points host_layers_ at them.
+  void pin_file_experts(const ModelWeights& weights, uint64_t total_bytes, const std::function<void(uint64_t)>& on_bytes);
   // Puts expert x's copy into `slot`, evicting what it held.
   void fill(int64_t slot, int64_t x);
   // Queues copies of the running layer's misses into the slots it may take.
@@ -123,7 +139,11 @@ class ExpertStore {
   std::vector<ExpertLayout> layouts_;  // per layer
   uint64_t slot_bytes_ = 0;
   DeviceBuffer slots_;
-  PinnedBuffer host_;  // every expert's device image, slot_bytes_ apart, when not all are resident
+  PinnedBuffer host_;  // every layer's stacked experts as in the file, when not all are resident
+  std::vector<LayerWeights> host_layers_;  // per layer, its expert roles pointing into host_
+  std::vector<uint64_t> copy_bytes_;       // per layer, one expert's matrices in the file's layout
+  DeviceBuffer landing_;                   // a miss's file bytes, before their re-lay into its slot
+  double link_gbps_ = 0;
   DeviceBuffer table_;        // [layers][n_experts]: each expert's slot (-1: none), as of the last hold() of its layer
   PinnedBuffer host_table_;   // the same, kept by fill()
   std::vector<Slot> slot_;
