@@ -45,7 +45,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "others: N, 0 (stream them all) or auto (the planner's choice from rates measured at load, when it "
                  "predicts a gain)")
       ->capture_default_str();
-  cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming to this file");
+  cmd.add_option("--trace", o.trace, "CUDA: write a Chrome-trace JSON of layer streaming, or of a mixture of experts' copies and CPU expert work, to this file");
   cmd.add_option("--expert-counts", o.expert_counts,
                  "CUDA: a mixture of experts starts with the experts these counts (calibrate-experts) chose most in VRAM")
       ->check(CLI::ExistingFile);

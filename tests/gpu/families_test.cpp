@@ -27,6 +27,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_runner.h"
 #include "backend/cuda/multi_gpu/pipeline_runner.h"
@@ -365,8 +367,11 @@ TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
     const ExpertTraffic t = cuda->expert_traffic();
     const uint64_t misses_seen = t.uses - t.in_vram;
     ASSERT_GT(misses_seen, 0u);
-    if (misses == ExpertMisses::Link) EXPECT_EQ(t.on_cpu, 0u);
-    if (misses == ExpertMisses::Cpu) EXPECT_EQ(t.on_cpu, misses_seen);
+    if (misses == ExpertMisses::Link) {
+      EXPECT_EQ(t.on_cpu, 0u);
+    } else if (misses == ExpertMisses::Cpu) {
+      EXPECT_EQ(t.on_cpu, misses_seen);
+    }
     std::printf("  %llu uses, %llu in VRAM, %llu on the CPU\n", (unsigned long long)t.uses, (unsigned long long)t.in_vram,
                 (unsigned long long)t.on_cpu);
   }
@@ -386,6 +391,41 @@ TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
     }
     auto cached_runner = make_cuda_runner(*file_, kContext, o);
     expect_same_logits(*cached_runner, *resident);
+  }
+}
+
+// --trace: every miss copied is a span on the copies' row, and the CPU's
+// expert work is on a row of its own, as the cache's counts say.
+TEST_P(CudaExperts, TraceShowsTheCopiesAndTheCpusWork) {
+  const int64_t vocab = cpu_->config().vocab_size;
+  const auto tokens = random_tokens(28, vocab);
+  for (const ExpertMisses misses : {ExpertMisses::Link, ExpertMisses::Cpu}) {
+    SCOPED_TRACE(misses_name(misses));
+    const std::string path = testing::TempDir() + "experts_trace.json";
+    std::filesystem::remove(path);
+    ExpertTraffic traffic;
+    {
+      CudaRunnerOptions o = cached(misses);
+      o.trace_path = path;
+      auto cuda = make_cuda_runner(*file_, kContext, o);
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      cuda->forward(std::span(tokens).first(24), 0, logits.data(), false);
+      for (int64_t pos = 24; pos < 28; ++pos) cuda->forward(std::span(tokens).subspan(size_t(pos), 1), pos, logits.data(), false);
+      traffic = cuda->expert_traffic();
+    }  // the trace is written as the runner goes
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    uint64_t copies = 0, cpu_spans = 0;
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+      copies += e["tid"] == 1;
+      cpu_spans += e["tid"] == 3;
+    }
+    EXPECT_EQ(copies, traffic.uses - traffic.in_vram - traffic.on_cpu);
+    EXPECT_EQ(cpu_spans > 0, traffic.on_cpu > 0);
+    EXPECT_GT(misses == ExpertMisses::Link ? copies : cpu_spans, 0u);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "backend/cuda/runner/expert_ffn.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -19,8 +21,17 @@ uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
          3 * align_device(4 * rows * uint64_t(spec.dim));
 }
 
-ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads)
-    : spec_(spec), max_rows_(max_rows), store_(store) {
+namespace {
+enum TraceRow { kCopiesRow = 1, kGpuRow = 2, kCpuRow = 3 };
+}  // namespace
+
+ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads,
+                     const std::string& trace_path)
+    : spec_(spec),
+      max_rows_(max_rows),
+      store_(store),
+      trace_(store.all_resident() ? std::string() : trace_path,
+             {"expert copies (H2D, re-lay)", "experts on the GPU", "experts on the CPU (host)"}) {
   const MoeSpec w = spec.widest_experts();
   for (const LayerSpec& l : spec.layers) {
     if (l.moe.expert_ffn_dim > spec.ffn_dim) {
@@ -61,6 +72,10 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   const int64_t experts = moe.n_experts, k = moe.n_experts_used, width = moe.expert_ffn_dim, dim = spec_.dim;
   const cudaStream_t stream = pass.stream();
   PassBuffers& act = pass.buffers();
+  if (trace_.on() && !trace_.started()) {
+    trace_.start(stream);
+    store_.trace_copies(&trace_, kCopiesRow);
+  }
   // y = m * in over `rows` rows, as the pass multiplies, or column by column as one-token steps do.
   const auto product = [&](const DeviceMatrix& m, const Input& in, int64_t rows, float* y, int64_t y_stride) {
     if (!stepwise) {
@@ -104,6 +119,7 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
     NT_CUDA_CHECK(cudaMemcpyAsync(cpu_->host_rows(), xn, size_t(n * dim) * 4, cudaMemcpyDeviceToHost, stream));
   }
   NT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  trace_.collect();
 
   // The (row, choice) pairs by expert, rows ascending (a counting sort).
   std::fill(start_.begin(), start_.begin() + experts + 1, 0);
@@ -132,6 +148,12 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   NT_CUDA_CHECK(cudaMemcpyAsync(routed_, routed, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
 
   // Each expert over its rows, added into x (or, before a post-norm, into sum_).
+  cudaEvent_t gpu_end = nullptr;
+  if (trace_.on()) {
+    const auto [begin, end] = trace_.device_span(fmt::format("layer {}: {} experts", l, on_gpu.size()), kGpuRow);
+    NT_CUDA_CHECK(cudaEventRecord(begin, stream));
+    gpu_end = end;
+  }
   store_.begin_layer(l, on_gpu);
   const bool silu = layer.activation == FfnActivation::Silu;
   for (size_t i = 0; i < on_gpu.size(); ++i) {
@@ -171,8 +193,12 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
     store_.done(i, stream);
     add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
   }
+  if (gpu_end) NT_CUDA_CHECK(cudaEventRecord(gpu_end, stream));
   if (cpu_part) {  // while the GPU works through the queue above
+    const auto begin = TraceLog::Clock::now();
     cpu_->compute(l, start_, routed, weights, n);
+    trace_.span(fmt::format("layer {}: {} experts over {} rows", l, cpu_->on_cpu().size(), n), kCpuRow,
+                trace_.host_us(begin), trace_.host_us(TraceLog::Clock::now()));
     for (const int32_t e : cpu_->on_cpu()) store_.count_cpu_use(l, e);
     NT_CUDA_CHECK(cudaMemcpyAsync(ye_, cpu_->host_sums(), size_t(n * dim) * 4, cudaMemcpyHostToDevice, stream));
     add_floats(ye_, out, n * dim, stream);

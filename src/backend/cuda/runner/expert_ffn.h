@@ -18,10 +18,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/runner/cpu_experts.h"
+#include "backend/cuda/trace_log.h"
 #include "backend/cuda/weights/device_matrix.h"
 #include "backend/cuda/weights/device_weights.h"
 #include "backend/cuda/weights/expert_store.h"
@@ -36,8 +38,11 @@ class ExpertFfn {
   // Device scratch for passes of up to max_rows rows: what the memory plan reserves.
   static uint64_t scratch_bytes(const ModelSpec& spec, int64_t max_rows);
 
-  // `misses` and `cpu_threads` (0: one a physical core) say where the misses compute.
-  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads);
+  // `misses` and `cpu_threads` (0: one a physical core) say where the misses
+  // compute. `trace_path`: a Chrome trace of the copies, the GPU's experts and
+  // the CPU's, when the store caches only some (empty: none).
+  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads,
+            const std::string& trace_path);
 
   // x += [post_norm] the mixture of experts of layer l (its router and
   // biases in L) on the normed rows xn [n][dim]; `stepwise`: each row's
@@ -57,6 +62,7 @@ class ExpertFfn {
   int64_t max_rows_;
   ExpertStore& store_;
   std::unique_ptr<CpuExperts> cpu_;  // when the store caches only some experts and the CPU may take misses
+  TraceLog trace_;
   DeviceBuffer scratch_;
   float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
   int32_t *chosen_ = nullptr, *routed_ = nullptr;

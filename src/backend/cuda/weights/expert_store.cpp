@@ -192,6 +192,12 @@ void ExpertStore::fill(int64_t slot, int64_t x) {
   const LayerWeights& host = host_layers_[size_t(layer)];
   const ExpertMatrices m = place_expert(layout_of(x), slot_base(slot));
   uint8_t* landing = landing_.as<uint8_t>();
+  cudaEvent_t traced_end = nullptr;
+  if (trace_) {
+    const auto [begin, end] = trace_->device_span(fmt::format("layer {} expert {}", layer, e), trace_row_);
+    NT_CUDA_CHECK(cudaEventRecord(begin, copy_));
+    traced_end = end;
+  }
   for (const auto& [role, target] : {std::pair{FfnGateExperts, &m.gate}, std::pair{FfnUpExperts, &m.up},
                                      std::pair{FfnDownExperts, &m.down}}) {
     const WeightRef w = host[role].expert(e);
@@ -201,6 +207,7 @@ void ExpertStore::fill(int64_t slot, int64_t x) {
     landing += bytes;
   }
   NT_CUDA_CHECK(cudaEventRecord(s.landed, copy_));
+  if (traced_end) NT_CUDA_CHECK(cudaEventRecord(traced_end, copy_));
   stats_.copied_bytes += copy_bytes_[size_t(layer)];
 }
 

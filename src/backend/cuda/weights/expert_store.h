@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/trace_log.h"
 #include "backend/cuda/weights/device_matrix.h"
 #include "model/arch/model_spec.h"
 #include "model/model_weights.h"
@@ -87,6 +88,11 @@ class ExpertStore {
   double link_gbps() const { return link_gbps_; }
   // The layer's expert e computed on the CPU in place of a miss: a use, counted as the cache counts its own.
   void count_cpu_use(int64_t layer, int64_t e);
+  // Each copy from now on is a span on `row` of `log` (a started one).
+  void trace_copies(TraceLog* log, int row) {
+    trace_ = log;
+    trace_row_ = row;
+  }
 
   // Every expert of `layer` where kernels find it: slot slot_of(layer)[e] of
   // the slots from slot0(layer) on, slot_bytes() apart (ExpertRows, matvec.h).
@@ -153,6 +159,8 @@ class ExpertStore {
   uint64_t clock_ = 0, since_halving_ = 0;
   cudaStream_t copy_ = nullptr;
   ExpertCacheStats stats_;
+  TraceLog* trace_ = nullptr;
+  int trace_row_ = 0;
 
   // The running layer.
   int64_t layer_ = 0;

@@ -3,12 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/byte_size.h"
-#include "core/output_file.h"
 
 namespace nt {
 namespace {
@@ -37,7 +34,10 @@ float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
 
 LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<StreamedLayer> layers,
                              const LayerStreamOptions& options)
-    : reader_(std::move(reader)), layers_(std::move(layers)), options_(options) {
+    : reader_(std::move(reader)),
+      layers_(std::move(layers)),
+      options_(options),
+      trace_(options.trace_path, {"storage reads (host)", "H2D copies", "re-lay kernels", "GPU compute", "CPU layers (host)"}) {
   if (options_.gpu_slots < 2 || options_.staging_slots < 2) {
     fail("layer streaming needs at least 2 GPU slots and 2 staging slots (got {} and {})", options_.gpu_slots,
          options_.staging_slots);
@@ -80,7 +80,6 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
   for (auto* v : {&compute_begin_, &compute_end_}) *v = make_events(n, true);
   read_begin_us_.assign(n, -1);
   read_end_us_.assign(n, -1);
-  origin_ = make_event(true);
   resident_begin_ = make_event(true);
 
   // RAM tier: the file bytes of each layer, read once into pinned memory in
@@ -135,7 +134,7 @@ LayerStreamer::LayerStreamer(std::unique_ptr<FileReader> reader, std::vector<Str
     staging_used_ = std::make_unique<std::atomic<bool>[]>(size_t(options_.staging_slots));
     read_begin_ns_ = std::make_unique<std::atomic<int64_t>[]>(size_t(options_.staging_slots));
     for (int s = 0; s < options_.staging_slots; ++s) staging_used_[size_t(s)] = false;
-    origin_time_ = Clock::now();  // reads issued at load show before the first chunk's origin
+    trace_.start_host_clock();  // reads issued at load show before the first chunk's origin
     std::vector<size_t> order(disk_layers_.size());
     for (size_t d = 0; d < order.size(); ++d) order[d] = d;
     restart_reads(std::move(order));
@@ -165,18 +164,10 @@ LayerStreamer::~LayerStreamer() {
   for (const PendingRead& r : reads_) wait_ignoring_errors(*reader_, r.tickets);  // nothing reads these slots any more
   if (copy_) cudaStreamSynchronize(copy_);
   if (relay_) cudaStreamSynchronize(relay_);
-  if (!options_.trace_path.empty()) {
-    try {
-      write_trace();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "warning: %s\n", e.what());
-    }
-  }
   for (auto* v : {&slot_copied_, &slot_free_, &landing_free_, &staging_copied_, &copies_[0].begin, &copies_[0].h2d_end,
                   &copies_[0].end, &copies_[1].begin, &copies_[1].h2d_end, &copies_[1].end, &compute_begin_, &compute_end_}) {
     for (cudaEvent_t e : *v) cudaEventDestroy(e);
   }
-  if (origin_) cudaEventDestroy(origin_);
   if (resident_begin_) cudaEventDestroy(resident_begin_);
   if (copy_) cudaStreamDestroy(copy_);
   if (relay_) cudaStreamDestroy(relay_);
@@ -225,8 +216,8 @@ void LayerStreamer::transfer(size_t pass_index) {
     staging_slot = r.slot;
     const int64_t begin_ns = read_begin_ns_[size_t(staging_slot)];
     const auto begin = Clock::time_point(std::chrono::nanoseconds(begin_ns));
-    read_begin_us_[index] = host_us(begin);
-    read_end_us_[index] = host_us(Clock::now());
+    read_begin_us_[index] = trace_.host_us(begin);
+    read_end_us_[index] = trace_.host_us(Clock::now());
     stats_.disk_bytes += l.read.file_bytes;
     host = staging_[size_t(staging_slot)].as<uint8_t>();
   }
@@ -257,11 +248,7 @@ void LayerStreamer::transfer(size_t pass_index) {
 }
 
 void LayerStreamer::begin_chunk(cudaStream_t compute, std::span<const int32_t> layers) {
-  if (stats_.chunks == 0) {  // the time origin of the trace: host and device clocks together
-    NT_CUDA_CHECK(cudaEventRecord(origin_, compute));
-    NT_CUDA_CHECK(cudaEventSynchronize(origin_));
-    origin_time_ = Clock::now();
-  }
+  if (stats_.chunks == 0) trace_.start(compute);
   chunk_start_ = Clock::now();
   std::fill(read_begin_us_.begin(), read_begin_us_.end(), -1.0);
   for (const size_t index : pass_) pass_place_[index] = -1;
@@ -313,37 +300,27 @@ void LayerStreamer::after_layer(int64_t layer, cudaStream_t compute) {
 }
 
 void LayerStreamer::host_span(const std::string& name, Clock::time_point begin, Clock::time_point end) {
-  add_trace(name, kHost, host_us(begin), host_us(end));
-}
-
-double LayerStreamer::host_us(Clock::time_point t) const {
-  return std::chrono::duration<double, std::micro>(t - origin_time_).count();
-}
-
-void LayerStreamer::add_trace(const std::string& name, int tid, double begin_us, double end_us) {
-  if (options_.trace_path.empty()) return;
-  nlohmann::json e = {{"name", name}, {"ph", "X"}, {"pid", 0}, {"tid", tid}, {"ts", begin_us}, {"dur", std::max(0.0, end_us - begin_us)}};
-  trace_.push_back(e.dump());
+  trace_.span(name, kHost, trace_.host_us(begin), trace_.host_us(end));
 }
 
 void LayerStreamer::end_chunk() {
   ++stats_.chunks;
   stats_.wall_seconds += std::chrono::duration<double>(Clock::now() - chunk_start_).count();
   const uint64_t step = stats_.chunks;
-  auto at = [&](cudaEvent_t e) { return double(elapsed_ms(origin_, e)) * 1e3; };
-  if (!options_.trace_path.empty()) {
-    add_trace(fmt::format("step {}: embedding + resident layers", step), kCompute, at(resident_begin_),
+  auto at = [&](cudaEvent_t e) { return trace_.device_us(e); };
+  if (trace_.on()) {
+    trace_.span(fmt::format("step {}: embedding + resident layers", step), kCompute, at(resident_begin_),
               pass_.empty() ? at(resident_begin_) : at(compute_begin_[pass_[0]]));
   }
   const CopyEvents& copies = copies_for(stats_.chunks - 1);  // this pass's (counted above)
   for (const size_t i : pass_) {
     stats_.h2d_seconds += elapsed_ms(copies.begin[i], copies.h2d_end[i]) * 1e-3;
-    if (options_.trace_path.empty()) continue;
+    if (!trace_.on()) continue;
     const std::string name = fmt::format("layer {} ({})", layers_[i].layer, tier_name(layers_[i].tier));
-    if (read_begin_us_[i] >= 0) add_trace("read " + name, kReads, read_begin_us_[i], read_end_us_[i]);
-    add_trace("H2D " + name, kCopies, at(copies.begin[i]), at(copies.h2d_end[i]));
-    add_trace("re-lay " + name, kRelays, at(copies.h2d_end[i]), at(copies.end[i]));
-    add_trace("compute " + name, kCompute, at(compute_begin_[i]), at(compute_end_[i]));
+    if (read_begin_us_[i] >= 0) trace_.span("read " + name, kReads, read_begin_us_[i], read_end_us_[i]);
+    trace_.span("H2D " + name, kCopies, at(copies.begin[i]), at(copies.h2d_end[i]));
+    trace_.span("re-lay " + name, kRelays, at(copies.h2d_end[i]), at(copies.end[i]));
+    trace_.span("compute " + name, kCompute, at(compute_begin_[i]), at(compute_end_[i]));
   }
 }
 
@@ -359,18 +336,6 @@ std::string LayerStreamer::summary() const {
                      reader_->description());
   }
   return s;
-}
-
-void LayerStreamer::write_trace() const {
-  std::string out = "{\"traceEvents\":[\n";
-  const char* names[] = {"", "storage reads (host)", "H2D copies", "re-lay kernels", "GPU compute", "CPU layers (host)"};
-  for (int tid = kReads; tid <= kHost; ++tid) {
-    nlohmann::json m = {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", names[tid]}}}};
-    out += m.dump() + ",\n";
-  }
-  for (size_t i = 0; i < trace_.size(); ++i) out += trace_[i] + (i + 1 < trace_.size() ? ",\n" : "\n");
-  out += "]}\n";
-  write_file_atomically(options_.trace_path, "--trace", out);
 }
 
 }  // namespace nt

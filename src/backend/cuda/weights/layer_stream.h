@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/trace_log.h"
 #include "backend/cuda/weights/device_matrix.h"
 #include "planning/placement.h"
 #include "storage/io_reader.h"
@@ -140,9 +141,6 @@ class LayerStreamer {
   // Makes the storage reads follow `order` (disk indices) from now on.
   void restart_reads(std::vector<size_t> order);
   void queue_read(size_t disk_index, int slot);
-  double host_us(Clock::time_point t) const;
-  void add_trace(const std::string& name, int tid, double begin_us, double end_us);
-  void write_trace() const;
 
   std::unique_ptr<FileReader> reader_;
   std::vector<StreamedLayer> layers_;
@@ -184,10 +182,10 @@ class LayerStreamer {
   CopyEvents& copies_for(uint64_t chunk) { return copies_[chunk % 2]; }
   std::vector<cudaEvent_t> compute_begin_, compute_end_;
   std::vector<double> read_begin_us_, read_end_us_;
-  cudaEvent_t origin_ = nullptr, resident_begin_ = nullptr;
-  Clock::time_point origin_time_, chunk_start_;
+  cudaEvent_t resident_begin_ = nullptr;
+  Clock::time_point chunk_start_;
   StreamStats stats_;
-  std::vector<std::string> trace_;  // JSON objects
+  TraceLog trace_;
 };
 
 }  // namespace nt
