@@ -378,9 +378,13 @@ TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
 }
 
 // Also when calibration counts (here: the last expert of each layer chosen
-// most) pick the experts the cache starts with.
+// most) pick the experts the cache starts with. The resident runner takes
+// each expert's products apart as the cache's passes do (not the chunks of
+// every expert at once, whose numbers are one-token steps').
 TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
-  auto resident = make_cuda_runner(*file_, kContext);
+  CudaRunnerOptions apart;
+  apart.expert_chunks = false;
+  auto resident = make_cuda_runner(*file_, kContext, apart);
   for (const bool counted : {false, true}) {
     SCOPED_TRACE(counted ? "counts place them" : "an equal share of each layer's");
     CudaRunnerOptions o = cached();

@@ -119,6 +119,19 @@ struct ExpertRows {
 // with one warp a row (gated when p.w_up is set); no folded norms or residual.
 void matvec_experts(const MatvecParams& p, const ExpertRows& rows, int64_t pairs, cudaStream_t stream);
 
+// Up to kMatvecMaxColumns consecutive columns of a pass's (row, choice)
+// pairs sorted by expert, all of one expert's.
+struct ExpertChunk {
+  int32_t expert = 0, first = 0, count = 0;
+};
+// One launch over n_chunks chunks: columns [first, first + count) of the
+// activations times expert `expert`'s matrix (slot slot_of[expert], as
+// ExpertRows), into the same columns of y. Each column gets the numbers
+// matvec_experts gives its pair (one warp a row), and a chunk reads its
+// expert's weights once for all its columns.
+void matvec_expert_chunks(const MatvecParams& p, const ExpertChunk* chunks, int64_t n_chunks, const int32_t* slot_of,
+                          uint64_t slot_bytes, cudaStream_t stream);
+
 // Quantizes `columns` rows of `cols` floats (cols a multiple of 32) to q8.
 void quantize_activations(const float* x, int64_t columns, int64_t cols, int8_t* q8, float2* q8_scales,
                           cudaStream_t stream);

@@ -101,7 +101,7 @@ __global__ void add_routed_rows_kernel(const float* ye, const int32_t* routed, c
 // expert by expert, lowest first: the same float operations in the same
 // order as one add_routed_rows launch per expert.
 __global__ void add_expert_outputs_kernel(const float* ye, const int32_t* experts, const float* weights, int k, int64_t dim,
-                                          float* y) {
+                                          float* y, const int32_t* place) {
   const int64_t t = blockIdx.y;
   const int32_t* chosen = experts + t * k;
   float* to = y + t * dim;
@@ -113,7 +113,8 @@ __global__ void add_expert_outputs_kernel(const float* ye, const int32_t* expert
       for (int c = 0; c < k; ++c) {
         if (chosen[c] > last && (j < 0 || chosen[c] < chosen[j])) j = c;
       }
-      acc += weights[t * k + j] * ye[(t * k + j) * dim + d];
+      const int64_t pair = t * k + j;
+      acc += weights[pair] * ye[(place ? place[pair] : pair) * dim + d];
       last = chosen[j];
     }
     to[d] = acc;
@@ -157,9 +158,9 @@ void add_routed_rows(const float* ye, const int32_t* routed, const float* weight
 }
 
 void add_expert_outputs(const float* ye, const int32_t* experts, const float* weights, int64_t n, int64_t k, int64_t dim,
-                        float* y, cudaStream_t stream) {
+                        float* y, cudaStream_t stream, const int32_t* place) {
   if (n == 0) return;
-  add_expert_outputs_kernel<<<row_grid(n, dim), kRowThreads, 0, stream>>>(ye, experts, weights, int(k), dim, y);
+  add_expert_outputs_kernel<<<row_grid(n, dim), kRowThreads, 0, stream>>>(ye, experts, weights, int(k), dim, y, place);
   NT_CUDA_CHECK_LAUNCH();
 }
 

@@ -33,8 +33,8 @@ void add_routed_rows(const float* ye, const int32_t* routed, const float* weight
 
 // y[t] += sum of weights[t][j] * ye[t * k + j] over the k choices of row t,
 // taken in ascending expert order (as add_routed_rows' experts add them),
-// for rows t < n.
+// for rows t < n. With `place`, pair t * k + j's output is row place[t * k + j] of ye.
 void add_expert_outputs(const float* ye, const int32_t* experts, const float* weights, int64_t n, int64_t k, int64_t dim,
-                        float* y, cudaStream_t stream);
+                        float* y, cudaStream_t stream, const int32_t* place = nullptr);
 
 }  // namespace nt

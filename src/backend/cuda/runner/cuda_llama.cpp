@@ -395,9 +395,12 @@ CudaLlamaRunner::CudaLlamaRunner(const GgufFile& file, int64_t context, const Cu
                                   options_.sequence_splits};
   pass_.emplace(config_, context_, act_, *gemm_, pool, device_.multiprocessors, choices, residual, stream_);
   if (ExpertStore* store = weights_->experts()) {
-    // The trace is the streamer's when layers stream (a mixture keeps them resident).
-    experts_.emplace(config_, options_.max_batch, *store, options_.expert_misses, options_.cpu_threads,
-                     weights_->streamer() ? std::string() : options_.trace_path);
+    ExpertFfnOptions e;
+    e.misses = options_.expert_misses;
+    e.cpu_threads = options_.cpu_threads;
+    e.trace_path = weights_->streamer() ? std::string() : options_.trace_path;  // the streamer's when layers stream
+    e.chunks = options_.expert_chunks;
+    experts_.emplace(config_, options_.max_batch, *store, e);
     pass_->set_experts(&*experts_);
   }
   stepwise_by_model_ = options_.stepwise_steps_max < 0;

@@ -109,6 +109,12 @@ struct CudaRunnerOptions {
   // first experts of every layer alike.
   std::vector<uint64_t> expert_counts;
   ExpertMisses expert_misses = ExpertMisses::Auto;  // where the experts that miss the VRAM cache compute
+  // A resident mixture's wider passes (prompt chunks, batches) compute each
+  // (row, expert) pair as a one-token step does, every expert in one launch a
+  // matrix, a chunk of rows reading its expert once, where that costs fewer
+  // bytes than each expert's launches apart (expert_ffn.h); off: each expert's
+  // products apart, as a partial cache's passes take them.
+  bool expert_chunks = true;
   IoBackend io = IoBackend::Auto;       // storage reader of disk-tier layers
   int ring_slots = 2;                   // GPU layer slots and pinned storage staging slots
   // The last streamed layers of a pass start copying the next pass's first

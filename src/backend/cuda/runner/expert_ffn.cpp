@@ -14,23 +14,33 @@
 
 namespace nt {
 
+namespace {
+
+enum TraceRow { kCopiesRow = 1, kGpuRow = 2, kCpuRow = 3 };
+
+// A group's records a pair: its pair index, its place, its expert, and up to a chunk.
+constexpr int64_t kGroupInts = 6;
+
+// What an expert's products apart cost beyond one read of its weights: the
+// bytes the GPU reads in the time of their seven or so launches (about 20
+// us at 3.3 TB/s; an estimate, not a measurement).
+constexpr uint64_t kLaunchBytes = 64ull << 20;
+
+}  // namespace
+
 uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
   const MoeSpec w = spec.widest_experts();
   const uint64_t rows = uint64_t(max_rows);
   return align_device(4 * rows * uint64_t(w.n_experts)) + 3 * align_device(4 * rows * uint64_t(w.n_experts_used)) +
-         3 * align_device(4 * rows * uint64_t(spec.dim));
+         3 * align_device(4 * rows * uint64_t(spec.dim)) + align_device(4 * rows * kGroupInts);
 }
 
-namespace {
-enum TraceRow { kCopiesRow = 1, kGpuRow = 2, kCpuRow = 3 };
-}  // namespace
-
-ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads,
-                     const std::string& trace_path)
+ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, const ExpertFfnOptions& options)
     : spec_(spec),
       max_rows_(max_rows),
       store_(store),
-      trace_(store.all_resident() ? std::string() : trace_path,
+      chunks_(options.chunks),
+      trace_(store.all_resident() ? std::string() : options.trace_path,
              {"expert copies (H2D, re-lay)", "experts on the GPU", "experts on the CPU (host)"}) {
   const MoeSpec w = spec.widest_experts();
   for (const LayerSpec& l : spec.layers) {
@@ -54,14 +64,16 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   xe_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
-  host_ = PinnedBuffer(3 * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
+  group_ = reinterpret_cast<int32_t*>(take(4 * rows * kGroupInts));
+  host_ = PinnedBuffer((3 + kGroupInts) * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
   start_.resize(size_t(w.n_experts) + 1);
   fill_.resize(size_t(w.n_experts));
+  group_count_.resize(size_t(w.n_experts));
   // The CPU takes misses in narrow passes only (decode steps, small batches,
   // trees): a wide pass's expert has rows enough that its copy costs less.
   constexpr int64_t kCpuRowsMax = 64;
-  if (!store.all_resident() && misses != ExpertMisses::Link) {
-    cpu_ = std::make_unique<CpuExperts>(spec, store, misses, std::min(max_rows, kCpuRowsMax), cpu_threads);
+  if (!store.all_resident() && options.misses != ExpertMisses::Link) {
+    cpu_ = std::make_unique<CpuExperts>(spec, store, options.misses, std::min(max_rows, kCpuRowsMax), options.cpu_threads);
   }
 }
 
@@ -135,6 +147,11 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   }
   std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
+  if (chunks_ && store_.all_resident() && !alone && plan_chunks(l, chosen, n)) {
+    each_expert_in_chunks(pass, L, l, xn, out);
+    finish();
+    return;
+  }
   std::span<const int32_t> on_gpu = needed_;
   if (cpu_may_help) cpu_->split(l, needed_, start_);
   const bool cpu_part = cpu_may_help && !cpu_->on_cpu().empty();
@@ -243,6 +260,90 @@ void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t 
   matvec_experts(down, rows, pairs, stream);
   if (biases) add_expert_biases(ye_, chosen_, L.down_exps_bias, pairs, dim, stream);
   add_expert_outputs(ye_, chosen_, weights_, n, k, dim, out, stream);
+}
+
+bool ExpertFfn::plan_chunks(int64_t l, const int32_t* chosen, int64_t n) {
+  const MoeSpec& moe = spec_.layers[size_t(l)].moe;
+  const int64_t k = moe.n_experts_used, experts = moe.n_experts;
+  // The rows whose pairs fit the pass's buffers at once (each_row_alone's bound).
+  const int64_t per_group = std::min(max_rows_ / k, max_rows_ * spec_.ffn_dim / (k * moe.expert_ffn_dim));
+  if (per_group < 1) return false;
+  groups_.clear();
+  auto* at = host_.as<int32_t>() + 3 * n * k;  // after the chosen experts, the sorted pairs and the weights
+  uint64_t reads = 0;                          // of an expert's weights, a chunk each
+  for (int64_t first = 0; first < n; first += per_group) {
+    Group g{first, std::min(per_group, n - first), 0, 0, at};
+    g.pairs = g.rows * k;
+    int32_t* sorted = at;
+    int32_t* place = at + g.pairs;
+    int32_t* expert_of = at + 2 * g.pairs;
+    auto* chunks = reinterpret_cast<ExpertChunk*>(at + 3 * g.pairs);
+    const int32_t* group_chosen = chosen + first * k;
+    std::fill(group_count_.begin(), group_count_.begin() + experts, 0);
+    for (int64_t i = 0; i < g.pairs; ++i) ++group_count_[size_t(group_chosen[i])];
+    int64_t next = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t count = group_count_[size_t(e)];
+      fill_[size_t(e)] = next;
+      for (int64_t c = 0; c < count; c += kMatvecMaxColumns) {
+        chunks[g.chunks++] = {int32_t(e), int32_t(next + c), int32_t(std::min<int64_t>(kMatvecMaxColumns, count - c))};
+      }
+      next += count;
+    }
+    for (int64_t i = 0; i < g.pairs; ++i) {
+      const int64_t to = fill_[size_t(group_chosen[i])]++;
+      sorted[to] = int32_t(first * k + i);
+      place[i] = int32_t(to);
+      expert_of[to] = group_chosen[i];
+    }
+    reads += uint64_t(g.chunks);
+    at += 3 * g.pairs + 3 * g.chunks;
+    groups_.push_back(g);
+  }
+  const uint64_t needed = needed_.size();
+  return (reads - needed) * store_.slot_bytes() <= needed * kLaunchBytes;
+}
+
+void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out) {
+  const LayerSpec& layer = spec_.layers[size_t(l)];
+  const bool biases = layer.moe.biases;
+  const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim;
+  const cudaStream_t stream = pass.stream();
+  PassBuffers& act = pass.buffers();
+  const ExpertMatrices w = store_.slot0(l);
+  const int32_t* slot_of = store_.slot_of(l);
+  for (const Group& g : groups_) {
+    NT_CUDA_CHECK(cudaMemcpyAsync(group_, g.at, size_t(3 * g.pairs + 3 * g.chunks) * 4, cudaMemcpyHostToDevice, stream));
+    const int32_t* sorted = group_;
+    const int32_t* place = group_ + g.pairs;
+    const int32_t* expert_of = group_ + 2 * g.pairs;
+    const auto* chunks = reinterpret_cast<const ExpertChunk*>(group_ + 3 * g.pairs);
+    // Each expert's matrix over its chunks, then its bias on each sorted pair's row.
+    const auto product = [&](const DeviceMatrix& m, const DeviceMatrix& up, const Input& in, float* y, int64_t y_stride) {
+      MatvecParams p;
+      p.w = m;
+      p.w_up = up;
+      p.x = {in.f32, in.q8, in.q8_scales};
+      p.y = y;
+      p.y_stride = y_stride;
+      matvec_expert_chunks(p, chunks, g.chunks, slot_of, store_.slot_bytes(), stream);
+    };
+    gather_routed_rows(xn, sorted, g.pairs, k, dim, xe_, stream);
+    const Input in = pass.prepare_input(xe_, g.pairs, dim, false);
+    if (layer.activation == FfnActivation::Silu && !biases && w.gate.type == w.up.type) {  // gate, up and SwiGLU at once
+      product(w.gate, w.up, in, act.h, width);
+    } else {
+      product(w.gate, {}, in, act.gate, width);
+      if (biases) add_expert_biases(act.gate, expert_of, L.gate_exps_bias, g.pairs, width, stream);
+      product(w.up, {}, in, act.up, width);
+      if (biases) add_expert_biases(act.up, expert_of, L.up_exps_bias, g.pairs, width, stream);
+      pass.activate(l, act.gate, act.up, g.pairs * width, act.h);
+    }
+    product(w.down, {}, pass.prepare_input(act.h, g.pairs, width, false), ye_, dim);
+    if (biases) add_expert_biases(ye_, expert_of, L.down_exps_bias, g.pairs, dim, stream);
+    add_expert_outputs(ye_, chosen_ + g.first_row * k, weights_ + g.first_row * k, g.rows, k, dim, out + g.first_row * dim,
+                       stream, place);
+  }
 }
 
 }  // namespace nt

@@ -9,7 +9,12 @@
 // ascending order, each over its rows through the pass's products (mat-vec,
 // int8 GEMM or cuBLAS by its row count, as a dense layer's matrices do).
 // Either way a row adds its experts in ascending order, so its sum does not
-// depend on what the cache held. When the store caches only some experts,
+// depend on what the cache held. With every expert in VRAM, wider passes
+// take the pairs sorted by expert in chunks of a few rows, every expert in
+// one launch a matrix, each pair computed as a one-token step computes it,
+// where re-reading an expert for each chunk costs less than each expert's
+// launches apart (a prompt chunk of a model of many small experts: 128
+// experts a layer were 896 launches). When the store caches only some experts,
 // the CPU computes some of a narrow pass's misses meanwhile (cpu_experts.h),
 // and their sum comes up after the GPU's. The experts' memory is the ExpertStore's.
 #pragma once
@@ -33,16 +38,21 @@ namespace nt {
 
 class LayerPass;
 
+struct ExpertFfnOptions {
+  ExpertMisses misses = ExpertMisses::Auto;  // where the misses of a partial cache compute
+  int cpu_threads = 0;                       // the CPU's share of them: 0, one a physical core
+  // A Chrome trace of the copies, the GPU's experts and the CPU's, when the
+  // store caches only some (empty: none).
+  std::string trace_path;
+  bool chunks = true;  // CudaRunnerOptions::expert_chunks
+};
+
 class ExpertFfn {
  public:
   // Device scratch for passes of up to max_rows rows: what the memory plan reserves.
   static uint64_t scratch_bytes(const ModelSpec& spec, int64_t max_rows);
 
-  // `misses` and `cpu_threads` (0: one a physical core) say where the misses
-  // compute. `trace_path`: a Chrome trace of the copies, the GPU's experts and
-  // the CPU's, when the store caches only some (empty: none).
-  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, ExpertMisses misses, int cpu_threads,
-            const std::string& trace_path);
+  ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, const ExpertFfnOptions& options);
 
   // x += [post_norm] the mixture of experts of layer l (its router and
   // biases in L) on the normed rows xn [n][dim]; `stepwise`: each row's
@@ -57,19 +67,36 @@ class ExpertFfn {
   // and up in one launch over the pairs, down in another, the weighted sum
   // in a third; each pair computed as a one-token step computes it.
   void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n);
+  // Sorts each group of rows' pairs by expert into chunks (host_'s group
+  // records), from the chosen experts on the host; returns whether the
+  // chunks read fewer bytes than each needed expert's launches apart cost.
+  bool plan_chunks(int64_t l, const int32_t* chosen, int64_t n);
+  // The planned groups, each in one launch a matrix (every expert in VRAM).
+  void each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out);
 
   const ModelSpec& spec_;
   int64_t max_rows_;
   ExpertStore& store_;
+  bool chunks_;
   std::unique_ptr<CpuExperts> cpu_;  // when the store caches only some experts and the CPU may take misses
   TraceLog trace_;
   DeviceBuffer scratch_;
   float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
   int32_t *chosen_ = nullptr, *routed_ = nullptr;
+  int32_t* group_ = nullptr;  // a chunk group's records on the GPU (Group)
   PinnedBuffer host_;  // the chosen experts [n][k], the (row, choice) pairs sorted by expert, the weights [n][k]
   std::vector<int64_t> start_;     // [n_experts + 1]: each expert's pairs in the sorted list
   std::vector<int64_t> fill_;      // [n_experts]: the next free place of each while sorting
   std::vector<int32_t> needed_;    // the experts some row chose, ascending
+  // A group of consecutive rows for each_expert_in_chunks, its records in
+  // host_ from `at`: the pairs sorted by expert (their pair indices), each
+  // pair's place in that order, each sorted pair's expert, then the chunks.
+  struct Group {
+    int64_t first_row = 0, rows = 0, pairs = 0, chunks = 0;
+    int32_t* at = nullptr;
+  };
+  std::vector<Group> groups_;
+  std::vector<int64_t> group_count_;  // [n_experts]: a group's pairs of each expert
 };
 
 }  // namespace nt
