@@ -74,6 +74,9 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
     start = experts_in_vram(plan, spec.n_layers, counts);
     for (size_t x = 0; x < counts.size(); ++x) uses_[x] = uint32_t(std::min<uint64_t>(counts[x], 1u << 24));
   }
+  table_ = DeviceBuffer(size_t(total) * 4, "the experts' slot table");
+  host_table_ = PinnedBuffer(size_t(total) * 4, "the experts' slot table");  // fill() keeps it
+  std::fill_n(host_table_.as<int32_t>(), total, -1);
   const uint64_t load_total = resident_ ? uint64_t(total) * slot_bytes_ : host_bytes;
   uint64_t loaded = 0;
   if (resident_) {
@@ -102,9 +105,6 @@ ExpertStore::ExpertStore(const ModelSpec& spec, const ModelWeights& weights, con
     stats_.copied_bytes = 0;  // the load's, not a miss's
     if (on_progress) on_progress(load_total, load_total);
   }
-  table_ = DeviceBuffer(size_t(total) * 4, "the experts' slot table");
-  host_table_ = PinnedBuffer(size_t(total) * 4, "the experts' slot table");
-  std::fill_n(host_table_.as<int32_t>(), total, -1);
   for (int64_t s = 0; s < slots; ++s) {
     slot_[size_t(s)].expert = start[size_t(s)];
     home_[size_t(start[size_t(s)])] = s;
