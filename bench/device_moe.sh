@@ -10,7 +10,8 @@
 #   bench/device_moe.sh BUILD_DIR [REF_BIN_DIR]
 # NT_MOE_STAGES picks stages (default "tests make ours reference");
 # NT_MOE_MODELS "preset:budget:ncmoe-list ..." (default qwen3-30b-a3b:8GiB:28,30,32,34);
-# NT_MOE_MISSES the --expert-misses policies at the budget (default "auto"; e.g. "auto link cpu").
+# NT_MOE_MISSES the --expert-misses policies at the budget (default "auto"; e.g. "auto link cpu");
+# NT_MOE_SKEWS the --router-skew values (default "0 3").
 set -uo pipefail
 build=${1:?build dir}; ref=${2:-}
 out=${OUT:-out}; work=${NT_BENCH_DIR:-/tmp/nt-bench}
@@ -25,7 +26,7 @@ if [[ $stages == *" tests "* ]]; then
 fi
 for spec in ${NT_MOE_MODELS:-qwen3-30b-a3b:8GiB:28,30,32,34}; do
   IFS=: read -r preset budget ncmoe <<< "$spec"
-  for skew in 0 3; do
+  for skew in ${NT_MOE_SKEWS:-0 3}; do
     f="$work/$preset-q4_k_m-skew$skew.gguf"
     if [[ $stages == *" make "* && ! -s $f ]]; then
       log "make-model $preset q4_k_m --router-skew $skew"
