@@ -1,5 +1,7 @@
 #include "backend/cuda/runner/cpu_experts.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -38,7 +40,13 @@ CpuExperts::CpuExperts(const ModelSpec& spec, const ExpertStore& store, ExpertMi
     ffn_.add_expert(spec.layers[0], store.host_layer(0), 0, {&row, 1}, host_rows(), sums_.as<float>(), pool_);
     seconds = seconds_since(start);
   }
-  cpu_gbps_ = double(store.copy_bytes(0)) / std::max(seconds, 1e-7) / 1e9;
+  cpu_gbps_ = probed_gbps_ = double(store.copy_bytes(0)) / std::max(seconds, 1e-7) / 1e9;
+}
+
+std::string CpuExperts::describe() const {
+  const std::string cpu = fmt::format("the CPU ({} threads, {:.1f} GB/s at load)", pool_.size(), probed_gbps_);
+  if (policy_ == ExpertMisses::Cpu) return "misses on " + cpu;
+  return fmt::format("misses split between the link ({:.1f} GB/s) and {}", link_gbps_, cpu);
 }
 
 double CpuExperts::cpu_seconds(int64_t layer, int64_t m) const {

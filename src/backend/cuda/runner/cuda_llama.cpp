@@ -425,7 +425,7 @@ std::string CudaLlamaRunner::tier_counts() const {
                                                   tensor_->shard.first_ffn_column + tensor_->shard.ffn_columns - 1)
                             : options_.stage ? fmt::format("{}-{}: ", first_layer_, end_layer_ - 1)
                                              : std::string();
-  const std::string experts = weights_->experts() ? "; " + weights_->experts()->describe() : std::string();
+  const std::string experts = experts_ ? "; " + experts_->describe() : std::string();
   return fmt::format("layers {}{} vram + {} ram{} + {} disk{}", range, n(Tier::Vram), n(Tier::Ram), cpu, n(Tier::Disk),
                      experts);
 }

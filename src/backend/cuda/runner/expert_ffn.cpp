@@ -77,6 +77,10 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   }
 }
 
+std::string ExpertFfn::describe() const {
+  return store_.describe() + (cpu_ ? ", " + cpu_->describe() : std::string());
+}
+
 void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* x, int64_t n,
                     bool stepwise, const float* post_norm) {
   const LayerSpec& layer = spec_.layers[size_t(l)];

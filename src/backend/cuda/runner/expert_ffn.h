@@ -61,6 +61,8 @@ class ExpertFfn {
            const float* post_norm);
 
   ExpertStore& store() const { return store_; }
+  // The store's description, and where its misses compute.
+  std::string describe() const;
 
  private:
   // Every row's k experts found on the GPU (the store holds them all): gate
