@@ -30,6 +30,22 @@ uint64_t expert_file_bytes(const LayerWeights& layer, std::span<const LayerRole>
   return bytes;
 }
 
+void split_misses(std::vector<std::pair<int64_t, int32_t>>& misses, const MissCosts& costs, ExpertMisses policy,
+                  std::vector<int32_t>& on_cpu, std::vector<int32_t>& on_link) {
+  std::sort(misses.begin(), misses.end());  // the CPU's cost grows with the rows, the link's does not
+  double link = costs.copy_seconds * double(misses.size()), cpu = 0;
+  for (const auto& [rows, e] : misses) {
+    const double here = costs.cpu_seconds(rows);
+    if (policy == ExpertMisses::Cpu || (policy == ExpertMisses::Auto && cpu + here <= link - costs.copy_seconds)) {
+      on_cpu.push_back(e);
+      cpu += here;
+      link -= costs.copy_seconds;
+    } else {
+      on_link.push_back(e);
+    }
+  }
+}
+
 std::vector<int64_t> experts_in_vram(const ExpertPlan& plan, int64_t n_layers, std::span<const uint64_t> counts) {
   std::vector<int64_t> experts(size_t(plan.experts));
   std::iota(experts.begin(), experts.end(), 0);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/arch/model_spec.h"
@@ -37,6 +38,25 @@ uint64_t expert_file_bytes(const LayerWeights& layer, std::span<const LayerRole>
 // over the link and the CPU's work from their pinned copy by the two's
 // measured rates (Auto), or all copied (Link), or all on the CPU (Cpu).
 enum class ExpertMisses { Auto, Link, Cpu };
+
+// What a layer's misses cost on either side: an expert's copy over the link,
+// and the CPU's work on an expert over m rows, one row's time and a share of
+// it for each further row (its integer kernels read a weight block once for
+// all rows).
+struct MissCosts {
+  double copy_seconds = 0;
+  double cpu_row_seconds = 0;
+  double extra_row_share = 0.25;
+  double cpu_seconds(int64_t rows) const { return cpu_row_seconds * (1.0 + extra_row_share * double(rows - 1)); }
+};
+
+// Which of a layer's misses, (rows, expert) each, the CPU computes, the rest
+// copied: with Auto the fewest rows first (then the lower expert) as long as
+// the CPU's time for them stays within the link's for the rest, so that both
+// finish together; with Cpu all of them; with Link none. Sorts `misses`;
+// appends to on_cpu and on_link.
+void split_misses(std::vector<std::pair<int64_t, int32_t>>& misses, const MissCosts& costs, ExpertMisses policy,
+                  std::vector<int32_t>& on_cpu, std::vector<int32_t>& on_link);
 
 struct ExpertPlan {
   int64_t experts = 0;      // every layer's

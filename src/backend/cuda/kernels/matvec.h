@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/weights/device_matrix.h"
+#include "runtime/expert_pairs.h"
 
 namespace nt {
 
@@ -119,12 +120,7 @@ struct ExpertRows {
 // with one warp a row (gated when p.w_up is set); no folded norms or residual.
 void matvec_experts(const MatvecParams& p, const ExpertRows& rows, int64_t pairs, cudaStream_t stream);
 
-// Up to kMatvecMaxColumns consecutive columns of a pass's (row, choice)
-// pairs sorted by expert, all of one expert's.
-struct ExpertChunk {
-  int32_t expert = 0, first = 0, count = 0;
-};
-// One launch over n_chunks chunks: columns [first, first + count) of the
+// One launch over n_chunks chunks (runtime/expert_pairs.h; at most kMatvecMaxColumns pairs each): columns [first, first + count) of the
 // activations times expert `expert`'s matrix (slot slot_of[expert], as
 // ExpertRows), into the same columns of y. Each column gets the numbers
 // matvec_experts gives its pair (one warp a row), and a chunk reads its

@@ -8,9 +8,6 @@
 namespace nt {
 namespace {
 
-// Each row after the first costs the CPU this share of an expert's weight
-// bytes: its integer kernels read a weight block once for all rows.
-constexpr double kExtraRowCost = 0.25;
 // The link's rate when the load measured none (no slot to copy into).
 constexpr double kAssumedLinkGbps = 20.0;
 
@@ -49,8 +46,9 @@ std::string CpuExperts::describe() const {
   return fmt::format("misses split between the link ({:.1f} GB/s) and {}", link_gbps_, cpu);
 }
 
-double CpuExperts::cpu_seconds(int64_t layer, int64_t m) const {
-  return double(store_.copy_bytes(layer)) * (1.0 + kExtraRowCost * double(m - 1)) / (cpu_gbps_ * 1e9);
+MissCosts CpuExperts::costs(int64_t layer) const {
+  const double bytes = double(store_.copy_bytes(layer));
+  return {.copy_seconds = bytes / (link_gbps_ * 1e9), .cpu_row_seconds = bytes / (cpu_gbps_ * 1e9)};
 }
 
 void CpuExperts::split(int64_t layer, std::span<const int32_t> needed, std::span<const int64_t> start) {
@@ -64,20 +62,7 @@ void CpuExperts::split(int64_t layer, std::span<const int32_t> needed, std::span
       misses_.push_back({start[size_t(e) + 1] - start[size_t(e)], e});
     }
   }
-  // The fewest rows first: the CPU's cost grows with them, the link's does not.
-  std::sort(misses_.begin(), misses_.end());
-  const double copy = double(store_.copy_bytes(layer)) / (link_gbps_ * 1e9);
-  double link = copy * double(misses_.size()), cpu = 0;
-  for (const auto& [rows, e] : misses_) {
-    const double on_cpu = cpu_seconds(layer, rows);
-    if (policy_ == ExpertMisses::Cpu || (policy_ == ExpertMisses::Auto && cpu + on_cpu <= link - copy)) {
-      on_cpu_.push_back(e);
-      cpu += on_cpu;
-      link -= copy;
-    } else {
-      on_gpu_.push_back(e);
-    }
-  }
+  split_misses(misses_, costs(layer), policy_, on_cpu_, on_gpu_);
   // Each side takes its experts in ascending order, as a row adds them.
   std::sort(on_gpu_.begin(), on_gpu_.end());
   std::sort(on_cpu_.begin(), on_cpu_.end());
@@ -90,12 +75,13 @@ void CpuExperts::compute(int64_t layer, std::span<const int64_t> start, const in
   float* sums = sums_.as<float>();
   std::fill_n(sums, n * spec_.dim, 0.0f);
   const auto begin = std::chrono::steady_clock::now();
+  const MissCosts layer_costs = costs(layer);
   double predicted = 0;
   for (const int32_t e : on_cpu_) {
     routed_.clear();
     for (int64_t p = start[size_t(e)]; p < start[size_t(e) + 1]; ++p) routed_.push_back({routed[p] / k, weights[routed[p]]});
     ffn_.add_expert(spec, store_.host_layer(layer), e, routed_, host_rows(), sums, pool_);
-    predicted += cpu_seconds(layer, int64_t(routed_.size()));
+    predicted += layer_costs.cpu_seconds(int64_t(routed_.size()));
   }
   // The rate follows what the runs take (other work on the cores, the caches).
   const double seconds = seconds_since(begin);

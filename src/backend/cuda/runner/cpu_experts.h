@@ -49,8 +49,8 @@ class CpuExperts {
   std::string describe() const;
 
  private:
-  // Predicted seconds for the CPU to compute a layer's expert over m rows.
-  double cpu_seconds(int64_t layer, int64_t m) const;
+  // A miss of the layer on either side, at the rates measured so far.
+  MissCosts costs(int64_t layer) const;
 
   const ModelSpec& spec_;
   const ExpertStore& store_;

@@ -18,9 +18,6 @@ namespace {
 
 enum TraceRow { kCopiesRow = 1, kGpuRow = 2, kCpuRow = 3 };
 
-// A group's records a pair: its pair index, its place, its expert, and up to a chunk.
-constexpr int64_t kGroupInts = 6;
-
 // What an expert's products apart cost beyond one read of its weights: the
 // bytes the GPU reads in the time of their seven or so launches (about 20
 // us at 3.3 TB/s; an estimate, not a measurement).
@@ -32,7 +29,7 @@ uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
   const MoeSpec w = spec.widest_experts();
   const uint64_t rows = uint64_t(max_rows);
   return align_device(4 * rows * uint64_t(w.n_experts)) + 3 * align_device(4 * rows * uint64_t(w.n_experts_used)) +
-         3 * align_device(4 * rows * uint64_t(spec.dim)) + align_device(4 * rows * kGroupInts);
+         3 * align_device(4 * rows * uint64_t(spec.dim)) + align_device(4 * rows * kPairGroupInts);
 }
 
 ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, const ExpertFfnOptions& options)
@@ -64,11 +61,10 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   xe_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
-  group_ = reinterpret_cast<int32_t*>(take(4 * rows * kGroupInts));
-  host_ = PinnedBuffer((3 + kGroupInts) * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
+  group_ = reinterpret_cast<int32_t*>(take(4 * rows * kPairGroupInts));
+  host_ = PinnedBuffer((3 + kPairGroupInts) * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
   start_.resize(size_t(w.n_experts) + 1);
   fill_.resize(size_t(w.n_experts));
-  group_count_.resize(size_t(w.n_experts));
   // The CPU takes misses in narrow passes only (decode steps, small batches,
   // trees): a wide pass's expert has rows enough that its copy costs less.
   constexpr int64_t kCpuRowsMax = 64;
@@ -268,44 +264,14 @@ void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t 
 
 bool ExpertFfn::plan_chunks(int64_t l, const int32_t* chosen, int64_t n) {
   const MoeSpec& moe = spec_.layers[size_t(l)].moe;
-  const int64_t k = moe.n_experts_used, experts = moe.n_experts;
+  const int64_t k = moe.n_experts_used;
   // The rows whose pairs fit the pass's buffers at once (each_row_alone's bound).
   const int64_t per_group = std::min(max_rows_ / k, max_rows_ * spec_.ffn_dim / (k * moe.expert_ffn_dim));
   if (per_group < 1) return false;
-  groups_.clear();
-  auto* at = host_.as<int32_t>() + 3 * n * k;  // after the chosen experts, the sorted pairs and the weights
-  uint64_t reads = 0;                          // of an expert's weights, a chunk each
-  for (int64_t first = 0; first < n; first += per_group) {
-    Group g{first, std::min(per_group, n - first), 0, 0, at};
-    g.pairs = g.rows * k;
-    int32_t* sorted = at;
-    int32_t* place = at + g.pairs;
-    int32_t* expert_of = at + 2 * g.pairs;
-    auto* chunks = reinterpret_cast<ExpertChunk*>(at + 3 * g.pairs);
-    const int32_t* group_chosen = chosen + first * k;
-    std::fill(group_count_.begin(), group_count_.begin() + experts, 0);
-    for (int64_t i = 0; i < g.pairs; ++i) ++group_count_[size_t(group_chosen[i])];
-    int64_t next = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      const int64_t count = group_count_[size_t(e)];
-      fill_[size_t(e)] = next;
-      for (int64_t c = 0; c < count; c += kMatvecMaxColumns) {
-        chunks[g.chunks++] = {int32_t(e), int32_t(next + c), int32_t(std::min<int64_t>(kMatvecMaxColumns, count - c))};
-      }
-      next += count;
-    }
-    for (int64_t i = 0; i < g.pairs; ++i) {
-      const int64_t to = fill_[size_t(group_chosen[i])]++;
-      sorted[to] = int32_t(first * k + i);
-      place[i] = int32_t(to);
-      expert_of[to] = group_chosen[i];
-    }
-    reads += uint64_t(g.chunks);
-    at += 3 * g.pairs + 3 * g.chunks;
-    groups_.push_back(g);
-  }
-  const uint64_t needed = needed_.size();
-  return (reads - needed) * store_.slot_bytes() <= needed * kLaunchBytes;
+  int32_t* records = host_.as<int32_t>() + 3 * n * k;  // after the chosen experts, the sorted pairs and the weights
+  const int64_t reads = group_pairs_by_expert(chosen, n, k, moe.n_experts, per_group, kMatvecMaxColumns, records, groups_);
+  const uint64_t needed = needed_.size();  // each read once by the products apart
+  return uint64_t(reads - int64_t(needed)) * store_.slot_bytes() <= needed * kLaunchBytes;
 }
 
 void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out) {
@@ -316,12 +282,11 @@ void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, i
   PassBuffers& act = pass.buffers();
   const ExpertMatrices w = store_.slot0(l);
   const int32_t* slot_of = store_.slot_of(l);
-  for (const Group& g : groups_) {
-    NT_CUDA_CHECK(cudaMemcpyAsync(group_, g.at, size_t(3 * g.pairs + 3 * g.chunks) * 4, cudaMemcpyHostToDevice, stream));
-    const int32_t* sorted = group_;
-    const int32_t* place = group_ + g.pairs;
-    const int32_t* expert_of = group_ + 2 * g.pairs;
-    const auto* chunks = reinterpret_cast<const ExpertChunk*>(group_ + 3 * g.pairs);
+  for (const PairGroup& g : groups_) {
+    NT_CUDA_CHECK(cudaMemcpyAsync(group_, g.at, size_t(g.ints()) * 4, cudaMemcpyHostToDevice, stream));
+    PairGroup on_gpu = g;
+    on_gpu.at = group_;
+    const int32_t* expert_of = on_gpu.expert_of();
     // Each expert's matrix over its chunks, then its bias on each sorted pair's row.
     const auto product = [&](const DeviceMatrix& m, const DeviceMatrix& up, const Input& in, float* y, int64_t y_stride) {
       MatvecParams p;
@@ -330,9 +295,9 @@ void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, i
       p.x = {in.f32, in.q8, in.q8_scales};
       p.y = y;
       p.y_stride = y_stride;
-      matvec_expert_chunks(p, chunks, g.chunks, slot_of, store_.slot_bytes(), stream);
+      matvec_expert_chunks(p, on_gpu.chunk_list(), g.chunks, slot_of, store_.slot_bytes(), stream);
     };
-    gather_routed_rows(xn, sorted, g.pairs, k, dim, xe_, stream);
+    gather_routed_rows(xn, on_gpu.sorted(), g.pairs, k, dim, xe_, stream);
     const Input in = pass.prepare_input(xe_, g.pairs, dim, false);
     if (layer.activation == FfnActivation::Silu && !biases && w.gate.type == w.up.type) {  // gate, up and SwiGLU at once
       product(w.gate, w.up, in, act.h, width);
@@ -346,7 +311,7 @@ void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, i
     product(w.down, {}, pass.prepare_input(act.h, g.pairs, width, false), ye_, dim);
     if (biases) add_expert_biases(ye_, expert_of, L.down_exps_bias, g.pairs, dim, stream);
     add_expert_outputs(ye_, chosen_ + g.first_row * k, weights_ + g.first_row * k, g.rows, k, dim, out + g.first_row * dim,
-                       stream, place);
+                       stream, on_gpu.place());
   }
 }
 

@@ -33,6 +33,7 @@
 #include "backend/cuda/weights/device_weights.h"
 #include "backend/cuda/weights/expert_store.h"
 #include "model/arch/model_spec.h"
+#include "runtime/expert_pairs.h"
 
 namespace nt {
 
@@ -69,9 +70,9 @@ class ExpertFfn {
   // and up in one launch over the pairs, down in another, the weighted sum
   // in a third; each pair computed as a one-token step computes it.
   void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n);
-  // Sorts each group of rows' pairs by expert into chunks (host_'s group
-  // records), from the chosen experts on the host; returns whether the
-  // chunks read fewer bytes than each needed expert's launches apart cost.
+  // Sorts each group of rows' pairs by expert into chunks (groups_, records
+  // in host_), from the chosen experts on the host; returns whether the
+  // chunks' re-reads cost fewer bytes than each needed expert's launches apart.
   bool plan_chunks(int64_t l, const int32_t* chosen, int64_t n);
   // The planned groups, each in one launch a matrix (every expert in VRAM).
   void each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out);
@@ -85,20 +86,12 @@ class ExpertFfn {
   DeviceBuffer scratch_;
   float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
   int32_t *chosen_ = nullptr, *routed_ = nullptr;
-  int32_t* group_ = nullptr;  // a chunk group's records on the GPU (Group)
+  int32_t* group_ = nullptr;  // a group's records on the GPU (PairGroup)
   PinnedBuffer host_;  // the chosen experts [n][k], the (row, choice) pairs sorted by expert, the weights [n][k]
   std::vector<int64_t> start_;     // [n_experts + 1]: each expert's pairs in the sorted list
   std::vector<int64_t> fill_;      // [n_experts]: the next free place of each while sorting
   std::vector<int32_t> needed_;    // the experts some row chose, ascending
-  // A group of consecutive rows for each_expert_in_chunks, its records in
-  // host_ from `at`: the pairs sorted by expert (their pair indices), each
-  // pair's place in that order, each sorted pair's expert, then the chunks.
-  struct Group {
-    int64_t first_row = 0, rows = 0, pairs = 0, chunks = 0;
-    int32_t* at = nullptr;
-  };
-  std::vector<Group> groups_;
-  std::vector<int64_t> group_count_;  // [n_experts]: a group's pairs of each expert
+  std::vector<PairGroup> groups_;  // each_expert_in_chunks' groups of rows, their records in host_
 };
 
 }  // namespace nt
