@@ -29,7 +29,8 @@ uint64_t ExpertFfn::scratch_bytes(const ModelSpec& spec, int64_t max_rows) {
   const MoeSpec w = spec.widest_experts();
   const uint64_t rows = uint64_t(max_rows);
   return align_device(4 * rows * uint64_t(w.n_experts)) + 3 * align_device(4 * rows * uint64_t(w.n_experts_used)) +
-         3 * align_device(4 * rows * uint64_t(spec.dim)) + align_device(4 * rows * kPairGroupInts);
+         3 * align_device(4 * rows * uint64_t(spec.dim)) + align_device(4 * rows * kPairGroupInts) +
+         align_device(4 * (uint64_t(w.n_experts) + rows * uint64_t(w.n_experts_used)));
 }
 
 ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store, const ExpertFfnOptions& options)
@@ -62,6 +63,8 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   ye_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   sum_ = reinterpret_cast<float*>(take(4 * rows * uint64_t(spec.dim)));
   group_ = reinterpret_cast<int32_t*>(take(4 * rows * kPairGroupInts));
+  stand_ins_ = reinterpret_cast<int32_t*>(take(4 * (uint64_t(w.n_experts) + rows * uint64_t(w.n_experts_used))));
+  masked_weights_ = reinterpret_cast<float*>(stand_ins_ + w.n_experts);
   host_ = PinnedBuffer((3 + kPairGroupInts) * 4 * rows * uint64_t(w.n_experts_used), "the experts' routing transfers");
   start_.resize(size_t(w.n_experts) + 1);
   fill_.resize(size_t(w.n_experts));
@@ -70,6 +73,8 @@ ExpertFfn::ExpertFfn(const ModelSpec& spec, int64_t max_rows, ExpertStore& store
   constexpr int64_t kCpuRowsMax = 64;
   if (!store.all_resident() && options.misses != ExpertMisses::Link) {
     cpu_ = std::make_unique<CpuExperts>(spec, store, options.misses, std::min(max_rows, kCpuRowsMax), options.cpu_threads);
+    stand_ins_host_ = PinnedBuffer(4 * (uint64_t(w.n_experts) + rows * uint64_t(w.n_experts_used)), "the experts' stand-ins");
+    on_cpu_mark_.resize(size_t(w.n_experts));
   }
 }
 
@@ -117,7 +122,7 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   // round trip (decode steps then replay graphs).
   const bool alone = (stepwise || n == 1) && n * k <= max_rows_ && n * k * width <= max_rows_ * spec_.ffn_dim;
   if (alone && store_.all_resident()) {
-    each_row_alone(pass, L, l, xn, out, n);
+    each_row_alone(pass, L, l, xn, out, n, store_.slot_of(l), weights_);
     finish();
     return;
   }
@@ -157,8 +162,19 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   const bool cpu_part = cpu_may_help && !cpu_->on_cpu().empty();
   if (cpu_part) on_gpu = cpu_->on_gpu();
   if (!cpu_part && alone && store_.hold(l, needed_, stream)) {
-    each_row_alone(pass, L, l, xn, out, n);
+    each_row_alone(pass, L, l, xn, out, n, store_.slot_of(l), weights_);
     store_.release(stream);
+    finish();
+    return;
+  }
+  // A decode step's GPU experts in one launch a matrix too, the CPU's pairs
+  // standing in for one of them and weighted zero; then the CPU's sum.
+  if (cpu_part && alone && (on_gpu.empty() || store_.hold(l, on_gpu, stream))) {
+    if (!on_gpu.empty()) {
+      each_row_alone(pass, L, l, xn, out, n, stand_in_table(l, chosen, weights, n, stream), masked_weights_);
+      store_.release(stream);
+    }
+    add_cpu_sums(l, routed, weights, n, out, stream);
     finish();
     return;
   }
@@ -211,26 +227,47 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
     add_routed_rows(ye_, pairs, weights_, m, k, dim, out, stream);
   }
   if (gpu_end) NT_CUDA_CHECK(cudaEventRecord(gpu_end, stream));
-  if (cpu_part) {  // while the GPU works through the queue above
-    const auto begin = TraceLog::Clock::now();
-    cpu_->compute(l, start_, routed, weights, n);
-    trace_.span(fmt::format("layer {}: {} experts over {} rows", l, cpu_->on_cpu().size(), n), kCpuRow,
-                trace_.host_us(begin), trace_.host_us(TraceLog::Clock::now()));
-    for (const int32_t e : cpu_->on_cpu()) store_.count_cpu_use(l, e);
-    NT_CUDA_CHECK(cudaMemcpyAsync(ye_, cpu_->host_sums(), size_t(n * dim) * 4, cudaMemcpyHostToDevice, stream));
-    add_floats(ye_, out, n * dim, stream);
-  }
+  if (cpu_part) add_cpu_sums(l, routed, weights, n, out, stream);
   finish();
 }
 
-void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n) {
+void ExpertFfn::add_cpu_sums(int64_t l, const int32_t* routed, const float* weights, int64_t n, float* out,
+                             cudaStream_t stream) {
+  const auto begin = TraceLog::Clock::now();
+  cpu_->compute(l, start_, routed, weights, n);  // while the GPU works through what is queued
+  trace_.span(fmt::format("layer {}: {} experts over {} rows", l, cpu_->on_cpu().size(), n), kCpuRow,
+              trace_.host_us(begin), trace_.host_us(TraceLog::Clock::now()));
+  for (const int32_t e : cpu_->on_cpu()) store_.count_cpu_use(l, e);
+  const int64_t values = n * spec_.dim;
+  NT_CUDA_CHECK(cudaMemcpyAsync(ye_, cpu_->host_sums(), size_t(values) * 4, cudaMemcpyHostToDevice, stream));
+  add_floats(ye_, out, values, stream);
+}
+
+const int32_t* ExpertFfn::stand_in_table(int64_t l, const int32_t* chosen, const float* weights, int64_t n,
+                                         cudaStream_t stream) {
+  const int64_t experts = spec_.layers[size_t(l)].moe.n_experts, k = spec_.layers[size_t(l)].moe.n_experts_used;
+  std::fill(on_cpu_mark_.begin(), on_cpu_mark_.end(), 0);
+  for (const int32_t e : cpu_->on_cpu()) on_cpu_mark_[size_t(e)] = 1;
+  int32_t* table = stand_ins_host_.as<int32_t>();
+  auto* masked = reinterpret_cast<float*>(table + experts);
+  const int32_t* held = store_.host_slot_of(l);
+  const int32_t stand_in = held[cpu_->on_gpu()[0]];  // held since hold()
+  for (int64_t e = 0; e < experts; ++e) table[e] = held[e] >= 0 ? held[e] : stand_in;
+  for (int64_t i = 0; i < n * k; ++i) masked[i] = on_cpu_mark_[size_t(chosen[i])] ? 0.0f : weights[i];
+  NT_CUDA_CHECK(cudaMemcpyAsync(stand_ins_, table, size_t(experts) * 4, cudaMemcpyHostToDevice, stream));
+  NT_CUDA_CHECK(cudaMemcpyAsync(masked_weights_, masked, size_t(n * k) * 4, cudaMemcpyHostToDevice, stream));
+  return stand_ins_;
+}
+
+void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n,
+                               const int32_t* slot_of, const float* weights) {
   const LayerSpec& layer = spec_.layers[size_t(l)];
   const bool biases = layer.moe.biases;
   const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim, pairs = n * k;
   const cudaStream_t stream = pass.stream();
   PassBuffers& act = pass.buffers();
   const ExpertMatrices w = store_.slot0(l);
-  ExpertRows rows{chosen_, store_.slot_of(l), store_.slot_bytes(), int(k), false};
+  ExpertRows rows{chosen_, slot_of, store_.slot_bytes(), int(k), false};
   const Input in = pass.prepare_input(xn, n, dim, false);
   MatvecParams p;
   p.x = {in.f32, in.q8, in.q8_scales};
@@ -259,7 +296,7 @@ void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t 
   rows.per_pair_input = true;
   matvec_experts(down, rows, pairs, stream);
   if (biases) add_expert_biases(ye_, chosen_, L.down_exps_bias, pairs, dim, stream);
-  add_expert_outputs(ye_, chosen_, weights_, n, k, dim, out, stream);
+  add_expert_outputs(ye_, chosen_, weights, n, k, dim, out, stream);
 }
 
 bool ExpertFfn::plan_chunks(int64_t l, const int32_t* chosen, int64_t n) {

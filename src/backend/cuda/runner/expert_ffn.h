@@ -69,7 +69,18 @@ class ExpertFfn {
   // Every row's k experts found on the GPU (the store holds them all): gate
   // and up in one launch over the pairs, down in another, the weighted sum
   // in a third; each pair computed as a one-token step computes it.
-  void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n);
+  // `slot_of`: the layer's slot table (the store's, or stand_in_table's);
+  // `weights`: each pair's routing weight (weights_, or masked_weights_).
+  void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n,
+                      const int32_t* slot_of, const float* weights);
+  // The store's table row of layer l after hold(), every expert without a
+  // slot pointing at a held expert's, and the routing weights with the CPU's
+  // pairs zero (masked_weights_): each_row_alone then computes the GPU's
+  // experts and adds nothing for the CPU's. Returns the table on the GPU.
+  const int32_t* stand_in_table(int64_t l, const int32_t* chosen, const float* weights, int64_t n, cudaStream_t stream);
+  // The CPU's experts over the n rows (host copies of the sorted pairs and
+  // the weights), while the GPU works, their sum then added into out.
+  void add_cpu_sums(int64_t l, const int32_t* routed, const float* weights, int64_t n, float* out, cudaStream_t stream);
   // Sorts each group of rows' pairs by expert into chunks (groups_, records
   // in host_), from the chosen experts on the host; returns whether the
   // chunks' re-reads cost fewer bytes than each needed expert's launches apart.
@@ -87,6 +98,10 @@ class ExpertFfn {
   float *logits_ = nullptr, *weights_ = nullptr, *xe_ = nullptr, *ye_ = nullptr, *sum_ = nullptr;
   int32_t *chosen_ = nullptr, *routed_ = nullptr;
   int32_t* group_ = nullptr;  // a group's records on the GPU (PairGroup)
+  int32_t* stand_ins_ = nullptr;       // stand_in_table's table row [n_experts]
+  float* masked_weights_ = nullptr;    // and weights [rows][k]
+  PinnedBuffer stand_ins_host_;        // both, as they cross
+  std::vector<char> on_cpu_mark_;      // [n_experts]: the CPU computes it in the running layer
   PinnedBuffer host_;  // the chosen experts [n][k], the (row, choice) pairs sorted by expert, the weights [n][k]
   std::vector<int64_t> start_;     // [n_experts + 1]: each expert's pairs in the sorted list
   std::vector<int64_t> fill_;      // [n_experts]: the next free place of each while sorting

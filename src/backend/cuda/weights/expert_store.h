@@ -98,6 +98,8 @@ class ExpertStore {
   // the slots from slot0(layer) on, slot_bytes() apart (ExpertRows, matvec.h).
   ExpertMatrices slot0(int64_t layer) const { return place_expert(layouts_[size_t(layer)], slots_.as<uint8_t>()); }
   const int32_t* slot_of(int64_t layer) const { return table_.as<int32_t>() + layer * n_experts_; }
+  // The same table on the host, as of the last fill (-1: not in VRAM).
+  const int32_t* host_slot_of(int64_t layer) const { return host_table_.as<int32_t>() + layer * n_experts_; }
 
   // All of the layer's `experts` (ascending) in VRAM at once, for kernels
   // that find them through slot_of: false when they outnumber the slots.
