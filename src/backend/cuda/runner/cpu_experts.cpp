@@ -29,7 +29,7 @@ CpuExperts::CpuExperts(const ModelSpec& spec, const ExpertStore& store, ExpertMi
       link_gbps_(store.link_gbps() > 0 ? store.link_gbps() : kAssumedLinkGbps) {
   // The CPU's first rate: layer 0's expert 0 over one row, the second of two
   // runs (the first pays for the page walks).
-  std::fill_n(host_rows(), spec.dim, 0.0f);
+  std::fill_n(host_rows(), spec.dim, 0.01f);
   const cpu::MoeFfn::Routed row{0, 0.0f};
   double seconds = 0;
   for (int run = 0; run < 2; ++run) {

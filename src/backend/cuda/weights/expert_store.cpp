@@ -240,7 +240,7 @@ void ExpertStore::pin_file_experts(const ModelWeights& weights, uint64_t total_b
     fail("internal: the experts' file bytes add up to {}, not the plan's {}", at - host_.as<uint8_t>(), total_bytes);
   }
   const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  const size_t round = 16 * threads;  // pieces between progress reports (about 1 GiB with 16 threads)
+  const size_t round = threads;  // a piece a thread between progress reports (1 GiB with 16 threads)
   for (size_t first = 0; first < pieces.size(); first += round) {
     const size_t last = std::min(pieces.size(), first + round);
     std::vector<std::thread> pool;
