@@ -329,9 +329,9 @@ INSTANTIATE_TEST_SUITE_P(TinyPresets, CudaFamilies,
 // measured split's share) match the CPU runner as the GPU's own products do.
 class CudaExperts : public CudaFamilies {
  protected:
-  static CudaRunnerOptions cached(ExpertMisses misses = ExpertMisses::Link) {
+  static CudaRunnerOptions cached(ExpertMisses misses = ExpertMisses::Link, int64_t slots = 3) {
     CudaRunnerOptions o;
-    o.max_vram_experts = 3;
+    o.max_vram_experts = slots;
     o.expert_misses = misses;
     return o;
   }
@@ -378,9 +378,9 @@ TEST_P(CudaExperts, CachedExpertsMatchTheCpu) {
 }
 
 // Also when calibration counts (here: the last expert of each layer chosen
-// most) pick the experts the cache starts with. The resident runner takes
-// each expert's products apart as the cache's passes do (not the chunks of
-// every expert at once, whose numbers are one-token steps').
+// most) pick the experts the cache starts with. Both runners take each
+// expert's products apart (not the chunks of every expert at once, whose
+// numbers are one-token steps').
 TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
   CudaRunnerOptions apart;
   apart.expert_chunks = false;
@@ -388,6 +388,7 @@ TEST_P(CudaExperts, CachedExpertsComputeWhatResidentOnesDo) {
   for (const bool counted : {false, true}) {
     SCOPED_TRACE(counted ? "counts place them" : "an equal share of each layer's");
     CudaRunnerOptions o = cached();
+    o.expert_chunks = false;  // as the resident runner: a pass the cache holds whole takes the products apart too
     if (counted) {
       const int64_t layers = resident->config().n_layers, experts = resident->config().layers[0].moe.n_experts;
       o.expert_counts.assign(size_t(layers * experts), 1);
@@ -433,14 +434,21 @@ TEST_P(CudaExperts, TraceShowsTheCopiesAndTheCpusWork) {
   }
 }
 
+// Resident; three experts cached, the misses copied or on the CPU; and 24
+// cached, so that a batch's experts are held at once (the chunks of every
+// expert in one launch a matrix, beside the CPU's share).
 TEST_P(CudaExperts, BatchedDecodeMatchesTheCpu) {
+  struct Cache {
+    int64_t slots;
+    ExpertMisses misses;
+  };
   for (const int64_t stepwise : {int64_t(0), int64_t(1) << 20}) {
-    for (const int cache : {0, 1, 2}) {
-      const ExpertMisses misses = cache == 1 ? ExpertMisses::Link : ExpertMisses::Cpu;
+    for (const Cache c : {Cache{0, ExpertMisses::Auto}, Cache{3, ExpertMisses::Link}, Cache{3, ExpertMisses::Cpu},
+                          Cache{24, ExpertMisses::Auto}}) {
       SCOPED_TRACE(fmt::format("{}, {}", stepwise == 0 ? "batched kernels" : "stepwise rows",
-                               cache ? "3 experts cached, " + misses_name(misses) : "resident"));
+                               c.slots ? fmt::format("{} experts cached, {}", c.slots, misses_name(c.misses)) : "resident"));
       cpu_ = cpu_runner(file_, 4);
-      check_batched(*file_, *cpu_, stepwise, float_weights(), cache ? cached(misses) : CudaRunnerOptions{}, 1);
+      check_batched(*file_, *cpu_, stepwise, float_weights(), c.slots ? cached(c.misses, c.slots) : CudaRunnerOptions{}, 1);
     }
   }
 }

@@ -152,15 +152,23 @@ void ExpertFfn::run(LayerPass& pass, const LayerOnDevice& L, int64_t l, const fl
   }
   std::copy(start_.begin(), start_.begin() + experts, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) routed[fill_[size_t(chosen[i])]++] = int32_t(i);
-  if (chunks_ && store_.all_resident() && !alone && plan_chunks(l, chosen, n)) {
-    each_expert_in_chunks(pass, L, l, xn, out);
-    finish();
-    return;
-  }
   std::span<const int32_t> on_gpu = needed_;
   if (cpu_may_help) cpu_->split(l, needed_, start_);
   const bool cpu_part = cpu_may_help && !cpu_->on_cpu().empty();
   if (cpu_part) on_gpu = cpu_->on_gpu();
+  // Every expert in VRAM, or the GPU's share held there at once: the chunks.
+  if (chunks_ && !alone && !on_gpu.empty() && plan_chunks(l, chosen, n) &&
+      (store_.all_resident() || store_.hold(l, on_gpu, stream))) {
+    if (cpu_part) {
+      each_expert_in_chunks(pass, L, l, xn, out, stand_in_table(l, chosen, weights, n, stream), masked_weights_);
+    } else {
+      each_expert_in_chunks(pass, L, l, xn, out, store_.slot_of(l), weights_);
+    }
+    if (!store_.all_resident()) store_.release(stream);
+    if (cpu_part) add_cpu_sums(l, routed, weights, n, out, stream);
+    finish();
+    return;
+  }
   if (!cpu_part && alone && store_.hold(l, needed_, stream)) {
     each_row_alone(pass, L, l, xn, out, n, store_.slot_of(l), weights_);
     store_.release(stream);
@@ -311,14 +319,14 @@ bool ExpertFfn::plan_chunks(int64_t l, const int32_t* chosen, int64_t n) {
   return uint64_t(reads - int64_t(needed)) * store_.slot_bytes() <= needed * kLaunchBytes;
 }
 
-void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out) {
+void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out,
+                                      const int32_t* slot_of, const float* weights) {
   const LayerSpec& layer = spec_.layers[size_t(l)];
   const bool biases = layer.moe.biases;
   const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim;
   const cudaStream_t stream = pass.stream();
   PassBuffers& act = pass.buffers();
   const ExpertMatrices w = store_.slot0(l);
-  const int32_t* slot_of = store_.slot_of(l);
   for (const PairGroup& g : groups_) {
     NT_CUDA_CHECK(cudaMemcpyAsync(group_, g.at, size_t(g.ints()) * 4, cudaMemcpyHostToDevice, stream));
     PairGroup on_gpu = g;
@@ -347,7 +355,7 @@ void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, i
     }
     product(w.down, {}, pass.prepare_input(act.h, g.pairs, width, false), ye_, dim);
     if (biases) add_expert_biases(ye_, expert_of, L.down_exps_bias, g.pairs, dim, stream);
-    add_expert_outputs(ye_, chosen_ + g.first_row * k, weights_ + g.first_row * k, g.rows, k, dim, out + g.first_row * dim,
+    add_expert_outputs(ye_, chosen_ + g.first_row * k, weights + g.first_row * k, g.rows, k, dim, out + g.first_row * dim,
                        stream, on_gpu.place());
   }
 }

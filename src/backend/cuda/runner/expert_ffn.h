@@ -9,12 +9,13 @@
 // ascending order, each over its rows through the pass's products (mat-vec,
 // int8 GEMM or cuBLAS by its row count, as a dense layer's matrices do).
 // Either way a row adds its experts in ascending order, so its sum does not
-// depend on what the cache held. With every expert in VRAM, wider passes
-// take the pairs sorted by expert in chunks of a few rows, every expert in
-// one launch a matrix, each pair computed as a one-token step computes it,
-// where re-reading an expert for each chunk costs less than each expert's
-// launches apart (a prompt chunk of a model of many small experts: 128
-// experts a layer were 896 launches). When the store caches only some experts,
+// depend on what the cache held. With every expert in VRAM, or the pass's
+// held there at once, wider passes take the pairs sorted by expert in chunks
+// of a few rows, every expert in one launch a matrix, each pair computed as
+// a one-token step computes it, where re-reading an expert for each chunk
+// costs less than each expert's launches apart (a prompt chunk of a model of
+// many small experts: 128 experts a layer were 896 launches; a batch of
+// decode steps as many). When the store caches only some experts,
 // the CPU computes some of a narrow pass's misses meanwhile (cpu_experts.h),
 // and their sum comes up after the GPU's. The experts' memory is the ExpertStore's.
 #pragma once
@@ -85,8 +86,11 @@ class ExpertFfn {
   // in host_), from the chosen experts on the host; returns whether the
   // chunks' re-reads cost fewer bytes than each needed expert's launches apart.
   bool plan_chunks(int64_t l, const int32_t* chosen, int64_t n);
-  // The planned groups, each in one launch a matrix (every expert in VRAM).
-  void each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out);
+  // The planned groups, each in one launch a matrix, the experts found
+  // through `slot_of` (all of them in VRAM, or held there), the pairs
+  // weighted by `weights` (as each_row_alone's).
+  void each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out,
+                             const int32_t* slot_of, const float* weights);
 
   const ModelSpec& spec_;
   int64_t max_rows_;
