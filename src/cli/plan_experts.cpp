@@ -36,7 +36,7 @@ void print_expert_plan(const ExpertReportInput& in) {
   row("output head, norms, token embedding", format_size(head));
   row("attention and routers (every layer)", format_size(dense));
   row(fmt::format("experts ({} of {}, {} each)", p.slots, p.experts, format_size(p.slot_bytes)),
-      format_size(p.vram_bytes() - (p.all_resident() ? 0 : p.landing_bytes)));
+      format_size(uint64_t(p.slots) * p.slot_bytes));
   if (!p.all_resident()) row("a miss's landing buffer", format_size(p.landing_bytes));
   row("total", format_size(fixed + p.vram_bytes()) + " of " + format_size(in.vram_budget));
   fmt::print("RAM (pinned)\n");

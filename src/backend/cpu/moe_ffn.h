@@ -41,8 +41,8 @@ class MoeFfn {
     float weight;
   };
   // y[row] += weight * expert `expert`'s FFN of x[row] for each of `tokens`
-  // (at most max_rows, rows ascending), multiplied together as one call of
-  // theirs: an expert that another backend routed (the CUDA runner's misses).
+  // (at most max_rows), multiplied together as one call of theirs: an
+  // expert that another backend routed (the CUDA runner's misses).
   void add_expert(const LayerSpec& layer, const LayerWeights& w, int64_t expert, std::span<const Routed> tokens,
                   const float* x, float* y, ThreadPool& pool);
 
