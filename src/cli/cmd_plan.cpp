@@ -373,14 +373,15 @@ void plan(const PlanOptions& o) {
     e.ram_source = ram_source;
     e.h2d_gbps = h2d_rate(o, gpu.has_value(), &e.h2d_source);
     e.gpu_gbps = gpu_layer_rate(o, gpu, &e.gpu_source);
-    if (o.cpu_gbps > 0) {
-      e.cpu_gbps = o.cpu_gbps;
-      e.cpu_source = "given";
-    } else {
+    e.cpu_gbps = [&](std::string& source) {
+      if (o.cpu_gbps > 0) {
+        source = "given";
+        return o.cpu_gbps;
+      }
       const CpuRateProbe m = measure_cpu_rate(*file, 1, kCpuProbeSeconds, o.threads);
-      e.cpu_gbps = m.gbps;
-      e.cpu_source = fmt::format("measured: cpu::matmul, {} threads", m.threads);
-    }
+      source = fmt::format("measured: cpu::matmul, {} threads", m.threads);
+      return m.gbps;
+    };
     if (!o.expert_counts.empty()) {
       const ExpertCounts counts = read_expert_counts_for(o.expert_counts, model_identity(*file, config.n_layers),
                                                          config.layers[0].moe.n_experts);

@@ -54,10 +54,6 @@ void print_expert_plan(const ExpertReportInput& in) {
   const double link_bytes = double(p.used_bytes_per_token) * (1.0 - hit);
   const double vram_bytes = double(dense + head) + double(p.used_bytes_per_token) * hit;
   const double resident_seconds = vram_bytes / (in.gpu_gbps * 1e9);
-  const double copied = resident_seconds + link_bytes / (in.h2d_gbps * 1e9);
-  // --expert-misses auto: the CPU computes a share of the misses from pinned
-  // RAM while the link copies the rest, so that both finish together.
-  const double split = resident_seconds + link_bytes / ((in.h2d_gbps + in.cpu_gbps) * 1e9);
   fmt::print("\nper token (one decode step; {} of {} experts a layer)\n", moe.n_experts_used, moe.n_experts);
   fmt::print("  experts read        {:>12}\n", format_size(p.used_bytes_per_token));
   if (in.counts.empty()) {
@@ -71,7 +67,18 @@ void print_expert_plan(const ExpertReportInput& in) {
   fmt::print("  over the link       {:>12}\n", format_size(uint64_t(link_bytes)));
   fmt::print("  H2D link            {:>9.2f} GB/s ({})\n", in.h2d_gbps, in.h2d_source);
   fmt::print("  GPU reads           {:>9.0f} GB/s ({})\n", in.gpu_gbps, in.gpu_source);
-  fmt::print("  CPU                 {:>9.2f} GB/s of weights at one token ({})\n", in.cpu_gbps, in.cpu_source);
+  if (p.all_resident()) {
+    fmt::print("  predicted           {:>9.3f} ms/token = {:.1f} tok/s (VRAM reads)\n", 1e3 * resident_seconds,
+               1.0 / resident_seconds);
+    return;
+  }
+  std::string cpu_source;
+  const double cpu_gbps = in.cpu_gbps(cpu_source);
+  const double copied = resident_seconds + link_bytes / (in.h2d_gbps * 1e9);
+  // --expert-misses auto: the CPU computes a share of the misses from pinned
+  // RAM while the link copies the rest, so that both finish together.
+  const double split = resident_seconds + link_bytes / ((in.h2d_gbps + cpu_gbps) * 1e9);
+  fmt::print("  CPU                 {:>9.2f} GB/s of weights at one token ({})\n", cpu_gbps, cpu_source);
   fmt::print("  predicted, misses copied             {:>9.3f} ms/token = {:.1f} tok/s (VRAM reads then the copies, not "
              "overlapped)\n",
              1e3 * copied, 1.0 / copied);

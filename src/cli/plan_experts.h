@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,11 @@ struct ExpertReportInput {
   int64_t batch = 0;  // the runner's prefill chunk
   uint64_t vram_budget = 0, ram_budget = 0;
   std::string vram_source, ram_source;
-  double h2d_gbps = 0, gpu_gbps = 0, cpu_gbps = 0;  // cpu: weights a second at one token
-  std::string h2d_source, gpu_source, cpu_source;
+  double h2d_gbps = 0, gpu_gbps = 0;
+  std::string h2d_source, gpu_source;
+  // The CPU's weights a second at one token, asked only when some experts
+  // miss VRAM (a probe takes a while); it says where the figure came from.
+  std::function<double(std::string& source)> cpu_gbps;
   // calibrate-experts' counts ([layer * experts + expert]; empty: none) and what they were counted on.
   std::vector<uint64_t> counts;
   std::string counts_source;

@@ -89,9 +89,10 @@ ExpertPlan plan_experts(const ModelSpec& spec, const ModelWeights& weights, uint
   if (max_slots > 0) room = std::min(room, max_slots);
   p.slots = std::min(room, p.experts);
   if (p.slots < 1) {
-    fail("the experts need at least one expert's {:.1f} MiB of VRAM beside the rest of the model, but the budget leaves "
-         "{:.1f} MiB (raise --vram-budget, or lower -c)",
-         double(p.slot_bytes) / double(1 << 20), double(vram_bytes) / double(1 << 20));
+    fail("the experts need at least one expert's {:.1f} MiB of VRAM, and {:.1f} MiB where a miss lands, beside the rest "
+         "of the model, but the budget leaves {:.1f} MiB (raise --vram-budget, or lower -c)",
+         double(p.slot_bytes) / double(1 << 20), double(p.landing_bytes) / double(1 << 20),
+         double(vram_bytes) / double(1 << 20));
   }
   return p;
 }
