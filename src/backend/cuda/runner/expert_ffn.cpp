@@ -267,16 +267,14 @@ const int32_t* ExpertFfn::stand_in_table(int64_t l, const int32_t* chosen, const
   return stand_ins_;
 }
 
-void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n,
-                               const int32_t* slot_of, const float* weights) {
+void ExpertFfn::pairs_ffn(LayerPass& pass, const LayerOnDevice& L, int64_t l, const Input& in, int64_t pairs,
+                          const int32_t* experts_of, const std::function<void(const MatvecParams&, bool down)>& launch) {
   const LayerSpec& layer = spec_.layers[size_t(l)];
   const bool biases = layer.moe.biases;
-  const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim, pairs = n * k;
+  const int64_t width = layer.moe.expert_ffn_dim, dim = spec_.dim;
   const cudaStream_t stream = pass.stream();
   PassBuffers& act = pass.buffers();
   const ExpertMatrices w = store_.slot0(l);
-  ExpertRows rows{chosen_, slot_of, store_.slot_bytes(), int(k), false};
-  const Input in = pass.prepare_input(xn, n, dim, false);
   MatvecParams p;
   p.x = {in.f32, in.q8, in.q8_scales};
   p.y_stride = width;
@@ -284,15 +282,15 @@ void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t 
   if (layer.activation == FfnActivation::Silu && !biases && w.gate.type == w.up.type) {  // gate, up and SwiGLU in one launch
     p.w_up = w.up;
     p.y = act.h;
-    matvec_experts(p, rows, pairs, stream);
+    launch(p, false);
   } else {
     p.y = act.gate;
-    matvec_experts(p, rows, pairs, stream);
-    if (biases) add_expert_biases(act.gate, chosen_, L.gate_exps_bias, pairs, width, stream);
+    launch(p, false);
+    if (biases) add_expert_biases(act.gate, experts_of, L.gate_exps_bias, pairs, width, stream);
     p.w = w.up;
     p.y = act.up;
-    matvec_experts(p, rows, pairs, stream);
-    if (biases) add_expert_biases(act.up, chosen_, L.up_exps_bias, pairs, width, stream);
+    launch(p, false);
+    if (biases) add_expert_biases(act.up, experts_of, L.up_exps_bias, pairs, width, stream);
     pass.activate(l, act.gate, act.up, pairs * width, act.h);
   }
   const Input h = pass.prepare_input(act.h, pairs, width, false);
@@ -301,9 +299,18 @@ void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t 
   down.x = {h.f32, h.q8, h.q8_scales};
   down.y = ye_;
   down.y_stride = dim;
-  rows.per_pair_input = true;
-  matvec_experts(down, rows, pairs, stream);
-  if (biases) add_expert_biases(ye_, chosen_, L.down_exps_bias, pairs, dim, stream);
+  launch(down, true);
+  if (biases) add_expert_biases(ye_, experts_of, L.down_exps_bias, pairs, dim, stream);
+}
+
+void ExpertFfn::each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n,
+                               const int32_t* slot_of, const float* weights) {
+  const int64_t k = spec_.layers[size_t(l)].moe.n_experts_used, dim = spec_.dim, pairs = n * k;
+  const cudaStream_t stream = pass.stream();
+  pairs_ffn(pass, L, l, pass.prepare_input(xn, n, dim, false), pairs, chosen_, [&](const MatvecParams& p, bool down) {
+    // A pair's input is its row's normed row, then (down) its own hidden row.
+    matvec_experts(p, ExpertRows{chosen_, slot_of, store_.slot_bytes(), int(k), down}, pairs, stream);
+  });
   add_expert_outputs(ye_, chosen_, weights, n, k, dim, out, stream);
 }
 
@@ -321,40 +328,17 @@ bool ExpertFfn::plan_chunks(int64_t l, const int32_t* chosen, int64_t n) {
 
 void ExpertFfn::each_expert_in_chunks(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out,
                                       const int32_t* slot_of, const float* weights) {
-  const LayerSpec& layer = spec_.layers[size_t(l)];
-  const bool biases = layer.moe.biases;
-  const int64_t k = layer.moe.n_experts_used, width = layer.moe.expert_ffn_dim, dim = spec_.dim;
+  const int64_t k = spec_.layers[size_t(l)].moe.n_experts_used, dim = spec_.dim;
   const cudaStream_t stream = pass.stream();
-  PassBuffers& act = pass.buffers();
-  const ExpertMatrices w = store_.slot0(l);
   for (const PairGroup& g : groups_) {
     NT_CUDA_CHECK(cudaMemcpyAsync(group_, g.at, size_t(g.ints()) * 4, cudaMemcpyHostToDevice, stream));
     PairGroup on_gpu = g;
     on_gpu.at = group_;
-    const int32_t* expert_of = on_gpu.expert_of();
-    // Each expert's matrix over its chunks, then its bias on each sorted pair's row.
-    const auto product = [&](const DeviceMatrix& m, const DeviceMatrix& up, const Input& in, float* y, int64_t y_stride) {
-      MatvecParams p;
-      p.w = m;
-      p.w_up = up;
-      p.x = {in.f32, in.q8, in.q8_scales};
-      p.y = y;
-      p.y_stride = y_stride;
-      matvec_expert_chunks(p, on_gpu.chunk_list(), g.chunks, slot_of, store_.slot_bytes(), stream);
-    };
     gather_routed_rows(xn, on_gpu.sorted(), g.pairs, k, dim, xe_, stream);
-    const Input in = pass.prepare_input(xe_, g.pairs, dim, false);
-    if (layer.activation == FfnActivation::Silu && !biases && w.gate.type == w.up.type) {  // gate, up and SwiGLU at once
-      product(w.gate, w.up, in, act.h, width);
-    } else {
-      product(w.gate, {}, in, act.gate, width);
-      if (biases) add_expert_biases(act.gate, expert_of, L.gate_exps_bias, g.pairs, width, stream);
-      product(w.up, {}, in, act.up, width);
-      if (biases) add_expert_biases(act.up, expert_of, L.up_exps_bias, g.pairs, width, stream);
-      pass.activate(l, act.gate, act.up, g.pairs * width, act.h);
-    }
-    product(w.down, {}, pass.prepare_input(act.h, g.pairs, width, false), ye_, dim);
-    if (biases) add_expert_biases(ye_, expert_of, L.down_exps_bias, g.pairs, dim, stream);
+    pairs_ffn(pass, L, l, pass.prepare_input(xe_, g.pairs, dim, false), g.pairs, on_gpu.expert_of(),
+              [&](const MatvecParams& p, bool) {
+                matvec_expert_chunks(p, on_gpu.chunk_list(), g.chunks, slot_of, store_.slot_bytes(), stream);
+              });
     add_expert_outputs(ye_, chosen_ + g.first_row * k, weights + g.first_row * k, g.rows, k, dim, out + g.first_row * dim,
                        stream, on_gpu.place());
   }

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@
 namespace nt {
 
 class LayerPass;
+struct Input;
+struct MatvecParams;
 
 struct ExpertFfnOptions {
   ExpertMisses misses = ExpertMisses::Auto;  // where the misses of a partial cache compute
@@ -70,6 +73,11 @@ class ExpertFfn {
   // Every row's k experts found on the GPU (the store holds them all): gate
   // and up in one launch over the pairs, down in another, the weighted sum
   // in a third; each pair computed as a one-token step computes it.
+  // Layer l's gate and up, activation, then down over `pairs` (row, choice)
+  // pairs, their experts' biases by `experts_of` (per pair), the outputs in
+  // ye_; `launch` runs each product over all pairs (down: the hidden rows in).
+  void pairs_ffn(LayerPass& pass, const LayerOnDevice& L, int64_t l, const Input& in, int64_t pairs,
+                 const int32_t* experts_of, const std::function<void(const MatvecParams&, bool down)>& launch);
   // `slot_of`: the layer's slot table (the store's, or stand_in_table's);
   // `weights`: each pair's routing weight (weights_, or masked_weights_).
   void each_row_alone(LayerPass& pass, const LayerOnDevice& L, int64_t l, const float* xn, float* out, int64_t n,
