@@ -43,7 +43,7 @@ CpuExperts::CpuExperts(const ModelSpec& spec, const ExpertStore& store, ExpertMi
 std::string CpuExperts::describe() const {
   const std::string cpu = fmt::format("the CPU ({} threads, {:.1f} GB/s at load)", pool_.size(), probed_gbps_);
   if (policy_ == ExpertMisses::Cpu) return "misses on " + cpu;
-  return fmt::format("misses split between the link ({:.1f} GB/s) and {}", link_gbps_, cpu);
+  return "misses split between the link and " + cpu;  // the store's description gives the link's rate
 }
 
 MissCosts CpuExperts::costs(int64_t layer) const {

@@ -45,7 +45,7 @@ class CpuExperts {
   // on host_rows()[row], for the n rows.
   void compute(int64_t layer, std::span<const int64_t> start, const int32_t* routed, const float* weights, int64_t n);
 
-  // "misses split between the link (48.1 GB/s) and the CPU (16 threads, 61.3 GB/s at load)".
+  // "misses split between the link and the CPU (16 threads, 61.3 GB/s at load)".
   std::string describe() const;
 
  private:
